@@ -1,0 +1,49 @@
+// Autograd controls: grad mode, and backward over several roots.
+//
+// encore records a dynamic tape as ops run: every op whose input requires grad
+// attaches a Node (its backward formula, defined beside the forward in
+// src/ops/) to its output. Tensor::backward() walks the Nodes in reverse
+// topological order and accumulates into .grad() of leaves that require grad.
+//
+//   {
+//     encore::NoGradGuard no_grad;     // ops inside record nothing
+//     w.add_(w.grad(), -0.1);          // an SGD update
+//   }
+//
+// Backward formulas run with grad mode off: encore has no double backward.
+// Saved tensors are freed after backward() unless retain_graph is set; a
+// second backward through the freed graph throws encore::Error.
+#pragma once
+
+#include <vector>
+
+#include "encore/tensor.h"
+
+namespace encore {
+
+class GradMode {
+ public:
+  static bool is_enabled();
+  static void set_enabled(bool enabled);
+};
+
+// Disables grad recording for its scope (restores the previous mode).
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
+  ~NoGradGuard() { GradMode::set_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+namespace autograd {
+// Back-propagates from several roots at once; grads[i] may be undefined for a
+// scalar root (then 1 is used).
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
+              bool retain_graph = false);
+}  // namespace autograd
+
+}  // namespace encore

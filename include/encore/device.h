@@ -1,0 +1,34 @@
+// Where a tensor lives: the CPU, or one CUDA device when the CUDA backend is built.
+//
+//   encore::Device d = encore::default_device();   // CUDA:0 when a GPU is usable, else CPU
+//   if (d.is_cpu()) { ... }
+//   d.str();                                       // "cpu" or "cuda:0"
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace encore {
+
+enum class DeviceType : uint8_t { kCPU, kCUDA };
+
+struct Device {
+  DeviceType type = DeviceType::kCPU;
+  int8_t index = 0;  // CUDA ordinal; always 0 for the CPU
+
+  static constexpr Device cpu() { return {DeviceType::kCPU, 0}; }
+  static constexpr Device cuda(int index = 0) { return {DeviceType::kCUDA, static_cast<int8_t>(index)}; }
+  constexpr bool is_cpu() const { return type == DeviceType::kCPU; }
+  constexpr bool is_cuda() const { return type == DeviceType::kCUDA; }
+  std::string str() const;
+  friend constexpr bool operator==(Device a, Device b) { return a.type == b.type && a.index == b.index; }
+};
+
+inline constexpr Device kCPU = Device::cpu();
+
+// True when encore was built with the CUDA backend and a GPU answers.
+bool cuda_available();
+// CUDA:0 when cuda_available(), else the CPU.
+Device default_device();
+
+}  // namespace encore

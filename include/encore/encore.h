@@ -1,0 +1,16 @@
+// encore: eager tensors and autograd whose training steps can be captured
+// once and replayed. Include this one header to get the whole public API.
+//
+//   #include <encore/encore.h>
+//   encore::Tensor w = encore::randn({4, 3}).requires_grad_();
+//   encore::Tensor loss = encore::matmul(encore::ones({2, 4}), w).sum();
+//   loss.backward();
+#pragma once
+
+#include "encore/autograd.h"
+#include "encore/device.h"
+#include "encore/dtype.h"
+#include "encore/error.h"
+#include "encore/ops.h"
+#include "encore/random.h"
+#include "encore/tensor.h"

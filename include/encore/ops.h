@@ -1,0 +1,116 @@
+// The eager ops of encore. Each runs at once on its inputs' device and, when
+// an input requires grad (and grad mode is on), records its backward formula.
+//
+//   using namespace encore;
+//   Tensor h = relu(linear(x, w1, b1));                 // [B, H]
+//   Tensor loss = cross_entropy(linear(h, w2, b2), y);   // y: i32 or i64 class ids
+//   loss.backward();
+//
+// Conventions:
+//  - Elementwise ops broadcast like NumPy: shapes align from the right; a dim
+//    of size 1 stretches. Both tensor operands must have the same dtype and
+//    device; mismatches throw encore::Error naming the op, shapes and dtypes.
+//  - f16/bf16 inputs are computed in f32 and rounded back on store.
+//  - `dim` arguments may be negative (counted from the end).
+//  - Reductions with an empty `dims` reduce over all dims.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "encore/random.h"
+#include "encore/tensor.h"
+
+namespace encore {
+
+// ---- elementwise, binary (broadcasting) ----
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor rsub(const Tensor& a, double b);      // b - a
+Tensor rdiv(const Tensor& a, double b);      // b / a
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
+inline Tensor operator-(const Tensor& a, double b) { return add(a, -b); }
+inline Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+inline Tensor operator/(const Tensor& a, double b) { return mul(a, 1.0 / b); }
+inline Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
+
+// ---- elementwise, unary (float dtypes; neg/abs also integers) ----
+Tensor neg(const Tensor& a);
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor rsqrt(const Tensor& a);
+Tensor pow(const Tensor& a, double exponent);
+Tensor abs(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor relu(const Tensor& a);
+enum class GeluApprox { kNone, kTanh };      // kNone: exact erf form
+Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::kTanh);
+Tensor silu(const Tensor& a);
+Tensor clamp(const Tensor& a, double min, double max);
+
+// ---- selection ----
+// cond (bool) ? a : b, all three broadcast together.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// a with value wherever mask (bool, broadcast to a) is true.
+Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
+
+// ---- reductions (dims empty = all dims) ----
+Tensor sum(const Tensor& a, std::vector<int64_t> dims = {}, bool keepdim = false);
+Tensor mean(const Tensor& a, std::vector<int64_t> dims = {}, bool keepdim = false);
+// Variance; correction 1 is the unbiased estimator, 0 the population one.
+Tensor var(const Tensor& a, std::vector<int64_t> dims = {}, int64_t correction = 1, bool keepdim = false);
+// Max along one dim: {values, indices (i64)}. Ties keep the first index.
+std::pair<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& a);                  // over all elements, 0-d
+Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);   // i64
+// Sums a to `shape` (the inverse of broadcasting): used by backward formulas.
+Tensor sum_to(const Tensor& a, absl::Span<const int64_t> shape);
+
+// ---- linear algebra (OpenBLAS cblas_sgemm on CPU) ----
+// [.., n, k] x [.., k, m] -> [.., n, m]; batch dims broadcast; 1-D operands
+// are promoted like NumPy's matmul.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x [.., in] W [out, in] b [out] -> x W^T + b [.., out]. bias may be undefined.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// ---- neural-network ops ----
+Tensor softmax(const Tensor& a, int64_t dim);
+Tensor log_softmax(const Tensor& a, int64_t dim);
+// logits [N, C] (or [N, C] flattened from [.., C]); target [N] of class ids
+// (i32/i64). Mean over the targets that are not ignore_index; 0 if none.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100);
+// Normalises over the trailing dims of shape normalized_shape. weight/bias
+// (that shape) may be undefined.
+Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight = Tensor(),
+                  const Tensor& bias = Tensor(), double eps = 1e-5);
+// weight [V, D], indices (i32/i64) of any shape -> [..., D].
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+// Zeroes each element with probability p and scales the rest by 1/(1-p).
+// The mask comes from gen's Philox stream (seed and offset live in gen's
+// state tensor and the offset advances inside the kernel), so a step is
+// reproducible from the seed. training=false returns a.
+Tensor dropout(const Tensor& a, double p, bool training = true, Generator* gen = nullptr);
+
+// ---- joining and splitting ----
+Tensor concat(const std::vector<Tensor>& tensors, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
+// Pieces of `size` along dim (the last one may be smaller); views of a.
+std::vector<Tensor> split(const Tensor& a, int64_t size, int64_t dim = 0);
+
+}  // namespace encore

@@ -1,0 +1,207 @@
+// encore::Tensor: an n-dimensional array on a device, with eager ops and
+// reverse-mode autograd.
+//
+//   using namespace encore;
+//   Tensor w = randn({3, 4}).requires_grad_();     // leaf that collects .grad()
+//   Tensor x = from_vector<float>({1, 2, 3, 4}, {1, 4});
+//   Tensor y = (x.matmul(w.t())).sum();            // ops run at once
+//   y.backward();                                  // w.grad() is now [3, 4]
+//   float v = y.item<float>();
+//
+// A Tensor is a cheap handle (one intrusive pointer). Copying a Tensor shares
+// the same data; views (reshape, transpose, slice, expand, ...) share storage
+// with their base. NOTE [ Version counter ]: every Storage counts the in-place
+// writes made to it (through any view). Autograd records the count when it
+// saves a tensor for backward and refuses to use it if the count changed.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/types/span.h"
+#include "encore/device.h"
+#include "encore/dtype.h"
+#include "encore/error.h"
+#include "encore/ref.h"
+
+namespace encore {
+
+// Sizes and strides, counted in elements (never bytes).
+using Shape = absl::InlinedVector<int64_t, 5>;
+inline constexpr int kMaxDims = 8;  // kernels carry shapes inline; more dims is an error
+
+namespace autograd { class Node; }
+class Allocator;
+
+// A block of device memory. Owned by the tensors that view it; returned to the
+// allocator it came from when the last one goes.
+class Storage : public RefCounted {
+ public:
+  // Allocates nbytes through the device's current allocator (see allocator.h).
+  static Ref<Storage> allocate(int64_t nbytes, Device device);
+  ~Storage();
+
+  void* data() const { return data_; }
+  int64_t nbytes() const { return nbytes_; }
+  Device device() const { return device_; }
+  // NOTE [ Version counter ]: bumped by every in-place write through any view.
+  uint32_t version() const { return version_; }
+  void bump_version() { ++version_; }
+  // Unique for the life of the process (never reused, unlike addresses).
+  uint64_t id() const { return id_; }
+
+ private:
+  Storage(void* data, int64_t nbytes, Device device, Allocator* allocator);
+  void* data_;
+  int64_t nbytes_;
+  Device device_;
+  Allocator* allocator_;
+  uint32_t version_ = 0;
+  uint64_t id_;
+};
+
+class Tensor;
+struct TensorImpl;
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: holds nothing
+  explicit Tensor(Ref<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // ---- metadata ----
+  bool defined() const { return static_cast<bool>(impl_); }
+  DType dtype() const;
+  Device device() const;
+  const Shape& shape() const;
+  const Shape& strides() const;              // in elements
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t d) const;             // negative d counts from the end
+  int64_t numel() const;
+  int64_t storage_offset() const;            // in elements
+  bool is_contiguous() const;
+  Storage* storage() const;
+  void* data_ptr() const;                    // first element (storage + offset)
+  template <typename T> T* data() const;     // checks T against dtype()
+  uint32_t version() const { return storage()->version(); }
+  TensorImpl* impl() const { return impl_.get(); }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  // ---- views: share storage with *this ----
+  Tensor view(Shape shape) const;            // -1 infers one dim; needs compatible strides
+  Tensor reshape(Shape shape) const;         // view when possible, else a copy
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const { return transpose(0, 1); }
+  Tensor permute(Shape dims) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;   // drops dim
+  Tensor expand(Shape shape) const;          // broadcast size-1 dims (stride 0)
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor flatten() const { return reshape({-1}); }
+  Tensor contiguous() const;                 // *this if already contiguous
+
+  // ---- copies and conversion ----
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+  Tensor detach() const;                     // same data, no autograd history
+
+  // ---- in-place (bump the version counter) ----
+  Tensor& copy_(const Tensor& src);          // src broadcast to shape(); dtype converted
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+  Tensor& add_(const Tensor& other, double alpha = 1.0);   // this += alpha * other
+  Tensor& mul_(double value);
+
+  // ---- host access (synchronises; refused inside capture) ----
+  template <typename T> T item() const;
+  template <typename T> std::vector<T> to_vector() const;
+  std::string to_string() const;             // shape, dtype, device and values
+
+  // ---- autograd ----
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool on = true);   // leaves only
+  bool is_leaf() const;
+  Tensor grad() const;                       // undefined until backward() reaches it
+  void set_grad(const Tensor& g);
+  std::shared_ptr<autograd::Node> grad_fn() const;
+  // Back-propagates from this tensor. A scalar needs no gradient; otherwise
+  // pass one of this tensor's shape. retain_graph keeps saved tensors so that
+  // backward can run again through the same graph.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+
+  // ---- method forms of common ops (see ops.h) ----
+  Tensor matmul(const Tensor& o) const;
+  Tensor sum() const;
+  Tensor mean() const;
+
+ private:
+  Ref<TensorImpl> impl_;
+};
+
+// Autograd state of one tensor; absent until autograd first touches it.
+struct AutogradMeta {
+  Tensor grad;                                        // accumulated gradient (leaves)
+  std::shared_ptr<autograd::Node> grad_fn;            // creator (non-leaves)
+  std::weak_ptr<autograd::Node> grad_accumulator;     // shared by all uses of a leaf
+  int32_t output_nr = 0;                              // which output of grad_fn
+  bool requires_grad = false;
+};
+
+// The data behind a Tensor handle. Internal: use Tensor's methods.
+struct TensorImpl : RefCounted {
+  Ref<Storage> storage;
+  int64_t offset = 0;   // in elements from storage->data()
+  Shape shape;          // in elements
+  Shape strides;        // in elements; stride 0 = broadcast
+  DType dtype = kFloat32;
+  std::unique_ptr<AutogradMeta> autograd;
+};
+
+inline DType Tensor::dtype() const { return impl_->dtype; }
+inline Device Tensor::device() const { return impl_->storage->device(); }
+inline const Shape& Tensor::shape() const { return impl_->shape; }
+inline const Shape& Tensor::strides() const { return impl_->strides; }
+inline int64_t Tensor::storage_offset() const { return impl_->offset; }
+inline Storage* Tensor::storage() const { return impl_->storage.get(); }
+inline void* Tensor::data_ptr() const {
+  return static_cast<char*>(impl_->storage->data()) + impl_->offset * dtype_size(impl_->dtype);
+}
+inline int64_t numel_of(absl::Span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+inline int64_t Tensor::numel() const { return numel_of(impl_->shape); }
+
+// Host reads of bool go through i32; doubles through f32 (floats) or i64.
+template <> bool Tensor::item<bool>() const;
+template <> double Tensor::item<double>() const;
+template <> std::vector<double> Tensor::to_vector<double>() const;
+
+// ---- creation ----
+// Every creation function allocates fresh, contiguous memory.
+Tensor empty(Shape shape, DType dtype = kFloat32, Device device = kCPU);
+Tensor zeros(Shape shape, DType dtype = kFloat32, Device device = kCPU);
+Tensor ones(Shape shape, DType dtype = kFloat32, Device device = kCPU);
+Tensor full(Shape shape, double value, DType dtype = kFloat32, Device device = kCPU);
+inline Tensor empty(Shape shape, Device device) { return empty(std::move(shape), kFloat32, device); }
+inline Tensor zeros(Shape shape, Device device) { return zeros(std::move(shape), kFloat32, device); }
+inline Tensor ones(Shape shape, Device device) { return ones(std::move(shape), kFloat32, device); }
+// [start, end) in steps of step; i64 unless dtype says otherwise.
+Tensor arange(int64_t start, int64_t end, int64_t step = 1, DType dtype = kInt64, Device device = kCPU);
+inline Tensor arange(int64_t end) { return arange(0, end); }
+// Copies host values; shape defaults to 1-D of values.size().
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, Shape shape = {}, Device device = kCPU);
+Tensor scalar_tensor(double value, DType dtype = kFloat32, Device device = kCPU);  // 0-d
+
+// Printing: "tensor([[1, 2], [3, 4]], dtype=f32, device=cpu)".
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string shape_str(absl::Span<const int64_t> shape);   // "[2, 3]"
+
+}  // namespace encore

@@ -1,0 +1,127 @@
+// The backward pass: dependency counting, then a walk in reverse creation
+// order (a node runs once every consumer of its outputs has run).
+#include <queue>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "encore/autograd.h"
+#include "encore/ops.h"
+#include "src/autograd/node.h"
+
+namespace encore {
+namespace {
+thread_local bool grad_enabled = true;
+}  // namespace
+
+bool GradMode::is_enabled() { return grad_enabled; }
+void GradMode::set_enabled(bool enabled) { grad_enabled = enabled; }
+
+namespace autograd {
+namespace {
+
+struct Pending {
+  int deps = 0;
+  Grads grads;   // one per forward output of the node
+};
+
+using PendingMap = absl::flat_hash_map<Node*, Pending>;
+
+// Counts, for every node reachable from the roots, how many edges point to it.
+void count_dependencies(const std::vector<Node*>& roots, PendingMap& pending) {
+  std::vector<Node*> stack = roots;
+  for (Node* r : roots) pending.try_emplace(r);
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (Edge& e : n->next_edges()) {
+      if (!e.fn) continue;
+      auto [it, inserted] = pending.try_emplace(e.fn.get());
+      ++it->second.deps;
+      if (inserted) stack.push_back(e.fn.get());
+    }
+  }
+}
+
+void add_grad(Pending& p, int slot, int num_outputs, Tensor g) {
+  if (p.grads.size() < static_cast<size_t>(num_outputs)) p.grads.resize(num_outputs);
+  Tensor& dst = p.grads[slot];
+  dst = dst.defined() ? add(dst, g) : std::move(g);
+}
+
+void check_grad(Node* n, size_t i, const Tensor& g) {
+  const InputMeta& m = n->input_meta()[i];
+  ENCORE_CHECK_CODE(g.shape() == m.shape && g.dtype() == m.dtype, kInternal,
+                    "backward of %s returned a gradient of shape %s (%s) for input %d of shape %s (%s)",
+                    n->name(), shape_str(g.shape()), dtype_name(g.dtype()), i, shape_str(m.shape),
+                    dtype_name(m.dtype));
+}
+
+struct Later {
+  bool operator()(Node* a, Node* b) const { return a->sequence_nr() < b->sequence_nr(); }
+};
+
+Tensor root_grad(const Tensor& root, const Tensor& given) {
+  if (given.defined()) {
+    ENCORE_CHECK(given.shape() == root.shape(), "backward: gradient shape %s does not match tensor shape %s",
+                 shape_str(given.shape()), shape_str(root.shape()));
+    return given;
+  }
+  ENCORE_CHECK(root.numel() == 1,
+               "backward: a gradient must be given for a non-scalar tensor (shape %s, dtype %s)",
+               shape_str(root.shape()), dtype_name(root.dtype()));
+  return ones(root.shape(), root.dtype(), root.device());
+}
+
+}  // namespace
+
+void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  NoGradGuard no_grad;
+  PendingMap pending;
+  std::vector<Node*> root_nodes;
+  std::vector<std::pair<Edge, Tensor>> seeds;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    const Tensor& r = roots[i];
+    ENCORE_CHECK(r.defined() && r.requires_grad(),
+                 "backward: tensor %s does not require grad and has no grad_fn",
+                 r.defined() ? shape_str(r.shape()) : std::string("(undefined)"));
+    Edge e = gradient_edge(r);
+    seeds.emplace_back(e, root_grad(r, i < grads.size() ? grads[i] : Tensor()));
+    root_nodes.push_back(e.fn.get());
+  }
+  count_dependencies(root_nodes, pending);
+  for (auto& [e, g] : seeds) add_grad(pending[e.fn.get()], e.input_nr, e.fn->num_outputs(), std::move(g));
+
+  std::priority_queue<Node*, std::vector<Node*>, Later> ready;
+  absl::flat_hash_set<Node*> queued;   // a node may be the root of several tensors
+  for (Node* r : root_nodes) {
+    if (pending[r].deps == 0 && queued.insert(r).second) ready.push(r);
+  }
+  while (!ready.empty()) {
+    Node* n = ready.top();
+    ready.pop();
+    Pending& p = pending[n];
+    Grads in = std::move(p.grads);
+    in.resize(n->num_outputs());
+    Grads out = n->apply(std::move(in));
+    if (!retain_graph) n->release_saved();
+    for (size_t i = 0; i < n->next_edges().size(); ++i) {
+      Edge& e = n->next_edges()[i];
+      if (!e.fn) continue;
+      Pending& q = pending[e.fn.get()];
+      if (i < out.size() && out[i].defined()) {
+        check_grad(n, i, out[i]);
+        add_grad(q, e.input_nr, e.fn->num_outputs(), std::move(out[i]));
+      }
+      if (--q.deps == 0) ready.push(e.fn.get());
+    }
+  }
+}
+
+}  // namespace autograd
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  autograd::backward({*this}, {gradient}, retain_graph);
+}
+
+}  // namespace encore

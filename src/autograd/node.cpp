@@ -1,0 +1,88 @@
+#include "src/autograd/node.h"
+
+#include "encore/autograd.h"
+#include "encore/ops.h"
+#include "src/autograd/function.h"
+
+namespace encore::autograd {
+namespace {
+thread_local uint64_t next_sequence_nr = 0;
+}  // namespace
+
+Node::Node(const char* name, int num_outputs)
+    : name_(name), num_outputs_(num_outputs), sequence_nr_(next_sequence_nr++) {}
+
+void throw_freed_graph(const char* name) {
+  throw_error(absl::StatusCode::kFailedPrecondition,
+              absl::StrFormat("backward: trying to run %s's backward a second time, but its saved "
+                              "tensors were freed after the first backward; pass "
+                              "retain_graph=true to the first backward() to keep them",
+                              name));
+}
+
+AccumulateGrad::AccumulateGrad(Ref<TensorImpl> leaf) : Node("AccumulateGrad", 1), leaf_(std::move(leaf)) {}
+
+Grads AccumulateGrad::apply(Grads&& grads) {
+  Tensor leaf(leaf_);
+  Tensor& g = grads[0];
+  if (!g.defined()) return {};
+  Tensor current = leaf.grad();
+  if (current.defined()) {
+    current.add_(g);   // in place: a persistent .grad() keeps its storage across steps
+  } else if (g.impl()->use_count() == 1 && g.storage()->use_count() == 1 && g.is_contiguous()) {
+    leaf.set_grad(g);  // nobody else sees g: adopt it without a copy
+  } else {
+    leaf.set_grad(g.clone());
+  }
+  return {};
+}
+
+Edge gradient_edge(const Tensor& t) {
+  AutogradMeta* meta = t.impl()->autograd.get();
+  if (meta == nullptr) return {};
+  if (meta->grad_fn) return {meta->grad_fn, meta->output_nr};
+  if (!meta->requires_grad) return {};
+  std::shared_ptr<Node> acc = meta->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(Ref<TensorImpl>(t.impl()));
+    meta->grad_accumulator = acc;
+  }
+  return {std::move(acc), 0};
+}
+
+SavedTensor::SavedTensor(const Tensor& t, const char* op) : op_(op) {
+  if (!t.defined()) return;
+  tensor_ = t.detach();
+  version_ = t.version();
+}
+
+const Tensor& SavedTensor::get() const {
+  if (tensor_.defined() && tensor_.version() != version_) {
+    throw_error(absl::StatusCode::kFailedPrecondition,
+                absl::StrFormat("backward of %s: a tensor it saved (shape %s, dtype %s) was modified "
+                                "in place after it was saved (version %d, saved at %d); clone it "
+                                "before the in-place op",
+                                op_, shape_str(tensor_.shape()), dtype_name(tensor_.dtype()),
+                                tensor_.version(), version_));
+  }
+  return tensor_;
+}
+
+void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs,
+             std::initializer_list<Tensor*> outputs) {
+  for (const Tensor& in : inputs) {
+    node->next_edges().push_back(in.defined() ? gradient_edge(in) : Edge{});
+    node->input_meta().push_back(in.defined() ? InputMeta{in.shape(), in.dtype()}
+                                              : InputMeta{{}, kFloat32});
+  }
+  int32_t nr = 0;
+  for (Tensor* out : outputs) {
+    auto& meta = out->impl()->autograd;
+    if (!meta) meta = std::make_unique<AutogradMeta>();
+    meta->requires_grad = true;
+    meta->grad_fn = node;
+    meta->output_nr = nr++;
+  }
+}
+
+}  // namespace encore::autograd

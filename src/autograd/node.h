@@ -1,0 +1,98 @@
+// Autograd graph nodes: one per op application that needs a gradient.
+//
+// A Node maps the gradients of its forward's outputs to the gradients of its
+// forward's inputs; next_edges()[i] says where the gradient of input i goes
+// (the producer's Node, or the AccumulateGrad node of a leaf). Backward
+// formulas live beside their forward ops in src/ops/ and are attached with
+// record() from src/autograd/function.h.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "encore/tensor.h"
+
+namespace encore::autograd {
+
+class Node;
+using Grads = absl::InlinedVector<Tensor, 3>;   // one per input or per output
+
+struct Edge {
+  std::shared_ptr<Node> fn;   // null: the input needs no gradient
+  int32_t input_nr = 0;       // which output of fn's forward this input was
+};
+
+// What a node remembers of each forward input, to check the gradient it returns.
+struct InputMeta {
+  Shape shape;
+  DType dtype;
+};
+
+class Node {
+ public:
+  Node(const char* name, int num_outputs);
+  virtual ~Node() = default;
+
+  const char* name() const { return name_; }
+  int num_outputs() const { return num_outputs_; }
+  uint64_t sequence_nr() const { return sequence_nr_; }
+  absl::InlinedVector<Edge, 2>& next_edges() { return next_edges_; }
+  absl::InlinedVector<InputMeta, 2>& input_meta() { return input_meta_; }
+
+  // grads: one per forward output (undefined where none flowed). Returns one
+  // per forward input (undefined allowed where next_edges()[i] is null).
+  virtual Grads apply(Grads&& grads) = 0;
+  // Frees saved tensors after backward (unless retain_graph).
+  virtual void release_saved() {}
+
+ private:
+  const char* name_;
+  int num_outputs_;
+  uint64_t sequence_nr_;
+  absl::InlinedVector<Edge, 2> next_edges_;
+  absl::InlinedVector<InputMeta, 2> input_meta_;
+};
+
+// A node whose backward is a lambda; releasing it destroys the lambda and so
+// every tensor it captured.
+template <typename F>
+class FunctionNode final : public Node {
+ public:
+  FunctionNode(const char* name, int num_outputs, F fn) : Node(name, num_outputs), fn_(std::move(fn)) {}
+  Grads apply(Grads&& grads) override;
+  void release_saved() override { fn_.reset(); }
+
+ private:
+  std::optional<F> fn_;
+};
+
+[[noreturn]] void throw_freed_graph(const char* name);
+
+template <typename F>
+Grads FunctionNode<F>::apply(Grads&& grads) {
+  if (!fn_) throw_freed_graph(name());
+  if constexpr (std::is_invocable_v<F&, const Tensor&>) {
+    return (*fn_)(grads[0]);
+  } else {
+    return (*fn_)(grads);
+  }
+}
+
+// Adds the gradient into a leaf's .grad(). Owns a reference to the leaf.
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(Ref<TensorImpl> leaf);
+  Grads apply(Grads&& grads) override;
+  const Ref<TensorImpl>& leaf() const { return leaf_; }
+
+ private:
+  Ref<TensorImpl> leaf_;
+};
+
+// Where the gradient of t must go: its grad_fn, its leaf accumulator, or nowhere.
+Edge gradient_edge(const Tensor& t);
+
+}  // namespace encore::autograd

@@ -1,0 +1,57 @@
+// Tensor's autograd accessors.
+#include "encore/autograd.h"
+#include "src/autograd/node.h"
+
+namespace encore {
+
+bool Tensor::requires_grad() const {
+  const AutogradMeta* m = impl_->autograd.get();
+  return m != nullptr && m->requires_grad;
+}
+
+Tensor& Tensor::requires_grad_(bool on) {
+  ENCORE_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad (shape %s); "
+               "use detach() first", shape_str(shape()));
+  ENCORE_CHECK(!on || is_floating(dtype()),
+               "requires_grad_: only float tensors can require grad (shape %s, dtype %s)",
+               shape_str(shape()), dtype_name(dtype()));
+  if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
+  impl_->autograd->requires_grad = on;
+  return *this;
+}
+
+bool Tensor::is_leaf() const {
+  const AutogradMeta* m = impl_->autograd.get();
+  return m == nullptr || m->grad_fn == nullptr;
+}
+
+Tensor Tensor::grad() const {
+  const AutogradMeta* m = impl_->autograd.get();
+  return m != nullptr ? m->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& g) {
+  ENCORE_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()),
+               "set_grad: gradient %s (%s) does not match tensor %s (%s)",
+               g.defined() ? shape_str(g.shape()) : "undefined", g.defined() ? dtype_name(g.dtype()) : "-",
+               shape_str(shape()), dtype_name(dtype()));
+  if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
+  impl_->autograd->grad = g;
+}
+
+std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
+  const AutogradMeta* m = impl_->autograd.get();
+  return m != nullptr ? m->grad_fn : nullptr;
+}
+
+Tensor Tensor::detach() const {
+  auto impl = make_ref<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->offset = impl_->offset;
+  impl->shape = impl_->shape;
+  impl->strides = impl_->strides;
+  impl->dtype = impl_->dtype;
+  return Tensor(std::move(impl));
+}
+
+}  // namespace encore

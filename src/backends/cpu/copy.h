@@ -1,0 +1,33 @@
+// CPU kernels that create and move data: fill, strided copy with dtype
+// conversion, arange, and Philox random draws. Each launcher takes tensors,
+// packs plain arguments and launches through current_stream(kCPU).
+#pragma once
+
+#include <cstdint>
+
+#include "encore/tensor.h"
+
+namespace encore::cpu {
+
+void fill(const Tensor& out, double value);                 // out: any strides
+void copy(const Tensor& dst, const Tensor& src);            // src broadcast to dst; dtype converted
+void arange(const Tensor& out, double start, double step);  // out contiguous
+enum class RandomKind { kUniform, kNormal };
+// out contiguous float; state: i64 [2] {seed, offset}; the kernel advances offset by numel.
+void random(const Tensor& out, const Tensor& state, RandomKind kind);
+
+// Converts one element between storage types (f16/bf16 through float; to bool: != 0).
+template <typename To, typename From>
+inline To convert(From x) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return static_cast<float>(x) != 0.0f;
+  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
+    return To(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>) {
+    return static_cast<To>(static_cast<float>(x));
+  } else {
+    return static_cast<To>(x);
+  }
+}
+
+}  // namespace encore::cpu

@@ -1,0 +1,1 @@
+// PLACEHOLDER: kernels land with their op family.

@@ -1,0 +1,74 @@
+// Elementwise loops over N operands with broadcasting and arbitrary strides.
+//
+// Operand 0 is the output (contiguous, of the broadcast shape); the inputs are
+// broadcast to it with stride 0 on stretched dims. make_layout() merges dims
+// that are contiguous in every operand, so most calls end as a flat loop.
+//
+//   Layout<3> l = make_layout<3>(out, {&a, &b});
+//   for_each_element(l, 0, l.numel, [](char** p) { *(float*)p[0] = *(float*)p[1] + *(float*)p[2]; });
+//
+// A Layout is plain data (pointers, sizes, strides in bytes): kernels carry it
+// in their argument struct, so a captured graph replays it without tensors.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "encore/tensor.h"
+
+namespace encore::cpu {
+
+template <int N>
+struct Layout {
+  int ndim = 0;
+  int64_t numel = 0;
+  bool contiguous = false;               // every operand dense with its element size
+  int64_t shape[kMaxDims] = {};          // after merging
+  int64_t stride[N][kMaxDims] = {};      // bytes
+  char* ptr[N] = {};
+};
+
+// Strides of `t` (bytes) when broadcast to `shape` (t's dims align right).
+void broadcast_strides(const Tensor& t, absl::Span<const int64_t> shape, int64_t* out_bytes);
+
+// out must have the broadcast shape of the inputs. Throws if dims > kMaxDims.
+template <int N>
+Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> inputs);
+
+// Calls f(char** ptrs) for elements [begin, end) in row-major order of the
+// output; ptrs[k] points at operand k's element.
+template <int N, typename F>
+void for_each_element(const Layout<N>& l, int64_t begin, int64_t end, F&& f) {
+  if (begin >= end) return;
+  char* p[N];
+  int64_t idx[kMaxDims];
+  int64_t rem = begin;
+  for (int k = 0; k < N; ++k) p[k] = l.ptr[k];
+  for (int d = l.ndim - 1; d >= 0; --d) {
+    idx[d] = rem % l.shape[d];
+    rem /= l.shape[d];
+    for (int k = 0; k < N; ++k) p[k] += idx[d] * l.stride[k][d];
+  }
+  const int inner = l.ndim - 1;
+  int64_t left = end - begin;
+  while (left > 0) {
+    const int64_t run = std::min(left, l.shape[inner] - idx[inner]);
+    for (int64_t i = 0; i < run; ++i) {
+      f(p);
+      for (int k = 0; k < N; ++k) p[k] += l.stride[k][inner];
+    }
+    left -= run;
+    if (left == 0) break;
+    // Carry: rewind the inner dim, advance the outer ones.
+    for (int k = 0; k < N; ++k) p[k] -= l.shape[inner] * l.stride[k][inner];
+    idx[inner] = 0;
+    for (int d = inner - 1; d >= 0; --d) {
+      for (int k = 0; k < N; ++k) p[k] += l.stride[k][d];
+      if (++idx[d] < l.shape[d]) break;
+      for (int k = 0; k < N; ++k) p[k] -= l.shape[d] * l.stride[k][d];
+      idx[d] = 0;
+    }
+  }
+}
+
+}  // namespace encore::cpu

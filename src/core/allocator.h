@@ -1,0 +1,61 @@
+// Device memory allocators, and the per-thread hook that capture/ uses to
+// route allocations into a planned arena.
+//
+//   Allocator& a = encore::default_allocator(encore::kCPU);  // caching, never frees to the OS
+//   void* p = a.allocate(1024);                               // bytes, 64-byte aligned
+//   a.deallocate(p, 1024);
+//
+//   encore::AllocatorOverride scope(&my_allocator);           // this thread's CPU
+//   encore::Tensor t = encore::empty({10});                  //   allocations use it
+#pragma once
+
+#include <cstdint>
+
+#include "encore/device.h"
+
+namespace encore {
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // nbytes > 0 (a zero-byte request is served as 1 byte). Memory is 64-byte
+  // aligned and not initialised. Throws encore::Error(kResourceExhausted).
+  virtual void* allocate(int64_t nbytes) = 0;
+  // p came from allocate(nbytes) of this allocator.
+  virtual void deallocate(void* p, int64_t nbytes) = 0;
+};
+
+// Byte counters of an allocator; "in use" counts requested bytes.
+struct AllocatorStats {
+  int64_t in_use_bytes = 0;
+  int64_t peak_in_use_bytes = 0;
+  int64_t reserved_bytes = 0;   // held from the system, cached or in use
+  int64_t allocations = 0;      // allocate() calls
+};
+
+// The caching allocator of a device: exact size classes, free lists that keep
+// memory (and its touched pages) for reuse; nothing goes back to the system
+// until empty_cache().
+Allocator& default_allocator(Device device);
+AllocatorStats allocator_stats(Device device);
+void reset_peak_stats(Device device);   // peak := current in-use
+void empty_cache(Device device);
+
+// The allocator that Storage::allocate uses on this thread for `device`:
+// an override if one is installed, else default_allocator(device).
+Allocator& current_allocator(Device device);
+
+// Installs an allocator for one device on this thread for its scope.
+class AllocatorOverride {
+ public:
+  AllocatorOverride(Device device, Allocator* allocator);
+  ~AllocatorOverride();
+  AllocatorOverride(const AllocatorOverride&) = delete;
+  AllocatorOverride& operator=(const AllocatorOverride&) = delete;
+
+ private:
+  Device device_;
+  Allocator* prev_;
+};
+
+}  // namespace encore

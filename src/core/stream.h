@@ -1,0 +1,85 @@
+// Stream: the one path every kernel, library call and copy takes.
+//
+// A launch names its op, carries its kernel's arguments by value (a trivially
+// copyable struct: pointers, sizes, scalars) and lists the storages it reads
+// and writes. Eagerly the kernel runs at once. When an observer is installed
+// (capture/'s recorder, the profiler) it sees every launch first: that single
+// hook is what makes recording, planning, capture and profiling possible.
+//
+//   struct ScaleArgs { float* x; int64_t n; float s; };
+//   void scale_kernel(const ScaleArgs& a) { for (int64_t i = 0; i < a.n; ++i) a.x[i] *= a.s; }
+//   current_stream(kCPU).launch<&scale_kernel>("scale", ScaleArgs{p, n, 2.f}, {}, {storage});
+//
+// On CPU a stream is synchronous: launch() returns after the kernel ran.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+#include "absl/types/span.h"
+#include "encore/tensor.h"
+
+namespace encore {
+
+// A kernel as a capture graph stores it: a function and its argument bytes.
+using KernelThunk = void (*)(const void* args);
+
+struct LaunchRecord {
+  const char* op;                       // static string, e.g. "add"
+  KernelThunk thunk;
+  const void* args;                     // valid only during the observer call
+  uint32_t args_size;                   // bytes
+  absl::Span<Storage* const> reads;
+  absl::Span<Storage* const> writes;
+};
+
+class LaunchObserver {
+ public:
+  virtual ~LaunchObserver() = default;
+  // Sees a launch before it runs. Return true to run it now; false when the
+  // observer took it (CPU capture appends it to a graph instead).
+  virtual bool on_launch(const LaunchRecord& launch) = 0;
+  // Sees a host read or host-to-device transfer (item, to_vector, printing,
+  // from_vector) before it happens; may throw encore::Error to refuse it.
+  virtual void on_host_access(const char* op) = 0;
+};
+
+class Stream {
+ public:
+  explicit Stream(Device device) : device_(device) {}
+  Device device() const { return device_; }
+
+  template <auto Kernel, typename Args>
+  void launch(const char* op, const Args& args, std::initializer_list<Storage*> reads,
+              std::initializer_list<Storage*> writes) {
+    static_assert(std::is_trivially_copyable_v<Args>, "kernel args are copied into graphs");
+    if (observer_ != nullptr) [[unlikely]] {
+      LaunchRecord rec{op, &thunk<Kernel, Args>, &args, sizeof(Args),
+                       absl::MakeConstSpan(reads.begin(), reads.size()),
+                       absl::MakeConstSpan(writes.begin(), writes.size())};
+      if (!observer_->on_launch(rec)) return;
+    }
+    Kernel(args);
+  }
+
+  // Call before the host touches device data: lets observers refuse it, and
+  // waits for queued work on asynchronous devices.
+  void host_access(const char* op);
+  void synchronize();
+
+  LaunchObserver* observer() const { return observer_; }
+  void set_observer(LaunchObserver* observer) { observer_ = observer; }
+
+ private:
+  template <auto Kernel, typename Args>
+  static void thunk(const void* args) { Kernel(*static_cast<const Args*>(args)); }
+
+  Device device_;
+  LaunchObserver* observer_ = nullptr;
+};
+
+// The stream encore's ops use on `device` (one per device).
+Stream& current_stream(Device device);
+
+}  // namespace encore

@@ -1,0 +1,102 @@
+// Tensor metadata and Storage. Ops, views and creation live in src/ops/;
+// autograd accessors in src/autograd/.
+#include <algorithm>
+#include <atomic>
+
+#include "absl/strings/str_join.h"
+#include "encore/tensor.h"
+#include "src/core/allocator.h"
+
+namespace encore {
+namespace {
+std::atomic<uint64_t> next_storage_id{1};
+}  // namespace
+
+Storage::Storage(void* data, int64_t nbytes, Device device, Allocator* allocator)
+    : data_(data), nbytes_(nbytes), device_(device), allocator_(allocator),
+      id_(next_storage_id.fetch_add(1, std::memory_order_relaxed)) {}
+
+Ref<Storage> Storage::allocate(int64_t nbytes, Device device) {
+  Allocator& a = current_allocator(device);
+  void* p = a.allocate(nbytes);
+  return Ref<Storage>(new Storage(p, nbytes, device, &a));
+}
+
+Storage::~Storage() {
+  if (allocator_ != nullptr) allocator_->deallocate(data_, nbytes_);
+}
+
+std::string shape_str(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+int64_t Tensor::size(int64_t d) const {
+  const int64_t n = dim();
+  ENCORE_CHECK(d >= -n && d < n, "size: dim %d out of range for shape %s", d, shape_str(shape()));
+  return shape()[d < 0 ? d + n : d];
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  const Shape& sh = impl_->shape;
+  const Shape& st = impl_->strides;
+  for (int64_t d = static_cast<int64_t>(sh.size()) - 1; d >= 0; --d) {
+    if (sh[d] == 1) continue;
+    if (st[d] != expected) return false;
+    expected *= sh[d];
+  }
+  return true;
+}
+
+template <typename T>
+T* Tensor::data() const {
+  ENCORE_CHECK(dtype_of<T> == dtype(), "data<%s>: tensor %s has dtype %s",
+               dtype_name(dtype_of<T>), shape_str(shape()), dtype_name(dtype()));
+  return static_cast<T*>(data_ptr());
+}
+template float* Tensor::data<float>() const;
+template Half* Tensor::data<Half>() const;
+template BFloat16* Tensor::data<BFloat16>() const;
+template int32_t* Tensor::data<int32_t>() const;
+template int64_t* Tensor::data<int64_t>() const;
+template bool* Tensor::data<bool>() const;
+
+}  // namespace encore
+
+namespace encore {
+
+Shape contiguous_strides(absl::Span<const int64_t> shape) {
+  Shape strides(shape.size());
+  int64_t s = 1;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    strides[d] = s;
+    s *= std::max<int64_t>(shape[d], 1);
+  }
+  return strides;
+}
+
+Tensor empty(Shape shape, DType dtype, Device device) {
+  for (int64_t s : shape) {
+    ENCORE_CHECK(s >= 0, "empty: negative size in shape %s (%s)", shape_str(shape), dtype_name(dtype));
+  }
+  ENCORE_CHECK(static_cast<int64_t>(shape.size()) <= kMaxDims, "empty: shape %s has more than %d dims",
+               shape_str(shape), kMaxDims);
+  auto impl = make_ref<TensorImpl>();
+  impl->storage = Storage::allocate(numel_of(shape) * dtype_size(dtype), device);
+  impl->strides = contiguous_strides(shape);
+  impl->shape = std::move(shape);
+  impl->dtype = dtype;
+  return Tensor(std::move(impl));
+}
+
+Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  auto impl = make_ref<TensorImpl>();
+  impl->storage = base.impl()->storage;
+  impl->offset = offset;
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->dtype = base.dtype();
+  return Tensor(std::move(impl));
+}
+
+}  // namespace encore

@@ -1,0 +1,144 @@
+// Broadcasting arithmetic: add, sub, mul, div, their tensor-scalar forms, and
+// each backward beside its forward.
+#include "encore/ops.h"
+#include "src/autograd/function.h"
+#include "src/backends/cpu/binary.h"
+#include "src/ops/op_utils.h"
+
+namespace encore {
+
+using autograd::Grads;
+using autograd::SavedTensor;
+using cpu::BinaryOp;
+using cpu::ScalarOp;
+
+namespace {
+
+Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) {
+  ops::check_same(name, a, b);
+  ENCORE_CHECK(a.dtype() != kBool, "%s: bool tensors %s and %s do not support arithmetic", name,
+               shape_str(a.shape()), shape_str(b.shape()));
+  ENCORE_CHECK(op != BinaryOp::kDiv || is_floating(a.dtype()),
+               "div: integer tensors %s and %s (%s) are not supported; convert with .to(kFloat32)",
+               shape_str(a.shape()), shape_str(b.shape()), dtype_name(a.dtype()));
+  Tensor out = empty(ops::broadcast_shapes(name, a, b), a.dtype(), a.device());
+  cpu::binary(op, out, a, b);
+  return out;
+}
+
+Tensor scalar_forward(const char* name, ScalarOp op, const Tensor& a, double s) {
+  ops::check_defined(name, a, "input");
+  ENCORE_CHECK(a.dtype() != kBool, "%s: bool tensor %s does not support arithmetic", name,
+               shape_str(a.shape()));
+  ENCORE_CHECK(op != ScalarOp::kRdiv || is_floating(a.dtype()),
+               "%s: integer tensor %s (%s) is not supported; convert with .to(kFloat32)", name,
+               shape_str(a.shape()), dtype_name(a.dtype()));
+  Tensor out = empty(a.shape(), a.dtype(), a.device());
+  cpu::binary_scalar(op, out, a, s);
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("add", BinaryOp::kAdd, a, b);
+  if (autograd::any_requires_grad(a, b)) {
+    autograd::record("add", {a, b}, out,
+                     [sa = a.shape(), sb = b.shape(), na = a.requires_grad(), nb = b.requires_grad()](
+                         const Tensor& g) -> Grads {
+                       return {na ? sum_to(g, sa) : Tensor(), nb ? sum_to(g, sb) : Tensor()};
+                     });
+  }
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("sub", BinaryOp::kSub, a, b);
+  if (autograd::any_requires_grad(a, b)) {
+    autograd::record("sub", {a, b}, out,
+                     [sa = a.shape(), sb = b.shape(), na = a.requires_grad(), nb = b.requires_grad()](
+                         const Tensor& g) -> Grads {
+                       return {na ? sum_to(g, sa) : Tensor(), nb ? sum_to(neg(g), sb) : Tensor()};
+                     });
+  }
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("mul", BinaryOp::kMul, a, b);
+  if (autograd::any_requires_grad(a, b)) {
+    const bool na = a.requires_grad(), nb = b.requires_grad();
+    // d(a*b)/da = b, d(a*b)/db = a: each side saves only what the other needs.
+    autograd::record("mul", {a, b}, out,
+                     [sa = nb ? SavedTensor(a, "mul") : SavedTensor(), sb = na ? SavedTensor(b, "mul") : SavedTensor(),
+                      shape_a = a.shape(), shape_b = b.shape()](const Tensor& g) -> Grads {
+                       return {sb.defined() ? sum_to(mul(g, sb.get()), shape_a) : Tensor(),
+                               sa.defined() ? sum_to(mul(g, sa.get()), shape_b) : Tensor()};
+                     });
+  }
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("div", BinaryOp::kDiv, a, b);
+  if (autograd::any_requires_grad(a, b)) {
+    // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b.
+    autograd::record("div", {a, b}, out,
+                     [sb = SavedTensor(b, "div"), so = b.requires_grad() ? SavedTensor(out, "div") : SavedTensor(),
+                      shape_a = a.shape(), na = a.requires_grad()](const Tensor& g) -> Grads {
+                       Tensor g_over_b = div(g, sb.get());
+                       return {na ? sum_to(g_over_b, shape_a) : Tensor(),
+                               so.defined() ? sum_to(neg(mul(g_over_b, so.get())), sb.shape()) : Tensor()};
+                     });
+  }
+  return out;
+}
+
+Tensor add(const Tensor& a, double s) {
+  Tensor out = scalar_forward("add_scalar", ScalarOp::kAdd, a, s);
+  if (autograd::any_requires_grad(a)) {
+    autograd::record("add_scalar", {a}, out, [](const Tensor& g) -> Grads { return {g}; });
+  }
+  return out;
+}
+
+Tensor mul(const Tensor& a, double s) {
+  Tensor out = scalar_forward("mul_scalar", ScalarOp::kMul, a, s);
+  if (autograd::any_requires_grad(a)) {
+    autograd::record("mul_scalar", {a}, out, [s](const Tensor& g) -> Grads { return {mul(g, s)}; });
+  }
+  return out;
+}
+
+Tensor rsub(const Tensor& a, double s) {
+  Tensor out = scalar_forward("rsub_scalar", ScalarOp::kRsub, a, s);
+  if (autograd::any_requires_grad(a)) {
+    autograd::record("rsub_scalar", {a}, out, [](const Tensor& g) -> Grads { return {neg(g)}; });
+  }
+  return out;
+}
+
+Tensor rdiv(const Tensor& a, double s) {
+  Tensor out = scalar_forward("rdiv_scalar", ScalarOp::kRdiv, a, s);
+  if (autograd::any_requires_grad(a)) {
+    // d(s/a)/da = -s/a^2 = -out/a.
+    autograd::record("rdiv_scalar", {a}, out,
+                     [sa = SavedTensor(a, "rdiv_scalar"), so = SavedTensor(out, "rdiv_scalar")](
+                         const Tensor& g) -> Grads { return {neg(div(mul(g, so.get()), sa.get()))}; });
+  }
+  return out;
+}
+
+Tensor neg(const Tensor& a) {
+  Tensor out = scalar_forward("neg", ScalarOp::kMul, a, -1.0);
+  if (autograd::any_requires_grad(a)) {
+    autograd::record("neg", {a}, out, [](const Tensor& g) -> Grads { return {neg(g)}; });
+  }
+  return out;
+}
+
+Tensor Tensor::matmul(const Tensor& o) const { return encore::matmul(*this, o); }
+Tensor Tensor::sum() const { return encore::sum(*this); }
+Tensor Tensor::mean() const { return encore::mean(*this); }
+
+}  // namespace encore

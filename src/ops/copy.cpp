@@ -1,0 +1,204 @@
+// Copies, conversions, in-place writes and host access of Tensor.
+#include <ostream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "encore/ops.h"
+#include "src/autograd/function.h"
+#include "src/backends/cpu/binary.h"
+#include "src/backends/cpu/copy.h"
+#include "src/core/stream.h"
+#include "src/ops/op_utils.h"
+
+namespace encore {
+
+using autograd::Grads;
+
+namespace {
+
+// An in-place write: allowed by autograd, not into a broadcast view, and counted.
+void begin_inplace(const char* op, const Tensor& self, const Tensor* src) {
+  ops::check_defined(op, self, "self");
+  ops::check_inplace(op, self);
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    ENCORE_CHECK(self.strides()[d] != 0 || self.shape()[d] <= 1,
+                 "%s: cannot write in place into a broadcast (expanded) view of shape %s; clone() it first",
+                 op, shape_str(self.shape()));
+  }
+  if (src != nullptr) {
+    ops::check_defined(op, *src, "source");
+    ENCORE_CHECK(!(GradMode::is_enabled() && src->requires_grad()),
+                 "%s: the source (shape %s) requires grad but an in-place write does not carry gradients; "
+                 "detach() it, or use an out-of-place op",
+                 op, shape_str(src->shape()));
+    const Shape b = ops::broadcast_shapes(op, self.shape(), src->shape());
+    ENCORE_CHECK(b == self.shape(), "%s: source of shape %s (%s) cannot be broadcast to %s (%s)", op,
+                 shape_str(src->shape()), dtype_name(src->dtype()), shape_str(self.shape()),
+                 dtype_name(self.dtype()));
+  }
+  self.storage()->bump_version();
+}
+
+}  // namespace
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  begin_inplace("copy_", *this, &src);
+  ENCORE_CHECK(src.device() == device(), "copy_: source on %s, destination on %s (use to(device))",
+               src.device().str(), device().str());
+  cpu::copy(*this, src);
+  return *this;
+}
+
+Tensor& Tensor::fill_(double value) {
+  begin_inplace("fill_", *this, nullptr);
+  cpu::fill(*this, value);
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  begin_inplace("add_", *this, &other);
+  ops::check_same("add_", *this, other);
+  cpu::binary(cpu::BinaryOp::kAdd, *this, *this, other, alpha);
+  return *this;
+}
+
+Tensor& Tensor::mul_(double value) {
+  begin_inplace("mul_", *this, nullptr);
+  cpu::binary_scalar(cpu::ScalarOp::kMul, *this, *this, value);
+  return *this;
+}
+
+Tensor Tensor::clone() const {
+  ops::check_defined("clone", *this, "input");
+  Tensor out = empty(shape(), dtype(), device());
+  cpu::copy(out, *this);
+  if (autograd::any_requires_grad(*this)) {
+    autograd::record("clone", {*this}, out, [](const Tensor& g) -> Grads { return {g}; });
+  }
+  return out;
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
+
+Tensor Tensor::to(DType target) const {
+  ops::check_defined("to", *this, "input");
+  if (target == dtype()) return *this;
+  ENCORE_CHECK(!(requires_grad() && GradMode::is_enabled() && !is_floating(target)),
+               "to: converting %s %s that requires grad to %s would drop its gradient", shape_str(shape()),
+               dtype_name(dtype()), dtype_name(target));
+  Tensor out = empty(shape(), target, device());
+  cpu::copy(out, *this);
+  if (autograd::any_requires_grad(*this)) {
+    autograd::record("to", {*this}, out, [from = dtype()](const Tensor& g) -> Grads { return {g.to(from)}; });
+  }
+  return out;
+}
+
+Tensor Tensor::to(Device target) const {
+  ops::check_defined("to", *this, "input");
+  if (target == device()) return *this;
+  throw_error(absl::StatusCode::kUnimplemented,
+              absl::StrFormat("to: no copy from %s to %s in this build (tensor %s)", device().str(), target.str(),
+                              shape_str(shape())));
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  ops::check_defined("to_vector", *this, "input");
+  current_stream(device()).host_access("to_vector");
+  Tensor c = dtype() == dtype_of<T> ? *this : detach().to(dtype_of<T>);
+  c = c.detach().contiguous();
+  const T* p = static_cast<const T*>(c.data_ptr());
+  return std::vector<T>(p, p + c.numel());
+}
+
+template <typename T>
+T Tensor::item() const {
+  ops::check_defined("item", *this, "input");
+  ENCORE_CHECK(numel() == 1, "item: tensor of shape %s (%s) has %d elements, not 1", shape_str(shape()),
+               dtype_name(dtype()), numel());
+  return to_vector<T>()[0];
+}
+
+#define ENCORE_INSTANTIATE_HOST(T)                        \
+  template std::vector<T> Tensor::to_vector<T>() const; \
+  template T Tensor::item<T>() const;
+ENCORE_INSTANTIATE_HOST(float)
+ENCORE_INSTANTIATE_HOST(Half)
+ENCORE_INSTANTIATE_HOST(BFloat16)
+ENCORE_INSTANTIATE_HOST(int32_t)
+ENCORE_INSTANTIATE_HOST(int64_t)
+#undef ENCORE_INSTANTIATE_HOST
+
+// Doubles: floats through f32, integers and bool through i64 (exact).
+template <>
+std::vector<double> Tensor::to_vector<double>() const {
+  ops::check_defined("to_vector", *this, "input");
+  if (is_floating(dtype())) {
+    std::vector<float> f = to_vector<float>();
+    return std::vector<double>(f.begin(), f.end());
+  }
+  std::vector<int64_t> i = to_vector<int64_t>();
+  return std::vector<double>(i.begin(), i.end());
+}
+template <>
+double Tensor::item<double>() const {
+  ENCORE_CHECK(numel() == 1, "item: tensor of shape %s (%s) has %d elements, not 1", shape_str(shape()),
+               dtype_name(dtype()), numel());
+  return to_vector<double>()[0];
+}
+
+template <>
+bool Tensor::item<bool>() const { return item<int32_t>() != 0; }
+
+// ---- printing ----
+
+namespace {
+
+constexpr int64_t kSummarizeAbove = 1000;   // elements; larger tensors print 3 + ... + 3 per dim
+constexpr int64_t kEdgeItems = 3;
+
+void print_values(std::ostream& os, const std::vector<double>& v, const Shape& shape, int64_t dim, int64_t base,
+                  bool summarize, bool integral) {
+  if (shape.empty()) {
+    os << (integral ? absl::StrCat(static_cast<int64_t>(v[0])) : absl::StrFormat("%.6g", v[0]));
+    return;
+  }
+  const int64_t n = shape[dim];
+  int64_t inner = 1;
+  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
+  os << "[";
+  for (int64_t i = 0; i < n; ++i) {
+    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
+      os << "..., ";
+      i = n - kEdgeItems;
+    }
+    if (dim + 1 == static_cast<int64_t>(shape.size())) {
+      const double x = v[base + i];
+      os << (integral ? absl::StrCat(static_cast<int64_t>(x)) : absl::StrFormat("%.6g", x));
+    } else {
+      print_values(os, v, shape, dim + 1, base + i * inner, summarize, integral);
+    }
+    if (i + 1 < n) os << ", ";
+  }
+  os << "]";
+}
+
+}  // namespace
+
+std::string Tensor::to_string() const {
+  if (!defined()) return "tensor(undefined)";
+  current_stream(device()).host_access("to_string");
+  std::vector<double> v = to_vector<double>();
+  std::ostringstream os;
+  os << "tensor(";
+  print_values(os, v, shape(), 0, 0, numel() > kSummarizeAbove, !is_floating(dtype()));
+  os << ", shape=" << shape_str(shape()) << ", dtype=" << dtype_name(dtype()) << ", device=" << device().str();
+  if (requires_grad()) os << ", requires_grad=true";
+  os << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
+
+}  // namespace encore

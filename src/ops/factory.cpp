@@ -1,0 +1,104 @@
+// Creation functions and random draws.
+#include <cstring>
+
+#include "encore/ops.h"
+#include "src/backends/cpu/copy.h"
+#include "src/core/stream.h"
+#include "src/ops/op_utils.h"
+
+namespace encore {
+
+Tensor zeros(Shape shape, DType dtype, Device device) { return full(std::move(shape), 0.0, dtype, device); }
+Tensor ones(Shape shape, DType dtype, Device device) { return full(std::move(shape), 1.0, dtype, device); }
+
+Tensor full(Shape shape, double value, DType dtype, Device device) {
+  Tensor t = empty(std::move(shape), dtype, device);
+  cpu::fill(t, value);
+  return t;
+}
+
+Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
+
+Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device device) {
+  ENCORE_CHECK(step != 0, "arange: step must not be 0 (start %d, end %d)", start, end);
+  const int64_t n = std::max<int64_t>(0, (end - start + step - (step > 0 ? 1 : -1)) / step);
+  Tensor t = empty({n}, dtype, device);
+  cpu::arange(t, static_cast<double>(start), static_cast<double>(step));
+  return t;
+}
+
+namespace {
+template <typename T>
+struct HostCopyArgs { T* dst; const T* src; int64_t n; };
+template <typename T>
+void host_copy_kernel(const HostCopyArgs<T>& a) { std::memcpy(a.dst, a.src, a.n * sizeof(T)); }
+}  // namespace
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, Shape shape, Device device) {
+  if (shape.empty() && values.size() != 1) shape = {static_cast<int64_t>(values.size())};
+  ENCORE_CHECK(numel_of(shape) == static_cast<int64_t>(values.size()),
+               "from_vector: %d values do not fill shape %s (%s)", values.size(), shape_str(shape),
+               dtype_name(dtype_of<T>));
+  Tensor t = empty(std::move(shape), dtype_of<T>, device);
+  Stream& s = current_stream(device);
+  s.host_access("from_vector");
+  s.launch<&host_copy_kernel<T>>("from_vector", HostCopyArgs<T>{t.data<T>(), values.data(), t.numel()}, {},
+                                 {t.storage()});
+  return t;
+}
+template Tensor from_vector<float>(const std::vector<float>&, Shape, Device);
+template Tensor from_vector<Half>(const std::vector<Half>&, Shape, Device);
+template Tensor from_vector<BFloat16>(const std::vector<BFloat16>&, Shape, Device);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, Shape, Device);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, Shape, Device);
+
+// from_vector<bool>: std::vector<bool> is packed, so convert through bytes.
+template <>
+Tensor from_vector<bool>(const std::vector<bool>& values, Shape shape, Device device) {
+  std::vector<int32_t> ints(values.begin(), values.end());
+  return from_vector<int32_t>(ints, std::move(shape), device).to(kBool);
+}
+
+// ---- random ----
+
+Generator::Generator(uint64_t seed, Device device) : state_(empty({2}, kInt64, device)) { manual_seed(seed); }
+
+void Generator::manual_seed(uint64_t seed) {
+  cpu::fill(state_.slice(0, 0, 1), static_cast<double>(static_cast<int64_t>(seed)));
+  cpu::fill(state_.slice(0, 1, 2), 0.0);
+}
+
+uint64_t Generator::seed() const { return static_cast<uint64_t>(state_.to_vector<int64_t>()[0]); }
+uint64_t Generator::offset() const { return static_cast<uint64_t>(state_.to_vector<int64_t>()[1]); }
+
+Generator& default_generator(Device device) {
+  ENCORE_CHECK_CODE(device.is_cpu(), kUnimplemented, "default_generator: no generator for %s in this build",
+                    device.str());
+  static Generator* cpu_gen = new Generator(0, kCPU);
+  return *cpu_gen;
+}
+
+void manual_seed(uint64_t seed) { default_generator(kCPU).manual_seed(seed); }
+
+namespace {
+Tensor draw(const char* op, Shape shape, DType dtype, Device device, Generator* gen, cpu::RandomKind kind) {
+  ENCORE_CHECK(is_floating(dtype), "%s: dtype %s is not a float dtype (shape %s)", op, dtype_name(dtype),
+               shape_str(shape));
+  Generator& g = gen != nullptr ? *gen : default_generator(device);
+  ENCORE_CHECK(g.device() == device, "%s: generator on %s cannot draw on %s", op, g.device().str(),
+               device.str());
+  Tensor t = empty(std::move(shape), dtype, device);
+  cpu::random(t, g.state(), kind);
+  return t;
+}
+}  // namespace
+
+Tensor rand(Shape shape, DType dtype, Device device, Generator* gen) {
+  return draw("rand", std::move(shape), dtype, device, gen, cpu::RandomKind::kUniform);
+}
+Tensor randn(Shape shape, DType dtype, Device device, Generator* gen) {
+  return draw("randn", std::move(shape), dtype, device, gen, cpu::RandomKind::kNormal);
+}
+
+}  // namespace encore

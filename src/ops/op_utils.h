@@ -1,0 +1,30 @@
+// Shared argument checks and shape rules for ops. Every check throws
+// encore::Error with the op name, the shapes and the dtypes.
+#pragma once
+
+#include <cstdint>
+
+#include "encore/tensor.h"
+#include "src/core/tensor_internal.h"
+
+namespace encore::ops {
+
+// The NumPy broadcast of two shapes; throws naming op, both shapes and dtypes.
+Shape broadcast_shapes(const char* op, const Tensor& a, const Tensor& b);
+Shape broadcast_shapes(const char* op, absl::Span<const int64_t> a, absl::Span<const int64_t> b);
+
+// Same dtype and device, both defined.
+void check_same(const char* op, const Tensor& a, const Tensor& b);
+void check_defined(const char* op, const Tensor& t, const char* what);
+void check_float(const char* op, const Tensor& t);
+
+// dim in [-ndim, ndim) -> [0, ndim).
+int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim);
+
+// Refuses writes that autograd cannot see (an in-place op on a tensor that
+// requires grad, while grad mode is on).
+void check_inplace(const char* op, const Tensor& t);
+
+inline Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
+
+}  // namespace encore::ops

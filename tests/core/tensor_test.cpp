@@ -1,0 +1,83 @@
+// Tensor metadata, creation, views' geometry and host access.
+#include <gtest/gtest.h>
+
+#include "encore/encore.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+using testing::expect_error;
+using testing::expect_near;
+
+TEST(TensorTest, ZerosHasContiguousGeometry) {
+  Tensor t = zeros({2, 3, 4});
+  EXPECT_EQ(t.shape(), Shape({2, 3, 4}));
+  EXPECT_EQ(t.strides(), Shape({12, 4, 1}));
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_EQ(t.dtype(), kFloat32);
+  EXPECT_TRUE(t.device().is_cpu());
+  EXPECT_TRUE(t.is_contiguous());
+  expect_near(t, std::vector<double>(24, 0.0));
+}
+
+TEST(TensorTest, FullOnesAndArangeInEveryDtype) {
+  for (DType dt : {kFloat32, kFloat16, kBFloat16, kInt32, kInt64}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    expect_near(full({3}, 2.5 * (is_floating(dt) ? 1 : 0) + 2, dt), std::vector<double>(3, is_floating(dt) ? 4.5 : 2));
+    expect_near(ones({2, 2}, dt), std::vector<double>(4, 1.0));
+    expect_near(arange(1, 7, 2, dt), {1, 3, 5});
+  }
+  expect_near(ones({2}, kBool), {1, 1});
+  EXPECT_EQ(arange(5, 0, -2).to_vector<int64_t>(), (std::vector<int64_t>{5, 3, 1}));
+  EXPECT_EQ(arange(3, 3).numel(), 0);
+}
+
+TEST(TensorTest, FromVectorItemAndToVector) {
+  Tensor t = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  EXPECT_EQ(t.shape(), Shape({2, 3}));
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(t.to_vector<int32_t>(), (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_FLOAT_EQ(t.slice(1, 2, 3).slice(0, 1, 2).item<float>(), 6.0f);
+  EXPECT_TRUE(from_vector<bool>({true, false}).to_vector<int32_t>() == (std::vector<int32_t>{1, 0}));
+  expect_error([&] { (void)t.item<float>(); }, absl::StatusCode::kInvalidArgument, {"item", "[2, 3]", "6"});
+  expect_error([] { (void)from_vector<float>({1, 2, 3}, {2, 2}); }, absl::StatusCode::kInvalidArgument,
+               {"from_vector", "[2, 2]", "f32"});
+}
+
+TEST(TensorTest, NegativeShapeIsRejected) {
+  expect_error([] { (void)zeros({2, -1}); }, absl::StatusCode::kInvalidArgument, {"[2, -1]"});
+}
+
+TEST(TensorTest, PrintingShowsValuesShapeAndDtype) {
+  Tensor t = from_vector<int32_t>({1, 2, 3, 4}, {2, 2});
+  EXPECT_EQ(t.to_string(), "tensor([[1, 2], [3, 4]], shape=[2, 2], dtype=i32, device=cpu)");
+  Tensor f = from_vector<float>({0.5f});
+  EXPECT_EQ(f.reshape({}).to_string(), "tensor(0.5, shape=[], dtype=f32, device=cpu)");
+  std::string big = zeros({2000}).to_string();
+  EXPECT_NE(big.find("..."), std::string::npos);
+  EXPECT_LT(big.size(), 200u);
+}
+
+TEST(TensorTest, RandomDrawsAreSeededAndAdvanceTheOffset) {
+  Generator g(42);
+  Tensor a = randn({1000}, kFloat32, kCPU, &g);
+  EXPECT_EQ(g.offset(), 1000u);
+  Tensor b = randn({1000}, kFloat32, kCPU, &g);
+  g.manual_seed(42);
+  Tensor c = randn({1000}, kFloat32, kCPU, &g);
+  EXPECT_EQ(a.to_vector<float>(), c.to_vector<float>());
+  EXPECT_NE(a.to_vector<float>(), b.to_vector<float>());
+  double mean = 0, sq = 0;
+  for (float v : a.to_vector<float>()) { mean += v; sq += v * v; }
+  mean /= 1000;
+  EXPECT_NEAR(mean, 0.0, 0.15);
+  EXPECT_NEAR(sq / 1000 - mean * mean, 1.0, 0.15);
+  for (float v : rand({1000}, kFloat32, kCPU, &g).to_vector<float>()) {
+    EXPECT_GE(v, 0.0f);
+    EXPECT_LT(v, 1.0f);
+  }
+}
+
+}  // namespace
+}  // namespace encore

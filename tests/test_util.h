@@ -1,0 +1,52 @@
+// Shared helpers for encore's tests: host references and gradient checks.
+//
+//   Tensor a = testing::random_tensor({2, 3}, 1);             // seeded N(0,1), f32
+//   testing::expect_near(add(a, a), testing::values(a) * 2);   // elementwise vs host
+//   testing::expect_gradients_match([](const auto& in) { return mul(in[0], in[1]); }, {a, b});
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "encore/encore.h"
+
+namespace encore::testing {
+
+// A seeded f32 tensor with N(0,1) entries (independent of the default generator).
+Tensor random_tensor(Shape shape, uint64_t seed, DType dtype = kFloat32);
+// Values of any tensor as doubles, row-major.
+std::vector<double> values(const Tensor& t);
+// A non-contiguous tensor with the same values as t: a transposed copy
+// transposed back (t.dim() >= 2), or a strided slice of a larger buffer.
+Tensor non_contiguous(const Tensor& t);
+
+// |actual - expected| <= atol + rtol * |expected| for every element, and equal shapes.
+void expect_near(const Tensor& actual, const std::vector<double>& expected, double atol = 1e-5,
+                 double rtol = 1e-5);
+void expect_near(const Tensor& actual, const Tensor& expected, double atol = 1e-5, double rtol = 1e-5);
+
+// Index helpers for host references: the row-major multi-index of flat i.
+std::vector<int64_t> unravel(int64_t i, absl::Span<const int64_t> shape);
+// Flat index into `shape` of a multi-index of a broadcast shape (dims align right; size-1 dims pin to 0).
+int64_t broadcast_index(absl::Span<const int64_t> index, absl::Span<const int64_t> shape);
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// Checks every input's backward gradient against central finite differences
+// of fn. Inputs must be f32; they are made leaves that require grad. The
+// scalar checked is sum(fn(inputs) * w) for a fixed random w, so every output
+// element counts. Tolerance: with f32 math and step eps = 1e-2 on smooth
+// functions, truncation error is O(eps^2) ~ 1e-4 and rounding error about
+// 1e-7 * |f| / eps ~ 1e-5 * |f|; atol/rtol of 5e-3 leaves a margin.
+// Functions with kinks (relu, abs, max) need inputs away from the kink.
+void expect_gradients_match(const Fn& fn, std::vector<Tensor> inputs, double eps = 1e-2, double atol = 5e-3,
+                            double rtol = 5e-3);
+
+// Runs fn, expects encore::Error with `code` whose message contains every
+// string in `parts` (op name, shapes, dtypes).
+void expect_error(const std::function<void()>& fn, absl::StatusCode code, const std::vector<std::string>& parts);
+
+}  // namespace encore::testing
