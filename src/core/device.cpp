@@ -1,6 +1,9 @@
 #include "encore/device.h"
 
 #include "absl/strings/str_cat.h"
+#if ENCORE_HAVE_CUDA
+#include "src/backends/cuda/runtime.h"
+#endif
 
 namespace encore {
 
@@ -8,7 +11,14 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : absl::StrCat("cuda:", static_cast<int>(index));
 }
 
-bool cuda_available() { return false; }  // the CUDA backend overrides this when built
+#if ENCORE_HAVE_CUDA
+bool cuda_available() {
+  static const bool available = cuda::device_count().ok();
+  return available;
+}
+#else
+bool cuda_available() { return false; }
+#endif
 
 Device default_device() { return cuda_available() ? Device::cuda(0) : kCPU; }
 
