@@ -1,1 +1,149 @@
-// PLACEHOLDER
+// The backward engine: accumulation into leaves, graph order, grad mode,
+// freed graphs, version checks and the errors users meet.
+#include <gtest/gtest.h>
+
+#include "encore/encore.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+using testing::expect_error;
+using testing::expect_near;
+using testing::values;
+
+Tensor vec(std::vector<float> v) { return from_vector<float>(v); }
+
+TEST(EngineTest, GradientsAccumulateIntoLeaves) {
+  Tensor x = vec({1, 2, 3}).requires_grad_();
+  Tensor w = vec({4, 5, 6}).requires_grad_();
+  Tensor y = x * w + x;                       // dy/dx = w + 1, dy/dw = x
+  y.backward(ones({3}));
+  expect_near(x.grad(), {5, 6, 7});
+  expect_near(w.grad(), {1, 2, 3});
+  EXPECT_TRUE(x.is_leaf());
+  EXPECT_FALSE(y.is_leaf());
+  EXPECT_FALSE(y.grad().defined());           // non-leaves keep no grad
+}
+
+TEST(EngineTest, DiamondGraphSumsBothPaths) {
+  Tensor a = vec({2, -1}).requires_grad_();
+  Tensor b = a * 3.0;
+  Tensor c = a * a;
+  Tensor d = b * c;                           // 3a^3 -> 9a^2
+  d.backward(ones({2}));
+  expect_near(a.grad(), {36, 9});
+}
+
+TEST(EngineTest, SecondBackwardAccumulatesInPlace) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  (x * 2.0).backward(ones({2}));
+  Tensor first = x.grad();
+  void* storage = first.data_ptr();
+  (x * 3.0).backward(ones({2}));
+  expect_near(x.grad(), {5, 5});
+  EXPECT_EQ(x.grad().data_ptr(), storage);    // persistent .grad keeps its memory
+}
+
+TEST(EngineTest, BackwardThroughAFreedGraphFails) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor y = x * x;
+  y.backward(ones({2}));
+  expect_error([&] { y.backward(ones({2})); }, absl::StatusCode::kFailedPrecondition,
+               {"second time", "retain_graph"});
+}
+
+TEST(EngineTest, RetainGraphAllowsASecondBackward) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor y = x * x;
+  y.backward(ones({2}), /*retain_graph=*/true);
+  y.backward(ones({2}));
+  expect_near(x.grad(), {4, 8});
+}
+
+TEST(EngineTest, NoGradGuardRecordsNothing) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  {
+    NoGradGuard no_grad;
+    EXPECT_FALSE(GradMode::is_enabled());
+    Tensor y = x * 2.0;
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_EQ(y.grad_fn(), nullptr);
+  }
+  EXPECT_TRUE(GradMode::is_enabled());
+  EXPECT_TRUE((x * 2.0).requires_grad());
+}
+
+TEST(EngineTest, DetachStopsTheGradient) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor y = x.detach() * x;                  // only the second factor carries grad
+  y.backward(ones({2}));
+  expect_near(x.grad(), {1, 2});
+  EXPECT_FALSE(x.detach().requires_grad());
+}
+
+TEST(EngineTest, GradientsOfViewsReachTheBase) {
+  Tensor x = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
+  Tensor w = from_vector<float>({1, 10, 100, 1000, 10000, 100000}, {3, 2});
+  Tensor y = x.t() * w;                       // [3, 2]
+  y.backward(ones({3, 2}));
+  expect_near(x.grad(), {1, 100, 10000, 10, 1000, 100000});
+  Tensor z = from_vector<float>({1, 2, 3, 4}).requires_grad_();
+  z.slice(0, 1, 3).backward(vec({7, 8}));
+  expect_near(z.grad(), {0, 7, 8, 0});
+}
+
+TEST(EngineTest, BroadcastGradientsReduceToTheInputShape) {
+  Tensor a = from_vector<float>({1, 2, 3}, {3}).requires_grad_();
+  Tensor b = from_vector<float>({10, 20}, {2, 1}).requires_grad_();
+  Tensor y = a * b;                           // [2, 3]
+  y.backward(ones({2, 3}));
+  expect_near(a.grad(), {30, 30, 30});
+  expect_near(b.grad(), {6, 6});
+}
+
+TEST(EngineTest, SeveralRootsAtOnce) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor y1 = x * 2.0, y2 = x * x;
+  autograd::backward({y1, y2}, {ones({2}), ones({2})});
+  expect_near(x.grad(), {4, 6});
+}
+
+TEST(EngineTest, ScalarRootNeedsNoGradient) {
+  Tensor x = vec({3}).reshape({}).requires_grad_();
+  (x * x).backward();
+  expect_near(x.grad(), {6});
+}
+
+TEST(EngineTest, ErrorsNameTheProblem) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  expect_error([&] { (x * 2.0).backward(); }, absl::StatusCode::kInvalidArgument, {"non-scalar", "[2]"});
+  expect_error([&] { (x * 2.0).backward(ones({3})); }, absl::StatusCode::kInvalidArgument, {"[3]", "[2]"});
+  expect_error([] { vec({1}).backward(); }, absl::StatusCode::kInvalidArgument, {"does not require grad"});
+  expect_error([] { arange(3).requires_grad_(); }, absl::StatusCode::kInvalidArgument, {"float", "i64"});
+  expect_error([&] { (x * 2.0).requires_grad_(false); }, absl::StatusCode::kInvalidArgument, {"leaf"});
+  expect_error([&] { x.add_(ones({2})); }, absl::StatusCode::kInvalidArgument, {"add_", "NoGradGuard"});
+}
+
+TEST(EngineTest, InPlaceChangeOfASavedTensorIsRefused) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor w = vec({3, 4});
+  Tensor y = x * w;                           // saves w for x's gradient
+  w.mul_(2.0);
+  expect_error([&] { y.backward(ones({2})); }, absl::StatusCode::kFailedPrecondition,
+               {"mul", "modified in place", "[2]"});
+}
+
+TEST(EngineTest, OptimizerStyleUpdateUnderNoGrad) {
+  Tensor w = vec({1, 2}).requires_grad_();
+  (w * w).backward(ones({2}));
+  {
+    NoGradGuard no_grad;
+    w.add_(w.grad(), -0.5);
+  }
+  expect_near(w, {0, 0});
+  EXPECT_EQ(w.version(), 1u);
+}
+
+}  // namespace
+}  // namespace encore

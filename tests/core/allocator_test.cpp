@@ -1,1 +1,68 @@
-// PLACEHOLDER
+// The CPU caching allocator and the per-thread override used by capture.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "encore/encore.h"
+#include "src/core/allocator.h"
+
+namespace encore {
+namespace {
+
+TEST(AllocatorTest, FreedBlocksAreReusedWithoutNewReservations) {
+  Allocator& a = default_allocator(kCPU);
+  void* p = a.allocate(1000);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  a.deallocate(p, 1000);
+  const int64_t reserved = allocator_stats(kCPU).reserved_bytes;
+  void* q = a.allocate(990);                  // same 64-byte class
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(allocator_stats(kCPU).reserved_bytes, reserved);
+  a.deallocate(q, 990);
+}
+
+TEST(AllocatorTest, LargeRequestsRoundToAQuarterOfAPowerOfTwo) {
+  Allocator& a = default_allocator(kCPU);
+  const int64_t before = allocator_stats(kCPU).in_use_bytes;
+  void* p = a.allocate(5000);                 // 4096 < 5000 <= 5120 = 5 * 1024
+  EXPECT_EQ(allocator_stats(kCPU).in_use_bytes - before, 5120);
+  a.deallocate(p, 5000);
+  EXPECT_EQ(allocator_stats(kCPU).in_use_bytes, before);
+}
+
+TEST(AllocatorTest, PeakTracksTheHighWaterMark) {
+  reset_peak_stats(kCPU);
+  const int64_t base = allocator_stats(kCPU).in_use_bytes;
+  {
+    Tensor a = empty({1 << 20});              // 4 MiB
+    Tensor b = empty({1 << 20});
+  }
+  AllocatorStats s = allocator_stats(kCPU);
+  EXPECT_EQ(s.in_use_bytes, base);
+  EXPECT_EQ(s.peak_in_use_bytes - base, 2 * (4 << 20));
+}
+
+class CountingAllocator final : public Allocator {
+ public:
+  void* allocate(int64_t nbytes) override {
+    ++count;
+    return default_allocator(kCPU).allocate(nbytes);
+  }
+  void deallocate(void* p, int64_t nbytes) override { default_allocator(kCPU).deallocate(p, nbytes); }
+  int count = 0;
+};
+
+TEST(AllocatorTest, OverrideRoutesThisThreadsAllocations) {
+  CountingAllocator counting;
+  {
+    AllocatorOverride scope(kCPU, &counting);
+    Tensor t = zeros({16});
+    EXPECT_EQ(counting.count, 1);
+  }
+  Tensor u = zeros({16});
+  EXPECT_EQ(counting.count, 1);
+}
+
+}  // namespace
+}  // namespace encore
