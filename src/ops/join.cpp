@@ -1,16 +1,152 @@
-// PLACEHOLDER: stubs that throw kUnimplemented until this op family lands.
+// Joining and splitting: concat, stack, split, each backward beside its forward.
+//
+// concat allocates its output and copies each input into a slice of it with
+// the ordinary strided copy kernel (cpu::copy): no kernel of its own. split
+// returns views made with Tensor::slice, which carry their own backward.
+#include <algorithm>
+#include <memory>
+#include <utility>
+#include <vector>
+
 #include "encore/ops.h"
+#include "src/autograd/function.h"
+#include "src/backends/cpu/copy.h"
+#include "src/ops/op_utils.h"
 
 namespace encore {
 
+using autograd::Grads;
+
+namespace {
+
+// Like autograd::record, for a runtime number of inputs (record takes an
+// initializer_list). Wires `out` as the node's only output, then one edge per
+// input in order, exactly as autograd::connect does.
+template <typename F>
+void record_inputs(const char* name, const std::vector<Tensor>& inputs, Tensor& out, F fn) {
+  auto node = std::make_shared<autograd::FunctionNode<F>>(name, 1, std::move(fn));
+  autograd::connect(node, {}, {&out});
+  for (const Tensor& in : inputs) {
+    node->next_edges().push_back(autograd::gradient_edge(in));
+    node->input_meta().push_back(autograd::InputMeta{in.shape(), in.dtype()});
+  }
+}
+
+bool any_input_requires_grad(const std::vector<Tensor>& tensors) {
+  return std::any_of(tensors.begin(), tensors.end(),
+                     [](const Tensor& t) { return autograd::any_requires_grad(t); });
+}
+
+// Defined, same dtype and device as tensors[0], same rank, and same sizes as
+// tensors[0] in every dim but `skip_dim` (-1: every dim must match).
+void check_joinable(const char* op, const std::vector<Tensor>& tensors, int64_t skip_dim) {
+  ENCORE_CHECK(!tensors.empty(), "%s: needs at least one tensor", op);
+  const Tensor& first = tensors[0];
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = tensors[i];
+    ENCORE_CHECK(t.defined(), "%s: tensor %d is undefined", op, i);
+    ENCORE_CHECK(t.dtype() == first.dtype() && t.device() == first.device(),
+                 "%s: tensor %d is %s %s on %s but tensor 0 is %s %s on %s; all must share dtype and device", op,
+                 i, shape_str(t.shape()), dtype_name(t.dtype()), t.device().str(), shape_str(first.shape()),
+                 dtype_name(first.dtype()), first.device().str());
+    bool match = t.dim() == first.dim();
+    for (int64_t d = 0; match && d < t.dim(); ++d) match = d == skip_dim || t.shape()[d] == first.shape()[d];
+    if (skip_dim < 0) {
+      ENCORE_CHECK(match, "%s: tensor %d has shape %s but tensor 0 has shape %s (%s); all shapes must be equal",
+                   op, i, shape_str(t.shape()), shape_str(first.shape()), dtype_name(first.dtype()));
+    } else {
+      ENCORE_CHECK(match,
+                   "%s: tensor %d has shape %s but tensor 0 has shape %s (%s); shapes must match except in dim %d",
+                   op, i, shape_str(t.shape()), shape_str(first.shape()), dtype_name(first.dtype()), skip_dim);
+    }
+  }
+}
+
+// The forward of concat without autograd: out = [t0 | t1 | ...] along dim.
+Tensor concat_values(const std::vector<Tensor>& tensors, int64_t dim) {
+  Shape shape = tensors[0].shape();
+  shape[dim] = 0;
+  for (const Tensor& t : tensors) shape[dim] += t.shape()[dim];
+  Tensor out = empty(std::move(shape), tensors[0].dtype(), tensors[0].device());
+  int64_t offset = 0;
+  for (const Tensor& t : tensors) {
+    const int64_t n = t.shape()[dim];
+    // out is fresh and requires no grad, so its slice is a plain view.
+    if (n > 0) cpu::copy(out.slice(dim, offset, offset + n), t);
+    offset += n;
+  }
+  return out;
+}
+
+}  // namespace
+
 Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
-  throw_error(absl::StatusCode::kUnimplemented, "concat: not implemented yet");
+  ENCORE_CHECK(!tensors.empty(), "concat: needs at least one tensor");
+  ops::check_defined("concat", tensors[0], "tensor 0");
+  ENCORE_CHECK(tensors[0].dim() > 0, "concat: cannot concatenate 0-d tensors (tensor 0 has shape %s, %s)",
+               shape_str(tensors[0].shape()), dtype_name(tensors[0].dtype()));
+  dim = ops::normalize_dim("concat", dim, tensors[0].dim());
+  check_joinable("concat", tensors, dim);
+  Tensor out = concat_values(tensors, dim);
+  if (any_input_requires_grad(tensors)) {
+    // The gradient of input i is the slice of g it was copied into.
+    std::vector<int64_t> sizes;
+    std::vector<bool> needs;
+    for (const Tensor& t : tensors) {
+      sizes.push_back(t.shape()[dim]);
+      needs.push_back(t.requires_grad());
+    }
+    record_inputs("concat", tensors, out, [dim, sizes, needs](const Tensor& g) -> Grads {
+      Grads grads(sizes.size());
+      int64_t offset = 0;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        if (needs[i]) grads[i] = g.slice(dim, offset, offset + sizes[i]);
+        offset += sizes[i];
+      }
+      return grads;
+    });
+  }
+  return out;
 }
+
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
-  throw_error(absl::StatusCode::kUnimplemented, "stack: not implemented yet");
+  check_joinable("stack", tensors, -1);
+  dim = ops::normalize_dim("stack", dim, tensors[0].dim() + 1);
+  Tensor out;
+  {
+    NoGradGuard no_grad;   // stack records one node of its own below
+    std::vector<Tensor> pieces;
+    pieces.reserve(tensors.size());
+    for (const Tensor& t : tensors) pieces.push_back(t.unsqueeze(dim));
+    out = concat_values(pieces, dim);
+  }
+  if (any_input_requires_grad(tensors)) {
+    std::vector<bool> needs;
+    for (const Tensor& t : tensors) needs.push_back(t.requires_grad());
+    record_inputs("stack", tensors, out, [dim, needs](const Tensor& g) -> Grads {
+      Grads grads(needs.size());
+      for (size_t i = 0; i < needs.size(); ++i) {
+        if (needs[i]) grads[i] = g.select(dim, static_cast<int64_t>(i));
+      }
+      return grads;
+    });
+  }
+  return out;
 }
+
 std::vector<Tensor> split(const Tensor& a, int64_t size, int64_t dim) {
-  throw_error(absl::StatusCode::kUnimplemented, "split: not implemented yet");
+  ops::check_defined("split", a, "input");
+  ENCORE_CHECK(a.dim() > 0, "split: cannot split a 0-d tensor (%s)", dtype_name(a.dtype()));
+  dim = ops::normalize_dim("split", dim, a.dim());
+  ENCORE_CHECK(size > 0, "split: size must be positive, got %d (shape %s, dim %d)", size, shape_str(a.shape()),
+               dim);
+  const int64_t n = a.shape()[dim];
+  // An empty dim still gives one (empty) piece, so concat(split(a)) is a again.
+  if (n == 0) return {a.slice(dim, 0, 0)};
+  std::vector<Tensor> pieces;
+  pieces.reserve((n + size - 1) / size);
+  for (int64_t start = 0; start < n; start += size) pieces.push_back(a.slice(dim, start, std::min(n, start + size)));
+  return pieces;
 }
 
 }  // namespace encore
