@@ -1,0 +1,1 @@
+// PLACEHOLDER: lands with its issue.
