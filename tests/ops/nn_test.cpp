@@ -1,1 +1,532 @@
-// PLACEHOLDER: tests land with their op family.
+// softmax, log_softmax, cross_entropy, layer_norm, embedding and dropout:
+// values against plain-loop double references, 16-bit dtypes against f32,
+// gradients against finite differences, and every error path.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+
+#include "encore/encore.h"
+#include "src/core/philox.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+using testing::expect_error;
+using testing::expect_gradients_match;
+using testing::expect_near;
+using testing::random_tensor;
+using testing::values;
+constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+
+// ---- references (double, plain loops) ----
+
+// Sizes before, at and after dim of a row-major shape (0-d: all 1).
+struct Split { int64_t outer = 1, n = 1, inner = 1; };
+Split split_at(const Shape& shape, int64_t dim) {
+  Split s;
+  for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
+    if (d < dim) s.outer *= shape[d];
+    if (d == dim) s.n = shape[d];
+    if (d > dim) s.inner *= shape[d];
+  }
+  return s;
+}
+
+std::vector<double> softmax_ref(const Tensor& x, int64_t dim, bool log) {
+  if (dim < 0) dim += std::max<int64_t>(x.dim(), 1);
+  const std::vector<double> v = values(x);
+  std::vector<double> out(v.size());
+  const Split s = split_at(x.shape(), dim);
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t j = 0; j < s.inner; ++j) {
+      auto at = [&](int64_t k) { return (o * s.n + k) * s.inner + j; };
+      double m = -std::numeric_limits<double>::infinity(), sum = 0;
+      for (int64_t k = 0; k < s.n; ++k) m = std::max(m, v[at(k)]);
+      for (int64_t k = 0; k < s.n; ++k) sum += std::exp(v[at(k)] - m);
+      for (int64_t k = 0; k < s.n; ++k) {
+        out[at(k)] = log ? v[at(k)] - m - std::log(sum) : std::exp(v[at(k)] - m) / sum;
+      }
+    }
+  }
+  return out;
+}
+
+// Mean over counted rows of logsumexp - logit[target] (0 if none), and its
+// gradient for an upstream gradient of 1.
+struct CrossEntropyRef { double loss = 0; std::vector<double> grad; };
+CrossEntropyRef cross_entropy_ref(const Tensor& logits, const std::vector<int64_t>& target, int64_t ignore) {
+  const std::vector<double> x = values(logits);
+  const int64_t c = logits.size(-1), n = static_cast<int64_t>(target.size());
+  CrossEntropyRef r;
+  r.grad.assign(x.size(), 0.0);
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) count += target[i] != ignore;
+  for (int64_t i = 0; i < n; ++i) {
+    if (target[i] == ignore) continue;
+    double m = -1e300, s = 0;
+    for (int64_t k = 0; k < c; ++k) m = std::max(m, x[i * c + k]);
+    for (int64_t k = 0; k < c; ++k) s += std::exp(x[i * c + k] - m);
+    const double lse = m + std::log(s);
+    r.loss += (lse - x[i * c + target[i]]) / count;
+    for (int64_t k = 0; k < c; ++k) {
+      r.grad[i * c + k] = (std::exp(x[i * c + k] - lse) - (k == target[i] ? 1.0 : 0.0)) / count;
+    }
+  }
+  return r;
+}
+
+// Rows of `cols` elements normalised; w, b empty means absent.
+std::vector<double> layer_norm_ref(const Tensor& x, int64_t cols, const std::vector<double>& w,
+                                   const std::vector<double>& b, double eps) {
+  const std::vector<double> v = values(x);
+  std::vector<double> out(v.size());
+  const int64_t rows = cols == 0 ? 0 : static_cast<int64_t>(v.size()) / cols;
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += v[r * cols + c] / cols;
+    for (int64_t c = 0; c < cols; ++c) var += (v[r * cols + c] - mean) * (v[r * cols + c] - mean) / cols;
+    for (int64_t c = 0; c < cols; ++c) {
+      double y = (v[r * cols + c] - mean) / std::sqrt(var + eps);
+      if (!w.empty()) y *= w[c];
+      if (!b.empty()) y += b[c];
+      out[r * cols + c] = y;
+    }
+  }
+  return out;
+}
+
+// ---- softmax, log_softmax ----
+
+TEST(NnOpsTest, SoftmaxMatchesReferenceOverEveryDim) {
+  for (const Shape& shape : {Shape{3, 4, 5}, Shape{2, 1, 7}, Shape{1, 5, 1}, Shape{4, 3, 70}}) {
+    Tensor x = random_tensor(shape, 1) * 3.0;
+    for (int64_t dim : {0, 1, 2, -1, -3}) {
+      SCOPED_TRACE(shape_str(shape) + " dim " + std::to_string(dim));
+      expect_near(softmax(x, dim), softmax_ref(x, dim, false), 1e-6, 1e-5);
+      expect_near(log_softmax(x, dim), softmax_ref(x, dim, true), 1e-5, 1e-5);
+    }
+  }
+}
+
+TEST(NnOpsTest, SoftmaxLargeTensorsTakeTheParallelPaths) {
+  Tensor rows = random_tensor({64, 2048}, 2);          // last dim, several threads
+  expect_near(softmax(rows, 1), softmax_ref(rows, 1, false), 1e-7, 1e-4);
+  Tensor cols = random_tensor({6, 50, 130}, 3);        // inner 130: a full and a partial 64-column block
+  expect_near(softmax(cols, 1), softmax_ref(cols, 1, false), 1e-7, 1e-4);
+  expect_near(log_softmax(cols, 0), softmax_ref(cols, 0, true), 1e-5, 1e-5);
+}
+
+TEST(NnOpsTest, SoftmaxOfNonContiguousInputs) {
+  Tensor x = random_tensor({4, 6, 5}, 4);
+  Tensor nc = testing::non_contiguous(x);
+  ASSERT_FALSE(nc.is_contiguous());
+  expect_near(softmax(nc, 2), softmax_ref(x, 2, false), 1e-6, 1e-5);
+  Tensor t = x.transpose(0, 2);                        // [5, 6, 4]
+  expect_near(log_softmax(t, -1), softmax_ref(t.contiguous(), -1, true), 1e-5, 1e-5);
+  Tensor s = x.slice(1, 1, 6, 2);                      // [4, 3, 5]
+  expect_near(softmax(s, 1), softmax_ref(s.contiguous(), 1, false), 1e-6, 1e-5);
+}
+
+TEST(NnOpsTest, SoftmaxEdgeShapesAndLargeValues) {
+  expect_near(softmax(scalar_tensor(2.5), 0), {1.0});
+  expect_near(log_softmax(scalar_tensor(2.5), -1), {0.0});
+  EXPECT_EQ(softmax(zeros({0, 3}), 1).shape(), Shape({0, 3}));
+  EXPECT_EQ(log_softmax(zeros({2, 0}), 0).shape(), Shape({2, 0}));
+  expect_near(softmax(ones({2, 3}), 1), std::vector<double>(6, 1.0 / 3));
+  // Subtracting the row max keeps exp finite for large logits.
+  Tensor big = from_vector<float>({1000, 1001, 1002, -1000, -1001, -1002}, {2, 3});
+  expect_near(softmax(big, 1), softmax_ref(big, 1, false), 1e-6, 1e-5);
+  expect_near(log_softmax(big, 1), softmax_ref(big, 1, true), 1e-4, 1e-5);
+}
+
+TEST(NnOpsTest, SoftmaxHalfAndBFloat16AgreeWithFloat) {
+  // Same (rounded) inputs; the tolerance covers one output rounding (2^-11, 2^-8) plus slack.
+  for (auto [dt, tol] : {std::pair{kFloat16, 2e-3}, std::pair{kBFloat16, 1.6e-2}}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor x = random_tensor({3, 8, 70}, 5, dt);
+    Tensor xf = x.to(kFloat32);
+    for (int64_t dim : {1, 2}) {
+      Tensor y = softmax(x, dim);
+      EXPECT_EQ(y.dtype(), dt);
+      expect_near(y, softmax_ref(xf, dim, false), tol * 0.1, tol);
+      expect_near(log_softmax(x, dim), softmax_ref(xf, dim, true), tol, tol);
+    }
+  }
+}
+
+TEST(NnOpsTest, SoftmaxGradientsMatchFiniteDifferences) {
+  for (int64_t dim : {0, 1, 2}) {
+    SCOPED_TRACE("dim " + std::to_string(dim));
+    Tensor x = random_tensor({2, 3, 4}, 6);
+    expect_gradients_match([dim](const auto& in) { return softmax(in[0], dim); }, {x});
+    expect_gradients_match([dim](const auto& in) { return log_softmax(in[0], dim); }, {x});
+  }
+  // A non-contiguous upstream gradient (through transpose) and a non-contiguous input.
+  Tensor x = random_tensor({3, 5}, 7);
+  expect_gradients_match([](const auto& in) { return softmax(in[0], 0).t(); }, {x});
+  expect_gradients_match([](const auto& in) { return log_softmax(in[0].t(), 1); }, {x});
+}
+
+TEST(NnOpsTest, SoftmaxBackwardInBFloat16AgreesWithFloat) {
+  Tensor x = random_tensor({4, 9}, 8, kBFloat16);
+  Tensor g = random_tensor({4, 9}, 9, kBFloat16);
+  for (bool log : {false, true}) {
+    Tensor a = x.clone().requires_grad_(), b = x.to(kFloat32).requires_grad_();
+    (log ? log_softmax(a, 1) : softmax(a, 1)).backward(g);
+    (log ? log_softmax(b, 1) : softmax(b, 1)).backward(g.to(kFloat32));
+    EXPECT_EQ(a.grad().dtype(), kBFloat16);
+    expect_near(a.grad(), values(b.grad()), 3e-2, 3e-2);
+  }
+}
+
+TEST(NnOpsTest, SoftmaxErrors) {
+  Tensor x = zeros({2, 3, 4});
+  expect_error([&] { (void)softmax(x, 3); }, kInvalid, {"softmax", "dim 3", "3-d"});
+  expect_error([&] { (void)log_softmax(x, -4); }, kInvalid, {"log_softmax", "dim -4"});
+  expect_error([] { (void)softmax(zeros({2, 3}, kInt32), 1); }, kInvalid, {"softmax", "[2, 3]", "i32"});
+}
+
+// ---- cross_entropy ----
+
+TEST(NnOpsTest, CrossEntropyMatchesReferenceWithI32AndI64Targets) {
+  Tensor logits = random_tensor({6, 5}, 10) * 2.0;
+  const std::vector<int64_t> t = {0, 4, 2, 2, 1, 3};
+  const CrossEntropyRef ref = cross_entropy_ref(logits, t, -100);
+  for (DType dt : {kInt32, kInt64}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor target = from_vector<int64_t>(t).to(dt);
+    Tensor x = logits.clone().requires_grad_();
+    Tensor loss = cross_entropy(x, target);
+    EXPECT_EQ(loss.dim(), 0);
+    expect_near(loss, {ref.loss}, 1e-5, 1e-5);
+    loss.backward();
+    expect_near(x.grad(), ref.grad, 1e-6, 1e-5);
+  }
+}
+
+TEST(NnOpsTest, CrossEntropyIgnoresTargets) {
+  Tensor logits = random_tensor({5, 4}, 11);
+  const std::vector<int64_t> t = {1, -100, 3, -100, 0};
+  const CrossEntropyRef ref = cross_entropy_ref(logits, t, -100);
+  Tensor x = logits.clone().requires_grad_();
+  Tensor loss = cross_entropy(x, from_vector<int64_t>(t));
+  expect_near(loss, {ref.loss}, 1e-5, 1e-5);
+  loss.backward();
+  expect_near(x.grad(), ref.grad, 1e-6, 1e-5);   // ignored rows: 0
+  // A custom ignore_index, here a valid class id.
+  const std::vector<int64_t> t2 = {1, 2, 3, 2, 0};
+  expect_near(cross_entropy(logits, from_vector<int64_t>(t2).to(kInt32), 2), {cross_entropy_ref(logits, t2, 2).loss},
+              1e-5, 1e-5);
+}
+
+TEST(NnOpsTest, CrossEntropyAllIgnoredIsZeroWithZeroGradient) {
+  Tensor x = random_tensor({3, 4}, 12).requires_grad_();
+  Tensor loss = cross_entropy(x, from_vector<int32_t>({-100, -100, -100}));
+  expect_near(loss, {0.0});
+  loss.backward();
+  expect_near(x.grad(), std::vector<double>(12, 0.0));
+  expect_near(cross_entropy(zeros({0, 4}), zeros({0}, kInt64)), {0.0});
+}
+
+TEST(NnOpsTest, CrossEntropyOfHigherRankAndNonContiguousLogits) {
+  Tensor logits = random_tensor({2, 3, 5}, 13);
+  Tensor target = from_vector<int64_t>({4, 0, 1, -100, 2, 3}, {2, 3});
+  const CrossEntropyRef ref = cross_entropy_ref(logits, target.to_vector<int64_t>(), -100);
+  Tensor x = logits.clone().requires_grad_();
+  Tensor loss = cross_entropy(x, target);
+  expect_near(loss, {ref.loss}, 1e-5, 1e-5);
+  loss.backward();
+  EXPECT_EQ(x.grad().shape(), Shape({2, 3, 5}));
+  expect_near(x.grad(), ref.grad, 1e-6, 1e-5);
+  // [C, N] transposed to [N, C]; one unbatched row [C] with a 0-d target.
+  Tensor t = random_tensor({5, 4}, 14).t();
+  Tensor tt = from_vector<int64_t>({1, 4, 0, 2});
+  expect_near(cross_entropy(t, tt), {cross_entropy_ref(t.contiguous(), {1, 4, 0, 2}, -100).loss}, 1e-5, 1e-5);
+  Tensor row = random_tensor({5}, 15);
+  expect_near(cross_entropy(row, scalar_tensor(3, kInt64)), {cross_entropy_ref(row, {3}, -100).loss}, 1e-5, 1e-5);
+}
+
+TEST(NnOpsTest, CrossEntropyBackwardReadsTheUpstreamGradient) {
+  Tensor logits = random_tensor({4, 3}, 16);
+  const std::vector<int64_t> t = {2, 0, -100, 1};
+  const CrossEntropyRef ref = cross_entropy_ref(logits, t, -100);
+  Tensor x = logits.clone().requires_grad_();
+  cross_entropy(x, from_vector<int64_t>(t)).backward(scalar_tensor(-2.5));
+  std::vector<double> expected = ref.grad;
+  for (double& v : expected) v *= -2.5;
+  expect_near(x.grad(), expected, 1e-6, 1e-5);
+}
+
+TEST(NnOpsTest, CrossEntropyGradientMatchesFiniteDifferences) {
+  Tensor target = from_vector<int64_t>({2, -100, 0, 3, 3}, {5});
+  expect_gradients_match([&](const auto& in) { return cross_entropy(in[0], target); },
+                         {random_tensor({5, 4}, 17)});
+  Tensor t3 = from_vector<int32_t>({1, 0, 2, 1}, {2, 2});
+  expect_gradients_match([&](const auto& in) { return cross_entropy(in[0], t3); }, {random_tensor({2, 2, 3}, 18)});
+}
+
+TEST(NnOpsTest, CrossEntropyHalfAndBFloat16AgreeWithFloat) {
+  Tensor target = from_vector<int64_t>({3, 1, 0, 6, 2, 5, 4, 1});
+  for (auto [dt, tol] : {std::pair{kFloat16, 3e-3}, std::pair{kBFloat16, 2e-2}}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor logits = random_tensor({8, 7}, 19, dt);
+    Tensor loss = cross_entropy(logits, target);
+    EXPECT_EQ(loss.dtype(), dt);
+    expect_near(loss, {cross_entropy_ref(logits.to(kFloat32), target.to_vector<int64_t>(), -100).loss}, tol, tol);
+  }
+}
+
+TEST(NnOpsTest, CrossEntropyErrors) {
+  Tensor logits = zeros({4, 3});
+  expect_error([&] { (void)cross_entropy(logits, zeros({3}, kInt64)); }, kInvalid,
+               {"cross_entropy", "target shape [3]", "[4, 3]"});
+  expect_error([&] { (void)cross_entropy(logits, from_vector<int64_t>({0, 1, 3, 2})); }, kInvalid,
+               {"cross_entropy", "target class 3", "C = 3"});
+  expect_error([&] { (void)cross_entropy(logits, from_vector<int32_t>({0, -1, 1, 2})); }, kInvalid,
+               {"cross_entropy", "target class -1", "C = 3"});
+  expect_error([&] { (void)cross_entropy(logits, zeros({4})); }, kInvalid, {"cross_entropy", "[4]", "f32"});
+  expect_error([&] { (void)cross_entropy(zeros({4, 3}, kInt32), zeros({4}, kInt64)); }, kInvalid,
+               {"cross_entropy", "[4, 3]", "i32"});
+  expect_error([] { (void)cross_entropy(scalar_tensor(1.0), zeros({}, kInt64)); }, kInvalid,
+               {"cross_entropy", "0-d"});
+}
+
+// ---- layer_norm ----
+
+TEST(NnOpsTest, LayerNormMatchesReferenceWithAndWithoutAffine) {
+  Tensor x = random_tensor({5, 6}, 20) * 2.0 + 1.0;
+  Tensor w = random_tensor({6}, 21), b = random_tensor({6}, 22);
+  expect_near(layer_norm(x, {6}), layer_norm_ref(x, 6, {}, {}, 1e-5), 1e-5, 1e-5);
+  expect_near(layer_norm(x, {6}, w), layer_norm_ref(x, 6, values(w), {}, 1e-5), 1e-5, 1e-5);
+  expect_near(layer_norm(x, {6}, Tensor(), b), layer_norm_ref(x, 6, {}, values(b), 1e-5), 1e-5, 1e-5);
+  expect_near(layer_norm(x, {6}, w, b, 0.1), layer_norm_ref(x, 6, values(w), values(b), 0.1), 1e-5, 1e-5);
+}
+
+TEST(NnOpsTest, LayerNormOverSeveralTrailingDimsAndNonContiguousInput) {
+  Tensor x = random_tensor({2, 3, 4}, 23);
+  Tensor w = random_tensor({3, 4}, 24), b = random_tensor({3, 4}, 25);
+  expect_near(layer_norm(x, {3, 4}, w, b), layer_norm_ref(x, 12, values(w), values(b), 1e-5), 1e-5, 1e-5);
+  expect_near(layer_norm(x, {2, 3, 4}), layer_norm_ref(x, 24, {}, {}, 1e-5), 1e-5, 1e-5);
+  Tensor nc = x.transpose(0, 2);   // [4, 3, 2]
+  expect_near(layer_norm(nc, {2}), layer_norm_ref(nc.contiguous(), 2, {}, {}, 1e-5), 1e-5, 1e-5);
+  EXPECT_EQ(layer_norm(zeros({0, 4}), {4}).shape(), Shape({0, 4}));
+  expect_near(layer_norm(from_vector<float>({3, 3, 3}), {3}), {0, 0, 0});   // zero variance: eps keeps it finite
+}
+
+TEST(NnOpsTest, LayerNormHalfAndBFloat16AgreeWithFloat) {
+  for (auto [dt, tol] : {std::pair{kFloat16, 4e-3}, std::pair{kBFloat16, 3e-2}}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor x = random_tensor({7, 33}, 26, dt), w = random_tensor({33}, 27, dt), b = random_tensor({33}, 28, dt);
+    Tensor y = layer_norm(x, {33}, w, b);
+    EXPECT_EQ(y.dtype(), dt);
+    expect_near(y, layer_norm_ref(x.to(kFloat32), 33, values(w), values(b), 1e-5), tol, tol);
+  }
+}
+
+TEST(NnOpsTest, LayerNormGradientsMatchFiniteDifferences) {
+  expect_gradients_match([](const auto& in) { return layer_norm(in[0], {4}, in[1], in[2]); },
+                         {random_tensor({3, 4}, 29), random_tensor({4}, 30), random_tensor({4}, 31)});
+  expect_gradients_match([](const auto& in) { return layer_norm(in[0], {2, 3}, in[1], in[2]); },
+                         {random_tensor({2, 2, 3}, 32), random_tensor({2, 3}, 33), random_tensor({2, 3}, 34)});
+  expect_gradients_match([](const auto& in) { return layer_norm(in[0], {5}); }, {random_tensor({2, 5}, 35)});
+  expect_gradients_match([](const auto& in) { return layer_norm(in[0].t(), {3}, Tensor(), in[1]); },
+                         {random_tensor({3, 2}, 36), random_tensor({3}, 37)});
+}
+
+TEST(NnOpsTest, LayerNormParameterGradientsAreDeterministicSums) {
+  // 3000 rows: 64 row blocks of partial sums. The result must not depend on the thread count.
+  Tensor x = random_tensor({3000, 40}, 38), g = random_tensor({3000, 40}, 39);
+  std::vector<double> expected_w(40, 0.0), expected_b(40, 0.0);
+  const std::vector<double> xn = layer_norm_ref(x, 40, {}, {}, 1e-5), gv = values(g);
+  for (int64_t i = 0; i < 3000 * 40; ++i) {
+    expected_w[i % 40] += gv[i] * xn[i];
+    expected_b[i % 40] += gv[i];
+  }
+  std::vector<std::vector<float>> runs;
+  const int threads = omp_get_max_threads();
+  for (int n : {1, 2, 1}) {
+    omp_set_num_threads(n);
+    Tensor w = ones({40}).requires_grad_(), b = zeros({40}).requires_grad_();
+    layer_norm(x, {40}, w, b).backward(g);
+    expect_near(w.grad(), expected_w, 1e-3, 1e-4);
+    expect_near(b.grad(), expected_b, 1e-3, 1e-4);
+    runs.push_back(w.grad().to_vector<float>());
+  }
+  omp_set_num_threads(threads);
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_EQ(runs[0], runs[2]);
+}
+
+TEST(NnOpsTest, LayerNormErrors) {
+  Tensor x = zeros({2, 3, 4});
+  expect_error([&] { (void)layer_norm(x, {3}); }, kInvalid, {"layer_norm", "normalized_shape [3]", "[2, 3, 4]"});
+  expect_error([&] { (void)layer_norm(x, {1, 2, 3, 4}); }, kInvalid, {"layer_norm", "[1, 2, 3, 4]", "[2, 3, 4]"});
+  expect_error([&] { (void)layer_norm(x, {4}, zeros({3})); }, kInvalid,
+               {"layer_norm", "weight of shape [3]", "normalized_shape [4]"});
+  expect_error([&] { (void)layer_norm(x, {3, 4}, Tensor(), zeros({4})); }, kInvalid,
+               {"layer_norm", "bias of shape [4]", "[3, 4]"});
+  expect_error([&] { (void)layer_norm(x, {4}, zeros({4}, kFloat16)); }, kInvalid, {"layer_norm", "f32", "f16"});
+  expect_error([] { (void)layer_norm(zeros({2, 4}, kInt64), {4}); }, kInvalid, {"layer_norm", "[2, 4]", "i64"});
+}
+
+// ---- embedding ----
+
+TEST(NnOpsTest, EmbeddingGathersRowsForI32AndI64Indices) {
+  Tensor w = random_tensor({7, 3}, 40);
+  const std::vector<double> wv = values(w);
+  const std::vector<int64_t> ids = {6, 0, 3, 3, 1, 6};
+  for (DType dt : {kInt32, kInt64}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor out = embedding(w, from_vector<int64_t>(ids, {2, 3}).to(dt));
+    EXPECT_EQ(out.shape(), Shape({2, 3, 3}));
+    std::vector<double> expected;
+    for (int64_t id : ids) expected.insert(expected.end(), wv.begin() + id * 3, wv.begin() + id * 3 + 3);
+    expect_near(out, expected, 0, 0);
+  }
+  Tensor one = embedding(w, scalar_tensor(2, kInt64));
+  EXPECT_EQ(one.shape(), Shape({3}));
+  expect_near(one, {wv[6], wv[7], wv[8]}, 0, 0);
+  EXPECT_EQ(embedding(w, zeros({0, 2}, kInt32)).shape(), Shape({0, 2, 3}));
+  // A non-contiguous weight and 16-bit rows are copied exactly.
+  Tensor wt = random_tensor({3, 7}, 41).t();
+  expect_near(embedding(wt, from_vector<int32_t>({5})), values(wt.slice(0, 5, 6)), 0, 0);
+  Tensor wh = w.to(kBFloat16);
+  expect_near(embedding(wh, from_vector<int32_t>({4})), values(wh.slice(0, 4, 5)), 0, 0);
+}
+
+TEST(NnOpsTest, EmbeddingGradientAccumulatesRepeatedIndices) {
+  Tensor w = random_tensor({6, 4}, 42).requires_grad_();
+  const std::vector<int64_t> ids = {2, 5, 2, 0, 2, 5};
+  Tensor g = random_tensor({3, 2, 4}, 43);
+  embedding(w, from_vector<int64_t>(ids, {3, 2})).backward(g);
+  std::vector<double> expected(24, 0.0);
+  const std::vector<double> gv = values(g);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int64_t c = 0; c < 4; ++c) expected[ids[i] * 4 + c] += gv[i * 4 + c];
+  }
+  expect_near(w.grad(), expected, 1e-6, 1e-6);   // rows 1, 3, 4 unused: 0
+  // Large enough for the threaded path (threads own vocab row ranges).
+  Tensor big = zeros({500, 64}).requires_grad_();
+  std::vector<int32_t> many(2000);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = static_cast<int32_t>((i * 37) % 500);
+  embedding(big, from_vector<int32_t>(many)).backward(ones({2000, 64}));
+  expect_near(big.grad(), std::vector<double>(500 * 64, 4.0), 0, 0);   // each row used 4 times
+}
+
+TEST(NnOpsTest, EmbeddingGradientMatchesFiniteDifferences) {
+  Tensor ids = from_vector<int32_t>({1, 3, 1, 0}, {2, 2});
+  expect_gradients_match([&](const auto& in) { return embedding(in[0], ids); }, {random_tensor({4, 3}, 44)});
+}
+
+TEST(NnOpsTest, EmbeddingErrors) {
+  Tensor w = zeros({5, 2});
+  expect_error([&] { (void)embedding(w, from_vector<int64_t>({0, 5})); }, kInvalid,
+               {"embedding", "index 5", "V = 5"});
+  expect_error([&] { (void)embedding(w, from_vector<int32_t>({-1})); }, kInvalid, {"embedding", "index -1", "V = 5"});
+  expect_error([] { (void)embedding(zeros({5}), from_vector<int64_t>({0})); }, kInvalid, {"embedding", "2-D", "[5]"});
+  expect_error([&] { (void)embedding(w, zeros({2})); }, kInvalid, {"embedding", "i32 or i64", "f32"});
+}
+
+// ---- dropout ----
+
+TEST(NnOpsTest, DropoutZeroesAboutPAndScalesSurvivors) {
+  const double p = 0.3;
+  Tensor x = random_tensor({200, 500}, 50);
+  Generator g(11);
+  Tensor y = dropout(x, p, true, &g);
+  const std::vector<double> xv = values(x), yv = values(y);
+  int64_t zeros_n = 0;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    if (yv[i] == 0.0) {
+      ++zeros_n;
+    } else {
+      EXPECT_NEAR(yv[i], xv[i] / (1 - p), 1e-6 * (1 + std::abs(xv[i]))) << i;
+    }
+  }
+  // 100000 Bernoulli(0.3) draws: std of the fraction ~0.0015.
+  EXPECT_NEAR(static_cast<double>(zeros_n) / xv.size(), p, 0.01);
+  EXPECT_EQ(g.offset(), 100000u);
+}
+
+TEST(NnOpsTest, DropoutMaskIsPhiloxWordZeroAtOffsetPlusIndex) {
+  Generator g(1234);
+  Tensor x = ones({3000});
+  (void)dropout(x, 0.5, true, &g);   // moves the offset to 3000
+  Tensor y = dropout(x, 0.5, true, &g);
+  const std::vector<double> yv = values(y);
+  for (int64_t i = 0; i < 3000; ++i) {
+    const philox::Block r = philox::philox4x32(3000 + static_cast<uint64_t>(i), 1234);
+    const bool keep = philox::uniform(r.x[0]) >= 0.5f;
+    ASSERT_EQ(yv[i], keep ? 2.0 : 0.0) << i;
+  }
+  EXPECT_EQ(g.offset(), 6000u);
+}
+
+TEST(NnOpsTest, DropoutIsReproducibleFromTheSeedAndFreshOnTheNextCall) {
+  Tensor x = random_tensor({40, 50}, 51);
+  Generator g(7);
+  std::vector<float> a = dropout(x, 0.5, true, &g).to_vector<float>();
+  std::vector<float> b = dropout(x, 0.5, true, &g).to_vector<float>();
+  EXPECT_NE(a, b);
+  g.manual_seed(7);
+  EXPECT_EQ(dropout(x, 0.5, true, &g).to_vector<float>(), a);
+  // The default generator when none is given.
+  manual_seed(99);
+  std::vector<float> c = dropout(x, 0.5).to_vector<float>();
+  EXPECT_EQ(default_generator().offset(), 2000u);
+  manual_seed(99);
+  EXPECT_EQ(dropout(x, 0.5).to_vector<float>(), c);
+}
+
+TEST(NnOpsTest, DropoutInEvalModeOrWithPZeroIsIdentity) {
+  Tensor x = random_tensor({3, 4}, 52);
+  Generator g(3);
+  EXPECT_TRUE(dropout(x, 0.5, false, &g).is_same(x));
+  EXPECT_TRUE(dropout(x, 0.0, true, &g).is_same(x));
+  EXPECT_EQ(g.offset(), 0u);   // nothing drawn
+}
+
+TEST(NnOpsTest, DropoutBackwardUsesTheForwardMask) {
+  const double p = 0.25;
+  Tensor x = random_tensor({30, 40}, 53).requires_grad_();
+  Generator g(5);
+  Tensor y = dropout(x.t(), p, true, &g);   // a non-contiguous input: [40, 30]
+  Tensor up = random_tensor({40, 30}, 54);
+  y.backward(up);
+  const std::vector<double> yv = values(y), gv = values(x.grad().t()), uv = values(up);
+  for (size_t i = 0; i < yv.size(); ++i) {
+    EXPECT_NEAR(gv[i], yv[i] == 0.0 ? 0.0 : uv[i] / (1 - p), 1e-5) << i;
+  }
+  expect_gradients_match(
+      [&](const auto& in) {
+        g.manual_seed(17);   // every evaluation draws the same mask
+        return dropout(in[0], 0.4, true, &g);
+      },
+      {random_tensor({4, 5}, 55)});
+}
+
+TEST(NnOpsTest, DropoutOfHalfAndBFloat16) {
+  for (DType dt : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor x = random_tensor({1000}, 56, dt);
+    Generator g1(8), g2(8);
+    Tensor y = dropout(x, 0.5, true, &g1);
+    EXPECT_EQ(y.dtype(), dt);
+    // Same mask as f32 (same seed); x / 0.5 is exact in any float format.
+    expect_near(y, values(dropout(x.to(kFloat32), 0.5, true, &g2)), 0, 0);
+  }
+}
+
+TEST(NnOpsTest, DropoutErrors) {
+  Tensor x = zeros({2, 3});
+  for (double p : {1.0, -0.1, 1.5, std::nan("")}) {
+    expect_error([&] { (void)dropout(x, p); }, kInvalid, {"dropout", "[0, 1)", "[2, 3]"});
+  }
+  expect_error([] { (void)dropout(zeros({2}, kInt32), 0.5); }, kInvalid, {"dropout", "[2]", "i32"});
+}
+
+}  // namespace
+}  // namespace encore

@@ -1,1 +1,583 @@
-// PLACEHOLDER: kernels land with their op family.
+#include "src/backends/cpu/nn.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "src/backends/cpu/dispatch.h"
+#include "src/backends/cpu/parallel.h"
+#include "src/core/philox.h"
+#include "src/core/stream.h"
+
+namespace encore::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Columns handled together when reducing over a dim that is not the last
+// (inner > 1): per-column running values live in stack arrays of this size,
+// and each step of the reduction reads kLanes adjacent elements.
+constexpr int64_t kLanes = 64;
+// layer_norm backward sums dweight/dbias over at most this many fixed row
+// blocks (partials in a scratch buffer), then combines them in block order.
+constexpr int64_t kMaxRowBlocks = 64;
+
+// Units per parallel chunk so that a chunk holds about `grain` elements of work.
+int64_t grain_for(int64_t work_per_unit, int64_t grain) {
+  return std::max<int64_t>(1, grain / std::max<int64_t>(1, work_per_unit));
+}
+
+template <typename T>
+inline float ld(T v) { return static_cast<float>(v); }
+
+// Runs row(offset) on each row of [outer, n, inner] when inner == 1, else
+// cols(offset, width) on each block of up to kLanes columns; `offset` is the
+// element index of the first element. Parallel over rows or blocks.
+template <typename Row, typename Cols>
+void for_each_lane(int64_t outer, int64_t n, int64_t inner, Row&& row, Cols&& cols) {
+  if (inner == 1) {
+    parallel_for(outer, grain_for(n, kGrainTranscendental), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) row(r * n);
+    });
+    return;
+  }
+  const int64_t blocks = (inner + kLanes - 1) / kLanes;
+  parallel_for(outer * blocks, grain_for(n * kLanes, kGrainTranscendental), [&](int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const int64_t o = u / blocks, j0 = (u % blocks) * kLanes;
+      cols(o * n * inner + j0, std::min(kLanes, inner - j0));
+    }
+  });
+}
+
+// ---- softmax / log_softmax ----
+
+template <typename T>
+struct SoftmaxArgs { const T* x; T* y; int64_t outer, n, inner; };
+template <typename T>
+struct SoftmaxBackwardArgs { const T* g; const T* y; T* gx; int64_t outer, n, inner; };
+
+// One contiguous row. f32 keeps exp(x - max) in y between passes; 16-bit
+// types recompute it rather than round it twice.
+template <typename T, bool kLog>
+void softmax_row(const T* x, T* y, int64_t n) {
+  constexpr bool kKeepExp = !kLog && std::is_same_v<T, float>;
+  float m = kNegInf;
+  for (int64_t k = 0; k < n; ++k) m = std::max(m, ld(x[k]));
+  float s = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const float e = std::exp(ld(x[k]) - m);
+    if constexpr (kKeepExp) y[k] = e;
+    s += e;
+  }
+  if constexpr (kLog) {
+    const float lse = m + std::log(s);
+    for (int64_t k = 0; k < n; ++k) y[k] = T(ld(x[k]) - lse);
+  } else {
+    const float r = 1.0f / s;
+    for (int64_t k = 0; k < n; ++k) y[k] = T((kKeepExp ? ld(y[k]) : std::exp(ld(x[k]) - m)) * r);
+  }
+}
+
+// w adjacent columns, n elements each, `inner` apart.
+template <typename T, bool kLog>
+void softmax_cols(const T* x, T* y, int64_t n, int64_t inner, int64_t w) {
+  float m[kLanes], s[kLanes];
+  std::fill_n(m, w, kNegInf);
+  std::fill_n(s, w, 0.0f);
+  for (int64_t k = 0; k < n; ++k) {
+    for (int64_t j = 0; j < w; ++j) m[j] = std::max(m[j], ld(x[k * inner + j]));
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    for (int64_t j = 0; j < w; ++j) s[j] += std::exp(ld(x[k * inner + j]) - m[j]);
+  }
+  for (int64_t j = 0; j < w; ++j) s[j] = kLog ? m[j] + std::log(s[j]) : 1.0f / s[j];   // lse or 1/sum
+  for (int64_t k = 0; k < n; ++k) {
+    const T* xr = x + k * inner;
+    T* yr = y + k * inner;
+    for (int64_t j = 0; j < w; ++j) yr[j] = T(kLog ? ld(xr[j]) - s[j] : std::exp(ld(xr[j]) - m[j]) * s[j]);
+  }
+}
+
+template <typename T, bool kLog>
+void softmax_kernel(const SoftmaxArgs<T>& a) {
+  for_each_lane(
+      a.outer, a.n, a.inner, [&](int64_t off) { softmax_row<T, kLog>(a.x + off, a.y + off, a.n); },
+      [&](int64_t off, int64_t w) { softmax_cols<T, kLog>(a.x + off, a.y + off, a.n, a.inner, w); });
+}
+
+// softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g).
+template <bool kLog>
+inline float softmax_grad(float g, float y, float s) {
+  return kLog ? g - std::exp(y) * s : y * (g - s);
+}
+
+template <typename T, bool kLog>
+void softmax_backward_row(const T* g, const T* y, T* gx, int64_t n) {
+  float s = 0;
+  for (int64_t k = 0; k < n; ++k) s += kLog ? ld(g[k]) : ld(g[k]) * ld(y[k]);
+  for (int64_t k = 0; k < n; ++k) gx[k] = T(softmax_grad<kLog>(ld(g[k]), ld(y[k]), s));
+}
+
+template <typename T, bool kLog>
+void softmax_backward_cols(const T* g, const T* y, T* gx, int64_t n, int64_t inner, int64_t w) {
+  float s[kLanes];
+  std::fill_n(s, w, 0.0f);
+  for (int64_t k = 0; k < n; ++k) {
+    for (int64_t j = 0; j < w; ++j) {
+      const int64_t i = k * inner + j;
+      s[j] += kLog ? ld(g[i]) : ld(g[i]) * ld(y[i]);
+    }
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    for (int64_t j = 0; j < w; ++j) {
+      const int64_t i = k * inner + j;
+      gx[i] = T(softmax_grad<kLog>(ld(g[i]), ld(y[i]), s[j]));
+    }
+  }
+}
+
+template <typename T, bool kLog>
+void softmax_backward_kernel(const SoftmaxBackwardArgs<T>& a) {
+  for_each_lane(
+      a.outer, a.n, a.inner,
+      [&](int64_t off) { softmax_backward_row<T, kLog>(a.g + off, a.y + off, a.gx + off, a.n); },
+      [&](int64_t off, int64_t w) {
+        softmax_backward_cols<T, kLog>(a.g + off, a.y + off, a.gx + off, a.n, a.inner, w);
+      });
+}
+
+// ---- cross entropy ----
+
+template <typename T, typename I>
+struct CrossEntropyArgs {
+  const T* x;          // [rows, classes]
+  const I* target;     // [rows]
+  T* loss;             // 0-d
+  float* stats;        // [rows + 1]: logsumexp per row, then the count
+  int64_t rows, classes, ignore_index;
+};
+
+template <typename T, typename I>
+struct CrossEntropyBackwardArgs {
+  const T* x;
+  const I* target;
+  const float* stats;
+  const T* grad_loss;  // 0-d: read here, so a replay sees this step's value
+  T* gx;               // [rows, classes]
+  int64_t rows, classes, ignore_index;
+};
+
+// Counted rows: not ignored and in range (NOTE [ Index checks ] in nn.h).
+inline bool counted(int64_t t, int64_t classes, int64_t ignore_index) {
+  return t != ignore_index && t >= 0 && t < classes;
+}
+
+template <typename T>
+float row_logsumexp(const T* x, int64_t n) {
+  float m = kNegInf;
+  for (int64_t k = 0; k < n; ++k) m = std::max(m, ld(x[k]));
+  float s = 0;
+  for (int64_t k = 0; k < n; ++k) s += std::exp(ld(x[k]) - m);
+  return m + std::log(s);
+}
+
+template <typename T, typename I>
+void cross_entropy_kernel(const CrossEntropyArgs<T, I>& a) {
+  parallel_for(a.rows, grain_for(a.classes, kGrainTranscendental), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) a.stats[r] = row_logsumexp(a.x + r * a.classes, a.classes);
+  });
+  // The mean in one fixed serial order (deterministic); N loads are cheap next to N*C exps.
+  double total = 0;
+  int64_t count = 0;
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const int64_t t = static_cast<int64_t>(a.target[r]);
+    if (!counted(t, a.classes, a.ignore_index)) continue;
+    total += static_cast<double>(a.stats[r]) - ld(a.x[r * a.classes + t]);
+    ++count;
+  }
+  a.stats[a.rows] = static_cast<float>(count);
+  a.loss[0] = T(count > 0 ? static_cast<float>(total / static_cast<double>(count)) : 0.0f);
+}
+
+template <typename T, typename I>
+void cross_entropy_backward_kernel(const CrossEntropyBackwardArgs<T, I>& a) {
+  const float count = a.stats[a.rows];
+  const float scale = count > 0 ? ld(a.grad_loss[0]) / count : 0.0f;
+  parallel_for(a.rows, grain_for(a.classes, kGrainTranscendental), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const T* xr = a.x + r * a.classes;
+      T* gr = a.gx + r * a.classes;
+      const int64_t t = static_cast<int64_t>(a.target[r]);
+      if (!counted(t, a.classes, a.ignore_index)) {
+        std::fill_n(gr, a.classes, T{});
+        continue;
+      }
+      const float lse = a.stats[r];
+      for (int64_t c = 0; c < a.classes; ++c) gr[c] = T(std::exp(ld(xr[c]) - lse) * scale);
+      gr[t] = T((std::exp(ld(xr[t]) - lse) - 1.0f) * scale);
+    }
+  });
+}
+
+// ---- layer norm ----
+
+template <typename T>
+struct LayerNormArgs {
+  const T* x;          // [rows, cols]
+  const T* w;          // [cols] or null
+  const T* b;          // [cols] or null
+  T* y;                // [rows, cols]
+  float* stats;        // [rows, 2]: mean, rstd
+  int64_t rows, cols;
+  float eps;
+};
+
+template <typename T>
+struct LayerNormBackwardArgs {
+  const T* g;          // [rows, cols]
+  const T* x;
+  const T* w;          // or null (weight 1)
+  const float* stats;
+  T* dx;               // each output may be null (not wanted)
+  T* dw;
+  T* db;
+  float* partial;      // [blocks, 2, cols] scratch (null when neither dw nor db)
+  int64_t rows, cols, blocks, rows_per_block;
+};
+
+template <typename T>
+void layer_norm_row(const LayerNormArgs<T>& a, int64_t r) {
+  const T* x = a.x + r * a.cols;
+  T* y = a.y + r * a.cols;
+  float sum = 0;
+  for (int64_t c = 0; c < a.cols; ++c) sum += ld(x[c]);
+  const float mean = sum / static_cast<float>(a.cols);
+  float sq = 0;   // two passes: no cancellation when |mean| >> std
+  for (int64_t c = 0; c < a.cols; ++c) sq += (ld(x[c]) - mean) * (ld(x[c]) - mean);
+  const float rstd = 1.0f / std::sqrt(sq / static_cast<float>(a.cols) + a.eps);
+  for (int64_t c = 0; c < a.cols; ++c) {
+    float v = (ld(x[c]) - mean) * rstd;
+    if (a.w != nullptr) v *= ld(a.w[c]);
+    if (a.b != nullptr) v += ld(a.b[c]);
+    y[c] = T(v);
+  }
+  a.stats[2 * r] = mean;
+  a.stats[2 * r + 1] = rstd;
+}
+
+template <typename T>
+void layer_norm_kernel(const LayerNormArgs<T>& a) {
+  parallel_for(a.rows, grain_for(a.cols, kGrainElementwise), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) layer_norm_row(a, r);
+  });
+}
+
+// With xh = (x - mean) * rstd and gw = g * w:
+// dx = rstd * (gw - mean(gw) - xh * mean(gw * xh)); dw += g * xh; db += g.
+// part: this row block's partial sums, [2, cols] = {dw, db} (null when not wanted).
+template <typename T>
+void layer_norm_backward_row(const LayerNormBackwardArgs<T>& a, int64_t r, float* part) {
+  const T* g = a.g + r * a.cols;
+  const T* x = a.x + r * a.cols;
+  const float mean = a.stats[2 * r], rstd = a.stats[2 * r + 1];
+  float s1 = 0, s2 = 0;
+  for (int64_t c = 0; c < a.cols; ++c) {
+    const float xh = (ld(x[c]) - mean) * rstd;
+    const float gw = a.w != nullptr ? ld(g[c]) * ld(a.w[c]) : ld(g[c]);
+    s1 += gw;
+    s2 += gw * xh;
+    if (part != nullptr) {
+      part[c] += ld(g[c]) * xh;
+      part[a.cols + c] += ld(g[c]);
+    }
+  }
+  if (a.dx == nullptr) return;
+  const float m1 = s1 / static_cast<float>(a.cols), m2 = s2 / static_cast<float>(a.cols);
+  T* dx = a.dx + r * a.cols;
+  for (int64_t c = 0; c < a.cols; ++c) {
+    const float xh = (ld(x[c]) - mean) * rstd;
+    const float gw = a.w != nullptr ? ld(g[c]) * ld(a.w[c]) : ld(g[c]);
+    dx[c] = T(rstd * (gw - m1 - xh * m2));
+  }
+}
+
+template <typename T>
+void layer_norm_backward_kernel(const LayerNormBackwardArgs<T>& a) {
+  const int64_t cols = a.cols;
+  parallel_for(a.blocks, grain_for(a.rows_per_block * cols, kGrainElementwise), [&](int64_t b, int64_t e) {
+    for (int64_t blk = b; blk < e; ++blk) {
+      float* part = a.partial != nullptr ? a.partial + blk * 2 * cols : nullptr;
+      if (part != nullptr) std::fill_n(part, 2 * cols, 0.0f);
+      const int64_t r1 = std::min(a.rows, (blk + 1) * a.rows_per_block);
+      for (int64_t r = blk * a.rows_per_block; r < r1; ++r) layer_norm_backward_row(a, r, part);
+    }
+  });
+  if (a.partial == nullptr) return;
+  // Combine the block partials in block order: the same sum for any thread count.
+  parallel_for(cols, grain_for(a.blocks * 2, kGrainElementwise), [&](int64_t b, int64_t e) {
+    for (int64_t c = b; c < e; ++c) {
+      float sw = 0, sb = 0;
+      for (int64_t blk = 0; blk < a.blocks; ++blk) {
+        sw += a.partial[blk * 2 * cols + c];
+        sb += a.partial[(blk * 2 + 1) * cols + c];
+      }
+      if (a.dw != nullptr) a.dw[c] = T(sw);
+      if (a.db != nullptr) a.db[c] = T(sb);
+    }
+  });
+}
+
+// ---- embedding ----
+
+template <typename T, typename I>
+struct EmbeddingArgs { const T* w; const I* idx; T* out; int64_t n, vocab, dim; };
+template <typename T, typename I>
+struct EmbeddingBackwardArgs { const T* g; const I* idx; T* gw; int64_t n, vocab, dim; };
+
+template <typename T, typename I>
+void embedding_kernel(const EmbeddingArgs<T, I>& a) {
+  parallel_for(a.n, grain_for(a.dim, kGrainElementwise), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t v = static_cast<int64_t>(a.idx[i]);
+      T* o = a.out + i * a.dim;
+      if (v >= 0 && v < a.vocab) {
+        std::memcpy(o, a.w + v * a.dim, a.dim * sizeof(T));
+      } else {
+        std::fill_n(o, a.dim, T{});   // NOTE [ Index checks ] in nn.h
+      }
+    }
+  });
+}
+
+// Each thread owns rows [v0, v1) of grad_weight, zeroes them and adds, in
+// index order, every gradient row whose index falls in its range.
+template <typename T, typename I>
+void embedding_backward_kernel(const EmbeddingBackwardArgs<T, I>& a) {
+  using C = compute_t<T>;
+  const bool big = (a.vocab + a.n) * a.dim > kGrainElementwise;
+  parallel_for(a.vocab, big ? 1 : a.vocab, [&](int64_t v0, int64_t v1) {
+    std::fill(a.gw + v0 * a.dim, a.gw + v1 * a.dim, T{});
+    for (int64_t i = 0; i < a.n; ++i) {
+      const int64_t v = static_cast<int64_t>(a.idx[i]);
+      if (v < v0 || v >= v1) continue;
+      T* row = a.gw + v * a.dim;
+      const T* g = a.g + i * a.dim;
+      for (int64_t c = 0; c < a.dim; ++c) row[c] = T(C(row[c]) + C(g[c]));
+    }
+  });
+}
+
+// ---- dropout ----
+
+template <typename T>
+struct DropoutArgs {
+  const T* x;
+  T* y;
+  bool* mask;          // or null (no backward)
+  int64_t* state;      // {seed, offset}: read and advanced here, so replays draw fresh masks
+  int64_t n;
+  float p, scale;
+};
+template <typename T>
+struct DropoutBackwardArgs { const T* g; const bool* mask; T* gx; int64_t n; float scale; };
+
+template <typename T>
+void dropout_kernel(const DropoutArgs<T>& a) {
+  const uint64_t seed = static_cast<uint64_t>(a.state[0]);
+  const uint64_t offset = static_cast<uint64_t>(a.state[1]);
+  parallel_for(a.n, kGrainTranscendental, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const philox::Block r = philox::philox4x32(offset + static_cast<uint64_t>(i), seed);
+      const bool keep = philox::uniform(r.x[0]) >= a.p;
+      a.y[i] = T(ld(a.x[i]) * (keep ? a.scale : 0.0f));
+      if (a.mask != nullptr) a.mask[i] = keep;
+    }
+  });
+  a.state[1] = static_cast<int64_t>(offset + static_cast<uint64_t>(a.n));
+}
+
+template <typename T>
+void dropout_backward_kernel(const DropoutBackwardArgs<T>& a) {
+  parallel_for(a.n, kGrainElementwise, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) a.gx[i] = T(ld(a.g[i]) * (a.mask[i] ? a.scale : 0.0f));
+  });
+}
+
+// ---- launch helpers ----
+
+// i32 or i64 index types.
+template <typename F>
+void dispatch_index(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::kInt32: return f(Tag<int32_t>{});
+    case DType::kInt64: return f(Tag<int64_t>{});
+    default:
+      throw_error(absl::StatusCode::kInvalidArgument,
+                  absl::StrFormat("%s: index dtype %s is not supported (needs i32 or i64)", op, dtype_name(t)));
+  }
+}
+
+template <typename T>
+T* ptr_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+
+// A launch lists a fixed number of storages; an optional tensor that is
+// absent takes the slot of one the launch touches anyway (a repeat is harmless).
+Storage* storage_or(const Tensor& t, const Tensor& fallback) {
+  return t.defined() ? t.storage() : fallback.storage();
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void softmax(const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    SoftmaxArgs<T> args{x.data<T>(), out.data<T>(), outer, n, inner};
+    if (log) {
+      current_stream(kCPU).launch<&softmax_kernel<T, true>>(op, args, {x.storage()}, {out.storage()});
+    } else {
+      current_stream(kCPU).launch<&softmax_kernel<T, false>>(op, args, {x.storage()}, {out.storage()});
+    }
+  });
+}
+
+void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, int64_t outer,
+                      int64_t n, int64_t inner, bool log) {
+  const char* op = log ? "log_softmax_backward" : "softmax_backward";
+  dispatch_float(out.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    SoftmaxBackwardArgs<T> args{grad_out.data<T>(), out.data<T>(), grad_in.data<T>(), outer, n, inner};
+    if (log) {
+      current_stream(kCPU).launch<&softmax_backward_kernel<T, true>>(op, args, {grad_out.storage(), out.storage()},
+                                                                     {grad_in.storage()});
+    } else {
+      current_stream(kCPU).launch<&softmax_backward_kernel<T, false>>(
+          op, args, {grad_out.storage(), out.storage()}, {grad_in.storage()});
+    }
+  });
+}
+
+void cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& target,
+                   int64_t ignore_index) {
+  dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
+    dispatch_index(target.dtype(), "cross_entropy", [&](auto itag) {
+      using T = typename decltype(tag)::type;
+      using I = typename decltype(itag)::type;
+      CrossEntropyArgs<T, I> args{logits.data<T>(), target.data<I>(), loss.data<T>(), stats.data<float>(),
+                                  logits.size(0), logits.size(1), ignore_index};
+      current_stream(kCPU).launch<&cross_entropy_kernel<T, I>>(
+          "cross_entropy", args, {logits.storage(), target.storage()}, {loss.storage(), stats.storage()});
+    });
+  });
+}
+
+void cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
+                            const Tensor& target, const Tensor& stats, int64_t ignore_index) {
+  dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
+    dispatch_index(target.dtype(), "cross_entropy_backward", [&](auto itag) {
+      using T = typename decltype(tag)::type;
+      using I = typename decltype(itag)::type;
+      CrossEntropyBackwardArgs<T, I> args{logits.data<T>(), target.data<I>(), stats.data<float>(),
+                                          grad_loss.data<T>(), grad_logits.data<T>(), logits.size(0),
+                                          logits.size(1), ignore_index};
+      current_stream(kCPU).launch<&cross_entropy_backward_kernel<T, I>>(
+          "cross_entropy_backward", args,
+          {logits.storage(), target.storage(), stats.storage(), grad_loss.storage()}, {grad_logits.storage()});
+    });
+  });
+}
+
+void layer_norm(const Tensor& out, const Tensor& stats, const Tensor& x, const Tensor& weight,
+                const Tensor& bias, double eps) {
+  dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    LayerNormArgs<T> args{x.data<T>(), ptr_or_null<T>(weight), ptr_or_null<T>(bias), out.data<T>(),
+                          stats.data<float>(), x.size(0), x.size(1), static_cast<float>(eps)};
+    current_stream(kCPU).launch<&layer_norm_kernel<T>>(
+        "layer_norm", args, {x.storage(), storage_or(weight, x), storage_or(bias, x)},
+        {out.storage(), stats.storage()});
+  });
+}
+
+void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_out,
+                         const Tensor& x, const Tensor& weight, const Tensor& stats) {
+  const int64_t rows = x.size(0), cols = x.size(1);
+  // A fixed partition (it depends on rows only) keeps dweight/dbias deterministic.
+  const int64_t rows_per_block = std::max<int64_t>(1, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks);
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  const bool sums = dweight.defined() || dbias.defined();
+  Tensor partial = empty({sums ? blocks * 2 * cols : 0}, kFloat32, x.device());
+  dispatch_float(x.dtype(), "layer_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    LayerNormBackwardArgs<T> args{grad_out.data<T>(),
+                                  x.data<T>(),
+                                  ptr_or_null<T>(weight),
+                                  stats.data<float>(),
+                                  ptr_or_null<T>(dx),
+                                  ptr_or_null<T>(dweight),
+                                  ptr_or_null<T>(dbias),
+                                  sums ? partial.data<float>() : nullptr,
+                                  rows,
+                                  cols,
+                                  blocks,
+                                  rows_per_block};
+    current_stream(kCPU).launch<&layer_norm_backward_kernel<T>>(
+        "layer_norm_backward", args,
+        {grad_out.storage(), x.storage(), storage_or(weight, x), stats.storage()},
+        {storage_or(dx, partial), storage_or(dweight, partial), storage_or(dbias, partial), partial.storage()});
+  });
+}
+
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices) {
+  dispatch_numeric(weight.dtype(), "embedding", [&](auto tag) {
+    dispatch_index(indices.dtype(), "embedding", [&](auto itag) {
+      using T = typename decltype(tag)::type;
+      using I = typename decltype(itag)::type;
+      EmbeddingArgs<T, I> args{weight.data<T>(), indices.data<I>(), out.data<T>(), indices.numel(),
+                               weight.size(0), weight.size(1)};
+      current_stream(kCPU).launch<&embedding_kernel<T, I>>("embedding", args,
+                                                           {weight.storage(), indices.storage()}, {out.storage()});
+    });
+  });
+}
+
+void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& indices) {
+  dispatch_float(grad_weight.dtype(), "embedding_backward", [&](auto tag) {
+    dispatch_index(indices.dtype(), "embedding_backward", [&](auto itag) {
+      using T = typename decltype(tag)::type;
+      using I = typename decltype(itag)::type;
+      EmbeddingBackwardArgs<T, I> args{grad_out.data<T>(), indices.data<I>(), grad_weight.data<T>(),
+                                       indices.numel(), grad_weight.size(0), grad_weight.size(1)};
+      current_stream(kCPU).launch<&embedding_backward_kernel<T, I>>(
+          "embedding_backward", args, {grad_out.storage(), indices.storage()}, {grad_weight.storage()});
+    });
+  });
+}
+
+void dropout(const Tensor& out, const Tensor& mask, const Tensor& a, const Tensor& state, double p) {
+  dispatch_float(a.dtype(), "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    DropoutArgs<T> args{a.data<T>(),          out.data<T>(), ptr_or_null<bool>(mask),
+                        state.data<int64_t>(), a.numel(),     static_cast<float>(p),
+                        static_cast<float>(1.0 / (1.0 - p))};
+    current_stream(kCPU).launch<&dropout_kernel<T>>("dropout", args, {a.storage(), state.storage()},
+                                                    {out.storage(), storage_or(mask, out), state.storage()});
+  });
+}
+
+void dropout_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& mask, double scale) {
+  dispatch_float(grad_in.dtype(), "dropout_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    DropoutBackwardArgs<T> args{grad_out.data<T>(), mask.data<bool>(), grad_in.data<T>(), grad_in.numel(),
+                                static_cast<float>(scale)};
+    current_stream(kCPU).launch<&dropout_backward_kernel<T>>("dropout_backward", args,
+                                                             {grad_out.storage(), mask.storage()},
+                                                             {grad_in.storage()});
+  });
+}
+
+}  // namespace encore::cpu
