@@ -34,7 +34,7 @@ namespace encore {
 using Shape = absl::InlinedVector<int64_t, 5>;
 inline constexpr int kMaxDims = 8;  // kernels carry shapes inline; more dims is an error
 
-namespace autograd { class Node; }
+namespace autograd { class Node; class AccumulateGrad; }
 class Allocator;
 
 // A block of device memory. Owned by the tensors that view it; returned to the
@@ -44,6 +44,10 @@ class Storage : public RefCounted {
   // Allocates nbytes through the device's current allocator (see allocator.h).
   static Ref<Storage> allocate(int64_t nbytes, Device device);
   ~Storage();
+  // Storage and TensorImpl objects come from a per-thread free list: eager
+  // ops create and drop them at a high rate.
+  static void* operator new(size_t size);
+  static void operator delete(void* p, size_t size);
 
   void* data() const { return data_; }
   int64_t nbytes() const { return nbytes_; }
@@ -145,21 +149,34 @@ class Tensor {
 
 // Autograd state of one tensor; absent until autograd first touches it.
 struct AutogradMeta {
+  static void* operator new(size_t size);
+  static void operator delete(void* p, size_t size);
+  ~AutogradMeta();
   Tensor grad;                                        // accumulated gradient (leaves)
   std::shared_ptr<autograd::Node> grad_fn;            // creator (non-leaves)
-  std::weak_ptr<autograd::Node> grad_accumulator;     // shared by all uses of a leaf
+  // NOTE [ Leaf accumulators ]: a leaf owns its AccumulateGrad node, which
+  // points back at the leaf without owning it; ~AutogradMeta detaches it, so
+  // a graph that outlives its leaf drops that leaf's gradient instead of
+  // writing to freed memory.
+  std::shared_ptr<autograd::AccumulateGrad> grad_accumulator;
   int32_t output_nr = 0;                              // which output of grad_fn
   bool requires_grad = false;
 };
 
 // The data behind a Tensor handle. Internal: use Tensor's methods.
 struct TensorImpl : RefCounted {
+  static void* operator new(size_t size);
+  static void operator delete(void* p, size_t size);
   Ref<Storage> storage;
   int64_t offset = 0;   // in elements from storage->data()
   Shape shape;          // in elements
   Shape strides;        // in elements; stride 0 = broadcast
   DType dtype = kFloat32;
+  bool contiguous = true;   // cached: row-major dense (size-1 dims ignored); see compute_contiguous
   std::unique_ptr<AutogradMeta> autograd;
+
+  // Recomputes `contiguous` after shape or strides change.
+  void compute_contiguous();
 };
 
 inline DType Tensor::dtype() const { return impl_->dtype; }
@@ -167,6 +184,7 @@ inline Device Tensor::device() const { return impl_->storage->device(); }
 inline const Shape& Tensor::shape() const { return impl_->shape; }
 inline const Shape& Tensor::strides() const { return impl_->strides; }
 inline int64_t Tensor::storage_offset() const { return impl_->offset; }
+inline bool Tensor::is_contiguous() const { return impl_->contiguous; }
 inline Storage* Tensor::storage() const { return impl_->storage.get(); }
 inline void* Tensor::data_ptr() const {
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * dtype_size(impl_->dtype);

@@ -20,12 +20,12 @@ void throw_freed_graph(const char* name) {
                               name));
 }
 
-AccumulateGrad::AccumulateGrad(Ref<TensorImpl> leaf) : Node("AccumulateGrad", 1), leaf_(std::move(leaf)) {}
+AccumulateGrad::AccumulateGrad(TensorImpl* leaf) : Node("AccumulateGrad", 1), leaf_(leaf) {}
 
 Grads AccumulateGrad::apply(Grads&& grads) {
-  Tensor leaf(leaf_);
   Tensor& g = grads[0];
-  if (!g.defined()) return {};
+  if (!g.defined() || leaf_ == nullptr) return {};
+  Tensor leaf{Ref<TensorImpl>(leaf_)};
   Tensor current = leaf.grad();
   if (current.defined()) {
     current.add_(g);   // in place: a persistent .grad() keeps its storage across steps
@@ -42,12 +42,8 @@ Edge gradient_edge(const Tensor& t) {
   if (meta == nullptr) return {};
   if (meta->grad_fn) return {meta->grad_fn, meta->output_nr};
   if (!meta->requires_grad) return {};
-  std::shared_ptr<Node> acc = meta->grad_accumulator.lock();
-  if (!acc) {
-    acc = std::make_shared<AccumulateGrad>(Ref<TensorImpl>(t.impl()));
-    meta->grad_accumulator = acc;
-  }
-  return {std::move(acc), 0};
+  if (!meta->grad_accumulator) meta->grad_accumulator = std::make_shared<AccumulateGrad>(t.impl());
+  return {meta->grad_accumulator, 0};
 }
 
 SavedTensor::SavedTensor(const Tensor& t, const char* op) : op_(op) {

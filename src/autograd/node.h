@@ -81,15 +81,17 @@ Grads FunctionNode<F>::apply(Grads&& grads) {
   }
 }
 
-// Adds the gradient into a leaf's .grad(). Owns a reference to the leaf.
+// Adds the gradient into a leaf's .grad(). Owned by the leaf (see NOTE [ Leaf
+// accumulators ] in tensor.h); points back at it without owning it.
 class AccumulateGrad final : public Node {
  public:
-  explicit AccumulateGrad(Ref<TensorImpl> leaf);
+  explicit AccumulateGrad(TensorImpl* leaf);
   Grads apply(Grads&& grads) override;
-  const Ref<TensorImpl>& leaf() const { return leaf_; }
+  TensorImpl* leaf() const { return leaf_; }
+  void detach_leaf() { leaf_ = nullptr; }   // the leaf is being destroyed
 
  private:
-  Ref<TensorImpl> leaf_;
+  TensorImpl* leaf_;
 };
 
 // Where the gradient of t must go: its grad_fn, its leaf accumulator, or nowhere.

@@ -4,6 +4,10 @@
 
 namespace encore {
 
+AutogradMeta::~AutogradMeta() {
+  if (grad_accumulator) grad_accumulator->detach_leaf();
+}
+
 bool Tensor::requires_grad() const {
   const AutogradMeta* m = impl_->autograd.get();
   return m != nullptr && m->requires_grad;
@@ -51,6 +55,7 @@ Tensor Tensor::detach() const {
   impl->shape = impl_->shape;
   impl->strides = impl_->strides;
   impl->dtype = impl_->dtype;
+  impl->contiguous = impl_->contiguous;
   return Tensor(std::move(impl));
 }
 

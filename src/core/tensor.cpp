@@ -2,6 +2,7 @@
 // autograd accessors in src/autograd/.
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "absl/strings/str_join.h"
 #include "encore/tensor.h"
@@ -10,7 +11,48 @@
 namespace encore {
 namespace {
 std::atomic<uint64_t> next_storage_id{1};
+
+// A per-thread cache of freed small objects of one size. Blocks freed on
+// another thread join that thread's cache; beyond kMaxCached they go back to
+// the heap.
+template <size_t kSize>
+class ObjectCache {
+ public:
+  ~ObjectCache() {
+    for (void* p : free_) ::operator delete(p);
+  }
+  void* get() {
+    if (free_.empty()) return ::operator new(kSize);
+    void* p = free_.back();
+    free_.pop_back();
+    return p;
+  }
+  void put(void* p) {
+    if (free_.size() >= kMaxCached) {
+      ::operator delete(p);
+      return;
+    }
+    free_.push_back(p);
+  }
+
+ private:
+  static constexpr size_t kMaxCached = 4096;
+  std::vector<void*> free_;
+};
+
+template <typename T>
+ObjectCache<sizeof(T)>& object_cache() {
+  thread_local ObjectCache<sizeof(T)> cache;
+  return cache;
+}
 }  // namespace
+
+void* Storage::operator new(size_t size) { return object_cache<Storage>().get(); }
+void Storage::operator delete(void* p, size_t size) { object_cache<Storage>().put(p); }
+void* AutogradMeta::operator new(size_t size) { return object_cache<AutogradMeta>().get(); }
+void AutogradMeta::operator delete(void* p, size_t size) { object_cache<AutogradMeta>().put(p); }
+void* TensorImpl::operator new(size_t size) { return object_cache<TensorImpl>().get(); }
+void TensorImpl::operator delete(void* p, size_t size) { object_cache<TensorImpl>().put(p); }
 
 Storage::Storage(void* data, int64_t nbytes, Device device, Allocator* allocator)
     : data_(data), nbytes_(nbytes), device_(device), allocator_(allocator),
@@ -36,16 +78,17 @@ int64_t Tensor::size(int64_t d) const {
   return shape()[d < 0 ? d + n : d];
 }
 
-bool Tensor::is_contiguous() const {
+void TensorImpl::compute_contiguous() {
   int64_t expected = 1;
-  const Shape& sh = impl_->shape;
-  const Shape& st = impl_->strides;
-  for (int64_t d = static_cast<int64_t>(sh.size()) - 1; d >= 0; --d) {
-    if (sh[d] == 1) continue;
-    if (st[d] != expected) return false;
-    expected *= sh[d];
+  contiguous = true;
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (strides[d] != expected) {
+      contiguous = numel_of(shape) == 0;
+      return;
+    }
+    expected *= shape[d];
   }
-  return true;
 }
 
 template <typename T>
@@ -96,6 +139,7 @@ Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset)
   impl->shape = std::move(shape);
   impl->strides = std::move(strides);
   impl->dtype = base.dtype();
+  impl->compute_contiguous();
   return Tensor(std::move(impl));
 }
 

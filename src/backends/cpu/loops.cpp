@@ -12,9 +12,35 @@ void broadcast_strides(const Tensor& t, absl::Span<const int64_t> shape, int64_t
   }
 }
 
+namespace {
+// True when every operand is dense, row-major and of out's shape: the common
+// case, which needs no per-dim work at all.
+bool all_dense_same_shape(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
+  if (!out.is_contiguous()) return false;
+  for (const Tensor* t : inputs) {
+    if (t->shape() != out.shape() || !t->is_contiguous()) return false;
+  }
+  return true;
+}
+}  // namespace
+
 template <int N>
 Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
   Layout<N> l;
+  if (all_dense_same_shape(out, inputs)) {
+    l.ndim = 1;
+    l.numel = out.numel();
+    l.shape[0] = l.numel;
+    l.contiguous = true;
+    l.ptr[0] = static_cast<char*>(out.data_ptr());
+    l.stride[0][0] = dtype_size(out.dtype());
+    int k = 1;
+    for (const Tensor* t : inputs) {
+      l.ptr[k] = static_cast<char*>(t->data_ptr());
+      l.stride[k++][0] = dtype_size(t->dtype());
+    }
+    return l;
+  }
   const Shape& shape = out.shape();
   const int nd = static_cast<int>(shape.size());
   ENCORE_CHECK(nd <= kMaxDims, "elementwise: %d dims exceed the limit of %d (shape %s)", nd, kMaxDims,

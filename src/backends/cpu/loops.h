@@ -20,12 +20,14 @@ namespace encore::cpu {
 
 template <int N>
 struct Layout {
-  int ndim = 0;
-  int64_t numel = 0;
-  bool contiguous = false;               // every operand dense with its element size
-  int64_t shape[kMaxDims] = {};          // after merging
-  int64_t stride[N][kMaxDims] = {};      // bytes
-  char* ptr[N] = {};
+  // Entries past ndim are left uninitialised: filling them costs more than
+  // the rest of a tiny op.
+  int ndim;
+  int64_t numel;
+  bool contiguous;                       // every operand dense with its element size
+  int64_t shape[kMaxDims];               // after merging
+  int64_t stride[N][kMaxDims];           // bytes
+  char* ptr[N];
 };
 
 // Strides of `t` (bytes) when broadcast to `shape` (t's dims align right).
