@@ -1,0 +1,34 @@
+// The CPU graph: a flat array of kernels with their argument bytes. replay()
+// is one loop of indirect calls: no allocation, no checks, no dispatch.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "src/core/stream.h"
+
+namespace encore::capture_internal {
+
+class CpuGraph {
+ public:
+  // Copies the launch's argument bytes (aligned to 16) and appends a node.
+  void append(const LaunchRecord& launch);
+  void freeze();   // resolves argument offsets to pointers
+  void replay() const {
+    for (const Node& n : nodes_) n.thunk(n.args);
+  }
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  struct Node {
+    KernelThunk thunk;
+    const void* args;   // into args_ after freeze()
+    size_t offset;      // into args_
+  };
+  std::vector<Node> nodes_;
+  std::vector<std::max_align_t> args_;   // max-aligned storage for every node's arguments
+  size_t used_ = 0;                      // bytes of args_ in use
+};
+
+}  // namespace encore::capture_internal

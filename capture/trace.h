@@ -1,0 +1,39 @@
+// What the recorder learns from one eager step: every kernel with the
+// buffers it touched, every temporary allocation with its lifetime.
+//
+// Buffer ids: a temporary is its allocation index (0, 1, ...) in the order
+// the step allocated; persistent storages (anything that existed before the
+// step) are not buffers and get id kPersistent.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "src/core/stream.h"
+
+namespace encore::capture_internal {
+
+inline constexpr int32_t kPersistent = -1;
+
+struct KernelRecord {
+  const char* op;
+  KernelThunk thunk;
+  std::vector<int32_t> reads, writes;   // temporary ids (kPersistent for others)
+};
+
+struct AllocRecord {
+  int64_t nbytes = 0;
+  int64_t allocated_at = 0;   // number of kernels launched before the allocation
+  int64_t first_use = -1;     // first kernel that read or wrote it
+  int64_t last_use = -1;      // last kernel that read or wrote it
+  bool freed = false;
+  bool output = false;        // held by a step output: lives to the end
+};
+
+struct Trace {
+  std::vector<KernelRecord> kernels;
+  std::vector<AllocRecord> allocs;
+};
+
+}  // namespace encore::capture_internal

@@ -1,0 +1,109 @@
+// Capture a whole training step once; replay it every step after.
+//
+//   auto step = [&] {
+//     opt.zero_grad();
+//     Tensor loss = cross_entropy(model.forward(x), y);
+//     loss.backward();
+//     opt.step();
+//     return std::vector<Tensor>{loss};
+//   };
+//   absl::StatusOr<encore::Graph> graph = encore::capture(step);
+//   if (!graph.ok()) { /* the message says what in the step cannot be captured */ }
+//   for (...) {
+//     x.copy_(next_x); y.copy_(next_y);              // static inputs, refilled in place
+//     absl::Status s = graph->replay();
+//     float loss = graph->output(0).item<float>();
+//   }
+//
+// What capture() does (DESIGN.md, "The path of one captured step"):
+//  1. Warm-up: runs `step` options.warmup times EAGERLY. These are real
+//     training steps: parameters and optimizer state change, exactly as if
+//     the loop had run them. The last warm-up is recorded: every kernel with
+//     the buffers it reads and writes, every allocation with its size.
+//  2. Lifetimes: a temporary lives from the first kernel that touches it to
+//     the last one (kernel-level last use). Step outputs live to the end.
+//     Everything that existed before the recorded step (parameters, grads,
+//     optimizer state, static inputs) is persistent and stays where it is.
+//  3. Plan: planner/ places the temporaries in one arena.
+//  4. Capture: `step` runs once more with allocations served from the arena
+//     and the stream in capture mode. On CPU the kernels are appended to a
+//     list instead of running, exactly as CUDA stream capture behaves: this
+//     run computes nothing. It must issue the same kernels and allocation
+//     sizes as the recorded warm-up, else capture fails naming the first
+//     differing op.
+//  5. replay() runs the list: no allocation, no shape checks, no autograd.
+//
+// Errors instead of silent wrong answers: a host read inside the step
+// (item(), to_vector(), printing), a tensor allocated in the step that
+// outlives it without being an output, or an exception thrown by the step
+// make capture() return a Status; the model and optimizer stay usable.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "encore/planner.h"
+#include "encore/tensor.h"
+
+namespace encore {
+
+struct CaptureOptions {
+  int warmup = 2;                               // eager runs before capture; the last is recorded (>= 1)
+  planner::Algorithm planner = planner::Algorithm::kBest;
+  double planner_time_limit_s = 0.5;
+};
+
+struct CaptureStats {
+  int64_t kernels = 0;             // nodes in the graph
+  int64_t temporaries = 0;         // buffers placed in the arena
+  int64_t arena_bytes = 0;         // the planned arena
+  int64_t lower_bound_bytes = 0;   // planner::lower_bound of the recorded lifetimes
+  int64_t eager_peak_bytes = 0;    // caching allocator's in-use peak during the recorded warm-up,
+                                   // above what was in use before it
+  double warmup_ms = 0, plan_ms = 0, capture_ms = 0;
+};
+
+class Graph {
+ public:
+  Graph(Graph&&) noexcept;
+  Graph& operator=(Graph&&) noexcept;
+  ~Graph();
+
+  // Runs the captured step once. Refuses (FailedPrecondition) when a tensor the
+  // graph reads or writes was freed or replaced since capture (e.g. a
+  // parameter reassigned, a static input dropped).
+  [[nodiscard]] absl::Status replay();
+  // The i-th tensor `step` returned: a view into the arena (or a persistent
+  // tensor), valid until the next replay() and while the Graph lives; clone()
+  // keeps one.
+  const Tensor& output(size_t i) const;
+  size_t num_outputs() const;
+  const CaptureStats& stats() const;
+  // The recorded temporaries as planner buffers (lifetimes in kernel
+  // indices), e.g. to compare planning algorithms on a real step.
+  const std::vector<planner::Buffer>& buffers() const;
+  // Offset of each of buffers() in the arena (bytes).
+  const std::vector<int64_t>& arena_offsets() const;
+  // The temporaries (indices into buffers()) node i reads or writes.
+  std::vector<int32_t> node_temporaries(size_t i) const;
+  // Writes the graph in Graphviz DOT: nodes named by op, edges from the
+  // recorded read-after-write dependencies.
+  [[nodiscard]] absl::Status dump_dot(const std::string& path) const;
+  // Op name of node i, for profilers.
+  const char* node_op(size_t i) const;
+
+  struct Impl;
+  explicit Graph(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+[[nodiscard]] absl::StatusOr<Graph> capture(const std::function<std::vector<Tensor>()>& step,
+                                            const CaptureOptions& options = {});
+
+}  // namespace encore

@@ -1,0 +1,181 @@
+// Neural-network modules: parameters with dotted names, train/eval, and the
+// layers of a small GPT.
+//
+//   encore::nn::Mlp mlp({784, 128, 10});                       // Linear-ReLU-Linear
+//   encore::Tensor logits = mlp.forward(x);                   // x [B, 784] -> [B, 10]
+//   for (auto& [name, p] : mlp.named_parameters()) ...        // "layers.0.weight", ...
+//
+//   encore::nn::Gpt gpt({.vocab_size = 65, .block_size = 64, .n_layer = 2, .n_head = 4, .n_embd = 128});
+//   encore::Tensor loss = gpt.loss(tokens, targets);          // [B, T] ids -> scalar
+//
+// Parameters are leaf tensors that require grad, created on construction on
+// the module's device and initialised from a seeded generator (GPT-2 scheme:
+// N(0, 0.02) weights, residual projections N(0, 0.02 / sqrt(2 n_layer)), zero
+// biases, LayerNorm weight 1). A module owns its parameters; the Tensor
+// handles returned by parameters() share them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "encore/ops.h"
+#include "encore/tensor.h"
+
+namespace encore::nn {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Every parameter of this module and its submodules, each once (a tied
+  // weight appears under its first name), in registration order.
+  std::vector<Tensor> parameters() const;
+  NamedTensors named_parameters() const;
+  void train(bool on = true);            // recursive; dropout is active in training mode
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Moves every parameter to `device` in place: handles held elsewhere see the move.
+  void to(Device device);
+  // Zeroes existing gradients in place (their storage stays: see optim.h).
+  void zero_grad();
+
+ protected:
+  // Registers t as a parameter (a leaf that requires grad) and returns it.
+  Tensor register_parameter(std::string name, Tensor t);
+  // Registers an already registered tensor of another module (weight tying).
+  void register_shared_parameter(std::string name, const Tensor& t);
+  template <typename M>
+  M& register_module(std::string name, std::unique_ptr<M> m) {
+    M& ref = *m;
+    children_.emplace_back(std::move(name), std::move(m));
+    return ref;
+  }
+
+ private:
+  void collect(const std::string& prefix, NamedTensors& out) const;
+  NamedTensors params_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  bool training_ = true;
+};
+
+// Initialisation options shared by the layers.
+struct Init {
+  Device device = kCPU;
+  Generator* gen = nullptr;       // nullptr: default_generator(device)
+};
+
+// y = x W^T + b. W [out, in], b [out]. Default init: U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's).
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, bool bias = true, Init init = {});
+  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }
+  Tensor weight;   // [out, in]
+  Tensor bias;     // [out] or undefined
+};
+
+// Normalises the last dim. weight [dim] = 1, bias [dim] = 0.
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, Init init = {});
+  Tensor forward(const Tensor& x) const { return layer_norm(x, {weight.size(0)}, weight, bias, eps_); }
+  Tensor weight, bias;
+ private:
+  double eps_;
+};
+
+// Rows of weight [num, dim] looked up by integer ids of any shape.
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num, int64_t dim, Init init = {});   // N(0, 1) like PyTorch
+  Tensor forward(const Tensor& ids) const { return embedding(weight, ids); }
+  Tensor weight;   // [num, dim]
+};
+
+// Zeroes elements with probability p while training.
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p) : p_(p) {}
+  Tensor forward(const Tensor& x) const { return dropout(x, p_, is_training()); }
+ private:
+  double p_;
+};
+
+enum class Activation { kRelu, kGelu, kTanh };
+
+// Linear layers with an activation between them: widths {784, 128, 10} is
+// Linear(784, 128) -> act -> Linear(128, 10).
+class Mlp : public Module {
+ public:
+  Mlp(std::vector<int64_t> widths, Activation act = Activation::kRelu, Init init = {});
+  Tensor forward(const Tensor& x) const;
+ private:
+  std::vector<Linear*> layers_;
+  Activation act_;
+};
+
+struct GptConfig {
+  int64_t vocab_size = 65;
+  int64_t block_size = 64;    // longest sequence (T <= block_size)
+  int64_t n_layer = 2;
+  int64_t n_head = 4;
+  int64_t n_embd = 128;       // C; must divide by n_head
+  double dropout = 0.0;
+  bool tied_head = true;      // lm_head shares wte's weight
+  uint64_t seed = 1337;       // initialisation seed
+  Device device = kCPU;
+};
+
+// Multi-head causal self-attention: x [B, T, C] -> [B, T, C].
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(const GptConfig& cfg, Generator* gen);
+  Tensor forward(const Tensor& x) const;
+ private:
+  int64_t n_head_;
+  Linear* qkv_;     // c_attn: C -> 3C
+  Linear* proj_;    // c_proj: C -> C
+  Dropout* attn_drop_;
+  Dropout* resid_drop_;
+  Tensor mask_;     // bool [block, block], true above the diagonal (future positions)
+};
+
+// Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)).
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(const GptConfig& cfg, Generator* gen);
+  Tensor forward(const Tensor& x) const;
+ private:
+  LayerNorm* ln1_;
+  CausalSelfAttention* attn_;
+  LayerNorm* ln2_;
+  Mlp* mlp_;        // C -> 4C -> GELU -> C
+  Dropout* drop_;
+};
+
+// A small GPT-2: token + position embeddings, n_layer blocks, final norm, head.
+class Gpt : public Module {
+ public:
+  explicit Gpt(const GptConfig& cfg);
+  // ids [B, T] (i32/i64) -> logits [B, T, V].
+  Tensor forward(const Tensor& ids) const;
+  // Mean cross-entropy of forward(ids) against targets [B, T].
+  Tensor loss(const Tensor& ids, const Tensor& targets) const;
+  const GptConfig& config() const { return cfg_; }
+ private:
+  GptConfig cfg_;
+  Embedding* wte_;   // [V, C]
+  Embedding* wpe_;   // [block, C]
+  std::vector<TransformerBlock*> blocks_;
+  LayerNorm* ln_f_;
+  Linear* lm_head_;  // [V, C], nullptr when tied to wte
+};
+
+}  // namespace encore::nn

@@ -1,0 +1,289 @@
+// Capture and replay on CPU: N replays equal N eager steps bit for bit, the
+// arena plan is sound, and every way a step can be uncapturable gives a clear
+// Status instead of a silent wrong answer.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+
+#include "encore/capture.h"
+#include "encore/encore.h"
+#include "encore/nn.h"
+#include "encore/optim.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+constexpr int kSteps = 50;
+
+// Bit-exact copy of every parameter's values.
+std::vector<std::vector<float>> snapshot(const nn::Module& m) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.to_vector<float>());
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A model, its optimizer and static inputs: everything a step closes over.
+struct Setup {
+  std::unique_ptr<nn::Module> model;
+  std::unique_ptr<optim::Optimizer> opt;
+  Tensor x, y;
+  std::function<Tensor()> loss;                      // forward + loss on x, y
+  std::function<void(int)> fill;                     // writes batch i into x, y
+  std::vector<Tensor> step() {
+    opt->zero_grad();
+    Tensor l = loss();
+    l.backward();
+    opt->step();
+    return {l};
+  }
+};
+
+Setup mlp_setup() {
+  Setup s;
+  manual_seed(3);
+  auto mlp = std::make_unique<nn::Mlp>(std::vector<int64_t>{12, 16, 5});
+  s.opt = std::make_unique<optim::AdamW>(mlp->parameters(), optim::AdamWOptions{.lr = 1e-2});
+  s.x = zeros({8, 12});
+  s.y = zeros({8}, kInt64);
+  nn::Mlp* m = mlp.get();
+  s.loss = [&s, m] { return cross_entropy(m->forward(s.x), s.y); };
+  s.fill = [&s](int i) {
+    NoGradGuard no_grad;
+    s.x.copy_(testing::random_tensor({8, 12}, 100 + i));
+    s.y.copy_(from_vector<int64_t>({0, 1, 2, 3, 4, (i % 5), 1, 2}));
+  };
+  s.model = std::move(mlp);
+  return s;
+}
+
+Setup gpt_setup() {
+  Setup s;
+  manual_seed(5);
+  nn::GptConfig cfg{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16,
+                    .dropout = 0.1, .tied_head = true};
+  auto gpt = std::make_unique<nn::Gpt>(cfg);
+  s.opt = std::make_unique<optim::AdamW>(gpt->parameters(), optim::AdamWOptions{.lr = 3e-3});
+  s.x = zeros({2, 8}, kInt64);
+  s.y = zeros({2, 8}, kInt64);
+  nn::Gpt* g = gpt.get();
+  s.loss = [&s, g] { return g->loss(s.x, s.y); };
+  s.fill = [&s](int i) {
+    std::vector<int64_t> ids(16), next(16);
+    for (int j = 0; j < 16; ++j) {
+      ids[j] = (i * 7 + j * 3) % 13;
+      next[j] = (i * 7 + j * 3 + 1) % 13;
+    }
+    NoGradGuard no_grad;
+    s.x.copy_(from_vector<int64_t>(ids, {2, 8}));
+    s.y.copy_(from_vector<int64_t>(next, {2, 8}));
+  };
+  s.model = std::move(gpt);
+  return s;
+}
+
+// Runs the eager reference (two warm-up-equivalent steps on batch 0, then
+// kSteps on batches 1..kSteps), then the captured version from the same seed,
+// and compares losses and parameters after every step, bit for bit.
+void expect_replay_matches_eager(const std::function<Setup()>& make) {
+  std::vector<float> eager_losses;
+  std::vector<std::vector<std::vector<float>>> eager_params;
+  {
+    Setup s = make();
+    s.fill(0);
+    s.step();
+    s.step();
+    for (int i = 1; i <= kSteps; ++i) {
+      s.fill(i);
+      eager_losses.push_back(s.step()[0].item<float>());
+      eager_params.push_back(snapshot(*s.model));
+    }
+  }
+  Setup s = make();
+  s.fill(0);
+  absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_GT(graph->stats().kernels, 10);
+  for (int i = 1; i <= kSteps; ++i) {
+    s.fill(i);
+    ASSERT_TRUE(graph->replay().ok());
+    const float loss = graph->output(0).item<float>();
+    EXPECT_EQ(std::memcmp(&loss, &eager_losses[i - 1], sizeof(float)), 0)
+        << "step " << i << ": replay " << loss << " eager " << eager_losses[i - 1];
+    std::vector<std::vector<float>> params = snapshot(*s.model);
+    for (size_t p = 0; p < params.size(); ++p) {
+      ASSERT_TRUE(same_bits(params[p], eager_params[i - 1][p])) << "step " << i << " parameter " << p;
+    }
+  }
+}
+
+TEST(CaptureTest, MlpReplaysEqualEagerStepsBitForBit) { expect_replay_matches_eager(mlp_setup); }
+
+TEST(CaptureTest, GptWithDropoutAndTiedWeightsReplaysEqualEagerSteps) { expect_replay_matches_eager(gpt_setup); }
+
+TEST(CaptureTest, ArenaPlanIsSoundForTheRecordedKernelOrder) {
+  for (auto make : {mlp_setup, gpt_setup}) {
+    Setup s = make();
+    s.fill(0);
+    absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    const auto& buffers = graph->buffers();
+    const auto& offsets = graph->arena_offsets();
+    planner::Plan plan{offsets, graph->stats().arena_bytes};
+    EXPECT_TRUE(planner::validate(buffers, plan).ok()) << planner::validate(buffers, plan);
+    // Every temporary a node touches is live at that node per its lifetime.
+    for (size_t k = 0; k < static_cast<size_t>(graph->stats().kernels); ++k) {
+      for (int32_t id : graph->node_temporaries(k)) {
+        EXPECT_LE(buffers[id].lower, static_cast<int64_t>(k)) << graph->node_op(k);
+        EXPECT_GT(buffers[id].upper, static_cast<int64_t>(k)) << graph->node_op(k);
+      }
+    }
+    // Two temporaries sharing bytes never meet in one node.
+    for (size_t k = 0; k < static_cast<size_t>(graph->stats().kernels); ++k) {
+      std::vector<int32_t> ids = graph->node_temporaries(k);
+      for (size_t a = 0; a < ids.size(); ++a) {
+        for (size_t b = a + 1; b < ids.size(); ++b) {
+          const int64_t a0 = offsets[ids[a]], a1 = a0 + buffers[ids[a]].size;
+          const int64_t b0 = offsets[ids[b]], b1 = b0 + buffers[ids[b]].size;
+          EXPECT_TRUE(a1 <= b0 || b1 <= a0) << "node " << k << " " << graph->node_op(k);
+        }
+      }
+    }
+    EXPECT_GE(graph->stats().arena_bytes, graph->stats().lower_bound_bytes);
+    EXPECT_LE(graph->stats().arena_bytes, graph->stats().eager_peak_bytes);
+  }
+}
+
+TEST(CaptureTest, LearningRateTensorChangesTakeEffectInReplay) {
+  Setup s = mlp_setup();
+  s.fill(0);
+  absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  s.opt->set_lr(0.0);
+  std::vector<std::vector<float>> before = snapshot(*s.model);
+  ASSERT_TRUE(graph->replay().ok());
+  std::vector<std::vector<float>> after = snapshot(*s.model);
+  for (size_t p = 0; p < before.size(); ++p) EXPECT_TRUE(same_bits(before[p], after[p])) << p;
+  s.opt->set_lr(1e-2);
+  ASSERT_TRUE(graph->replay().ok());
+  EXPECT_FALSE(same_bits(after[0], snapshot(*s.model)[0]));
+}
+
+TEST(CaptureTest, HostReadInsideTheStepFailsCapture) {
+  Setup s = mlp_setup();
+  s.fill(0);
+  absl::StatusOr<Graph> graph = capture([&] {
+    std::vector<Tensor> out = s.step();
+    std::printf("loss %f\n", out[0].item<float>());
+    return out;
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(graph.status().message().find("item"), absl::string_view::npos) << graph.status();
+  EXPECT_NE(graph.status().message().find("move the read"), absl::string_view::npos) << graph.status();
+}
+
+TEST(CaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {
+  Setup s = mlp_setup();
+  s.fill(0);
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    Tensor h = ++calls == 3 ? tanh(s.x) : relu(s.x);   // the capture run (3rd call) differs
+    return std::vector<Tensor>{h.sum()};
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(graph.status().message().find("relu"), absl::string_view::npos) << graph.status();
+  EXPECT_NE(graph.status().message().find("tanh"), absl::string_view::npos) << graph.status();
+}
+
+TEST(CaptureTest, ExceptionInTheStepBecomesAStatusAndLeavesTheModelUsable) {
+  Setup s = mlp_setup();
+  s.fill(0);
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    if (++calls == 3) (void)s.x.view({5, 5});       // an encore::Error in the capture run
+    return s.step();
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(graph.status().message().find("[8, 12]"), absl::string_view::npos) << graph.status();
+  graph = capture([&] {
+    if (++calls == 6) throw std::runtime_error("user code failed");   // any other exception
+    return s.step();
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("user code failed"), absl::string_view::npos) << graph.status();
+  const float loss = s.step()[0].item<float>();      // eager training still works
+  EXPECT_TRUE(std::isfinite(loss));
+  absl::StatusOr<Graph> again = capture([&] { return s.step(); });
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
+TEST(CaptureTest, TensorEscapingTheStepFailsCapture) {
+  Setup s = mlp_setup();
+  s.fill(0);
+  Tensor kept;
+  absl::StatusOr<Graph> graph = capture([&] {
+    kept = relu(s.x);                                 // stored outside, not returned
+    return std::vector<Tensor>{kept.sum()};
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("outlive"), absl::string_view::npos) << graph.status();
+  EXPECT_NE(graph.status().message().find("relu"), absl::string_view::npos) << graph.status();
+}
+
+TEST(CaptureTest, ReplayRefusesWhenAStaticInputWasReplaced) {
+  Setup s = mlp_setup();
+  s.fill(0);
+  absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  s.x = zeros({8, 12});                               // new storage: the graph still reads the old one
+  absl::Status st = graph->replay();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.message().find("freed or replaced"), absl::string_view::npos) << st;
+}
+
+TEST(CaptureTest, OutputsAreViewsIntoTheArenaUpdatedByEachReplay) {
+  Tensor x = from_vector<float>({1, 2, 3});
+  absl::StatusOr<Graph> graph = capture([&] { return std::vector<Tensor>{x * 2.0, (x + 1.0).sum()}; });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_EQ(graph->num_outputs(), 2u);
+  ASSERT_TRUE(graph->replay().ok());
+  testing::expect_near(graph->output(0), {2, 4, 6});
+  {
+    NoGradGuard no_grad;
+    x.copy_(from_vector<float>({10, 20, 30}));
+  }
+  ASSERT_TRUE(graph->replay().ok());
+  testing::expect_near(graph->output(0), {20, 40, 60});
+  testing::expect_near(graph->output(1), {63});
+  EXPECT_EQ(graph->stats().kernels, 3);
+  testing::expect_error([&] { (void)graph->output(2); }, absl::StatusCode::kInvalidArgument, {"2 outputs"});
+}
+
+TEST(CaptureTest, DumpDotNamesNodesByOp) {
+  Tensor x = from_vector<float>({1, 2, 3});
+  absl::StatusOr<Graph> graph = capture([&] { return std::vector<Tensor>{(x * 2.0).sum()}; });
+  ASSERT_TRUE(graph.ok());
+  const std::string path = ::testing::TempDir() + "/g.dot";
+  ASSERT_TRUE(graph->dump_dot(path).ok());
+  std::ifstream in(path);
+  std::string dot((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(dot.find("digraph"), std::string::npos);
+  EXPECT_NE(dot.find("mul_scalar"), std::string::npos);
+  EXPECT_NE(dot.find("n0 -> n1"), std::string::npos);
+  EXPECT_FALSE(graph->dump_dot("/nonexistent/dir/g.dot").ok());
+}
+
+}  // namespace
+}  // namespace encore

@@ -1,0 +1,62 @@
+// The whole tiny GPT against finite differences: every parameter tensor's
+// gradient from autograd must match central differences of the loss.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "encore/encore.h"
+#include "encore/nn.h"
+#include "tests/test_util.h"
+
+namespace encore::nn {
+namespace {
+
+using encore::testing::values;
+
+// Tolerance: the loss is ~log(V) ~ 2 in f32, so with step eps = 1e-2 the
+// rounding error of a central difference is about 1e-7 * 2 / 1e-2 = 2e-5 per
+// element, and truncation O(eps^2) ~ 1e-4 times the third derivative. We
+// compare each parameter tensor as a vector: relative error of the whole
+// gradient under 2e-2, which a wrong formula (sign, missing term, wrong
+// transpose) exceeds by far.
+TEST(GptTest, GradientsMatchFiniteDifferences) {
+  GptConfig cfg{.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 2, .n_embd = 8, .tied_head = true};
+  Gpt gpt(cfg);
+  Tensor ids = from_vector<int64_t>({1, 2, 3, 4, 0, 6, 5, 1}, {2, 4});
+  Tensor targets = from_vector<int64_t>({2, 3, 4, 0, 6, 5, 1, 2}, {2, 4});
+  gpt.loss(ids, targets).backward();
+  const double eps = 1e-2;
+  for (auto& [name, p] : gpt.named_parameters()) {
+    std::vector<double> analytic = values(p.grad());
+    std::vector<double> numeric(p.numel());
+    Tensor flat = p.detach().reshape({-1});
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      NoGradGuard no_grad;
+      Tensor e = flat.slice(0, i, i + 1);
+      const double orig = values(e)[0];
+      e.fill_(orig + eps);
+      const double up = gpt.loss(ids, targets).item<double>();
+      e.fill_(orig - eps);
+      const double down = gpt.loss(ids, targets).item<double>();
+      e.fill_(orig);
+      numeric[i] = (up - down) / (2 * eps);
+    }
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < numeric.size(); ++i) {
+      diff += (numeric[i] - analytic[i]) * (numeric[i] - analytic[i]);
+      norm += numeric[i] * numeric[i];
+    }
+    EXPECT_LT(std::sqrt(diff), 2e-2 * std::sqrt(norm) + 1e-5) << name;
+  }
+}
+
+TEST(GptTest, LossStartsNearUniformGuess) {
+  GptConfig cfg{.vocab_size = 50, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+  Gpt gpt(cfg);
+  Tensor ids = arange(0, 16, 1, kInt64).reshape({2, 8});
+  const double loss = gpt.loss(ids, ids).item<double>();
+  EXPECT_NEAR(loss, std::log(50.0), 0.3);   // small init: near-uniform predictions
+}
+
+}  // namespace
+}  // namespace encore::nn

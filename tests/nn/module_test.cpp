@@ -1,0 +1,138 @@
+// Modules: registration and dotted names, tied weights, train/eval, zero_grad,
+// seeded initialisation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "encore/encore.h"
+#include "encore/nn.h"
+#include "tests/test_util.h"
+
+namespace encore::nn {
+namespace {
+
+using encore::testing::expect_error;
+using encore::testing::expect_near;
+using encore::testing::values;
+
+GptConfig tiny(bool tied = true) {
+  return {.vocab_size = 11, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 8, .tied_head = tied};
+}
+
+std::vector<std::string> names(const Module& m) {
+  std::vector<std::string> out;
+  for (auto& [n, t] : m.named_parameters()) out.push_back(n);
+  return out;
+}
+
+TEST(ModuleTest, MlpRegistersLayersInOrder) {
+  Mlp mlp({4, 3, 2});
+  EXPECT_EQ(names(mlp), (std::vector<std::string>{"layers.0.weight", "layers.0.bias", "layers.1.weight",
+                                                  "layers.1.bias"}));
+  std::vector<Tensor> p = mlp.parameters();
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[0].shape(), Shape({3, 4}));
+  EXPECT_EQ(p[3].shape(), Shape({2}));
+  for (const Tensor& t : p) EXPECT_TRUE(t.requires_grad() && t.is_leaf());
+}
+
+TEST(ModuleTest, GptNamesFollowTheDottedScheme) {
+  Gpt gpt(tiny());
+  std::vector<std::string> n = names(gpt);
+  auto has = [&](const std::string& s) { return std::find(n.begin(), n.end(), s) != n.end(); };
+  EXPECT_TRUE(has("wte.weight"));
+  EXPECT_TRUE(has("wpe.weight"));
+  EXPECT_TRUE(has("blocks.0.attn.qkv.weight"));
+  EXPECT_TRUE(has("blocks.1.mlp.layers.1.bias"));
+  EXPECT_TRUE(has("ln_f.weight"));
+  EXPECT_FALSE(has("lm_head.weight"));          // tied to wte
+  Gpt untied(tiny(false));
+  EXPECT_EQ(untied.parameters().size(), gpt.parameters().size() + 1);
+  EXPECT_EQ(names(untied).back(), "lm_head.weight");
+}
+
+TEST(ModuleTest, ParameterCountMatchesTheArchitecture) {
+  const GptConfig c = tiny();
+  const int64_t C = c.n_embd;
+  const int64_t per_block = 2 * 2 * C + (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) + (4 * C * C + C);
+  const int64_t expected = c.vocab_size * C + c.block_size * C + c.n_layer * per_block + 2 * C;
+  int64_t total = 0;
+  for (const Tensor& p : Gpt(c).parameters()) total += p.numel();
+  EXPECT_EQ(total, expected);
+}
+
+TEST(ModuleTest, InitialisationIsSeededAndFollowsGpt2) {
+  Gpt a(tiny()), b(tiny());
+  GptConfig other = tiny();
+  other.seed = 7;
+  Gpt c(other);
+  auto pa = a.named_parameters(), pb = b.named_parameters(), pc = c.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_EQ(values(pa[i].second), values(pb[i].second)) << pa[i].first;
+  }
+  EXPECT_NE(values(pa[0].second), values(pc[0].second));
+  for (auto& [name, p] : pa) {
+    std::vector<double> v = values(p);
+    if (name.find(".bias") != std::string::npos && name.find("ln") == std::string::npos) {
+      for (double x : v) EXPECT_EQ(x, 0.0) << name;
+    }
+    if (name == "ln_f.weight") {
+      for (double x : v) EXPECT_EQ(x, 1.0);
+    }
+  }
+  // The big N(0, 0.02) matrices: sample std close to 0.02.
+  Gpt big({.vocab_size = 500, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 64});
+  std::vector<double> w = values(big.named_parameters()[0].second);   // wte [500, 64]
+  double sq = 0;
+  for (double x : w) sq += x * x;
+  EXPECT_NEAR(std::sqrt(sq / w.size()), 0.02, 0.002);
+}
+
+TEST(ModuleTest, DropoutIsActiveOnlyInTraining) {
+  Dropout d(0.5);
+  Tensor x = ones({1000});
+  std::vector<double> train_out = values(d.forward(x));
+  int zeros = 0;
+  for (double v : train_out) zeros += v == 0.0;
+  EXPECT_GT(zeros, 350);
+  EXPECT_LT(zeros, 650);
+  d.eval();
+  EXPECT_FALSE(d.is_training());
+  expect_near(d.forward(x), std::vector<double>(1000, 1.0));
+  Gpt gpt(tiny());
+  gpt.eval();
+  for (auto& [n, p] : gpt.named_parameters()) (void)n;
+  gpt.train();
+  EXPECT_TRUE(gpt.is_training());
+}
+
+TEST(ModuleTest, ZeroGradKeepsGradientStorage) {
+  Linear lin(3, 2);
+  Tensor x = ones({4, 3});
+  lin.forward(x).sum().backward();
+  void* w_grad = lin.weight.grad().data_ptr();
+  lin.zero_grad();
+  EXPECT_EQ(lin.weight.grad().data_ptr(), w_grad);
+  expect_near(lin.weight.grad(), std::vector<double>(6, 0.0));
+}
+
+TEST(ModuleTest, LinearComputesXWtPlusB) {
+  Linear lin(3, 2);
+  Tensor x = from_vector<float>({1, 2, 3}, {1, 3});
+  std::vector<double> w = values(lin.weight), b = values(lin.bias);
+  expect_near(lin.forward(x), {w[0] + 2 * w[1] + 3 * w[2] + b[0], w[3] + 2 * w[4] + 3 * w[5] + b[1]});
+}
+
+TEST(ModuleTest, BadConfigurationsAreRejected) {
+  expect_error([] { Linear(0, 3); }, absl::StatusCode::kInvalidArgument, {"Linear", "in=0"});
+  expect_error([] { Mlp({4}); }, absl::StatusCode::kInvalidArgument, {"Mlp"});
+  GptConfig c = tiny();
+  c.n_head = 3;
+  expect_error([&] { Gpt g(c); }, absl::StatusCode::kInvalidArgument, {"n_embd 8", "3"});
+  Gpt g(tiny());
+  expect_error([&] { (void)g.forward(zeros({1, 9}, kInt64)); }, absl::StatusCode::kInvalidArgument,
+               {"sequence length 9", "block_size 8"});
+}
+
+}  // namespace
+}  // namespace encore::nn
