@@ -185,6 +185,10 @@ inline const Shape& Tensor::shape() const { return impl_->shape; }
 inline const Shape& Tensor::strides() const { return impl_->strides; }
 inline int64_t Tensor::storage_offset() const { return impl_->offset; }
 inline bool Tensor::is_contiguous() const { return impl_->contiguous; }
+inline bool Tensor::requires_grad() const {
+  const AutogradMeta* m = impl_->autograd.get();
+  return m != nullptr && m->requires_grad;
+}
 inline Storage* Tensor::storage() const { return impl_->storage.get(); }
 inline void* Tensor::data_ptr() const {
   return static_cast<char*>(impl_->storage->data()) + impl_->offset * dtype_size(impl_->dtype);

@@ -52,7 +52,10 @@ class SavedTensor {
 void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs,
              std::initializer_list<Tensor*> outputs);
 
-// One output: fn(const Tensor& grad) -> Grads.  Several: fn(const Grads& grads) -> Grads.
+// One output: fn(const Tensor& grad) -> Grads, or
+//             fn(const Tensor& grad, absl::Span<const InputMeta> inputs) -> Grads
+//             when the formula needs the inputs' shapes (saves copying them).
+// Several:    fn(const Grads& grads) -> Grads.
 template <typename F>
 void record(const char* name, std::initializer_list<Tensor> inputs, Tensor& output, F fn) {
   connect(std::make_shared<FunctionNode<F>>(name, 1, std::move(fn)), inputs, {&output});

@@ -41,6 +41,7 @@ class Node {
   uint64_t sequence_nr() const { return sequence_nr_; }
   absl::InlinedVector<Edge, 2>& next_edges() { return next_edges_; }
   absl::InlinedVector<InputMeta, 2>& input_meta() { return input_meta_; }
+  const absl::InlinedVector<InputMeta, 2>& input_meta() const { return input_meta_; }
 
   // grads: one per forward output (undefined where none flowed). Returns one
   // per forward input (undefined allowed where next_edges()[i] is null).
@@ -74,7 +75,9 @@ class FunctionNode final : public Node {
 template <typename F>
 Grads FunctionNode<F>::apply(Grads&& grads) {
   if (!fn_) throw_freed_graph(name());
-  if constexpr (std::is_invocable_v<F&, const Tensor&>) {
+  if constexpr (std::is_invocable_v<F&, const Tensor&, absl::Span<const InputMeta>>) {
+    return (*fn_)(grads[0], absl::MakeConstSpan(input_meta()));
+  } else if constexpr (std::is_invocable_v<F&, const Tensor&>) {
     return (*fn_)(grads[0]);
   } else {
     return (*fn_)(grads);

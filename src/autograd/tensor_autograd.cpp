@@ -8,11 +8,6 @@ AutogradMeta::~AutogradMeta() {
   if (grad_accumulator) grad_accumulator->detach_leaf();
 }
 
-bool Tensor::requires_grad() const {
-  const AutogradMeta* m = impl_->autograd.get();
-  return m != nullptr && m->requires_grad;
-}
-
 Tensor& Tensor::requires_grad_(bool on) {
   ENCORE_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad (shape %s); "
                "use detach() first", shape_str(shape()));

@@ -8,6 +8,7 @@
 namespace encore {
 
 using autograd::Grads;
+using InputShapes = absl::Span<const autograd::InputMeta>;
 using autograd::SavedTensor;
 using cpu::BinaryOp;
 using cpu::ScalarOp;
@@ -44,9 +45,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward("add", BinaryOp::kAdd, a, b);
   if (autograd::any_requires_grad(a, b)) {
     autograd::record("add", {a, b}, out,
-                     [sa = a.shape(), sb = b.shape(), na = a.requires_grad(), nb = b.requires_grad()](
-                         const Tensor& g) -> Grads {
-                       return {na ? sum_to(g, sa) : Tensor(), nb ? sum_to(g, sb) : Tensor()};
+                     [na = a.requires_grad(), nb = b.requires_grad()](const Tensor& g, InputShapes in) -> Grads {
+                       return {na ? sum_to(g, in[0].shape) : Tensor(), nb ? sum_to(g, in[1].shape) : Tensor()};
                      });
   }
   return out;
@@ -56,9 +56,8 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary_forward("sub", BinaryOp::kSub, a, b);
   if (autograd::any_requires_grad(a, b)) {
     autograd::record("sub", {a, b}, out,
-                     [sa = a.shape(), sb = b.shape(), na = a.requires_grad(), nb = b.requires_grad()](
-                         const Tensor& g) -> Grads {
-                       return {na ? sum_to(g, sa) : Tensor(), nb ? sum_to(neg(g), sb) : Tensor()};
+                     [na = a.requires_grad(), nb = b.requires_grad()](const Tensor& g, InputShapes in) -> Grads {
+                       return {na ? sum_to(g, in[0].shape) : Tensor(), nb ? sum_to(neg(g), in[1].shape) : Tensor()};
                      });
   }
   return out;
