@@ -1,43 +1,99 @@
-// PLACEHOLDER: stubs that throw kUnimplemented until this op family lands.
+// Elementwise unary math: exp, log, sqrt, rsqrt, pow, abs, tanh, sigmoid,
+// relu, gelu, silu, clamp, each with its backward beside its forward. (neg is
+// in binary.cpp, as mul by -1.)
+//
+// Every backward is one fused kernel (cpu::unary_backward) reading the output
+// gradient and one saved tensor: the output y where the derivative is a
+// function of y (exp, sqrt, rsqrt, tanh, sigmoid, relu), else the input x.
+// Saving y lets x be freed when nothing else holds it.
+#include <cmath>
+
 #include "encore/ops.h"
+#include "src/autograd/function.h"
+#include "src/backends/cpu/unary.h"
+#include "src/ops/op_utils.h"
 
 namespace encore {
 
-Tensor exp(const Tensor& a) {
-  throw_error(absl::StatusCode::kUnimplemented, "exp: not implemented yet");
+using autograd::Grads;
+using autograd::SavedTensor;
+using cpu::UnaryOp;
+
+namespace {
+
+// Runs op on a (already checked) and records its backward when needed.
+Tensor unary_forward(const char* name, UnaryOp op, const Tensor& a, double p0 = 0.0, double p1 = 0.0) {
+  Tensor out = ops::empty_like(a);
+  cpu::unary(op, out, a, p0, p1);
+  if (autograd::any_requires_grad(a)) {
+    SavedTensor saved(cpu::unary_saves_output(op) ? out : a, name);
+    autograd::record(name, {a}, out, [op, p0, p1, saved = std::move(saved)](const Tensor& g) -> Grads {
+      const Tensor& s = saved.get();
+      // A caller-given root gradient may come in another float dtype.
+      const Tensor gs = g.dtype() == s.dtype() ? g : g.to(s.dtype());
+      Tensor grad_in = ops::empty_like(s);
+      cpu::unary_backward(op, grad_in, gs, s, p0, p1);
+      return {grad_in};
+    });
+  }
+  return out;
 }
-Tensor log(const Tensor& a) {
-  throw_error(absl::StatusCode::kUnimplemented, "log: not implemented yet");
+
+Tensor float_unary(const char* name, UnaryOp op, const Tensor& a, double p0 = 0.0) {
+  ops::check_defined(name, a, "input");
+  ops::check_float(name, a);
+  return unary_forward(name, op, a, p0);
 }
-Tensor sqrt(const Tensor& a) {
-  throw_error(absl::StatusCode::kUnimplemented, "sqrt: not implemented yet");
+
+// abs, relu, clamp: floats and integers, not bool.
+void check_numeric(const char* name, const Tensor& a) {
+  ops::check_defined(name, a, "input");
+  ENCORE_CHECK(a.dtype() != kBool, "%s: bool tensor %s is not supported (needs a float or integer dtype)", name,
+               shape_str(a.shape()));
 }
-Tensor rsqrt(const Tensor& a) {
-  throw_error(absl::StatusCode::kUnimplemented, "rsqrt: not implemented yet");
-}
-Tensor pow(const Tensor& a, double exponent) {
-  throw_error(absl::StatusCode::kUnimplemented, "pow: not implemented yet");
-}
-Tensor abs(const Tensor& a) {
-  throw_error(absl::StatusCode::kUnimplemented, "abs: not implemented yet");
-}
-Tensor tanh(const Tensor& a) {
-  throw_error(absl::StatusCode::kUnimplemented, "tanh: not implemented yet");
-}
-Tensor sigmoid(const Tensor& a) {
-  throw_error(absl::StatusCode::kUnimplemented, "sigmoid: not implemented yet");
-}
-Tensor relu(const Tensor& a) {
-  throw_error(absl::StatusCode::kUnimplemented, "relu: not implemented yet");
-}
+
+bool is_whole_or_infinite(double v) { return std::isinf(v) || v == std::trunc(v); }
+
+}  // namespace
+
+Tensor exp(const Tensor& a) { return float_unary("exp", UnaryOp::kExp, a); }
+Tensor log(const Tensor& a) { return float_unary("log", UnaryOp::kLog, a); }
+Tensor sqrt(const Tensor& a) { return float_unary("sqrt", UnaryOp::kSqrt, a); }
+Tensor rsqrt(const Tensor& a) { return float_unary("rsqrt", UnaryOp::kRsqrt, a); }
+Tensor pow(const Tensor& a, double exponent) { return float_unary("pow", UnaryOp::kPow, a, exponent); }
+Tensor tanh(const Tensor& a) { return float_unary("tanh", UnaryOp::kTanh, a); }
+Tensor sigmoid(const Tensor& a) { return float_unary("sigmoid", UnaryOp::kSigmoid, a); }
+Tensor silu(const Tensor& a) { return float_unary("silu", UnaryOp::kSilu, a); }
+
 Tensor gelu(const Tensor& a, GeluApprox approx) {
-  throw_error(absl::StatusCode::kUnimplemented, "gelu: not implemented yet");
+  return approx == GeluApprox::kTanh ? float_unary("gelu_tanh", UnaryOp::kGeluTanh, a)
+                                     : float_unary("gelu", UnaryOp::kGeluErf, a);
 }
-Tensor silu(const Tensor& a) {
-  throw_error(absl::StatusCode::kUnimplemented, "silu: not implemented yet");
+
+Tensor abs(const Tensor& a) {
+  check_numeric("abs", a);
+  return unary_forward("abs", UnaryOp::kAbs, a);
 }
+
+// Integer tensors never require grad (requires_grad_ refuses them), so relu
+// on i32/i64 records nothing.
+Tensor relu(const Tensor& a) {
+  check_numeric("relu", a);
+  return unary_forward("relu", UnaryOp::kRelu, a);
+}
+
+// The gradient passes where min <= x <= max (both bounds inclusive, as in
+// PyTorch). min > max is refused rather than silently giving max everywhere.
 Tensor clamp(const Tensor& a, double min, double max) {
-  throw_error(absl::StatusCode::kUnimplemented, "clamp: not implemented yet");
+  check_numeric("clamp", a);
+  ENCORE_CHECK(!std::isnan(min) && !std::isnan(max), "clamp: bounds must not be NaN (min %g, max %g; tensor %s %s)",
+               min, max, shape_str(a.shape()), dtype_name(a.dtype()));
+  ENCORE_CHECK(min <= max, "clamp: min %g is greater than max %g (tensor %s %s)", min, max, shape_str(a.shape()),
+               dtype_name(a.dtype()));
+  ENCORE_CHECK(is_floating(a.dtype()) || (is_whole_or_infinite(min) && is_whole_or_infinite(max)),
+               "clamp: bounds %g and %g must be whole numbers (or infinite) for the integer tensor %s %s", min,
+               max, shape_str(a.shape()), dtype_name(a.dtype()));
+  return unary_forward("clamp", UnaryOp::kClamp, a, min, max);
 }
 
 }  // namespace encore

@@ -1,1 +1,210 @@
-// PLACEHOLDER: kernels land with their op family.
+#include "src/backends/cpu/unary.h"
+
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
+#include "src/backends/cpu/dispatch.h"
+#include "src/backends/cpu/loops.h"
+#include "src/backends/cpu/parallel.h"
+#include "src/core/stream.h"
+
+namespace encore::cpu {
+namespace {
+
+constexpr int kUnaryOpCount = static_cast<int>(UnaryOp::kClamp) + 1;
+constexpr const char* kUnaryNames[kUnaryOpCount] = {"exp",  "log",     "sqrt", "rsqrt",     "pow",  "abs",  "tanh",
+                                                    "sigmoid", "relu", "gelu_tanh", "gelu", "silu", "clamp"};
+constexpr const char* kBackwardNames[kUnaryOpCount] = {
+    "exp_backward",  "log_backward",  "sqrt_backward",      "rsqrt_backward", "pow_backward",
+    "abs_backward",  "tanh_backward", "sigmoid_backward",   "relu_backward",  "gelu_tanh_backward",
+    "gelu_backward", "silu_backward", "clamp_backward"};
+
+constexpr bool supports_integers(UnaryOp op) {
+  return op == UnaryOp::kAbs || op == UnaryOp::kRelu || op == UnaryOp::kClamp;
+}
+
+// Cheap ops split work in bigger chunks than transcendental ones.
+constexpr int64_t grain_of(UnaryOp op) {
+  return op == UnaryOp::kAbs || op == UnaryOp::kRelu || op == UnaryOp::kClamp || op == UnaryOp::kSqrt ||
+                 op == UnaryOp::kRsqrt
+             ? kGrainElementwise
+             : kGrainTranscendental;
+}
+
+// ---- element functions (C: the compute type, float or an integer) ----
+
+constexpr double kSqrt2OverPi = 0.7978845608028654;   // sqrt(2/pi)
+constexpr double kGeluCubic = 0.044715;
+constexpr double kInvSqrt2 = 0.7071067811865476;      // 1/sqrt(2)
+constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1/sqrt(2 pi)
+
+template <typename C>
+inline C abs_value(C x) {
+  if constexpr (std::is_integral_v<C>) {
+    using U = std::make_unsigned_t<C>;   // -INT_MIN wraps to INT_MIN instead of overflowing
+    return x < 0 ? static_cast<C>(U{0} - static_cast<U>(x)) : x;
+  } else {
+    return std::abs(x);
+  }
+}
+
+template <UnaryOp kOp, typename C>
+inline C unary_fn(C x, C p0, C p1) {
+  if constexpr (kOp == UnaryOp::kExp) return std::exp(x);
+  if constexpr (kOp == UnaryOp::kLog) return std::log(x);
+  if constexpr (kOp == UnaryOp::kSqrt) return std::sqrt(x);
+  if constexpr (kOp == UnaryOp::kRsqrt) return C(1) / std::sqrt(x);
+  if constexpr (kOp == UnaryOp::kPow) return p0 == C(2) ? x * x : std::pow(x, p0);
+  if constexpr (kOp == UnaryOp::kAbs) return abs_value(x);
+  if constexpr (kOp == UnaryOp::kTanh) return std::tanh(x);
+  if constexpr (kOp == UnaryOp::kSigmoid) return C(1) / (C(1) + std::exp(-x));   // exp overflow gives 0, not NaN
+  if constexpr (kOp == UnaryOp::kRelu) return x < C(0) ? C(0) : x;               // NaN propagates
+  if constexpr (kOp == UnaryOp::kGeluTanh) {
+    const C inner = C(kSqrt2OverPi) * (x + C(kGeluCubic) * x * x * x);
+    return C(0.5) * x * (C(1) + std::tanh(inner));
+  }
+  if constexpr (kOp == UnaryOp::kGeluErf) return C(0.5) * x * (C(1) + std::erf(x * C(kInvSqrt2)));
+  if constexpr (kOp == UnaryOp::kSilu) return x / (C(1) + std::exp(-x));
+  if constexpr (kOp == UnaryOp::kClamp) return x < p0 ? p0 : (x > p1 ? p1 : x);   // NaN propagates
+}
+
+// d(op)/dx times g; s is the saved forward output y or input x (see unary.h).
+template <UnaryOp kOp, typename C>
+inline C unary_grad_fn(C g, C s, C p0, C p1) {
+  if constexpr (kOp == UnaryOp::kExp) return g * s;
+  if constexpr (kOp == UnaryOp::kLog) return g / s;
+  if constexpr (kOp == UnaryOp::kSqrt) return g * C(0.5) / s;
+  if constexpr (kOp == UnaryOp::kRsqrt) return C(-0.5) * g * s * s * s;
+  if constexpr (kOp == UnaryOp::kPow) return p0 == C(0) ? C(0) : g * p0 * std::pow(s, p0 - C(1));
+  if constexpr (kOp == UnaryOp::kAbs) return s > C(0) ? g : (s < C(0) ? -g : C(0));
+  if constexpr (kOp == UnaryOp::kTanh) return g * (C(1) - s * s);
+  if constexpr (kOp == UnaryOp::kSigmoid) return g * s * (C(1) - s);
+  if constexpr (kOp == UnaryOp::kRelu) return s > C(0) ? g : C(0);
+  if constexpr (kOp == UnaryOp::kGeluTanh) {
+    const C x2 = s * s;
+    const C t = std::tanh(C(kSqrt2OverPi) * (s + C(kGeluCubic) * x2 * s));
+    const C dinner = C(kSqrt2OverPi) * (C(1) + C(3 * kGeluCubic) * x2);
+    return g * (C(0.5) * (C(1) + t) + C(0.5) * s * (C(1) - t * t) * dinner);
+  }
+  if constexpr (kOp == UnaryOp::kGeluErf) {
+    const C cdf = C(0.5) * (C(1) + std::erf(s * C(kInvSqrt2)));
+    const C pdf = C(kInvSqrt2Pi) * std::exp(C(-0.5) * s * s);
+    return g * (cdf + s * pdf);
+  }
+  if constexpr (kOp == UnaryOp::kSilu) {
+    const C sig = C(1) / (C(1) + std::exp(-s));
+    return g * sig * (C(1) + s * (C(1) - sig));
+  }
+  if constexpr (kOp == UnaryOp::kClamp) return s >= p0 && s <= p1 ? g : C(0);   // PyTorch: bounds inclusive
+}
+
+// ---- kernels ----
+
+// p0/p1 are already in the compute type (integer clamp bounds clipped on the host).
+template <typename C> struct UnaryArgs { Layout<2> l; C p0, p1; };           // out, a
+template <typename C> struct UnaryBackwardArgs { Layout<3> l; C p0, p1; };   // grad_in, g, saved
+
+template <typename T, UnaryOp kOp>
+void unary_kernel(const UnaryArgs<compute_t<T>>& a) {
+  using C = compute_t<T>;
+  const Layout<2>& l = a.l;
+  const C p0 = a.p0, p1 = a.p1;
+  parallel_for(l.numel, grain_of(kOp), [&](int64_t b, int64_t e) {
+    if (l.contiguous) {
+      T* o = reinterpret_cast<T*>(l.ptr[0]);
+      const T* x = reinterpret_cast<const T*>(l.ptr[1]);
+      for (int64_t i = b; i < e; ++i) o[i] = T(unary_fn<kOp>(C(x[i]), p0, p1));
+    } else {
+      for_each_element(l, b, e, [&](char** p) {
+        *reinterpret_cast<T*>(p[0]) = T(unary_fn<kOp>(C(*reinterpret_cast<const T*>(p[1])), p0, p1));
+      });
+    }
+  });
+}
+
+template <typename T, UnaryOp kOp>
+void unary_backward_kernel(const UnaryBackwardArgs<compute_t<T>>& a) {
+  using C = compute_t<T>;
+  const Layout<3>& l = a.l;
+  const C p0 = a.p0, p1 = a.p1;
+  parallel_for(l.numel, grain_of(kOp), [&](int64_t b, int64_t e) {
+    if (l.contiguous) {
+      T* o = reinterpret_cast<T*>(l.ptr[0]);
+      const T* g = reinterpret_cast<const T*>(l.ptr[1]);
+      const T* s = reinterpret_cast<const T*>(l.ptr[2]);
+      for (int64_t i = b; i < e; ++i) o[i] = T(unary_grad_fn<kOp>(C(g[i]), C(s[i]), p0, p1));
+    } else {
+      for_each_element(l, b, e, [&](char** p) {
+        *reinterpret_cast<T*>(p[0]) = T(unary_grad_fn<kOp>(C(*reinterpret_cast<const T*>(p[1])),
+                                                           C(*reinterpret_cast<const T*>(p[2])), p0, p1));
+      });
+    }
+  });
+}
+
+// ---- dispatch helpers ----
+
+// Calls f(std::integral_constant<UnaryOp, op>{}): turns the runtime op into a template argument.
+template <int K = 0, typename F>
+void visit_op(UnaryOp op, F&& f) {
+  if constexpr (K < kUnaryOpCount) {
+    constexpr UnaryOp kOp = static_cast<UnaryOp>(K);
+    if (op == kOp) return f(std::integral_constant<UnaryOp, kOp>{});
+    return visit_op<K + 1>(op, std::forward<F>(f));
+  }
+}
+
+// A host scalar in compute type C. Integer bounds are clipped to C's range
+// first (double -> integer outside the range is undefined behaviour).
+template <typename C>
+C to_compute(double v) {
+  if constexpr (std::is_integral_v<C>) {
+    constexpr C lo = std::numeric_limits<C>::lowest(), hi = std::numeric_limits<C>::max();
+    if (v <= static_cast<double>(lo)) return lo;
+    if (v >= static_cast<double>(hi)) return hi;   // double(INT64_MAX) rounds up to 2^63: caught here
+    return static_cast<C>(v);
+  } else {
+    return static_cast<C>(v);
+  }
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void unary(UnaryOp op, const Tensor& out, const Tensor& a, double p0, double p1) {
+  const char* name = kUnaryNames[static_cast<int>(op)];
+  dispatch_numeric(a.dtype(), name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    visit_op(op, [&](auto k) {
+      constexpr UnaryOp kOp = decltype(k)::value;
+      if constexpr (std::is_integral_v<T> && !supports_integers(kOp)) {
+        throw_error(absl::StatusCode::kInvalidArgument,
+                    absl::StrFormat("%s: needs a float tensor (f32, f16, bf16), got %s %s", name,
+                                    shape_str(a.shape()), dtype_name(a.dtype())));
+      } else {
+        UnaryArgs<C> args{make_layout<2>(out, {&a}), to_compute<C>(p0), to_compute<C>(p1)};
+        current_stream(kCPU).launch<&unary_kernel<T, kOp>>(name, args, {a.storage()}, {out.storage()});
+      }
+    });
+  });
+}
+
+void unary_backward(UnaryOp op, const Tensor& grad_in, const Tensor& g, const Tensor& saved, double p0,
+                    double p1) {
+  const char* name = kBackwardNames[static_cast<int>(op)];
+  dispatch_float(saved.dtype(), name, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    using C = compute_t<T>;
+    visit_op(op, [&](auto k) {
+      constexpr UnaryOp kOp = decltype(k)::value;
+      UnaryBackwardArgs<C> args{make_layout<3>(grad_in, {&g, &saved}), to_compute<C>(p0), to_compute<C>(p1)};
+      current_stream(kCPU).launch<&unary_backward_kernel<T, kOp>>(name, args, {g.storage(), saved.storage()},
+                                                                  {grad_in.storage()});
+    });
+  });
+}
+
+}  // namespace encore::cpu
