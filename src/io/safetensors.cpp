@@ -1,1 +1,681 @@
-// PLACEHOLDER: lands with its issue.
+// Safetensors checkpoints: see include/encore/checkpoint.h for the format, the
+// API and the error table. Sections: format tables, errors and files, header
+// parsing and validation, loading, saving.
+//
+// NOTE [ Hostile files ]: a checkpoint may come from anywhere, so loading
+// trusts no number in it. The header length is checked against the file and a
+// 100 MB cap before anything is allocated; every entry is checked for types,
+// dtype, shape and offsets; the offsets of all entries together must tile the
+// data section exactly (see check_layout); only then are bytes read, each
+// range with pread at a checked file offset into a tensor of exactly that many
+// bytes. Allocation is bounded by the file size. No JSON value from the file
+// is ever serialised back (deep nesting would recurse), only its type name.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "encore/autograd.h"
+#include "encore/checkpoint.h"
+#include "src/core/stream.h"
+
+namespace encore {
+namespace {
+
+// NOTE [ Byte order ]: tensor bytes are written and read exactly as they lie
+// in memory, and the format is little-endian. A big-endian host would need
+// byte swaps, which encore does not implement, so it refuses to build there.
+static_assert(std::endian::native == std::endian::little,
+              "encore's safetensors I/O needs a little-endian host: the format is little-endian and "
+              "tensor bytes are copied without swapping");
+
+using Json = nlohmann::json;
+using OrderedJson = nlohmann::ordered_json;
+
+constexpr uint64_t kPrefixBytes = 8;                // the u64 header length before the JSON
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;   // same cap as the reference implementation
+constexpr int kMaxJsonDepth = 16;                   // real headers nest 3 deep
+constexpr size_t kMaxListedNames = 8;               // names listed in one error message
+constexpr absl::string_view kMetadataKey = "__metadata__";
+
+// ---- format tables ----
+
+struct DTypeCode {
+  DType dtype;
+  absl::string_view code;
+};
+constexpr DTypeCode kDTypeCodes[] = {{kFloat32, "F32"}, {kFloat16, "F16"}, {kBFloat16, "BF16"},
+                                     {kInt32, "I32"},   {kInt64, "I64"},   {kBool, "BOOL"}};
+// Valid safetensors dtypes that encore does not store: Unimplemented, not "unknown".
+constexpr absl::string_view kForeignDTypes[] = {"F64", "I8",      "U8",      "I16",     "U16",     "U32", "U64",
+                                               "C64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4"};
+
+absl::string_view dtype_code(DType t) {
+  for (const DTypeCode& c : kDTypeCodes) {
+    if (c.dtype == t) return c.code;
+  }
+  return "?";
+}
+
+std::optional<DType> dtype_from_code(absl::string_view code) {
+  for (const DTypeCode& c : kDTypeCodes) {
+    if (c.code == code) return c.dtype;
+  }
+  return std::nullopt;
+}
+
+// ---- errors and files ----
+
+// The operation and file every message starts with: "load_into: /ckpt/m.safetensors: ...".
+struct Where {
+  const char* op;
+  const std::string& path;
+
+  absl::Status error(absl::StatusCode code, absl::string_view problem) const {
+    return absl::Status(code, absl::StrCat(op, ": ", path, ": ", problem));
+  }
+  absl::Status tensor_error(absl::StatusCode code, absl::string_view name, absl::string_view problem) const {
+    return error(code, absl::StrCat("tensor \"", name, "\": ", problem));
+  }
+  // The code follows errno (ENOENT -> NotFound, ENOSPC -> ResourceExhausted, ...);
+  // the message ends with the errno text.
+  absl::Status io_error(absl::string_view action, const std::string& file, int err) const {
+    return absl::ErrnoToStatus(err, absl::StrCat(op, ": ", action, " ", file));
+  }
+  // An encore::Error caught on the way (e.g. host access refused during capture).
+  absl::Status wrap(const absl::Status& s) const { return s.ok() ? s : error(s.code(), s.message()); }
+};
+
+std::string quoted_list(const std::vector<std::string>& names) {
+  std::vector<std::string> shown;
+  for (size_t i = 0; i < names.size() && i < kMaxListedNames; ++i) shown.push_back(absl::StrCat("\"", names[i], "\""));
+  std::string out = absl::StrJoin(shown, ", ");
+  if (names.size() > kMaxListedNames) absl::StrAppend(&out, " and ", names.size() - kMaxListedNames, " more");
+  return out;
+}
+
+// A file descriptor closed on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { close(); }
+  int get() const { return fd_; }
+  // Returns close()'s result: deferred write errors (NFS) show up here.
+  int close() { return fd_ < 0 ? 0 : ::close(std::exchange(fd_, -1)); }
+
+ private:
+  int fd_;
+};
+
+// Reads up to n bytes at file offset `offset`; returns the count read (short
+// only at end of file), or -1 with errno set.
+int64_t pread_full(int fd, void* dst, uint64_t n, uint64_t offset) {
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, static_cast<char*>(dst) + done, n - done, static_cast<off_t>(offset + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return -1;
+    if (r == 0) break;
+    done += static_cast<uint64_t>(r);
+  }
+  return static_cast<int64_t>(done);
+}
+
+// Writes all n bytes; false with errno set on failure.
+bool write_full(int fd, const void* src, uint64_t n) {
+  uint64_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::write(fd, static_cast<const char*>(src) + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return false;
+    done += static_cast<uint64_t>(r);
+  }
+  return true;
+}
+
+// Reads exactly n bytes at `offset`; a short read means the file changed under us.
+absl::Status read_exact(const Where& w, int fd, void* dst, uint64_t n, uint64_t offset) {
+  const int64_t got = pread_full(fd, dst, n, offset);
+  if (got < 0) return w.io_error("cannot read", w.path, errno);
+  if (static_cast<uint64_t>(got) != n) {
+    return w.error(absl::StatusCode::kDataLoss,
+                   absl::StrFormat("file ended after %d of %d bytes at file offset %d (did it change while "
+                                   "being read?)", got, n, offset));
+  }
+  return absl::OkStatus();
+}
+
+struct OpenFile {
+  Fd fd;
+  uint64_t bytes;  // file size
+};
+
+absl::StatusOr<OpenFile> open_for_reading(const Where& w) {
+  Fd fd(::open(w.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return w.io_error("cannot open", w.path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return w.io_error("cannot stat", w.path, errno);
+  if (!S_ISREG(st.st_mode)) return w.error(absl::StatusCode::kInvalidArgument, "not a regular file");
+  return OpenFile{std::move(fd), static_cast<uint64_t>(st.st_size)};
+}
+
+// ---- header parsing and validation ----
+
+struct Entry {
+  std::string name;
+  DType dtype = kFloat32;
+  Shape shape;
+  uint64_t begin = 0;  // bytes, relative to the data section
+  uint64_t end = 0;
+};
+
+struct Header {
+  std::vector<Entry> entries;  // sorted by data offset once validated
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;     // file offset of the data section, bytes
+};
+
+// "an array", "the number 3.5": describes a JSON value without serialising a
+// possibly deep structure (see NOTE [ Hostile files ]).
+std::string describe(const Json& v) {
+  if (v.is_structured()) return absl::StrCat("a JSON ", v.type_name());
+  std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (text.size() > 40) text = absl::StrCat(text.substr(0, 37), "...");
+  return absl::StrCat("the ", v.type_name(), " ", text);
+}
+
+// A non-negative JSON integer (not a float, even 2.0).
+std::optional<uint64_t> as_u64(const Json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  return std::nullopt;
+}
+
+struct DuplicateKey { std::string key; };
+struct TooDeep {};
+
+// JSON allows repeated keys and nlohmann keeps the last one silently; the
+// format forbids them (two "w" entries would mean different tensors to
+// different readers), so the parse callback refuses them at any depth.
+absl::StatusOr<Json> parse_json(const Where& w, const std::string& text) {
+  std::vector<std::set<std::string>> open_objects;  // keys seen, one set per open object
+  auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth) {
+      throw TooDeep{};
+    }
+    if (event == Json::parse_event_t::object_start) open_objects.emplace_back();
+    if (event == Json::parse_event_t::object_end && !open_objects.empty()) open_objects.pop_back();
+    if (event == Json::parse_event_t::key && !open_objects.back().insert(parsed.get<std::string>()).second) {
+      throw DuplicateKey{parsed.get<std::string>()};
+    }
+    return true;
+  };
+  const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
+  try {
+    return Json::parse(text, callback, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  } catch (const DuplicateKey& d) {
+    return w.error(bad, absl::StrCat("the header has the key \"", d.key,
+                                     "\" twice; the format forbids duplicate names"));
+  } catch (const TooDeep&) {
+    return w.error(bad, absl::StrCat("the header nests JSON deeper than ", kMaxJsonDepth, " levels"));
+  } catch (const Json::parse_error& e) {
+    // e.byte counts from 1; the header starts at file offset 8.
+    return w.error(bad, absl::StrFormat("the header is not valid JSON at header byte %d (file offset %d): %s",
+                                        e.byte, e.byte - 1 + kPrefixBytes, e.what()));
+  } catch (const std::exception& e) {
+    return w.error(bad, absl::StrCat("the header could not be parsed: ", e.what()));
+  }
+}
+
+absl::Status parse_metadata(const Where& w, const Json& v, std::map<std::string, std::string>* out) {
+  const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
+  if (!v.is_object()) return w.error(bad, absl::StrCat("\"__metadata__\" is ", describe(v), ", not an object"));
+  for (const auto& [key, value] : v.items()) {
+    if (!value.is_string()) {
+      return w.error(bad, absl::StrCat("\"__metadata__\" must map strings to strings, but \"", key, "\" holds ",
+                                       describe(value)));
+    }
+    (*out)[key] = value.get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DType> parse_dtype(const Where& w, const std::string& name, const Json& v) {
+  if (!v.is_string()) {
+    return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
+                          absl::StrCat("\"dtype\" is ", describe(v), ", not a string"));
+  }
+  const std::string& code = v.get_ref<const std::string&>();
+  if (std::optional<DType> t = dtype_from_code(code)) return *t;
+  if (std::find(std::begin(kForeignDTypes), std::end(kForeignDTypes), code) != std::end(kForeignDTypes)) {
+    return w.tensor_error(absl::StatusCode::kUnimplemented, name,
+                          absl::StrCat("dtype \"", code, "\" is valid safetensors but encore stores only "
+                                       "F32, F16, BF16, I32, I64 and BOOL"));
+  }
+  return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
+                        absl::StrCat("unknown dtype \"", code, "\" (encore reads F32, F16, BF16, I32, I64, BOOL)"));
+}
+
+absl::StatusOr<Shape> parse_shape(const Where& w, const std::string& name, const Json& v) {
+  const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
+  if (!v.is_array()) return w.tensor_error(bad, name, absl::StrCat("\"shape\" is ", describe(v), ", not an array"));
+  if (v.size() > static_cast<size_t>(kMaxDims)) {
+    return w.tensor_error(absl::StatusCode::kUnimplemented, name,
+                          absl::StrFormat("shape has %d dims; encore tensors have at most %d", v.size(), kMaxDims));
+  }
+  Shape shape;
+  for (size_t d = 0; d < v.size(); ++d) {
+    std::optional<uint64_t> s = as_u64(v[d]);
+    if (!s || *s > static_cast<uint64_t>(INT64_MAX)) {
+      return w.tensor_error(bad, name, absl::StrFormat("shape dim %d is %s, not a non-negative integer", d,
+                                                       describe(v[d])));
+    }
+    shape.push_back(static_cast<int64_t>(*s));
+  }
+  return shape;
+}
+
+// Reads data_offsets and checks them against shape and dtype; the layout of
+// all entries together is check_layout's job.
+absl::Status parse_offsets(const Where& w, const Json& v, Entry* e) {
+  const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
+  std::optional<uint64_t> begin, end;
+  if (v.is_array() && v.size() == 2) {
+    begin = as_u64(v[0]);
+    end = as_u64(v[1]);
+  }
+  if (!begin || !end) {
+    return w.tensor_error(bad, e->name, absl::StrCat("\"data_offsets\" is ", describe(v),
+                                                     ", not [begin, end] with two non-negative integers"));
+  }
+  if (*begin > *end) {
+    return w.tensor_error(bad, e->name, absl::StrFormat("data_offsets [%d, %d] end before they begin", *begin, *end));
+  }
+  // Bytes the shape needs, without overflow (a hostile shape can be huge).
+  int64_t nbytes = dtype_size(e->dtype);
+  for (int64_t s : e->shape) {
+    if (__builtin_mul_overflow(nbytes, s, &nbytes)) {
+      return w.tensor_error(bad, e->name, absl::StrFormat("shape %s of %s overflows 64-bit byte counts",
+                                                          shape_str(e->shape), dtype_code(e->dtype)));
+    }
+  }
+  if (static_cast<uint64_t>(nbytes) != *end - *begin) {
+    return w.tensor_error(bad, e->name,
+                          absl::StrFormat("shape %s of %s needs %d bytes but data_offsets [%d, %d] hold %d",
+                                          shape_str(e->shape), dtype_code(e->dtype), nbytes, *begin, *end,
+                                          *end - *begin));
+  }
+  e->begin = *begin;
+  e->end = *end;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Entry> parse_entry(const Where& w, const std::string& name, const Json& v) {
+  const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
+  if (!v.is_object()) {
+    return w.tensor_error(bad, name, absl::StrCat("entry is ", describe(v),
+                                                  ", not an object with dtype, shape and data_offsets"));
+  }
+  for (const char* field : {"dtype", "shape", "data_offsets"}) {
+    if (!v.contains(field)) return w.tensor_error(bad, name, absl::StrCat("entry has no \"", field, "\""));
+  }
+  Entry e{.name = name};
+  absl::StatusOr<DType> dtype = parse_dtype(w, name, v["dtype"]);
+  if (!dtype.ok()) return dtype.status();
+  e.dtype = *dtype;
+  absl::StatusOr<Shape> shape = parse_shape(w, name, v["shape"]);
+  if (!shape.ok()) return shape.status();
+  e.shape = *std::move(shape);
+  absl::Status s = parse_offsets(w, v["data_offsets"], &e);
+  if (!s.ok()) return s;
+  return e;
+}
+
+// NOTE [ Full coverage ]: the spec says "the byte buffer needs to be entirely
+// indexed, and cannot contain holes" (this prevents polyglot files), and the
+// reference reader refuses gaps, overlaps and trailing bytes. So sorted by
+// offset, each tensor must begin where the previous one ended, starting at 0,
+// and the last must end at the end of the file. Sorts `entries` by offset.
+absl::Status check_layout(const Where& w, std::vector<Entry>& entries, uint64_t data_bytes) {
+  for (const Entry& e : entries) {
+    if (e.end > data_bytes) {
+      return w.tensor_error(absl::StatusCode::kDataLoss, e.name,
+                            absl::StrFormat("data_offsets [%d, %d] run past the end of the %d-byte data section "
+                                            "(the file is truncated or the offsets are wrong)",
+                                            e.begin, e.end, data_bytes));
+    }
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
+  });
+  const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
+  uint64_t covered = 0;  // bytes of the data section accounted for so far
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (e.begin < covered) {
+      const Entry& p = entries[i - 1];
+      return w.tensor_error(bad, e.name, absl::StrFormat("data_offsets [%d, %d] overlap those of tensor \"%s\" [%d, %d]",
+                                                         e.begin, e.end, p.name, p.begin, p.end));
+    }
+    if (e.begin > covered) {
+      return w.tensor_error(bad, e.name,
+                            absl::StrFormat("data_offsets [%d, %d] leave bytes [%d, %d) of the data section "
+                                            "covered by no tensor; the format allows no holes", e.begin, e.end,
+                                            covered, e.begin));
+    }
+    covered = e.end;
+  }
+  if (covered != data_bytes) {
+    return w.error(bad, absl::StrFormat("the data section has %d bytes but its tensors cover only the first %d; "
+                                        "the format allows no uncovered bytes", data_bytes, covered));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Header> parse_header(const Where& w, const std::string& text, uint64_t data_bytes) {
+  absl::StatusOr<Json> json = parse_json(w, text);
+  if (!json.ok()) return json.status();
+  if (!json->is_object()) {
+    return w.error(absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("the header is ", describe(*json), ", not a JSON object"));
+  }
+  Header h;
+  for (const auto& [key, value] : json->items()) {
+    if (key == kMetadataKey) {
+      absl::Status s = parse_metadata(w, value, &h.metadata);
+      if (!s.ok()) return s;
+      continue;
+    }
+    absl::StatusOr<Entry> e = parse_entry(w, key, value);
+    if (!e.ok()) return e.status();
+    h.entries.push_back(*std::move(e));
+  }
+  absl::Status s = check_layout(w, h.entries, data_bytes);
+  if (!s.ok()) return s;
+  return h;
+}
+
+// Reads and validates the prefix and header of an open file (not the data).
+absl::StatusOr<Header> read_header(const Where& w, const OpenFile& f) {
+  if (f.bytes < kPrefixBytes) {
+    return w.error(absl::StatusCode::kDataLoss,
+                   absl::StrFormat("the file has %d bytes, fewer than the 8-byte header length", f.bytes));
+  }
+  unsigned char prefix[kPrefixBytes];
+  absl::Status s = read_exact(w, f.fd.get(), prefix, kPrefixBytes, 0);
+  if (!s.ok()) return s;
+  uint64_t n = 0;  // little-endian u64, decoded byte by byte
+  for (uint64_t i = 0; i < kPrefixBytes; ++i) n |= static_cast<uint64_t>(prefix[i]) << (8 * i);
+  if (n > kMaxHeaderBytes) {
+    return w.error(absl::StatusCode::kInvalidArgument,
+                   absl::StrFormat("header length %d bytes exceeds the limit of %d bytes", n, kMaxHeaderBytes));
+  }
+  if (n > f.bytes - kPrefixBytes) {
+    return w.error(absl::StatusCode::kDataLoss,
+                   absl::StrFormat("header length %d bytes runs past the end of the file (%d bytes follow the "
+                                   "8-byte length)", n, f.bytes - kPrefixBytes));
+  }
+  std::string text(n, '\0');
+  s = read_exact(w, f.fd.get(), text.data(), n, kPrefixBytes);
+  if (!s.ok()) return s;
+  absl::StatusOr<Header> h = parse_header(w, text, f.bytes - kPrefixBytes - n);
+  if (h.ok()) h->data_start = kPrefixBytes + n;
+  return h;
+}
+
+// ---- loading ----
+
+// A BOOL byte other than 0 or 1 is not a bool encore's kernels can use.
+absl::Status check_bools(const Where& w, const std::string& name, const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data_ptr());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (p[i] > 1) {
+      return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
+                            absl::StrFormat("BOOL element %d is the byte 0x%02x, not 0 or 1", i, p[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Reads every tensor of a validated header into new CPU tensors. The bytes go
+// straight from the file into storage nobody else sees yet, after
+// host_access (which a capture refuses); a device loader would stage through
+// the stream instead.
+absl::StatusOr<NamedTensors> read_tensors(const Where& w, const OpenFile& f, const Header& h) {
+  NamedTensors out;
+  absl::Status s = status_of([&] {
+    current_stream(kCPU).host_access(w.op);
+    out.reserve(h.entries.size());
+    for (const Entry& e : h.entries) out.emplace_back(e.name, empty(e.shape, e.dtype, kCPU));
+  });
+  if (!s.ok()) return w.wrap(s);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Entry& e = h.entries[i];
+    s = read_exact(w, f.fd.get(), out[i].second.data_ptr(), e.end - e.begin, h.data_start + e.begin);
+    if (s.ok() && e.dtype == kBool) s = check_bools(w, e.name, out[i].second);
+    if (!s.ok()) return s;
+  }
+  return out;
+}
+
+absl::StatusOr<NamedTensors> load(const Where& w) {
+  absl::StatusOr<OpenFile> f = open_for_reading(w);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<Header> h = read_header(w, *f);
+  if (!h.ok()) return h.status();
+  return read_tensors(w, *f, *h);
+}
+
+// Names must be non-empty, unique, not the metadata key, and name a tensor.
+absl::Status check_names(const Where& w, const NamedTensors& tensors) {
+  const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
+  absl::flat_hash_map<absl::string_view, size_t> seen;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, t] = tensors[i];
+    if (name.empty()) return w.error(bad, absl::StrFormat("tensor %d has an empty name", i));
+    if (name == kMetadataKey) return w.tensor_error(bad, name, "the name is reserved for the header's metadata");
+    if (auto [it, fresh] = seen.emplace(name, i); !fresh) {
+      return w.tensor_error(bad, name, absl::StrFormat("the name is used twice (tensors %d and %d)", it->second, i));
+    }
+    if (!t.defined()) return w.tensor_error(bad, name, "the tensor is undefined");
+  }
+  return absl::OkStatus();
+}
+
+// Pairs each target with its file tensor, converted to the target's device;
+// checks names both ways, shapes and dtypes. Touches no target.
+absl::StatusOr<std::vector<Tensor>> match_targets(const Where& w, const NamedTensors& file,
+                                                  const NamedTensors& targets) {
+  absl::flat_hash_map<absl::string_view, const Tensor*> by_name;
+  for (const auto& [name, t] : file) by_name[name] = &t;
+  absl::flat_hash_set<absl::string_view> wanted;
+  std::vector<std::string> missing, extra;
+  for (const auto& [name, t] : targets) {
+    wanted.insert(name);
+    if (!by_name.contains(name)) missing.push_back(name);
+  }
+  for (const auto& [name, t] : file) {
+    if (!wanted.contains(name)) extra.push_back(name);
+  }
+  const std::string extra_note =
+      extra.empty() ? "" : absl::StrCat("; the file also holds tensors no target names: ", quoted_list(extra));
+  if (!missing.empty()) {
+    return w.tensor_error(absl::StatusCode::kNotFound, missing[0],
+                          absl::StrCat("not in the file (missing: ", quoted_list(missing), ")", extra_note));
+  }
+  if (!extra.empty()) {
+    return w.error(absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("the file holds tensors no target names: ", quoted_list(extra),
+                                " (loading is strict, like load_state_dict(strict=True))"));
+  }
+  std::vector<Tensor> sources;
+  for (const auto& [name, t] : targets) {
+    const Tensor& src = *by_name[name];
+    if (src.shape() != t.shape() || src.dtype() != t.dtype()) {
+      return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
+                            absl::StrFormat("the file has shape %s (%s) but the target has shape %s (%s)",
+                                            shape_str(src.shape()), dtype_name(src.dtype()), shape_str(t.shape()),
+                                            dtype_name(t.dtype())));
+    }
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      if (t.strides()[d] == 0 && t.shape()[d] > 1) {
+        return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
+                              absl::StrFormat("the target of shape %s is a broadcast (expanded) view and cannot "
+                                              "be written in place", shape_str(t.shape())));
+      }
+    }
+    sources.push_back(src);
+  }
+  absl::Status s = status_of([&] {
+    for (size_t i = 0; i < sources.size(); ++i) sources[i] = sources[i].to(targets[i].second.device());
+  });
+  if (!s.ok()) return w.wrap(s);
+  return sources;
+}
+
+// ---- saving ----
+
+// The JSON header, padded with spaces so the data section starts 8-byte aligned.
+absl::StatusOr<std::string> build_header(const Where& w, const NamedTensors& tensors,
+                                         const std::map<std::string, std::string>& metadata) {
+  OrderedJson h = OrderedJson::object();
+  if (!metadata.empty()) h[std::string(kMetadataKey)] = metadata;
+  uint64_t offset = 0;  // bytes into the data section
+  for (const auto& [name, t] : tensors) {
+    const uint64_t nbytes = static_cast<uint64_t>(t.numel() * dtype_size(t.dtype()));
+    OrderedJson shape = OrderedJson::array();
+    for (int64_t s : t.shape()) shape.push_back(s);
+    OrderedJson entry = OrderedJson::object();
+    entry["dtype"] = std::string(dtype_code(t.dtype()));
+    entry["shape"] = std::move(shape);
+    entry["data_offsets"] = OrderedJson::array({offset, offset + nbytes});
+    h[name] = std::move(entry);
+    offset += nbytes;
+  }
+  std::string text;
+  try {
+    text = h.dump();  // strict: throws on invalid UTF-8
+  } catch (const std::exception& e) {
+    return w.error(absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("a tensor name or metadata string is not valid UTF-8: ", e.what()));
+  }
+  text.append((8 - (kPrefixBytes + text.size()) % 8) % 8, ' ');
+  return text;
+}
+
+// Writes prefix, header and data to an open file, then fsyncs and closes it.
+absl::Status write_contents(const Where& w, Fd fd, const std::string& file, const std::string& header,
+                            const NamedTensors& tensors) {
+  unsigned char prefix[kPrefixBytes];
+  for (uint64_t i = 0; i < kPrefixBytes; ++i) prefix[i] = static_cast<unsigned char>(header.size() >> (8 * i));
+  if (!write_full(fd.get(), prefix, kPrefixBytes) || !write_full(fd.get(), header.data(), header.size())) {
+    return w.io_error("cannot write", file, errno);
+  }
+  for (const auto& [name, t] : tensors) {
+    Tensor c;  // one contiguous CPU copy at a time keeps peak memory low
+    absl::Status s = status_of([&] {
+      current_stream(t.device()).host_access(w.op);
+      c = t.detach().contiguous();
+      if (!c.device().is_cpu()) c = c.to(kCPU);
+    });
+    if (!s.ok()) return w.tensor_error(s.code(), name, s.message());
+    if (!write_full(fd.get(), c.data_ptr(), static_cast<uint64_t>(c.numel() * dtype_size(c.dtype())))) {
+      return w.io_error("cannot write", file, errno);
+    }
+  }
+  if (::fsync(fd.get()) != 0) return w.io_error("cannot fsync", file, errno);
+  if (fd.close() != 0) return w.io_error("cannot close", file, errno);
+  return absl::OkStatus();
+}
+
+// Unique per process and per call, so concurrent saves never share a temporary.
+std::string temp_path(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  return absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+}
+
+// Makes the rename durable. Best effort: the rename itself is atomic either
+// way, and some filesystems refuse to fsync a directory.
+void sync_parent_directory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() >= 0) (void)::fsync(fd.get());
+}
+
+}  // namespace
+
+absl::Status save_safetensors(const std::string& path, const NamedTensors& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  const Where w{"save_safetensors", path};
+  absl::Status s = check_names(w, tensors);
+  if (!s.ok()) return s;
+  absl::StatusOr<std::string> header = build_header(w, tensors, metadata);
+  if (!header.ok()) return header.status();
+  const std::string tmp = temp_path(path);
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return w.io_error("cannot create", tmp, errno);
+  s = write_contents(w, std::move(fd), tmp, *header, tensors);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = w.io_error(absl::StrCat("cannot rename ", tmp, " to"), path, errno);
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());  // the previous file at `path`, if any, is untouched
+    return s;
+  }
+  sync_parent_directory(path);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NamedTensors> load_safetensors(const std::string& path) {
+  return load(Where{"load_safetensors", path});
+}
+
+absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(const std::string& path) {
+  const Where w{"load_safetensors_metadata", path};
+  absl::StatusOr<OpenFile> f = open_for_reading(w);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<Header> h = read_header(w, *f);
+  if (!h.ok()) return h.status();
+  return std::move(h->metadata);
+}
+
+absl::Status load_into(const std::string& path, const NamedTensors& targets) {
+  const Where w{"load_into", path};
+  absl::Status s = check_names(w, targets);
+  if (!s.ok()) return s;
+  absl::StatusOr<NamedTensors> file = load(w);
+  if (!file.ok()) return file.status();
+  absl::StatusOr<std::vector<Tensor>> sources = match_targets(w, *file, targets);
+  if (!sources.ok()) return sources.status();
+  // Everything is read and checked: from here on only in-place copies, which
+  // keep each target's storage (and any captured graph pointing at it).
+  NoGradGuard no_grad;
+  s = status_of([&] {
+    for (size_t i = 0; i < targets.size(); ++i) Tensor(targets[i].second).copy_((*sources)[i]);
+  });
+  return w.wrap(s);
+}
+
+}  // namespace encore

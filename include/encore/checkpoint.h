@@ -1,0 +1,77 @@
+// Checkpoints: named tensors saved to and loaded from safetensors files, so
+// weights written by other tools (PyTorch, JAX, Hugging Face) load here and
+// ours load there.
+//
+//   encore::NamedTensors params = {{"fc1.weight", w1}, {"fc1.bias", b1}};
+//   absl::Status s = encore::save_safetensors("model.safetensors", params, {{"step", "1000"}});
+//   ...
+//   // Restore into existing parameters (strict: same names, shapes, dtypes):
+//   absl::Status r = encore::load_into("model.safetensors", params);
+//   if (!r.ok()) std::cerr << r << "\n";   // names the file, the tensor and the problem
+//   // Or read everything as new CPU tensors:
+//   absl::StatusOr<encore::NamedTensors> all = encore::load_safetensors("model.safetensors");
+//
+// The format (https://github.com/huggingface/safetensors), all sizes in bytes:
+//   [8 bytes]  N, a little-endian u64: the length of the JSON header
+//   [N bytes]  UTF-8 JSON object: {"name": {"dtype": "F32", "shape": [2, 3],
+//              "data_offsets": [begin, end]}, ..., "__metadata__": {"k": "v"}}
+//              (may end with spaces, padding the data section to 8-byte alignment)
+//   [rest]     the data section: each tensor's elements, row-major, little-endian,
+//              at [begin, end) relative to the start of the data section.
+// encore reads and writes the dtypes it stores: F32, F16, BF16, I32, I64, BOOL.
+//
+// Errors (every function returns a Status, never throws or aborts):
+//   NotFound          the file does not exist; load_into: a target is not in the file
+//   DataLoss          the file is shorter than its own header says (truncated)
+//   InvalidArgument   any other malformed file (JSON, types, dtype, shape, offsets,
+//                     overlaps, holes, duplicate names); bad arguments (empty or
+//                     duplicate names); load_into: extra tensors in the file, or a
+//                     shape/dtype that differs from its target
+//   Unimplemented     a valid safetensors dtype encore does not store (F64, U8, ...)
+//   other codes       I/O errors, mapped from errno; the message has the errno text
+// Messages name the file and, where one is involved, the tensor.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "encore/tensor.h"
+
+namespace encore {
+
+// Tensors with their names, in order. Names are unique and non-empty.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// Writes `tensors` (in the given order; non-contiguous ones are written
+// contiguous) and `metadata` (the header's "__metadata__") to `path`.
+// Atomic: the bytes go to `path + ".tmp.<pid>.<n>"`, which is fsynced and then
+// renamed over `path`, so a crash or error mid-save leaves any previous file at
+// `path` as it was (and removes the temporary). A tensor may not be named
+// "__metadata__". Reads tensor data on the host, so it is refused inside capture.
+[[nodiscard]] absl::Status save_safetensors(const std::string& path, const NamedTensors& tensors,
+                                            const std::map<std::string, std::string>& metadata = {});
+
+// Reads every tensor of `path` into new contiguous CPU tensors, in the order of
+// their data in the file (ascending data_offsets). The whole file is validated
+// before it is trusted; see the error table above.
+[[nodiscard]] absl::StatusOr<NamedTensors> load_safetensors(const std::string& path);
+
+// Reads the "__metadata__" map of `path` (empty when absent), after validating
+// the header as load_safetensors does. Reads only the header.
+[[nodiscard]] absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(
+    const std::string& path);
+
+// Copies each tensor of `path` into the target of the same name, in place
+// (copy_ under NoGradGuard): targets keep their storage, so parameters that
+// require grad can be loaded and captured graphs that point at them stay valid.
+// Strict, like PyTorch's load_state_dict(strict=True): every target must be in
+// the file (NotFound), the file may hold no other tensor (InvalidArgument), and
+// shapes and dtypes must match exactly (InvalidArgument). Everything is read
+// and checked before the first target is written: on error no target changes.
+[[nodiscard]] absl::Status load_into(const std::string& path, const NamedTensors& targets);
+
+}  // namespace encore
