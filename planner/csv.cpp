@@ -1,0 +1,165 @@
+// CSV in MiniMalloc's format: id,lower,upper,size[,alignment][,offset].
+#include <array>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "encore/planner.h"
+#include "planner/internal.h"
+
+namespace encore::planner {
+namespace {
+
+enum Column { kId, kLower, kUpper, kSize, kAlignment, kOffset, kNumColumns };
+constexpr std::array<absl::string_view, kNumColumns> kColumnNames = {"id",        "lower", "upper",
+                                                                     "size", "alignment", "offset"};
+constexpr std::array<bool, kNumColumns> kRequired = {true, true, true, true, false, false};
+
+absl::Status line_error(int line, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("line ", line, ": ", what));
+}
+
+// Where each known column sits in a row; -1 when absent.
+using ColumnIndex = std::array<int, kNumColumns>;
+
+absl::StatusOr<ColumnIndex> parse_header(absl::string_view header, int line) {
+  ColumnIndex index;
+  index.fill(-1);
+  int position = 0;
+  for (absl::string_view name : absl::StrSplit(header, ',')) {
+    name = absl::StripAsciiWhitespace(name);
+    int column = 0;
+    while (column < kNumColumns && kColumnNames[column] != name) ++column;
+    if (column == kNumColumns) return line_error(line, absl::StrCat("unknown column '", name, "'"));
+    if (index[column] != -1) return line_error(line, absl::StrCat("column '", name, "' appears twice"));
+    index[column] = position++;
+  }
+  for (int column = 0; column < kNumColumns; ++column) {
+    if (kRequired[column] && index[column] == -1) {
+      return line_error(line, absl::StrCat("missing column '", kColumnNames[column], "'"));
+    }
+  }
+  return index;
+}
+
+absl::StatusOr<int64_t> parse_int(absl::string_view field, Column column, int line) {
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(field, &value)) {
+    return line_error(line, absl::StrCat("column '", kColumnNames[column], "': '", field,
+                                         "' is not an integer"));
+  }
+  return value;
+}
+
+// Checks one buffer's invariants; the message says which buffer and why.
+absl::Status check_row(const Buffer& b, int64_t offset, bool has_offset, int line) {
+  std::string problem = internal::buffer_problem(b);
+  if (problem.empty() && has_offset && offset < 0) problem = absl::StrCat("negative offset ", offset);
+  if (problem.empty()) return absl::OkStatus();
+  return line_error(line, absl::StrCat("buffer '", b.id, "': ", problem));
+}
+
+absl::Status parse_row(absl::string_view text, const ColumnIndex& index, int line, CsvProblem* out) {
+  std::vector<absl::string_view> fields = absl::StrSplit(text, ',');
+  int expected = 0;
+  for (int position : index) expected += position != -1;
+  if (static_cast<int>(fields.size()) != expected) {
+    return line_error(line, absl::StrCat("expected ", expected, " fields, found ", fields.size()));
+  }
+  for (absl::string_view& field : fields) field = absl::StripAsciiWhitespace(field);
+  Buffer b;
+  b.id = std::string(fields[index[kId]]);
+  if (b.id.empty()) return line_error(line, "empty id");
+  std::array<int64_t*, kNumColumns> targets = {nullptr, &b.lower, &b.upper, &b.size, &b.alignment, nullptr};
+  int64_t offset = 0;
+  targets[kOffset] = &offset;
+  for (int column = kLower; column < kNumColumns; ++column) {
+    if (index[column] == -1) continue;
+    absl::StatusOr<int64_t> value = parse_int(fields[index[column]], static_cast<Column>(column), line);
+    if (!value.ok()) return value.status();
+    *targets[column] = *value;
+  }
+  if (absl::Status status = check_row(b, offset, index[kOffset] != -1, line); !status.ok()) return status;
+  out->buffers.push_back(std::move(b));
+  if (index[kOffset] != -1) out->offsets.push_back(offset);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CsvProblem> parse_csv(absl::string_view text) {
+  CsvProblem problem;
+  ColumnIndex index;
+  index.fill(-1);
+  bool have_header = false;
+  absl::flat_hash_map<std::string, int> first_line;  // id -> line it first appeared on
+  int line = 0;
+  for (absl::string_view row : absl::StrSplit(text, '\n')) {
+    ++line;
+    row = absl::StripAsciiWhitespace(row);
+    if (row.empty()) continue;
+    if (!have_header) {
+      absl::StatusOr<ColumnIndex> header = parse_header(row, line);
+      if (!header.ok()) return header.status();
+      index = *header;
+      have_header = true;
+      problem.has_alignment = index[kAlignment] != -1;
+      continue;
+    }
+    if (absl::Status status = parse_row(row, index, line, &problem); !status.ok()) return status;
+    auto [it, inserted] = first_line.emplace(problem.buffers.back().id, line);
+    if (!inserted) {
+      return line_error(line, absl::StrCat("duplicate id '", it->first, "' (first on line ", it->second, ")"));
+    }
+  }
+  if (!have_header) return line_error(1, "missing header (expected id,lower,upper,size)");
+  return problem;
+}
+
+absl::StatusOr<CsvProblem> read_csv(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+  std::stringstream contents;
+  contents << file.rdbuf();
+  absl::StatusOr<CsvProblem> problem = parse_csv(contents.str());
+  if (!problem.ok()) {
+    return absl::Status(problem.status().code(), absl::StrCat(path, ": ", problem.status().message()));
+  }
+  return problem;
+}
+
+std::string format_csv(absl::Span<const Buffer> buffers, const Plan* plan, bool with_alignment) {
+  std::string out = "id,lower,upper,size";
+  if (with_alignment) out += ",alignment";
+  if (plan != nullptr) out += ",offset";
+  out += "\n";
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const Buffer& b = buffers[i];
+    absl::StrAppend(&out, b.id, ",", b.lower, ",", b.upper, ",", b.size);
+    if (with_alignment) absl::StrAppend(&out, ",", b.alignment);
+    if (plan != nullptr) absl::StrAppend(&out, ",", plan->offsets[i]);
+    out += "\n";
+  }
+  return out;
+}
+
+absl::Status write_file(const std::string& path, absl::string_view contents) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  if (!file) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
+  file.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+  file.close();
+  if (!file) return absl::DataLossError(absl::StrCat("error while writing '", path, "'"));
+  return absl::OkStatus();
+}
+
+}  // namespace encore::planner

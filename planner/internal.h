@@ -1,0 +1,78 @@
+// planner/internal.h — what the planner's source files share; not installed.
+//
+// Each algorithm is a function from buffers to a Plan. The inputs have
+// already passed check_buffers (sizes >= 0, lower < upper, power-of-two
+// alignments), and every algorithm places a zero-size buffer at offset 0.
+#ifndef ENCORE_PLANNER_INTERNAL_H_
+#define ENCORE_PLANNER_INTERNAL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "encore/planner.h"
+
+namespace encore::planner::internal {
+
+// Rounds `value` up to a multiple of `alignment` (a power of two).
+inline int64_t align_up(int64_t value, int64_t alignment) {
+  return (value + alignment - 1) & ~(alignment - 1);
+}
+
+// The largest offset + size of a placement (0 for no buffers).
+int64_t peak_of(absl::Span<const Buffer> buffers, absl::Span<const int64_t> offsets);
+
+// A wall-clock deadline for the searching algorithms.
+class Deadline {
+ public:
+  explicit Deadline(double seconds);
+  bool expired() const { return std::chrono::steady_clock::now() >= end_; }
+  double seconds_left() const;
+
+ private:
+  std::chrono::steady_clock::time_point end_;
+};
+
+// Sorted distinct time points of all lower and upper ends. A buffer covers
+// the time slots [slot_of(lower), slot_of(upper)) where slot k is the time
+// interval [times[k], times[k + 1]).
+struct TimeSlots {
+  std::vector<int64_t> times;
+  int slot_of(int64_t time) const;  // index of `time` in `times`
+  int num_slots() const { return times.empty() ? 0 : static_cast<int>(times.size()) - 1; }
+};
+TimeSlots make_time_slots(absl::Span<const Buffer> buffers);
+
+// What is wrong with one buffer ("negative size -4"), or "" if nothing.
+// Duplicate ids are the caller's business.
+std::string buffer_problem(const Buffer& buffer);
+
+// Buffer indices in time order: by lower, ties by index.
+std::vector<int32_t> order_by_lower(absl::Span<const Buffer> buffers);
+
+// ---- the algorithms (see Algorithm in encore/planner.h) --------------------
+
+Plan plan_naive(absl::Span<const Buffer> buffers);
+Plan plan_caching(absl::Span<const Buffer> buffers);
+Plan plan_online(absl::Span<const Buffer> buffers);
+
+// The orderings greedy can place buffers in; ties fall back to size, then
+// to the buffer index, so every ordering is deterministic.
+enum class GreedyOrder {
+  kSize,    // decreasing size (the TFLite / XLA heuristic)
+  kLength,  // decreasing lifetime length
+  kArea,    // decreasing size * lifetime length
+  kStart,   // increasing lower end
+};
+Plan plan_greedy(absl::Span<const Buffer> buffers, GreedyOrder order);
+Plan plan_best_greedy(absl::Span<const Buffer> buffers);
+
+// Improves on `start` (a valid plan) by searching canonical placements under
+// shrinking capacities until the deadline; returns the best plan found.
+Plan plan_exact(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline);
+
+}  // namespace encore::planner::internal
+
+#endif  // ENCORE_PLANNER_INTERNAL_H_

@@ -1,0 +1,138 @@
+// plan_buffers(): checks the input, runs the chosen algorithm, validates.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "encore/planner.h"
+#include "planner/internal.h"
+
+namespace encore::planner {
+namespace {
+
+constexpr std::array<Algorithm, 7> kAlgorithms = {
+    Algorithm::kNaive,      Algorithm::kCaching, Algorithm::kOnline, Algorithm::kGreedy,
+    Algorithm::kBestGreedy, Algorithm::kExact,   Algorithm::kBest};
+constexpr std::array<absl::string_view, 7> kNames = {"naive",       "caching", "online", "greedy",
+                                                    "best_greedy", "exact",   "best"};
+
+// `best` first takes the best of the fast algorithms, then lets the exact
+// search improve on it for what is left of the time limit.
+Plan plan_best(absl::Span<const Buffer> buffers, const internal::Deadline& deadline) {
+  Plan best = internal::plan_best_greedy(buffers);
+  Plan online = internal::plan_online(buffers);
+  if (online.peak < best.peak) best = std::move(online);
+  if (best.peak == lower_bound(buffers)) return best;
+  return internal::plan_exact(buffers, std::move(best), deadline);
+}
+
+Plan run(absl::Span<const Buffer> buffers, const PlanOptions& options) {
+  const internal::Deadline deadline(options.time_limit_s);
+  switch (options.algorithm) {
+    case Algorithm::kNaive: return internal::plan_naive(buffers);
+    case Algorithm::kCaching: return internal::plan_caching(buffers);
+    case Algorithm::kOnline: return internal::plan_online(buffers);
+    case Algorithm::kGreedy: return internal::plan_greedy(buffers, internal::GreedyOrder::kSize);
+    case Algorithm::kBestGreedy: return internal::plan_best_greedy(buffers);
+    case Algorithm::kExact: return internal::plan_exact(buffers, internal::plan_best_greedy(buffers), deadline);
+    case Algorithm::kBest: return plan_best(buffers, deadline);
+  }
+  return internal::plan_naive(buffers);
+}
+
+}  // namespace
+
+absl::Span<const Algorithm> all_algorithms() { return kAlgorithms; }
+
+absl::string_view algorithm_name(Algorithm algorithm) { return kNames[static_cast<int>(algorithm)]; }
+
+absl::StatusOr<Algorithm> parse_algorithm(absl::string_view name) {
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    if (kNames[i] == name) return kAlgorithms[i];
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown algorithm '", name, "' (known: ", absl::StrJoin(kNames, ", "), ")"));
+}
+
+absl::StatusOr<Plan> plan_buffers(absl::Span<const Buffer> buffers, const PlanOptions& options) {
+  if (absl::Status status = check_buffers(buffers); !status.ok()) return status;
+  if (!(options.time_limit_s >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("time limit ", options.time_limit_s, " s is negative"));
+  }
+  Plan plan = run(buffers, options);
+  if (absl::Status status = validate(buffers, plan); !status.ok()) {
+    return absl::InternalError(absl::StrCat("algorithm '", algorithm_name(options.algorithm),
+                                            "' produced an invalid plan: ", status.message()));
+  }
+  return plan;
+}
+
+namespace internal {
+
+int64_t peak_of(absl::Span<const Buffer> buffers, absl::Span<const int64_t> offsets) {
+  int64_t peak = 0;
+  for (size_t i = 0; i < buffers.size(); ++i) peak = std::max(peak, offsets[i] + buffers[i].size);
+  return peak;
+}
+
+Deadline::Deadline(double seconds)
+    : end_(std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+               std::chrono::duration<double>(std::min(seconds, 1e9)))) {}
+
+double Deadline::seconds_left() const {
+  return std::chrono::duration<double>(end_ - std::chrono::steady_clock::now()).count();
+}
+
+int TimeSlots::slot_of(int64_t time) const {
+  return static_cast<int>(std::lower_bound(times.begin(), times.end(), time) - times.begin());
+}
+
+TimeSlots make_time_slots(absl::Span<const Buffer> buffers) {
+  TimeSlots slots;
+  slots.times.reserve(2 * buffers.size());
+  for (const Buffer& b : buffers) {
+    slots.times.push_back(b.lower);
+    slots.times.push_back(b.upper);
+  }
+  std::sort(slots.times.begin(), slots.times.end());
+  slots.times.erase(std::unique(slots.times.begin(), slots.times.end()), slots.times.end());
+  return slots;
+}
+
+std::vector<int32_t> order_by_lower(absl::Span<const Buffer> buffers) {
+  std::vector<int32_t> order(buffers.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return buffers[a].lower < buffers[b].lower; });
+  return order;
+}
+
+// Every buffer its own slot, in input order: what no planning costs.
+Plan plan_naive(absl::Span<const Buffer> buffers) {
+  Plan plan;
+  plan.offsets.reserve(buffers.size());
+  int64_t top = 0;
+  for (const Buffer& b : buffers) {
+    if (b.size == 0) {
+      plan.offsets.push_back(0);
+      continue;
+    }
+    plan.offsets.push_back(align_up(top, b.alignment));
+    top = plan.offsets.back() + b.size;
+  }
+  plan.peak = top;
+  return plan;
+}
+
+}  // namespace internal
+}  // namespace encore::planner

@@ -1,0 +1,99 @@
+// render_svg(): a picture of a plan, so a person can see where memory goes.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "encore/planner.h"
+
+namespace encore::planner {
+namespace {
+
+constexpr double kWidth = 1200, kHeight = 700;  // pixels
+constexpr double kLeft = 110, kRight = 20, kTop = 40, kBottom = 60;
+constexpr int kTicks = 4;
+
+std::string xml_escape(absl::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// Maps time steps to x and bytes to y (address grows upwards).
+struct Frame {
+  int64_t t0, t1, bytes;
+  double x(int64_t t) const { return kLeft + (kWidth - kLeft - kRight) * double(t - t0) / double(t1 - t0); }
+  double y(int64_t b) const { return kHeight - kBottom - (kHeight - kTop - kBottom) * double(b) / double(bytes); }
+};
+
+void draw_axes(const Frame& f, int64_t peak, std::string& out) {
+  const double x0 = f.x(f.t0), y0 = f.y(0);
+  absl::StrAppendFormat(&out, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='black'/>\n", x0, y0,
+                        f.x(f.t1), y0);
+  absl::StrAppendFormat(&out, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='black'/>\n", x0, y0, x0,
+                        f.y(f.bytes));
+  for (int k = 0; k <= kTicks; ++k) {
+    const int64_t t = f.t0 + (f.t1 - f.t0) * k / kTicks, b = f.bytes * k / kTicks;
+    absl::StrAppendFormat(&out, "<text x='%.1f' y='%.1f' text-anchor='middle'>%d</text>\n", f.x(t), y0 + 18, t);
+    absl::StrAppendFormat(&out, "<text x='%.1f' y='%.1f' text-anchor='end'>%d</text>\n", x0 - 6, f.y(b) + 4, b);
+  }
+  absl::StrAppendFormat(&out, "<text x='%.1f' y='%.1f' text-anchor='middle'>time step</text>\n",
+                        (x0 + f.x(f.t1)) / 2, kHeight - 15);
+  absl::StrAppendFormat(&out,
+                        "<text x='15' y='%.1f' text-anchor='middle' transform='rotate(-90 15 %.1f)'>"
+                        "address (bytes)</text>\n",
+                        (y0 + f.y(f.bytes)) / 2, (y0 + f.y(f.bytes)) / 2);
+  absl::StrAppendFormat(&out, "<text x='%.1f' y='22'>peak %d bytes</text>\n", kLeft, peak);
+}
+
+void draw_level(const Frame& f, int64_t bytes, absl::string_view label, absl::string_view style, std::string& out) {
+  absl::StrAppendFormat(&out, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' %s/>\n", f.x(f.t0), f.y(bytes),
+                        f.x(f.t1), f.y(bytes), style);
+  absl::StrAppendFormat(&out, "<text x='%.1f' y='%.1f' text-anchor='end' fill='crimson'>%s %d</text>\n",
+                        f.x(f.t1), f.y(bytes) - 4, label, bytes);
+}
+
+}  // namespace
+
+std::string render_svg(absl::Span<const Buffer> buffers, const Plan& plan) {
+  Frame f{0, 1, std::max<int64_t>(plan.peak, 1)};
+  if (!buffers.empty()) {
+    f.t0 = buffers[0].lower;
+    f.t1 = buffers[0].upper;
+  }
+  for (const Buffer& b : buffers) {
+    f.t0 = std::min(f.t0, b.lower);
+    f.t1 = std::max(f.t1, b.upper);
+  }
+  const int64_t bound = lower_bound(buffers);
+  f.bytes = std::max(f.bytes, bound);
+  std::string out = absl::StrFormat(
+      "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' "
+      "font-size='12'>\n<rect width='100%%' height='100%%' fill='white'/>\n",
+      int(kWidth), int(kHeight));
+  for (size_t i = 0; i < buffers.size() && i < plan.offsets.size(); ++i) {
+    const Buffer& b = buffers[i];
+    const int64_t offset = plan.offsets[i];
+    absl::StrAppendFormat(&out,
+                          "<rect x='%.2f' y='%.2f' width='%.2f' height='%.2f' fill='hsl(%d,65%%,62%%)' "
+                          "stroke='#333' stroke-width='0.3'><title>%s: %d bytes at %d, live [%d, %d)</title></rect>\n",
+                          f.x(b.lower), f.y(offset + b.size), f.x(b.upper) - f.x(b.lower),
+                          f.y(offset) - f.y(offset + b.size), int(i * 137 % 360), xml_escape(b.id), b.size, offset,
+                          b.lower, b.upper);
+  }
+  draw_level(f, bound, "lower bound", "stroke='crimson' stroke-dasharray='6,4' stroke-width='1.5'", out);
+  draw_axes(f, plan.peak, out);
+  out += "</svg>\n";
+  return out;
+}
+
+}  // namespace encore::planner

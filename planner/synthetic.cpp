@@ -1,0 +1,116 @@
+// Generated problems; see synthetic.h.
+#include "planner/synthetic.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "planner/internal.h"
+
+namespace encore::planner {
+namespace {
+
+constexpr int64_t kKiB = 1024, kMiB = 1024 * 1024;
+
+// splitmix64: tiny, fast, and the same on every platform.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  int64_t uniform(int64_t lo, int64_t hi) { return lo + static_cast<int64_t>(next() % uint64_t(hi - lo + 1)); }
+  bool chance(int percent) { return uniform(1, 100) <= percent; }
+
+ private:
+  uint64_t state_;
+};
+
+class TraceBuilder {
+ public:
+  TraceBuilder(const TraceOptions& options) : options_(options), rng_(options.seed) {}
+
+  int add(int64_t size, int64_t lower, int64_t upper) {
+    size = std::max(internal::align_up(size, options_.alignment), options_.alignment);
+    buffers_.push_back({absl::StrCat("b", buffers_.size()), size, lower, upper, options_.alignment});
+    return static_cast<int>(buffers_.size()) - 1;
+  }
+  // A temporary: mostly small, sometimes activation-sized, rarely large.
+  int64_t temporary_size(int64_t activation) {
+    if (rng_.chance(5)) return activation * rng_.uniform(2, 8);
+    if (rng_.chance(22)) return activation / rng_.uniform(1, 4);
+    return rng_.uniform(1, 64) * kKiB / rng_.uniform(1, 16);
+  }
+  void add_temporaries(int count, int64_t t, int64_t activation) {
+    for (int k = 0; k < count; ++k) add(temporary_size(activation), t, t + rng_.uniform(1, 3));
+  }
+  Rng& rng() { return rng_; }
+  std::vector<Buffer>& buffers() { return buffers_; }
+
+ private:
+  const TraceOptions& options_;
+  Rng rng_;
+  std::vector<Buffer> buffers_;
+};
+
+// Forward, then backward in reverse layer order, then the optimizer.
+void build_step(TraceBuilder& b, int layers) {
+  std::vector<int64_t> activation(layers);
+  std::vector<std::vector<int>> saved(layers);
+  int64_t t = 0;
+  for (int l = 0; l < layers; ++l) {
+    activation[l] = b.rng().uniform(1, 16) * 128 * kKiB;
+    const int kernels = static_cast<int>(b.rng().uniform(2, 4));
+    for (int k = 0; k < kernels; ++k, ++t) {
+      if (k == 0 || b.rng().chance(30)) saved[l].push_back(b.add(activation[l] * b.rng().uniform(1, 3), t, t + 1));
+      b.add_temporaries(static_cast<int>(b.rng().uniform(0, 2)), t, activation[l]);
+    }
+  }
+  int grad = b.add(activation[layers - 1], t, t + 1);
+  for (int l = layers - 1; l >= 0; --l) {
+    const int kernels = static_cast<int>(b.rng().uniform(2, 4));
+    const int next_grad = b.add(activation[l], t, t + kernels + 1);  // handed to layer l - 1
+    for (int k = 0; k < kernels; ++k, ++t) b.add_temporaries(static_cast<int>(b.rng().uniform(0, 2)), t, activation[l]);
+    b.buffers()[grad].upper = t;
+    for (int index : saved[l]) b.buffers()[index].upper = t - b.rng().uniform(0, kernels - 1);
+    grad = next_grad;
+  }
+  b.buffers()[grad].upper = t + 1;
+  b.add_temporaries(8, t + 1, 64 * kKiB);  // optimizer scratch
+}
+
+}  // namespace
+
+std::vector<Buffer> training_step_trace(const TraceOptions& options) {
+  TraceBuilder builder(options);
+  build_step(builder, std::max(1, options.num_buffers / 10));
+  std::vector<Buffer>& buffers = builder.buffers();
+  // Trim or pad with short temporaries to exactly num_buffers.
+  while (static_cast<int>(buffers.size()) > options.num_buffers) buffers.pop_back();
+  int64_t horizon = 1;
+  for (const Buffer& buffer : buffers) horizon = std::max(horizon, buffer.upper);
+  while (static_cast<int>(buffers.size()) < options.num_buffers) {
+    const int64_t t = builder.rng().uniform(0, horizon - 1);
+    builder.add(builder.temporary_size(256 * kKiB), t, t + 1);
+  }
+  return std::move(buffers);
+}
+
+std::vector<Buffer> random_buffers(int num_buffers, int64_t max_size, int64_t horizon, bool aligned,
+                                   uint64_t seed) {
+  Rng rng(seed);
+  std::vector<Buffer> buffers;
+  for (int i = 0; i < num_buffers; ++i) {
+    const int64_t lower = rng.uniform(0, horizon - 1);
+    const int64_t upper = rng.uniform(lower + 1, horizon);
+    const int64_t alignment = aligned ? int64_t{1} << rng.uniform(0, 6) : 1;
+    buffers.push_back({absl::StrCat("r", i), rng.uniform(1, max_size), lower, upper, alignment});
+  }
+  return buffers;
+}
+
+}  // namespace encore::planner

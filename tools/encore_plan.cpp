@@ -1,0 +1,97 @@
+// encore-plan: plan a CSV of buffers with each algorithm and compare.
+//
+//   encore-plan [--algorithm=NAME] [--time_limit_s=S] [--out=PLAN.csv]
+//               [--svg=PLAN.svg] FILE.csv
+//
+// Prints one row per algorithm: name, peak bytes, lower bound, peak / lower
+// bound and planning time. --out and --svg use the last algorithm run (the
+// chosen one, or `best` when all run). Exits 1 with a one-line message on bad
+// input.
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "encore/planner.h"
+
+ABSL_FLAG(std::string, algorithm, "all",
+          "Algorithm to run: naive, caching, online, greedy, best_greedy, exact, best, or all (every one, in "
+          "that order).");
+ABSL_FLAG(double, time_limit_s, 0.5, "Time limit in seconds for the searching algorithms (exact, best).");
+ABSL_FLAG(std::string, out, "", "If set, write the plan as CSV here: the input's columns plus `offset`.");
+ABSL_FLAG(std::string, svg, "", "If set, draw the plan as SVG here (time across, address up).");
+
+namespace {
+
+using encore::planner::Algorithm;
+using encore::planner::Plan;
+
+absl::StatusOr<std::vector<Algorithm>> chosen_algorithms() {
+  const std::string name = absl::GetFlag(FLAGS_algorithm);
+  if (name == "all") {
+    auto all = encore::planner::all_algorithms();
+    return std::vector<Algorithm>(all.begin(), all.end());
+  }
+  absl::StatusOr<Algorithm> algorithm = encore::planner::parse_algorithm(name);
+  if (!algorithm.ok()) return algorithm.status();
+  return std::vector<Algorithm>{*algorithm};
+}
+
+absl::Status write_outputs(const encore::planner::CsvProblem& problem, const Plan& plan) {
+  if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
+    const std::string csv = encore::planner::format_csv(problem.buffers, &plan, problem.has_alignment);
+    if (absl::Status status = encore::planner::write_file(path, csv); !status.ok()) return status;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
+    return encore::planner::write_file(path, encore::planner::render_svg(problem.buffers, plan));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status run(const std::string& path) {
+  absl::StatusOr<std::vector<Algorithm>> algorithms = chosen_algorithms();
+  if (!algorithms.ok()) return algorithms.status();
+  absl::StatusOr<encore::planner::CsvProblem> problem = encore::planner::read_csv(path);
+  if (!problem.ok()) return problem.status();
+  if (absl::Status status = encore::planner::check_buffers(problem->buffers); !status.ok()) return status;
+  const int64_t bound = encore::planner::lower_bound(problem->buffers);
+  absl::PrintF("%-12s %14s %14s %10s %12s\n", "algorithm", "peak_bytes", "lower_bound", "ratio", "time_ms");
+  Plan plan;
+  for (Algorithm algorithm : *algorithms) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<Plan> planned = encore::planner::plan_buffers(
+        problem->buffers, {.algorithm = algorithm, .time_limit_s = absl::GetFlag(FLAGS_time_limit_s)});
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!planned.ok()) return planned.status();
+    plan = *std::move(planned);
+    absl::PrintF("%-12s %14d %14d %10.4f %12.2f\n", encore::planner::algorithm_name(algorithm), plan.peak, bound,
+                 bound > 0 ? double(plan.peak) / double(bound) : 1.0, ms);
+  }
+  return write_outputs(*problem, plan);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Plans the buffers of a MiniMalloc-format CSV (id,lower,upper,size[,alignment]) into one arena\n"
+      "and prints, per algorithm, the peak, the lower bound, their ratio and the planning time.\n"
+      "Usage: encore-plan [--algorithm=NAME] [--time_limit_s=S] [--out=PLAN.csv] [--svg=PLAN.svg] FILE.csv");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 2) {
+    std::fprintf(stderr, "encore-plan: expected one input CSV file (see --help)\n");
+    return 2;
+  }
+  if (absl::Status status = run(args[1]); !status.ok()) {
+    std::fprintf(stderr, "encore-plan: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
