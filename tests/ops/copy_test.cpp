@@ -274,6 +274,16 @@ TEST(CopyTest, DISABLED_ItemDoubleOfUndefinedTensorThrows) {
   expect_error([] { (void)Tensor().item<double>(); }, kInvalid, {"item", "undefined"});
 }
 
+// BUG (src/ops/copy.cpp, Tensor::item<bool>): it reads through
+// item<int32_t>(), which truncates floats, so scalar_tensor(0.5).item<bool>()
+// is false while scalar_tensor(0.5).to(kBool).item<bool>() (copy's != 0 rule)
+// and bool(0.5f) are true. Expected: true (x != 0). Enable when fixed.
+TEST(CopyTest, DISABLED_ItemBoolOfAFractionIsTrue) {
+  EXPECT_TRUE(scalar_tensor(0.5).to(kBool).item<bool>());
+  EXPECT_TRUE(scalar_tensor(0.5).item<bool>());
+  EXPECT_TRUE(scalar_tensor(-0.25, kBFloat16).item<bool>());
+}
+
 // ---- printing ----
 
 TEST(CopyTest, PrintingFormat) {
@@ -311,6 +321,16 @@ TEST(CopyTest, PrintingSummarisesLargeTensors) {
   const std::string narrow = zeros({500, 3}).to_string();
   EXPECT_NE(narrow.find("[0, 0, 0], [0, 0, 0], [0, 0, 0], ..., [0, 0, 0]"), std::string::npos);
   EXPECT_LT(narrow.size(), 200u);
+}
+
+// BUG (src/ops/copy.cpp, Tensor::to_string): values are printed from
+// to_vector<double>(), so i64 values beyond 2^53 print rounded:
+// from_vector<int64_t>({2^62 + 1}) prints 4611686018427387904 instead of
+// 4611686018427387905. Expected: integers printed exactly. Enable when fixed.
+TEST(CopyTest, DISABLED_PrintingLargeInt64IsExact) {
+  const int64_t v = (int64_t{1} << 62) + 1;
+  EXPECT_EQ(from_vector<int64_t>({v, -v}).to_string(),
+            "tensor([4611686018427387905, -4611686018427387905], shape=[2], dtype=i64, device=cpu)");
 }
 
 // ---- creation ----
@@ -413,6 +433,17 @@ TEST(CopyTest, RandomDrawsAreReproducibleFromTheSeed) {
   manual_seed(77);
   EXPECT_EQ(values(randn({10})), x);
   EXPECT_EQ(rand({0}).numel(), 0);
+}
+
+// BUG (src/ops/factory.cpp, Generator::manual_seed): the seed is written
+// with cpu::fill, whose value is a double, so seeds above 2^53 are rounded:
+// Generator((1 << 60) + 1).seed() is 2^60, and seeds 2^60 and 2^60 + 1 draw
+// the same numbers. Expected: every 64-bit seed kept exactly. Enable when fixed.
+TEST(CopyTest, DISABLED_LargeSeedsAreKeptExactly) {
+  const uint64_t seed = (uint64_t{1} << 60) + 1;
+  Generator g(seed), h(seed - 1);
+  EXPECT_EQ(g.seed(), seed);
+  EXPECT_NE(values(rand({8}, kFloat32, kCPU, &g)), values(rand({8}, kFloat32, kCPU, &h)));
 }
 
 TEST(CopyTest, RandomDrawsHaveTheRightDistribution) {
