@@ -89,22 +89,21 @@ Tensor concat(const std::vector<Tensor>& tensors, int64_t dim) {
   check_joinable("concat", tensors, dim);
   Tensor out = concat_values(tensors, dim);
   if (any_input_requires_grad(tensors)) {
-    // The gradient of input i is the slice of g it was copied into.
-    std::vector<int64_t> sizes;
+    // The gradient of input i is the slice of g it was copied into; the
+    // sizes come from the node's input shapes.
     std::vector<bool> needs;
-    for (const Tensor& t : tensors) {
-      sizes.push_back(t.shape()[dim]);
-      needs.push_back(t.requires_grad());
-    }
-    record_inputs("concat", tensors, out, [dim, sizes, needs](const Tensor& g) -> Grads {
-      Grads grads(sizes.size());
-      int64_t offset = 0;
-      for (size_t i = 0; i < sizes.size(); ++i) {
-        if (needs[i]) grads[i] = g.slice(dim, offset, offset + sizes[i]);
-        offset += sizes[i];
-      }
-      return grads;
-    });
+    for (const Tensor& t : tensors) needs.push_back(t.requires_grad());
+    record_inputs("concat", tensors, out,
+                  [dim, needs](const Tensor& g, absl::Span<const autograd::InputMeta> inputs) -> Grads {
+                    Grads grads(inputs.size());
+                    int64_t offset = 0;
+                    for (size_t i = 0; i < inputs.size(); ++i) {
+                      const int64_t n = inputs[i].shape[dim];
+                      if (needs[i]) grads[i] = g.slice(dim, offset, offset + n);
+                      offset += n;
+                    }
+                    return grads;
+                  });
   }
   return out;
 }

@@ -312,17 +312,7 @@ TEST(BinaryTest, UndefinedOperandsAreRejected) {
 
 // ---- backward ----
 
-// Broadcasting backward reduces with sum_to (src/ops/reduce.cpp); until it
-// lands those checks are skipped, naming what they wait on.
-bool sum_to_available() {
-  const absl::Status s = status_of([] { (void)sum_to(ones({2, 3}), {3}); });
-  return s.code() != absl::StatusCode::kUnimplemented;
-}
-#define SKIP_WITHOUT_SUM_TO() \
-  if (!sum_to_available()) GTEST_SKIP() << "waits on sum_to (src/ops/reduce.cpp is still a stub)"
-
 TEST(BinaryTest, BackwardSameShapes) {
-  SKIP_WITHOUT_SUM_TO();
   for (Op op : kOps) {
     SCOPED_TRACE(op_name(op));
     expect_gradients_match([op](const auto& in) { return run(op, in[0], in[1]); },
@@ -331,7 +321,6 @@ TEST(BinaryTest, BackwardSameShapes) {
 }
 
 TEST(BinaryTest, BackwardBroadcasting) {
-  SKIP_WITHOUT_SUM_TO();
   for (const ShapePair& p : shape_pairs()) {
     if (numel_of(host_broadcast(p.a, p.b)) == 0) continue;
     for (Op op : kOps) {
@@ -343,7 +332,6 @@ TEST(BinaryTest, BackwardBroadcasting) {
 }
 
 TEST(BinaryTest, BackwardNonContiguousAndSharedInputs) {
-  SKIP_WITHOUT_SUM_TO();
   for (Op op : kOps) {
     SCOPED_TRACE(op_name(op));
     expect_gradients_match([op](const auto& in) { return run(op, in[0].t(), in[1]); },
@@ -355,7 +343,6 @@ TEST(BinaryTest, BackwardNonContiguousAndSharedInputs) {
 }
 
 TEST(BinaryTest, BackwardOnlyReachesInputsThatRequireGrad) {
-  SKIP_WITHOUT_SUM_TO();
   for (Op op : kOps) {
     SCOPED_TRACE(op_name(op));
     Tensor a = make({2, 3}, 1).requires_grad_(), b = make({3}, 2, kFloat32, true);
