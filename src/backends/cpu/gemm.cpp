@@ -77,9 +77,11 @@ void gemm_kernel(const GemmArgs& g) {
     batch *= g.batch_shape[d];
     sums |= g.batch_shape[d] > 1 && g.batch_stride[2][d] == 0;
   }
-  const int64_t work = g.m * g.n * std::max<int64_t>(g.k, 1);
+  // Multiply-adds per matrix, in double: m * n * k can pass 2^63.
+  const double work =
+      static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(std::max<int64_t>(g.k, 1));
   if (!sums && work <= kSmallGemm) {   // items write disjoint C matrices: safe to split
-    parallel_for(batch, std::max<int64_t>(1, kGrainGemm / work),
+    parallel_for(batch, std::max<int64_t>(1, kGrainGemm / static_cast<int64_t>(work)),
                  [&](int64_t b, int64_t e) { gemm_range(g, b, e); });
   } else {
     gemm_range(g, 0, batch);
