@@ -18,6 +18,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -503,17 +504,14 @@ absl::Status check_names(const Where& w, const NamedTensors& tensors) {
   return absl::OkStatus();
 }
 
-// Pairs each target with its file tensor, converted to the target's device;
-// checks names both ways, shapes and dtypes. Touches no target.
-absl::StatusOr<std::vector<Tensor>> match_targets(const Where& w, const NamedTensors& file,
-                                                  const NamedTensors& targets) {
-  absl::flat_hash_map<absl::string_view, const Tensor*> by_name;
-  for (const auto& [name, t] : file) by_name[name] = &t;
-  absl::flat_hash_set<absl::string_view> wanted;
+// Strict names: every target in the file, and nothing else in the file.
+absl::Status check_same_names(const Where& w, const NamedTensors& file, const NamedTensors& targets) {
+  absl::flat_hash_set<absl::string_view> in_file, wanted;
+  for (const auto& [name, t] : file) in_file.insert(name);
   std::vector<std::string> missing, extra;
   for (const auto& [name, t] : targets) {
     wanted.insert(name);
-    if (!by_name.contains(name)) missing.push_back(name);
+    if (!in_file.contains(name)) missing.push_back(name);
   }
   for (const auto& [name, t] : file) {
     if (!wanted.contains(name)) extra.push_back(name);
@@ -529,28 +527,44 @@ absl::StatusOr<std::vector<Tensor>> match_targets(const Where& w, const NamedTen
                    absl::StrCat("the file holds tensors no target names: ", quoted_list(extra),
                                 " (loading is strict, like load_state_dict(strict=True))"));
   }
-  std::vector<Tensor> sources;
-  for (const auto& [name, t] : targets) {
-    const Tensor& src = *by_name[name];
-    if (src.shape() != t.shape() || src.dtype() != t.dtype()) {
-      return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
-                            absl::StrFormat("the file has shape %s (%s) but the target has shape %s (%s)",
-                                            shape_str(src.shape()), dtype_name(src.dtype()), shape_str(t.shape()),
-                                            dtype_name(t.dtype())));
-    }
-    for (int64_t d = 0; d < t.dim(); ++d) {
-      if (t.strides()[d] == 0 && t.shape()[d] > 1) {
-        return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
-                              absl::StrFormat("the target of shape %s is a broadcast (expanded) view and cannot "
-                                              "be written in place", shape_str(t.shape())));
-      }
-    }
-    sources.push_back(src);
+  return absl::OkStatus();
+}
+
+// The file tensor for `target`, converted to its device; checks shape, dtype
+// and that an in-place copy can write it.
+absl::StatusOr<Tensor> source_for(const Where& w, const std::string& name, const Tensor& src, const Tensor& target) {
+  if (src.shape() != target.shape() || src.dtype() != target.dtype()) {
+    return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
+                          absl::StrFormat("the file has shape %s (%s) but the target has shape %s (%s)",
+                                          shape_str(src.shape()), dtype_name(src.dtype()),
+                                          shape_str(target.shape()), dtype_name(target.dtype())));
   }
-  absl::Status s = status_of([&] {
-    for (size_t i = 0; i < sources.size(); ++i) sources[i] = sources[i].to(targets[i].second.device());
-  });
-  if (!s.ok()) return w.wrap(s);
+  for (int64_t d = 0; d < target.dim(); ++d) {
+    if (target.strides()[d] == 0 && target.shape()[d] > 1) {
+      return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
+                            absl::StrFormat("the target of shape %s is a broadcast (expanded) view and cannot be "
+                                            "written in place", shape_str(target.shape())));
+    }
+  }
+  Tensor out;
+  absl::Status s = status_of([&] { out = src.to(target.device()); });
+  if (!s.ok()) return w.tensor_error(s.code(), name, s.message());
+  return out;
+}
+
+// Pairs each target with its checked file tensor. Touches no target.
+absl::StatusOr<std::vector<Tensor>> match_targets(const Where& w, const NamedTensors& file,
+                                                  const NamedTensors& targets) {
+  absl::Status s = check_same_names(w, file, targets);
+  if (!s.ok()) return s;
+  absl::flat_hash_map<absl::string_view, const Tensor*> by_name;
+  for (const auto& [name, t] : file) by_name[name] = &t;
+  std::vector<Tensor> sources;
+  for (const auto& [name, target] : targets) {
+    absl::StatusOr<Tensor> src = source_for(w, name, *by_name.at(name), target);
+    if (!src.ok()) return src.status();
+    sources.push_back(*std::move(src));
+  }
   return sources;
 }
 
