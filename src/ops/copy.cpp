@@ -117,6 +117,7 @@ T Tensor::item() const {
   ops::check_defined("item", *this, "input");
   ENCORE_CHECK(numel() == 1, "item: tensor of shape %s (%s) has %d elements, not 1", shape_str(shape()),
                dtype_name(dtype()), numel());
+  current_stream(device()).host_access("item");
   return to_vector<T>()[0];
 }
 
@@ -145,6 +146,7 @@ template <>
 double Tensor::item<double>() const {
   ENCORE_CHECK(numel() == 1, "item: tensor of shape %s (%s) has %d elements, not 1", shape_str(shape()),
                dtype_name(dtype()), numel());
+  current_stream(device()).host_access("item");
   return to_vector<double>()[0];
 }
 

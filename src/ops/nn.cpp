@@ -11,6 +11,7 @@
 #include "encore/ops.h"
 #include "src/autograd/function.h"
 #include "src/backends/cpu/nn.h"
+#include "src/core/stream.h"
 #include "src/ops/op_utils.h"
 
 namespace encore {
@@ -56,9 +57,16 @@ Tensor softmax_impl(const char* op, const Tensor& a, int64_t dim, bool log) {
 }
 
 // NOTE [ Index checks ] (src/backends/cpu/nn.h): ids are read on the host
-// before the launch. Capture refuses host reads, so a captured step will need
-// a device-side check (an error flag the kernel sets) instead.
+// before the launch, in eager steps. While the stream is observed (the
+// recorded warm-up and the capture run of capture()) there is no host read:
+// the captured graph must not stop for the host, and the recorded run must
+// allocate exactly what the capture run does. There the kernels skip
+// out-of-range ids (they never read or write out of bounds); a device-side
+// error flag that replay() reports is the follow-up.
+bool index_checks_on_host(const Tensor& t) { return current_stream(t.device()).observer() == nullptr; }
+
 void check_class_ids(const Tensor& target, int64_t classes, int64_t ignore_index, const Tensor& logits) {
+  if (!index_checks_on_host(target)) return;
   const std::vector<int64_t> ids = target.to_vector<int64_t>();
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t t = ids[i];
@@ -110,6 +118,7 @@ void check_layer_norm_args(const Tensor& x, const Shape& normalized_shape, const
 
 // NOTE [ Index checks ] as for check_class_ids.
 void check_embedding_indices(const Tensor& indices, const Tensor& weight) {
+  if (!index_checks_on_host(indices)) return;
   const int64_t vocab = weight.size(0);
   const std::vector<int64_t> ids = indices.to_vector<int64_t>();
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -32,7 +32,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // A model, its optimizer and static inputs: everything a step closes over.
-struct Setup {
+// Held by unique_ptr: its lambdas capture its address.
+struct TrainRig {
   std::unique_ptr<nn::Module> model;
   std::unique_ptr<optim::Optimizer> opt;
   Tensor x, y;
@@ -47,8 +48,9 @@ struct Setup {
   }
 };
 
-Setup mlp_setup() {
-  Setup s;
+std::unique_ptr<TrainRig> mlp_setup() {
+  auto rig = std::make_unique<TrainRig>();
+  TrainRig& s = *rig;
   manual_seed(3);
   auto mlp = std::make_unique<nn::Mlp>(std::vector<int64_t>{12, 16, 5});
   s.opt = std::make_unique<optim::AdamW>(mlp->parameters(), optim::AdamWOptions{.lr = 1e-2});
@@ -62,11 +64,12 @@ Setup mlp_setup() {
     s.y.copy_(from_vector<int64_t>({0, 1, 2, 3, 4, (i % 5), 1, 2}));
   };
   s.model = std::move(mlp);
-  return s;
+  return rig;
 }
 
-Setup gpt_setup() {
-  Setup s;
+std::unique_ptr<TrainRig> gpt_setup() {
+  auto rig = std::make_unique<TrainRig>();
+  TrainRig& s = *rig;
   manual_seed(5);
   nn::GptConfig cfg{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16,
                     .dropout = 0.1, .tied_head = true};
@@ -87,17 +90,18 @@ Setup gpt_setup() {
     s.y.copy_(from_vector<int64_t>(next, {2, 8}));
   };
   s.model = std::move(gpt);
-  return s;
+  return rig;
 }
 
 // Runs the eager reference (two warm-up-equivalent steps on batch 0, then
 // kSteps on batches 1..kSteps), then the captured version from the same seed,
 // and compares losses and parameters after every step, bit for bit.
-void expect_replay_matches_eager(const std::function<Setup()>& make) {
+void expect_replay_matches_eager(const std::function<std::unique_ptr<TrainRig>()>& make) {
   std::vector<float> eager_losses;
   std::vector<std::vector<std::vector<float>>> eager_params;
   {
-    Setup s = make();
+    std::unique_ptr<TrainRig> rig = make();
+    TrainRig& s = *rig;
     s.fill(0);
     s.step();
     s.step();
@@ -107,7 +111,8 @@ void expect_replay_matches_eager(const std::function<Setup()>& make) {
       eager_params.push_back(snapshot(*s.model));
     }
   }
-  Setup s = make();
+  std::unique_ptr<TrainRig> rig = make();
+  TrainRig& s = *rig;
   s.fill(0);
   absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
   ASSERT_TRUE(graph.ok()) << graph.status();
@@ -131,7 +136,8 @@ TEST(CaptureTest, GptWithDropoutAndTiedWeightsReplaysEqualEagerSteps) { expect_r
 
 TEST(CaptureTest, ArenaPlanIsSoundForTheRecordedKernelOrder) {
   for (auto make : {mlp_setup, gpt_setup}) {
-    Setup s = make();
+    std::unique_ptr<TrainRig> rig = make();
+    TrainRig& s = *rig;
     s.fill(0);
     absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
     ASSERT_TRUE(graph.ok()) << graph.status();
@@ -163,7 +169,8 @@ TEST(CaptureTest, ArenaPlanIsSoundForTheRecordedKernelOrder) {
 }
 
 TEST(CaptureTest, LearningRateTensorChangesTakeEffectInReplay) {
-  Setup s = mlp_setup();
+  std::unique_ptr<TrainRig> rig = mlp_setup();
+  TrainRig& s = *rig;
   s.fill(0);
   absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
   ASSERT_TRUE(graph.ok()) << graph.status();
@@ -178,7 +185,8 @@ TEST(CaptureTest, LearningRateTensorChangesTakeEffectInReplay) {
 }
 
 TEST(CaptureTest, HostReadInsideTheStepFailsCapture) {
-  Setup s = mlp_setup();
+  std::unique_ptr<TrainRig> rig = mlp_setup();
+  TrainRig& s = *rig;
   s.fill(0);
   absl::StatusOr<Graph> graph = capture([&] {
     std::vector<Tensor> out = s.step();
@@ -192,7 +200,8 @@ TEST(CaptureTest, HostReadInsideTheStepFailsCapture) {
 }
 
 TEST(CaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {
-  Setup s = mlp_setup();
+  std::unique_ptr<TrainRig> rig = mlp_setup();
+  TrainRig& s = *rig;
   s.fill(0);
   int calls = 0;
   absl::StatusOr<Graph> graph = capture([&] {
@@ -206,7 +215,8 @@ TEST(CaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {
 }
 
 TEST(CaptureTest, ExceptionInTheStepBecomesAStatusAndLeavesTheModelUsable) {
-  Setup s = mlp_setup();
+  std::unique_ptr<TrainRig> rig = mlp_setup();
+  TrainRig& s = *rig;
   s.fill(0);
   int calls = 0;
   absl::StatusOr<Graph> graph = capture([&] {
@@ -229,7 +239,8 @@ TEST(CaptureTest, ExceptionInTheStepBecomesAStatusAndLeavesTheModelUsable) {
 }
 
 TEST(CaptureTest, TensorEscapingTheStepFailsCapture) {
-  Setup s = mlp_setup();
+  std::unique_ptr<TrainRig> rig = mlp_setup();
+  TrainRig& s = *rig;
   s.fill(0);
   Tensor kept;
   absl::StatusOr<Graph> graph = capture([&] {
@@ -242,7 +253,8 @@ TEST(CaptureTest, TensorEscapingTheStepFailsCapture) {
 }
 
 TEST(CaptureTest, ReplayRefusesWhenAStaticInputWasReplaced) {
-  Setup s = mlp_setup();
+  std::unique_ptr<TrainRig> rig = mlp_setup();
+  TrainRig& s = *rig;
   s.fill(0);
   absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
   ASSERT_TRUE(graph.ok()) << graph.status();
