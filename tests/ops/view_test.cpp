@@ -358,6 +358,33 @@ TEST(ViewTest, ContiguousCopiesOnlyWhenNeeded) {
   EXPECT_TRUE(rows.contiguous().is_same(rows));
 }
 
+// is_contiguous() (a cached flag) against the rule recomputed from shape and
+// strides: row-major dense, size-1 dims ignored; empty tensors count as dense.
+TEST(ViewTest, IsContiguousAgreesWithShapeAndStrides) {
+  auto dense = [](const Tensor& t) {
+    if (t.numel() == 0) return true;
+    int64_t expected = 1;
+    for (int64_t d = t.dim() - 1; d >= 0; --d) {
+      if (t.shape()[d] == 1) continue;
+      if (t.strides()[d] != expected) return false;
+      expected *= t.shape()[d];
+    }
+    return true;
+  };
+  Tensor a = iota({4, 1, 6});
+  const std::vector<Tensor> views = {
+      a, a.t(), a.transpose(0, 1), a.transpose(0, 2), a.permute({1, 0, 2}), a.slice(0, 1, 3), a.slice(2, 1, 3),
+      a.slice(0, 0, 4, 2), a.slice(0, 2, 2), a.select(0, 1), a.select(2, 0), a.squeeze(1), a.unsqueeze(3),
+      a.expand({2, 4, 3, 6}).select(0, 0).select(1, 0), a.view({24}), a.t().reshape({-1}), a.slice(1, 0, 0),
+      iota({1}).expand({5}), iota({3}).slice(0, 1, 2), a.select(0, 3).t(), a.detach(), a.t().detach(),
+  };
+  for (size_t i = 0; i < views.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "view " << i << " shape " << shape_str(views[i].shape()) << " strides "
+                                      << shape_str(views[i].strides()));
+    EXPECT_EQ(views[i].is_contiguous(), dense(views[i]));
+  }
+}
+
 TEST(ViewTest, ViewsWorkInEveryDtype) {
   for (DType dt : {kFloat32, kFloat16, kBFloat16, kInt32, kInt64, kBool}) {
     SCOPED_TRACE(std::string(dtype_name(dt)));
