@@ -1,1 +1,48 @@
-// PLACEHOLDER: lands with its issue.
+// SGD with momentum, Nesterov momentum and L2 weight decay (PyTorch semantics).
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "encore/optim.h"
+#include "src/backends/cpu/optim.h"
+
+namespace encore::optim {
+namespace {
+
+SgdOptions checked(SgdOptions o) {
+  ENCORE_CHECK(std::isfinite(o.momentum) && o.momentum >= 0.0, "SGD: momentum must be finite and >= 0, got %g",
+               o.momentum);
+  ENCORE_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0,
+               "SGD: weight_decay must be finite and >= 0, got %g", o.weight_decay);
+  ENCORE_CHECK(!o.nesterov || o.momentum > 0.0, "SGD: nesterov needs momentum > 0, got momentum %g", o.momentum);
+  return o;
+}
+
+}  // namespace
+
+SGD::SGD(std::vector<Tensor> params, SgdOptions options)
+    : Optimizer("SGD", std::move(params), options.lr), options_(checked(options)), momentum_(params_.size()) {}
+
+void SGD::step() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;   // no gradient this step: skipped, like PyTorch
+    if (options_.momentum > 0.0 && !momentum_[i].defined()) {
+      // Zero-initialised: the first momentum step then gives buf = d exactly.
+      momentum_[i] = zeros(p.shape(), kFloat32, p.device());
+    }
+    p.storage()->bump_version();   // NOTE [ Version counter ]: an in-place write
+    if (momentum_[i].defined()) momentum_[i].storage()->bump_version();
+    cpu::sgd_update(p, g, momentum_[i], lr_, options_.momentum, options_.nesterov, options_.weight_decay);
+  }
+}
+
+NamedTensors SGD::state() const {
+  NamedTensors out = Optimizer::state();
+  for (size_t i = 0; i < momentum_.size(); ++i) {
+    if (momentum_[i].defined()) out.emplace_back(absl::StrCat("momentum.", i), momentum_[i]);
+  }
+  return out;
+}
+
+}  // namespace encore::optim

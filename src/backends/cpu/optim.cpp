@@ -1,1 +1,284 @@
-// PLACEHOLDER: lands with its issue.
+#include "src/backends/cpu/optim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <tuple>
+#include <utility>
+
+#include "src/backends/cpu/dispatch.h"
+#include "src/backends/cpu/loops.h"
+#include "src/backends/cpu/parallel.h"
+#include "src/core/stream.h"
+
+namespace encore::cpu {
+namespace {
+
+// ---- loop helper ----
+
+// Calls f(Ts&... elements) for every element of layout l, in parallel above
+// `grain` elements. Dense operands get a flat indexed loop the compiler can
+// vectorize; others walk their strides.
+template <typename... Ts, typename F, size_t... I>
+void flat_loop(const char* const* ptr, int64_t b, int64_t e, F& f, std::index_sequence<I...>) {
+  std::tuple<Ts*...> p{reinterpret_cast<Ts*>(const_cast<char*>(ptr[I]))...};
+  for (int64_t i = b; i < e; ++i) f(std::get<I>(p)[i]...);
+}
+
+template <typename... Ts, typename F, int N, size_t... I>
+void strided_loop(const Layout<N>& l, int64_t b, int64_t e, F& f, std::index_sequence<I...>) {
+  for_each_element(l, b, e, [&](char** q) { f(*reinterpret_cast<Ts*>(q[I])...); });
+}
+
+template <typename... Ts, int N, typename F>
+void for_each_typed(const Layout<N>& l, int64_t grain, F f) {
+  static_assert(sizeof...(Ts) == N, "one element type per operand");
+  parallel_for(l.numel, grain, [&](int64_t b, int64_t e) {
+    if (l.contiguous) {
+      flat_loop<Ts...>(l.ptr, b, e, f, std::index_sequence_for<Ts...>{});
+    } else {
+      strided_loop<Ts...>(l, b, e, f, std::index_sequence_for<Ts...>{});
+    }
+  });
+}
+
+// ---- SGD ----
+
+enum class SgdMode { kPlain, kMomentum, kNesterov };
+
+// Operands: param, grad (T), and for kMomentum/kNesterov the f32 buffer.
+template <int N>
+struct SgdArgs {
+  Layout<N> l;
+  const float* lr;   // device scalar: read at every launch
+  float momentum, weight_decay;
+};
+
+template <typename T, SgdMode kMode>
+void sgd_kernel(const SgdArgs<kMode == SgdMode::kPlain ? 2 : 3>& a) {
+  const float lr = *a.lr, mu = a.momentum, wd = a.weight_decay;
+  auto direction = [wd](const T& p, const T& g) {
+    float d = static_cast<float>(g);
+    if (wd != 0.0f) d += wd * static_cast<float>(p);   // PyTorch adds the L2 term only when wd != 0
+    return d;
+  };
+  if constexpr (kMode == SgdMode::kPlain) {
+    for_each_typed<T, const T>(a.l, kGrainElementwise, [&](T& p, const T& g) {
+      p = T(static_cast<float>(p) - lr * direction(p, g));
+    });
+  } else {
+    // buf starts at 0, so the first step gives buf = d exactly (PyTorch clones d).
+    for_each_typed<T, const T, float>(a.l, kGrainElementwise, [&](T& p, const T& g, float& buf) {
+      const float d = direction(p, g);
+      buf = mu * buf + d;
+      const float update = kMode == SgdMode::kNesterov ? d + mu * buf : buf;
+      p = T(static_cast<float>(p) - lr * update);
+    });
+  }
+}
+
+// ---- AdamW ----
+
+// Operands: param, grad (T), exp_avg, exp_avg_sq (f32).
+struct AdamWArgs {
+  Layout<4> l;
+  const float* lr;      // device scalar: the learning rate of this step
+  const int64_t* step;  // device scalar: t, already counting this step (t >= 1)
+  float beta1, beta2, eps, weight_decay;
+};
+
+// The AdamW update, one element at a time (PyTorch's AdamW, in f32):
+template <typename T>
+void adamw_kernel(const AdamWArgs& a) {
+  // Step-dependent values come from device memory, never from the host.
+  const float lr = *a.lr;
+  const double t = static_cast<double>(*a.step);
+  // Bias corrections: m and v start at 0, so early averages are too small by
+  // these factors. Computed once per launch, in double (beta2^t is close to 1).
+  const float bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta1), t));
+  const float bias2 = static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta2), t));
+  const float b1 = a.beta1, b2 = a.beta2, eps = a.eps;
+  // Decoupled weight decay shrinks p directly instead of adding to the gradient.
+  const float decay = 1.0f - lr * a.weight_decay;
+  for_each_typed<T, const T, float, float>(a.l, kGrainTranscendental,
+                                           [&](T& param, const T& grad, float& m, float& v) {
+    const float g = static_cast<float>(grad);
+    float p = static_cast<float>(param) * decay;   // p -= lr * wd * p
+    m = b1 * m + (1.0f - b1) * g;                  // first moment: running mean of g
+    v = b2 * v + (1.0f - b2) * g * g;              // second moment: running mean of g^2
+    const float m_hat = m / bias1;                 // bias-corrected moments
+    const float v_hat = v / bias2;
+    p -= lr * m_hat / (std::sqrt(v_hat) + eps);    // step of about lr per element
+    param = T(p);                                  // f16/bf16: rounded once, on store
+  });
+}
+
+// ---- step counter ----
+
+struct IncrementArgs { int64_t* counter; };
+
+void increment_kernel(const IncrementArgs& a) { *a.counter += 1; }
+
+// ---- gradient-norm clipping ----
+
+// Fixed chunks (not per thread) keep the summation order, and so the result,
+// independent of the thread count.
+constexpr int64_t kMaxChunks = 64;
+
+struct SumSquaresArgs { Layout<1> l; float* out; };
+
+template <typename T>
+void sum_of_squares_kernel(const SumSquaresArgs& a) {
+  const int64_t n = a.l.numel;
+  const int64_t chunks = std::clamp<int64_t>((n + kGrainElementwise - 1) / kGrainElementwise, 1, kMaxChunks);
+  const int64_t size = (n + chunks - 1) / chunks;
+  double partial[kMaxChunks] = {};
+  parallel_for(chunks, 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      double s = 0.0;
+      const int64_t b = std::min(n, c * size), e = std::min(n, b + size);
+      if (a.l.contiguous) {
+        const T* x = reinterpret_cast<const T*>(a.l.ptr[0]);
+        for (int64_t i = b; i < e; ++i) s += static_cast<double>(static_cast<float>(x[i])) * static_cast<float>(x[i]);
+      } else {
+        for_each_element(a.l, b, e, [&](char** q) {
+          const double x = static_cast<float>(*reinterpret_cast<const T*>(q[0]));
+          s += x * x;
+        });
+      }
+      partial[c] = s;
+    }
+  });
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) total += partial[c];
+  *a.out = static_cast<float>(total);
+}
+
+struct ClipCoefArgs { const float* partial; int64_t n; float* norm; float* scale; double max_norm; };
+
+void clip_coefficient_kernel(const ClipCoefArgs& a) {
+  double total = 0.0;
+  for (int64_t i = 0; i < a.n; ++i) total += a.partial[i];
+  const double norm = std::sqrt(total);
+  *a.norm = static_cast<float>(norm);
+  // Same epsilon as PyTorch's clip_grad_norm_; NaN stays NaN (no write later).
+  const double coef = a.max_norm / (norm + 1e-6);
+  *a.scale = static_cast<float>((coef < 1.0 || std::isnan(coef)) ? coef : 1.0);
+}
+
+struct ScaleArgs { Layout<1> l; const float* scale; };
+
+template <typename T>
+void scale_kernel(const ScaleArgs& a) {
+  const float s = *a.scale;
+  if (!(s < 1.0f)) return;   // 1 (below max_norm) or NaN: leave the values as they are
+  for_each_typed<T>(a.l, kGrainElementwise, [s](T& x) { x = T(static_cast<float>(x) * s); });
+}
+
+// ---- checks shared by the launchers ----
+
+void check_scalar(const char* op, const Tensor& t, DType dtype, const char* what) {
+  ENCORE_CHECK(t.defined() && t.numel() == 1 && t.dtype() == dtype,
+               "%s: %s must be a %s tensor with one element, got %s %s", op, what, dtype_name(dtype),
+               t.defined() ? shape_str(t.shape()) : "undefined", t.defined() ? dtype_name(t.dtype()) : "-");
+}
+
+void check_like(const char* op, const Tensor& param, const Tensor& t, DType dtype, const char* what) {
+  ENCORE_CHECK(t.defined() && t.shape() == param.shape() && t.dtype() == dtype,
+               "%s: %s must be %s %s like the parameter, got %s %s", op, what, shape_str(param.shape()),
+               dtype_name(dtype), t.defined() ? shape_str(t.shape()) : "undefined",
+               t.defined() ? dtype_name(t.dtype()) : "-");
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
+                double momentum, bool nesterov, double weight_decay) {
+  check_like("sgd", param, grad, param.dtype(), "grad");
+  check_scalar("sgd", lr, kFloat32, "lr");
+  const float mu = static_cast<float>(momentum), wd = static_cast<float>(weight_decay);
+  Stream& stream = current_stream(kCPU);
+  dispatch_float(param.dtype(), "sgd", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (!momentum_buf.defined()) {
+      SgdArgs<2> args{make_layout<2>(param, {&grad}), lr.data<float>(), mu, wd};
+      stream.launch<&sgd_kernel<T, SgdMode::kPlain>>("sgd", args, {param.storage(), grad.storage(), lr.storage()},
+                                                      {param.storage()});
+      return;
+    }
+    check_like("sgd", param, momentum_buf, kFloat32, "momentum buffer");
+    SgdArgs<3> args{make_layout<3>(param, {&grad, &momentum_buf}), lr.data<float>(), mu, wd};
+    std::initializer_list<Storage*> reads = {param.storage(), grad.storage(), momentum_buf.storage(),
+                                             lr.storage()};
+    if (nesterov) {
+      stream.launch<&sgd_kernel<T, SgdMode::kNesterov>>("sgd", args, reads,
+                                                         {param.storage(), momentum_buf.storage()});
+    } else {
+      stream.launch<&sgd_kernel<T, SgdMode::kMomentum>>("sgd", args, reads,
+                                                         {param.storage(), momentum_buf.storage()});
+    }
+  });
+}
+
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                  const Tensor& lr, const Tensor& step, double beta1, double beta2, double eps,
+                  double weight_decay) {
+  check_like("adamw", param, grad, param.dtype(), "grad");
+  check_like("adamw", param, exp_avg, kFloat32, "exp_avg");
+  check_like("adamw", param, exp_avg_sq, kFloat32, "exp_avg_sq");
+  check_scalar("adamw", lr, kFloat32, "lr");
+  check_scalar("adamw", step, kInt64, "step");
+  AdamWArgs args{make_layout<4>(param, {&grad, &exp_avg, &exp_avg_sq}), lr.data<float>(), step.data<int64_t>(),
+                 static_cast<float>(beta1), static_cast<float>(beta2), static_cast<float>(eps),
+                 static_cast<float>(weight_decay)};
+  dispatch_float(param.dtype(), "adamw", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    current_stream(kCPU).launch<&adamw_kernel<T>>(
+        "adamw", args,
+        {param.storage(), grad.storage(), exp_avg.storage(), exp_avg_sq.storage(), lr.storage(), step.storage()},
+        {param.storage(), exp_avg.storage(), exp_avg_sq.storage()});
+  });
+}
+
+void increment(const Tensor& counter) {
+  check_scalar("increment", counter, kInt64, "counter");
+  current_stream(kCPU).launch<&increment_kernel>("increment", IncrementArgs{counter.data<int64_t>()},
+                                                 {counter.storage()}, {counter.storage()});
+}
+
+void sum_of_squares(const Tensor& x, const Tensor& partial, int64_t slot) {
+  ENCORE_CHECK(partial.dtype() == kFloat32 && partial.dim() == 1 && partial.is_contiguous() && slot >= 0 &&
+                   slot < partial.numel(),
+               "sum_of_squares: slot %d out of range of partial sums %s (%s)", slot, shape_str(partial.shape()),
+               dtype_name(partial.dtype()));
+  SumSquaresArgs args{make_layout<1>(x, {}), partial.data<float>() + slot};
+  dispatch_float(x.dtype(), "sum_of_squares", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    current_stream(kCPU).launch<&sum_of_squares_kernel<T>>("sum_of_squares", args, {x.storage()},
+                                                           {partial.storage()});
+  });
+}
+
+void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& scale, double max_norm) {
+  ENCORE_CHECK(partial.dtype() == kFloat32 && partial.is_contiguous(),
+               "clip_coefficient: partial sums must be contiguous f32, got %s %s", shape_str(partial.shape()),
+               dtype_name(partial.dtype()));
+  check_scalar("clip_coefficient", norm, kFloat32, "norm");
+  check_scalar("clip_coefficient", scale, kFloat32, "scale");
+  ClipCoefArgs args{partial.data<float>(), partial.numel(), norm.data<float>(), scale.data<float>(), max_norm};
+  current_stream(kCPU).launch<&clip_coefficient_kernel>("clip_coefficient", args, {partial.storage()},
+                                                        {norm.storage(), scale.storage()});
+}
+
+void scale_in_place(const Tensor& x, const Tensor& scale) {
+  check_scalar("scale_in_place", scale, kFloat32, "scale");
+  ScaleArgs args{make_layout<1>(x, {}), scale.data<float>()};
+  dispatch_float(x.dtype(), "scale_in_place", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    current_stream(kCPU).launch<&scale_kernel<T>>("scale_in_place", args, {x.storage(), scale.storage()},
+                                                  {x.storage()});
+  });
+}
+
+}  // namespace encore::cpu
