@@ -140,6 +140,9 @@ TEST(NnOpsTest, SoftmaxEdgeShapesAndLargeValues) {
   Tensor big = from_vector<float>({1000, 1001, 1002, -1000, -1001, -1002}, {2, 3});
   expect_near(softmax(big, 1), softmax_ref(big, 1, false), 1e-6, 1e-5);
   expect_near(log_softmax(big, 1), softmax_ref(big, 1, true), 1e-4, 1e-5);
+  Tensor big_cols = big.t().contiguous();   // [3, 2] over dim 0: the strided-column path, a max per column
+  expect_near(softmax(big_cols, 0), softmax_ref(big_cols, 0, false), 1e-6, 1e-5);
+  expect_near(log_softmax(big_cols, 0), softmax_ref(big_cols, 0, true), 1e-4, 1e-5);
 }
 
 TEST(NnOpsTest, SoftmaxHalfAndBFloat16AgreeWithFloat) {

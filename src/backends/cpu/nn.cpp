@@ -31,6 +31,36 @@ int64_t grain_for(int64_t work_per_unit, int64_t grain) {
 template <typename T>
 inline float ld(T v) { return static_cast<float>(v); }
 
+// Sum / max of f(k) over k in [0, n) in kAcc independent accumulators: one
+// float accumulator is a serial chain that GCC keeps in order (no -ffast-math),
+// kAcc of them vectorize. (max ignores NaN; a NaN still poisons the exp sum.)
+constexpr int kAcc = 8;
+template <typename F>
+inline float lane_sum(int64_t n, F&& f) {
+  float acc[kAcc] = {};
+  int64_t k = 0;
+  for (; k + kAcc <= n; k += kAcc) {
+    for (int j = 0; j < kAcc; ++j) acc[j] += f(k + j);
+  }
+  for (; k < n; ++k) acc[0] += f(k);
+  float s = 0;
+  for (int j = 0; j < kAcc; ++j) s += acc[j];
+  return s;
+}
+template <typename F>
+inline float lane_max(int64_t n, F&& f) {
+  float acc[kAcc];
+  std::fill_n(acc, kAcc, kNegInf);
+  int64_t k = 0;
+  for (; k + kAcc <= n; k += kAcc) {
+    for (int j = 0; j < kAcc; ++j) acc[j] = std::max(acc[j], f(k + j));
+  }
+  for (; k < n; ++k) acc[0] = std::max(acc[0], f(k));
+  float m = kNegInf;
+  for (int j = 0; j < kAcc; ++j) m = std::max(m, acc[j]);
+  return m;
+}
+
 // Runs row(offset) on each row of [outer, n, inner] when inner == 1, else
 // cols(offset, width) on each block of up to kLanes columns; `offset` is the
 // element index of the first element. Parallel over rows or blocks.
@@ -63,13 +93,13 @@ struct SoftmaxBackwardArgs { const T* g; const T* y; T* gx; int64_t outer, n, in
 template <typename T, bool kLog>
 void softmax_row(const T* x, T* y, int64_t n) {
   constexpr bool kKeepExp = !kLog && std::is_same_v<T, float>;
-  float m = kNegInf;
-  for (int64_t k = 0; k < n; ++k) m = std::max(m, ld(x[k]));
-  float s = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    const float e = std::exp(ld(x[k]) - m);
-    if constexpr (kKeepExp) y[k] = e;
-    s += e;
+  const float m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
+  float s;
+  if constexpr (kKeepExp) {
+    for (int64_t k = 0; k < n; ++k) y[k] = std::exp(ld(x[k]) - m);
+    s = lane_sum(n, [&](int64_t k) { return ld(y[k]); });
+  } else {
+    s = lane_sum(n, [&](int64_t k) { return std::exp(ld(x[k]) - m); });
   }
   if constexpr (kLog) {
     const float lse = m + std::log(s);
@@ -115,8 +145,7 @@ inline float softmax_grad(float g, float y, float s) {
 
 template <typename T, bool kLog>
 void softmax_backward_row(const T* g, const T* y, T* gx, int64_t n) {
-  float s = 0;
-  for (int64_t k = 0; k < n; ++k) s += kLog ? ld(g[k]) : ld(g[k]) * ld(y[k]);
+  const float s = lane_sum(n, [&](int64_t k) { return kLog ? ld(g[k]) : ld(g[k]) * ld(y[k]); });
   for (int64_t k = 0; k < n; ++k) gx[k] = T(softmax_grad<kLog>(ld(g[k]), ld(y[k]), s));
 }
 
@@ -176,11 +205,8 @@ inline bool counted(int64_t t, int64_t classes, int64_t ignore_index) {
 
 template <typename T>
 float row_logsumexp(const T* x, int64_t n) {
-  float m = kNegInf;
-  for (int64_t k = 0; k < n; ++k) m = std::max(m, ld(x[k]));
-  float s = 0;
-  for (int64_t k = 0; k < n; ++k) s += std::exp(ld(x[k]) - m);
-  return m + std::log(s);
+  const float m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
+  return m + std::log(lane_sum(n, [&](int64_t k) { return std::exp(ld(x[k]) - m); }));
 }
 
 template <typename T, typename I>
@@ -247,20 +273,31 @@ struct LayerNormBackwardArgs {
   int64_t rows, cols, blocks, rows_per_block;
 };
 
-template <typename T>
+// Calls f(std::bool_constant<a>{}, std::bool_constant<b>{}): per-launch flags
+// (weight present, bias present) become template arguments, so row loops
+// carry no branches and vectorize.
+template <typename F>
+void with_flags(bool a, bool b, F&& f) {
+  if (a) {
+    b ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
+  } else {
+    b ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
+  }
+}
+
+template <typename T, bool kWeight, bool kBias>
 void layer_norm_row(const LayerNormArgs<T>& a, int64_t r) {
   const T* x = a.x + r * a.cols;
   T* y = a.y + r * a.cols;
-  float sum = 0;
-  for (int64_t c = 0; c < a.cols; ++c) sum += ld(x[c]);
-  const float mean = sum / static_cast<float>(a.cols);
-  float sq = 0;   // two passes: no cancellation when |mean| >> std
-  for (int64_t c = 0; c < a.cols; ++c) sq += (ld(x[c]) - mean) * (ld(x[c]) - mean);
-  const float rstd = 1.0f / std::sqrt(sq / static_cast<float>(a.cols) + a.eps);
+  const float inv_n = 1.0f / static_cast<float>(a.cols);
+  const float mean = lane_sum(a.cols, [&](int64_t c) { return ld(x[c]); }) * inv_n;
+  // Two passes: no cancellation when |mean| >> std.
+  const float var = lane_sum(a.cols, [&](int64_t c) { return (ld(x[c]) - mean) * (ld(x[c]) - mean); }) * inv_n;
+  const float rstd = 1.0f / std::sqrt(var + a.eps);
   for (int64_t c = 0; c < a.cols; ++c) {
     float v = (ld(x[c]) - mean) * rstd;
-    if (a.w != nullptr) v *= ld(a.w[c]);
-    if (a.b != nullptr) v += ld(a.b[c]);
+    if constexpr (kWeight) v *= ld(a.w[c]);
+    if constexpr (kBias) v += ld(a.b[c]);
     y[c] = T(v);
   }
   a.stats[2 * r] = mean;
@@ -269,53 +306,44 @@ void layer_norm_row(const LayerNormArgs<T>& a, int64_t r) {
 
 template <typename T>
 void layer_norm_kernel(const LayerNormArgs<T>& a) {
-  parallel_for(a.rows, grain_for(a.cols, kGrainElementwise), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) layer_norm_row(a, r);
+  with_flags(a.w != nullptr, a.b != nullptr, [&](auto has_w, auto has_b) {
+    parallel_for(a.rows, grain_for(a.cols, kGrainElementwise), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) layer_norm_row<T, has_w.value, has_b.value>(a, r);
+    });
   });
 }
 
 // With xh = (x - mean) * rstd and gw = g * w:
 // dx = rstd * (gw - mean(gw) - xh * mean(gw * xh)); dw += g * xh; db += g.
 // part: this row block's partial sums, [2, cols] = {dw, db} (null when not wanted).
-template <typename T>
+template <typename T, bool kWeight>
 void layer_norm_backward_row(const LayerNormBackwardArgs<T>& a, int64_t r, float* part) {
   const T* g = a.g + r * a.cols;
   const T* x = a.x + r * a.cols;
   const float mean = a.stats[2 * r], rstd = a.stats[2 * r + 1];
-  float s1 = 0, s2 = 0;
-  for (int64_t c = 0; c < a.cols; ++c) {
-    const float xh = (ld(x[c]) - mean) * rstd;
-    const float gw = a.w != nullptr ? ld(g[c]) * ld(a.w[c]) : ld(g[c]);
-    s1 += gw;
-    s2 += gw * xh;
-    if (part != nullptr) {
-      part[c] += ld(g[c]) * xh;
+  auto xh = [&](int64_t c) { return (ld(x[c]) - mean) * rstd; };
+  auto gw = [&](int64_t c) {
+    if constexpr (kWeight) return ld(g[c]) * ld(a.w[c]);
+    else return ld(g[c]);
+  };
+  if (part != nullptr) {
+    for (int64_t c = 0; c < a.cols; ++c) {
+      part[c] += ld(g[c]) * xh(c);
       part[a.cols + c] += ld(g[c]);
     }
   }
   if (a.dx == nullptr) return;
-  const float m1 = s1 / static_cast<float>(a.cols), m2 = s2 / static_cast<float>(a.cols);
+  const float inv_n = 1.0f / static_cast<float>(a.cols);
+  const float m1 = lane_sum(a.cols, gw) * inv_n;
+  const float m2 = lane_sum(a.cols, [&](int64_t c) { return gw(c) * xh(c); }) * inv_n;
   T* dx = a.dx + r * a.cols;
-  for (int64_t c = 0; c < a.cols; ++c) {
-    const float xh = (ld(x[c]) - mean) * rstd;
-    const float gw = a.w != nullptr ? ld(g[c]) * ld(a.w[c]) : ld(g[c]);
-    dx[c] = T(rstd * (gw - m1 - xh * m2));
-  }
+  for (int64_t c = 0; c < a.cols; ++c) dx[c] = T(rstd * (gw(c) - m1 - xh(c) * m2));
 }
 
+// dw/db: the block partials summed in block order, the same for any thread count.
 template <typename T>
-void layer_norm_backward_kernel(const LayerNormBackwardArgs<T>& a) {
+void layer_norm_combine(const LayerNormBackwardArgs<T>& a) {
   const int64_t cols = a.cols;
-  parallel_for(a.blocks, grain_for(a.rows_per_block * cols, kGrainElementwise), [&](int64_t b, int64_t e) {
-    for (int64_t blk = b; blk < e; ++blk) {
-      float* part = a.partial != nullptr ? a.partial + blk * 2 * cols : nullptr;
-      if (part != nullptr) std::fill_n(part, 2 * cols, 0.0f);
-      const int64_t r1 = std::min(a.rows, (blk + 1) * a.rows_per_block);
-      for (int64_t r = blk * a.rows_per_block; r < r1; ++r) layer_norm_backward_row(a, r, part);
-    }
-  });
-  if (a.partial == nullptr) return;
-  // Combine the block partials in block order: the same sum for any thread count.
   parallel_for(cols, grain_for(a.blocks * 2, kGrainElementwise), [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
       float sw = 0, sb = 0;
@@ -327,6 +355,22 @@ void layer_norm_backward_kernel(const LayerNormBackwardArgs<T>& a) {
       if (a.db != nullptr) a.db[c] = T(sb);
     }
   });
+}
+
+template <typename T>
+void layer_norm_backward_kernel(const LayerNormBackwardArgs<T>& a) {
+  const int64_t cols = a.cols;
+  with_flags(a.w != nullptr, false, [&](auto has_w, auto) {
+    parallel_for(a.blocks, grain_for(a.rows_per_block * cols, kGrainElementwise), [&](int64_t b, int64_t e) {
+      for (int64_t blk = b; blk < e; ++blk) {
+        float* part = a.partial != nullptr ? a.partial + blk * 2 * cols : nullptr;
+        if (part != nullptr) std::fill_n(part, 2 * cols, 0.0f);
+        const int64_t r1 = std::min(a.rows, (blk + 1) * a.rows_per_block);
+        for (int64_t r = blk * a.rows_per_block; r < r1; ++r) layer_norm_backward_row<T, has_w.value>(a, r, part);
+      }
+    });
+  });
+  if (a.partial != nullptr) layer_norm_combine(a);
 }
 
 // ---- embedding ----
