@@ -397,6 +397,7 @@ void embedding_kernel(const EmbeddingArgs<T, I>& a) {
 
 // Each thread owns rows [v0, v1) of grad_weight, zeroes them and adds, in
 // index order, every gradient row whose index falls in its range.
+// f16/bf16 gradients accumulate in their storage type (rounded at each add).
 template <typename T, typename I>
 void embedding_backward_kernel(const EmbeddingBackwardArgs<T, I>& a) {
   using C = compute_t<T>;
