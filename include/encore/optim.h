@@ -148,7 +148,8 @@ class AdamW : public Optimizer {
 // Everything runs in kernels (no host read), so it can be captured; gradients
 // are left untouched when the scale is 1. Returns the norm before clipping as
 // an f32 0-d tensor on the gradients' device (0 when no gradient exists); read
-// it outside a captured step. A non-finite norm leaves gradients unchanged.
+// it outside a captured step. A NaN norm leaves gradients unchanged; an
+// infinite one scales them by 0 (as PyTorch does).
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 
 struct WarmupCosineOptions {

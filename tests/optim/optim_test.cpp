@@ -575,8 +575,11 @@ TEST(ScheduleTest, LrAtKeyPoints) {
   EXPECT_GT(sched.lr_at(109), 0.01);
   EXPECT_LT(sched.lr_at(109), 0.0101);
   for (int64_t s = 1; s < 120; ++s) {
-    if (s < 10) EXPECT_GT(sched.lr_at(s), sched.lr_at(s - 1));
-    if (s > 10) EXPECT_LE(sched.lr_at(s), sched.lr_at(s - 1));
+    if (s < 10) {
+      EXPECT_GT(sched.lr_at(s), sched.lr_at(s - 1)) << "step " << s;
+    } else if (s > 10) {
+      EXPECT_LE(sched.lr_at(s), sched.lr_at(s - 1)) << "step " << s;
+    }
   }
 }
 

@@ -45,7 +45,7 @@ void sum_of_squares(const Tensor& x, const Tensor& partial, int64_t slot);
 void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& scale, double max_norm);
 
 // x *= scale[0] in place (x float, any strides, no broadcast dims); writes
-// nothing when scale[0] >= 1 or is not finite.
+// nothing when scale[0] >= 1 or is NaN.
 void scale_in_place(const Tensor& x, const Tensor& scale);
 
 }  // namespace encore::cpu
