@@ -161,7 +161,7 @@ std::string case_name(const DimsCase& c, bool keepdim) {
 // Shapes and dim sets covering rows (last dim), columns (leading dims),
 // middle dims, several dims, all dims, negative and unordered dims, size-0
 // and size-1 dims, 0-d inputs, and long reductions (pairwise tree, column
-// folds, full-reduction blocks).
+// folds and blocks, full-reduction blocks).
 const std::vector<DimsCase>& dims_cases() {
   static const std::vector<DimsCase> cases = {
       {{2, 3, 4}, {}},     {{2, 3, 4}, {0}},     {{2, 3, 4}, {1}},      {{2, 3, 4}, {2}},
@@ -170,7 +170,8 @@ const std::vector<DimsCase>& dims_cases() {
       {{}, {-1}},          {{1, 3, 1}, {0}},     {{1, 3, 1}, {2}},      {{3, 1, 4}, {1}},
       {{0, 3}, {0}},       {{0, 3}, {1}},        {{0, 3}, {}},          {{2, 0, 3}, {1}},
       {{4, 5, 6, 7}, {1, 3}}, {{3, 1000}, {1}},  {{600, 5}, {0}},       {{40, 300}, {0}},
-      {{70000}, {}},       {{2, 3, 5, 7}, {0, 2, 3}},
+      {{70000}, {}},       {{2, 3, 5, 7}, {0, 2, 3}}, {{7, 5, 300}, {0, 1}}, {{3, 2100}, {0}},
+      {{9, 1030}, {-2}},
   };
   return cases;
 }
@@ -312,7 +313,7 @@ TEST(ReduceTest, MaxAndArgmaxMatchReferenceWithFirstIndexTies) {
   const std::vector<DimsCase> cases = {
       {{2, 3, 4}, {0}}, {{2, 3, 4}, {1}}, {{2, 3, 4}, {2}}, {{2, 3, 4}, {-1}}, {{2, 3, 4}, {-3}},
       {{7}, {0}},       {{}, {0}},        {{1, 5}, {0}},    {{5, 1}, {1}},     {{0, 3}, {1}},
-      {{600, 5}, {0}},  {{40, 300}, {0}}, {{3, 1000}, {1}}, {{300, 2}, {1}},
+      {{600, 5}, {0}},  {{40, 300}, {0}}, {{3, 1000}, {1}}, {{300, 2}, {1}},  {{9, 1030}, {0}},
   };
   int64_t seed = 0;
   for (const DimsCase& c : cases) {
@@ -347,6 +348,17 @@ TEST(ReduceTest, MaxPropagatesTheFirstNaN) {
   expect_near(vc, {2, kNaN, kNaN, kNaN});
   EXPECT_EQ(ic.to_vector<int64_t>(), (std::vector<int64_t>{1, 0, 2, 0}));
   expect_near(max(a), {kNaN});
+  // Long contiguous rows (the vectorized row scan): first NaN, all -inf, ties.
+  Tensor rows = zeros({3, 100});
+  rows.select(0, 0).slice(0, 10, 11).fill_(5.0);
+  rows.select(0, 0).slice(0, 37, 38).fill_(nan);
+  rows.select(0, 0).slice(0, 50, 51).fill_(nan);
+  rows.select(0, 1).fill_(-kInf);
+  rows.select(0, 2).slice(0, 20, 21).fill_(3.0);
+  rows.select(0, 2).slice(0, 90, 91).fill_(3.0);
+  auto [vr, ir] = max(rows, 1);
+  expect_near_or_inf(vr, {kNaN, -kInf, 3});
+  EXPECT_EQ(ir.to_vector<int64_t>(), (std::vector<int64_t>{37, 0, 20}));
   // The first NaN of a long full reduction, past several blocks.
   Tensor big = zeros({100000});
   big.slice(0, 40001, 40002).fill_(nan);
