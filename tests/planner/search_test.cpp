@@ -1,0 +1,137 @@
+// The exact search against brute force, properties of every algorithm on
+// random inputs, the 1% target on training-step traces, and the shared
+// MiniMalloc problems.
+#include <cstdint>
+#include <ctime>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "encore/planner.h"
+#include "gtest/gtest.h"
+#include "planner/synthetic.h"
+#include "tests/planner/planner_test_util.h"
+
+namespace encore::planner {
+namespace {
+
+using testing::brute_force_by_offsets;
+using testing::brute_force_by_orders;
+
+int64_t exact_peak(const std::vector<Buffer>& buffers) {
+  absl::StatusOr<Plan> plan = plan_buffers(buffers, {.algorithm = Algorithm::kExact, .time_limit_s = 20});
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? plan->peak : -1;
+}
+
+TEST(ExactVsBruteForceTest, MatchesTheBestOrderOnSmallRandomProblems) {
+  int above_bound = 0;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    const int n = 2 + static_cast<int>(seed % 6);  // 2..7 buffers
+    const bool aligned = seed % 3 == 0;
+    const std::vector<Buffer> buffers = random_buffers(n, 1 + seed % 16, 3 + seed % 8, aligned, seed);
+    const int64_t optimum = brute_force_by_orders(buffers);
+    above_bound += optimum > lower_bound(buffers);
+    ASSERT_EQ(exact_peak(buffers), optimum) << "seed " << seed;
+  }
+  EXPECT_GT(above_bound, 0) << "no problem needed a proof above the lower bound";
+}
+
+TEST(ExactVsBruteForceTest, MatchesEveryOffsetOnTinyProblems) {
+  // No assumption about canonical plans here: every integer offset is tried.
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    const std::vector<Buffer> buffers = random_buffers(2 + seed % 3, 4, 4, seed % 2 == 0, 1000 + seed);
+    int64_t sum = 0;
+    for (const Buffer& b : buffers) sum += b.size + b.alignment;
+    ASSERT_EQ(exact_peak(buffers), brute_force_by_offsets(buffers, sum)) << "seed " << seed;
+  }
+}
+
+TEST(PropertyTest, EveryAlgorithmValidatesAndNeverBeatsTheLowerBound) {
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    const std::vector<Buffer> buffers =
+        random_buffers(1 + static_cast<int>(seed * 7 % 120), int64_t{1} << (seed % 20), 1 + seed % 50, seed % 2, seed);
+    const int64_t bound = lower_bound(buffers);
+    for (Algorithm algorithm : all_algorithms()) {
+      absl::StatusOr<Plan> plan = plan_buffers(buffers, {.algorithm = algorithm, .time_limit_s = 0.05});
+      ASSERT_TRUE(plan.ok()) << algorithm_name(algorithm) << " seed " << seed << ": " << plan.status();
+      EXPECT_TRUE(validate(buffers, *plan).ok()) << algorithm_name(algorithm) << " seed " << seed;
+      EXPECT_GE(plan->peak, bound) << algorithm_name(algorithm) << " seed " << seed;
+    }
+  }
+}
+
+TEST(PropertyTest, SearchingNeverLosesToTheHeuristics) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const std::vector<Buffer> buffers = random_buffers(60, 1000, 40, seed % 2, 500 + seed);
+    absl::StatusOr<Plan> greedy = plan_buffers(buffers, {.algorithm = Algorithm::kBestGreedy});
+    absl::StatusOr<Plan> online = plan_buffers(buffers, {.algorithm = Algorithm::kOnline});
+    absl::StatusOr<Plan> best = plan_buffers(buffers, {.time_limit_s = 0.05});
+    ASSERT_TRUE(greedy.ok() && online.ok() && best.ok());
+    EXPECT_LE(best->peak, greedy->peak);
+    EXPECT_LE(best->peak, online->peak);
+  }
+}
+
+TEST(TrainingTraceTest, BestIsWithinOnePercentOfTheLowerBound) {
+  for (int num_buffers : {500, 2000, 8000}) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      for (int64_t alignment : {int64_t{1}, int64_t{256}}) {
+        const std::vector<Buffer> buffers =
+            training_step_trace({.num_buffers = num_buffers, .seed = seed, .alignment = alignment});
+        absl::StatusOr<Plan> plan = plan_buffers(buffers, {.time_limit_s = 0.5});
+        ASSERT_TRUE(plan.ok()) << plan.status();
+        const double ratio = double(plan->peak) / double(lower_bound(buffers));
+        EXPECT_LE(ratio, 1.01) << num_buffers << " buffers, seed " << seed << ", alignment " << alignment;
+      }
+    }
+  }
+}
+
+TEST(TrainingTraceTest, CachingAllocatorNeedsMoreThanThePlan) {
+  const std::vector<Buffer> buffers = training_step_trace({.num_buffers = 2000, .seed = 3});
+  absl::StatusOr<Plan> caching = plan_buffers(buffers, {.algorithm = Algorithm::kCaching});
+  absl::StatusOr<Plan> best = plan_buffers(buffers);
+  absl::StatusOr<Plan> naive = plan_buffers(buffers, {.algorithm = Algorithm::kNaive});
+  ASSERT_TRUE(caching.ok() && best.ok() && naive.ok());
+  EXPECT_LT(best->peak, caching->peak);
+  EXPECT_LT(caching->peak, naive->peak);
+}
+
+class SharedProblemTest : public ::testing::TestWithParam<std::string> {};
+
+// `best` must fit each problem in 2^20 bytes (its published capacity; for all
+// but C that is also the lower bound) in under a second of CPU time. The
+// wall-clock limit is generous because the test machine may be shared; the
+// search stops as soon as it reaches the lower bound.
+TEST_P(SharedProblemTest, BestFitsTheCapacity) {
+  absl::StatusOr<CsvProblem> problem = testing::read_shared_problem(GetParam());
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const std::clock_t start = std::clock();
+  absl::StatusOr<Plan> plan = plan_buffers(problem->buffers, {.time_limit_s = 20});
+  const double cpu_s = double(std::clock() - start) / CLOCKS_PER_SEC;
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(validate(problem->buffers, *plan).ok());
+  EXPECT_LE(plan->peak, 1048576);
+  EXPECT_GE(plan->peak, lower_bound(problem->buffers));
+  if (lower_bound(problem->buffers) == 1048576) EXPECT_EQ(plan->peak, 1048576);
+  EXPECT_LT(cpu_s, 1.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(MiniMalloc, SharedProblemTest,
+                         ::testing::Values("A.1048576.csv", "B.1048576.csv", "C.1048576.csv", "E.1048576.csv",
+                                           "G.1048576.csv", "I.1048576.csv"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param.substr(0, 1);
+                         });
+
+TEST(SharedProblemTest, ExampleIsSolvedOptimally) {
+  absl::StatusOr<CsvProblem> problem = testing::read_shared_problem("example.12.csv");
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  absl::StatusOr<Plan> plan = plan_buffers(problem->buffers);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->peak, 12);
+}
+
+}  // namespace
+}  // namespace encore::planner

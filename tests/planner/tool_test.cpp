@@ -1,0 +1,107 @@
+// encore-plan, run as a user would: exit status, messages, --out and --svg.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "encore/planner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace encore::planner {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct ToolRun {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/encore_plan_" + name; }
+
+// Runs the built encore-plan (path from the build, or $ENCORE_PLAN_BIN).
+ToolRun run_tool(const std::string& args) {
+  const char* override_path = std::getenv("ENCORE_PLAN_BIN");
+  const std::string binary = override_path != nullptr ? override_path : ENCORE_PLAN_PATH;
+  const std::string out = temp_path("stdout"), err = temp_path("stderr");
+  const int status = std::system((binary + " " + args + " >" + out + " 2>" + err).c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+std::string write_temp(const std::string& name, const std::string& contents) {
+  const std::string path = temp_path(name);
+  std::ofstream(path) << contents;
+  return path;
+}
+
+const char kExample[] = "id,lower,upper,size\nb1,0,3,4\nb2,3,9,4\nb3,0,9,4\nb4,9,21,4\nb5,0,21,4\n";
+
+void expect_one_line_error(const ToolRun& run, const std::string& what) {
+  EXPECT_NE(run.exit_code, 0);
+  EXPECT_THAT(run.err, HasSubstr(what));
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << "not one line: " << run.err;
+}
+
+TEST(EncorePlanToolTest, UnknownAlgorithm) {
+  expect_one_line_error(run_tool("--algorithm=fastest " + write_temp("ok.csv", kExample)), "unknown algorithm");
+}
+
+TEST(EncorePlanToolTest, MissingFile) {
+  expect_one_line_error(run_tool("/nonexistent/problem.csv"), "cannot open");
+}
+
+TEST(EncorePlanToolTest, BadCsv) {
+  const std::string path = write_temp("bad.csv", "id,lower,upper,size\nb1,0,3,4\nb2,5,1,4\n");
+  expect_one_line_error(run_tool(path), "line 3");
+}
+
+TEST(EncorePlanToolTest, NoInputFile) { expect_one_line_error(run_tool(""), "expected one input CSV file"); }
+
+TEST(EncorePlanToolTest, PrintsOneRowPerAlgorithm) {
+  const ToolRun run = run_tool(write_temp("all.csv", kExample));
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  for (Algorithm algorithm : all_algorithms()) {
+    EXPECT_THAT(run.out, HasSubstr(std::string(algorithm_name(algorithm)) + " ")) << run.out;
+  }
+}
+
+TEST(EncorePlanToolTest, WritesAValidPlanAndPicture) {
+  const std::string input = write_temp("in.csv", kExample), out = temp_path("plan.csv"), svg = temp_path("plan.svg");
+  const ToolRun run = run_tool("--algorithm=best --out=" + out + " --svg=" + svg + " " + input);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("best"));
+  absl::StatusOr<CsvProblem> plan_file = read_csv(out);
+  ASSERT_TRUE(plan_file.ok()) << plan_file.status();
+  ASSERT_EQ(plan_file->offsets.size(), 5u);
+  Plan plan{plan_file->offsets, 0};
+  for (size_t i = 0; i < plan.offsets.size(); ++i) {
+    plan.peak = std::max(plan.peak, plan.offsets[i] + plan_file->buffers[i].size);
+  }
+  EXPECT_TRUE(validate(plan_file->buffers, plan).ok());
+  EXPECT_EQ(plan.peak, 12);
+  const std::string picture = slurp(svg);
+  EXPECT_THAT(picture, HasSubstr("<svg"));
+  EXPECT_THAT(picture, HasSubstr("lower bound"));
+  EXPECT_THAT(picture, HasSubstr("time step"));
+}
+
+TEST(EncorePlanToolTest, HelpExplainsTheFlags) {
+  const ToolRun run = run_tool("--help");
+  const std::string text = run.out + run.err;
+  for (const char* flag : {"algorithm", "time_limit_s", "out", "svg"}) EXPECT_THAT(text, HasSubstr(flag));
+}
+
+}  // namespace
+}  // namespace encore::planner
