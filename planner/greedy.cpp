@@ -3,6 +3,9 @@
 // Ordered by decreasing size this is the heuristic of TFLite's and XLA's
 // memory planners. O(n log n) queries on the occupancy tree (occupancy.h).
 #include <algorithm>
+#include <array>
+#include <iterator>
+#include <thread>
 #include <cstdint>
 #include <numeric>
 #include <utility>
@@ -62,13 +65,38 @@ Plan plan_greedy(absl::Span<const Buffer> buffers, GreedyOrder order) {
   return plan;
 }
 
+namespace {
+
+// The orderings best_greedy tries, most useful first.
+constexpr GreedyOrder kOrders[] = {GreedyOrder::kSize, GreedyOrder::kLength, GreedyOrder::kArea,
+                                   GreedyOrder::kStart};
+// From this many buffers on, best_greedy uses two threads.
+constexpr size_t kParallelBuffers = 100'000;
+
+void keep_better(Plan plan, Plan* best) {
+  if (best->offsets.empty() || plan.peak < best->peak) *best = std::move(plan);
+}
+
+}  // namespace
+
 Plan plan_best_greedy(absl::Span<const Buffer> buffers) {
+  if (buffers.size() < kParallelBuffers) return plan_greedy_until(buffers, nullptr);
+  std::array<Plan, std::size(kOrders)> plans;
+  std::thread helper([&] {
+    for (size_t k = 1; k < plans.size(); k += 2) plans[k] = plan_greedy(buffers, kOrders[k]);
+  });
+  for (size_t k = 0; k < plans.size(); k += 2) plans[k] = plan_greedy(buffers, kOrders[k]);
+  helper.join();
   Plan best;
-  bool first = true;
-  for (GreedyOrder order : {GreedyOrder::kSize, GreedyOrder::kLength, GreedyOrder::kArea, GreedyOrder::kStart}) {
-    Plan plan = plan_greedy(buffers, order);
-    if (first || plan.peak < best.peak) best = std::move(plan);
-    first = false;
+  for (Plan& plan : plans) keep_better(std::move(plan), &best);
+  return best;
+}
+
+Plan plan_greedy_until(absl::Span<const Buffer> buffers, const Deadline* deadline) {
+  Plan best;
+  for (GreedyOrder order : kOrders) {
+    if (deadline != nullptr && !best.offsets.empty() && deadline->expired()) break;
+    keep_better(plan_greedy(buffers, order), &best);
   }
   return best;
 }

@@ -67,7 +67,11 @@ enum class GreedyOrder {
   kStart,   // increasing lower end
 };
 Plan plan_greedy(absl::Span<const Buffer> buffers, GreedyOrder order);
+// The best plan of all orderings (on two threads for large inputs).
 Plan plan_best_greedy(absl::Span<const Buffer> buffers);
+// The same, one ordering after another, stopping once `deadline` (if any) has
+// passed and at least one plan exists.
+Plan plan_greedy_until(absl::Span<const Buffer> buffers, const Deadline* deadline);
 
 // Improves on `start` (a valid plan) by searching canonical placements under
 // shrinking capacities until the deadline; returns the best plan found.

@@ -25,12 +25,13 @@ constexpr std::array<Algorithm, 7> kAlgorithms = {
 constexpr std::array<absl::string_view, 7> kNames = {"naive",       "caching", "online", "greedy",
                                                     "best_greedy", "exact",   "best"};
 
-// `best` first takes the best of the fast algorithms, then lets the exact
-// search improve on it for what is left of the time limit.
+// `best` takes the best of online and the greedy orderings (as many as the
+// time limit allows, at least one), then lets the exact search improve on it
+// for what is left of the time limit.
 Plan plan_best(absl::Span<const Buffer> buffers, const internal::Deadline& deadline) {
-  Plan best = internal::plan_best_greedy(buffers);
-  Plan online = internal::plan_online(buffers);
-  if (online.peak < best.peak) best = std::move(online);
+  Plan best = internal::plan_online(buffers);
+  Plan greedy = internal::plan_greedy_until(buffers, &deadline);
+  if (greedy.peak < best.peak) best = std::move(greedy);
   if (best.peak == lower_bound(buffers)) return best;
   return internal::plan_exact(buffers, std::move(best), deadline);
 }

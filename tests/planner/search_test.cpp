@@ -114,7 +114,9 @@ TEST_P(SharedProblemTest, BestFitsTheCapacity) {
   EXPECT_TRUE(validate(problem->buffers, *plan).ok());
   EXPECT_LE(plan->peak, 1048576);
   EXPECT_GE(plan->peak, lower_bound(problem->buffers));
-  if (lower_bound(problem->buffers) == 1048576) EXPECT_EQ(plan->peak, 1048576);
+  if (lower_bound(problem->buffers) == 1048576) {
+    EXPECT_EQ(plan->peak, 1048576);
+  }
   EXPECT_LT(cpu_s, 1.0);
 }
 
