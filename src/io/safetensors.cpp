@@ -237,7 +237,7 @@ absl::StatusOr<Json> parse_json(const Where& w, const std::string& text) {
     return Json::parse(text, callback, /*allow_exceptions=*/true, /*ignore_comments=*/false);
   } catch (const DuplicateKey& d) {
     return w.error(bad, absl::StrCat("the header has the key \"", d.key,
-                                     "\" twice; the format forbids duplicate names"));
+                                     "\" twice; the format forbids duplicate keys (and so duplicate tensor names)"));
   } catch (const TooDeep&) {
     return w.error(bad, absl::StrCat("the header nests JSON deeper than ", kMaxJsonDepth, " levels"));
   } catch (const Json::parse_error& e) {
