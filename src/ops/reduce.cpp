@@ -208,6 +208,9 @@ Tensor sum_to(const Tensor& a, absl::Span<const int64_t> shape) {
                shape_str(a.shape()), dtype_name(a.dtype()));
   ENCORE_CHECK(a.dtype() != kBool, "sum_to: bool tensor %s cannot be summed to %s", shape_str(a.shape()),
                shape_str(shape));
+  bool only_ones = true;   // only size-1 dims to drop: a view, no launch
+  for (int64_t d = 0; d < a.dim(); ++d) only_ones = only_ones && (!(mask & cpu::dim_bit(d)) || a.shape()[d] == 1);
+  if (only_ones) return a.reshape(Shape(shape.begin(), shape.end()));
   // Same dtype as a (integers accumulate in 64 bits, then wrap to a's type).
   Tensor out = empty(Shape(shape.begin(), shape.end()), a.dtype(), a.device());
   cpu::sum(out, a, mask);

@@ -138,7 +138,7 @@ std::vector<Tensor> layouts(const Tensor& a) {
 Tensor tied_tensor(const Shape& shape, int64_t seed) {
   std::vector<float> v(numel_of(shape));
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i * 7919 + seed * 31 + i / 3) % 5) - 2.0f;
-  return from_vector<float>(v, shape);
+  return from_vector<float>(v, {static_cast<int64_t>(v.size())}).reshape(shape);   // shape {} is 0-d here
 }
 
 // Distinct values 0.1 apart (a permutation), so finite differences never cross a tie.
@@ -146,7 +146,7 @@ Tensor distinct_tensor(const Shape& shape) {
   const int64_t n = numel_of(shape);
   std::vector<float> v(n);
   for (int64_t i = 0; i < n; ++i) v[i] = 0.1f * static_cast<float>((i * 37) % n) - 0.05f * static_cast<float>(n);
-  return from_vector<float>(v, shape);
+  return from_vector<float>(v, {n}).reshape(shape);
 }
 
 struct DimsCase {
@@ -403,8 +403,12 @@ TEST(ReduceTest, SumToInvertsBroadcasting) {
       expect_near(out, expected, 1e-5, 1e-5);
     }
   }
-  // Equal shapes: the input itself.
+  // Equal shapes: the input itself; only size-1 dims to drop: a view of it.
   EXPECT_TRUE(sum_to(a, in_shape).is_same(a));
+  Tensor ones_lead = random_tensor({1, 3, 1, 4}, 22);
+  Tensor viewed = sum_to(ones_lead, Shape{3, 1, 4});
+  EXPECT_EQ(viewed.storage(), ones_lead.storage());
+  expect_near(viewed, values(ones_lead));
   // Integer tensors keep their dtype.
   Tensor b = from_vector<int32_t>({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(sum_to(b, Shape{1, 3}).dtype(), kInt32);
@@ -488,6 +492,7 @@ TEST(ReduceTest, SumToGradientMatchesFiniteDifferences) {
     SCOPED_TRACE(shape_str(target));
     expect_gradients_match([&](const auto& in) { return sum_to(in[0], target); }, {random_tensor({2, 3, 4}, 61)});
   }
+  expect_gradients_match([](const auto& in) { return sum_to(in[0], Shape{3, 4}); }, {random_tensor({1, 3, 4}, 64)});
   // Through expand, whose backward is sum_to.
   expect_gradients_match([](const auto& in) { return mul(in[0].expand({3, 4}), in[1]); },
                          {random_tensor({1, 4}, 62), random_tensor({3, 4}, 63)});
