@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include "bench/eager_workloads.h"
+#include "encore/capture.h"
 #include "encore/encore.h"
 
 namespace encore {
@@ -37,6 +38,25 @@ void BM_Chain20ForwardBackward(benchmark::State& state) {
   for (auto _ : state) chain.step();
 }
 BENCHMARK(BM_Chain20ForwardBackward);
+
+// The same chain captured: one replay per iteration; "per_node_ns" divides by
+// the graph's node count.
+void BM_Chain20Replay(benchmark::State& state) {
+  bench::Chain chain;
+  absl::StatusOr<Graph> graph = capture([&] {
+    chain.step();
+    return std::vector<Tensor>{};
+  });
+  if (!graph.ok()) {
+    state.SkipWithError(std::string(graph.status().message()).c_str());
+    return;
+  }
+  for (auto _ : state) (void)graph->replay();
+  state.counters["nodes"] = static_cast<double>(graph->stats().kernels);
+  state.counters["per_node_ns"] = benchmark::Counter(static_cast<double>(graph->stats().kernels) * state.iterations(),
+                                                     benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_Chain20Replay);
 
 }  // namespace
 }  // namespace encore

@@ -1,14 +1,18 @@
-// Trains a character-level GPT on a text file, eagerly, on the CPU.
+// Trains a character-level GPT on a text file on the CPU: a short eager run,
+// then the same run captured with encore::capture() and replayed.
 //
 //   build/examples/train_gpt                          # /usr/share/dict/words (Debian wamerican)
-//   build/examples/train_gpt --text=book.txt --steps=2000 --n_layer=4
+//   build/examples/train_gpt --text=book.txt --steps=2000 --n_layer=4 --json
 //
 // Each step: sample B windows of T+1 characters, predict every next
-// character, AdamW update with warm-up then cosine decay. Prints one progress
-// line every --log_every steps and a text sample at the end.
+// character, AdamW update with warm-up then cosine decay. The eager run's
+// first --eager_steps steps are timed and kept; the captured run starts from
+// the same seed, so its replayed steps must give the same losses bit for bit.
+// Prints progress lines, the figures, and a text sample at the end.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -24,7 +28,9 @@
 #include "encore/optim.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/dict/words", "Text file to train on (any bytes).");
-ABSL_FLAG(int64_t, steps, 300, "Training steps.");
+ABSL_FLAG(int64_t, steps, 300, "Training steps (the captured run; the first two are capture's warm-ups).");
+ABSL_FLAG(int64_t, eager_steps, 40, "Steps of the eager reference run, timed and compared bit for bit.");
+ABSL_FLAG(bool, json, false, "End with one JSON line of the figures.");
 ABSL_FLAG(int64_t, batch, 16, "Sequences per step (B).");
 ABSL_FLAG(int64_t, seq, 32, "Characters per sequence (T); also the model's block size.");
 ABSL_FLAG(int64_t, n_layer, 2, "Transformer blocks.");
@@ -101,58 +107,159 @@ std::string sample(const nn::Gpt& gpt, const Corpus& c, int64_t n, std::mt19937_
   return out;
 }
 
+// Seeds the default generator (dropout draws from it) before the model exists.
+const nn::GptConfig& seeded(const nn::GptConfig& cfg) {
+  manual_seed(cfg.seed);
+  return cfg;
+}
+
+// One training run's state: model, optimizer, schedule, static inputs and the
+// batch stream. Two runs made with the same flags start identical.
+struct Run {
+  explicit Run(const Corpus& corpus, const nn::GptConfig& cfg, int64_t steps)
+      : corpus(corpus),
+        gpt(seeded(cfg)),
+        opt(gpt.parameters(), {.lr = absl::GetFlag(FLAGS_lr), .weight_decay = 0.1}),
+        schedule(opt, {.base_lr = absl::GetFlag(FLAGS_lr), .min_lr = absl::GetFlag(FLAGS_lr) / 10,
+                       .warmup_steps = std::max<int64_t>(1, steps / 10), .total_steps = steps}),
+        rng(cfg.seed),
+        x(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64)),
+        y(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64)) {}
+
+  // One eager training step on whatever x and y hold.
+  std::vector<Tensor> step() {
+    opt.zero_grad();
+    Tensor loss = gpt.loss(x, y);
+    loss.backward();
+    opt.step();
+    return {loss};
+  }
+
+  const Corpus& corpus;
+  nn::Gpt gpt;
+  optim::AdamW opt;
+  optim::WarmupCosine schedule;
+  std::mt19937_64 rng;
+  Tensor x, y;   // static inputs: refilled in place before every step
+};
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+void progress(const char* mode, int64_t step, double loss, double ms, int64_t tokens) {
+  std::printf("%-6s step %5lld  loss %.4f  %.2f ms/step  %.0f tokens/s\n", mode, static_cast<long long>(step), loss,
+              ms, tokens / ms * 1000.0);
+}
+
+struct Figures {
+  double eager_ms = 0, replay_ms = 0, loss_first = 0, loss_last = 0;
+  bool bitwise_equal = false;
+  CaptureStats stats;
+};
+
+// Eager: the first `steps` steps of a run, timed.
+double train_eager(Run& run, int64_t steps, std::vector<float>& losses) {
+  const int64_t B = run.x.size(0), T = run.x.size(1), every = absl::GetFlag(FLAGS_log_every);
+  double total_ms = 0;
+  for (int64_t s = 1; s <= steps; ++s) {
+    if (s > 2) next_batch(run.corpus, run.rng, run.x, run.y);   // steps 1 and 2 mirror capture's warm-ups
+    auto t0 = std::chrono::steady_clock::now();
+    Tensor loss = run.step()[0];
+    if (s >= 2) run.schedule.step();
+    if (s == 2) run.schedule.step();   // capture's two warm-ups share one learning rate; catch up after them
+    total_ms += ms_between(t0, std::chrono::steady_clock::now());
+    losses.push_back(loss.item<float>());
+    if (s % every == 0) progress("eager", s, losses.back(), total_ms / s, B * T);
+  }
+  return total_ms / steps;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Trains a character-level GPT on a text file (eager, CPU).");
+  absl::SetProgramUsageMessage(
+      "Trains a character-level GPT on a text file on the CPU: first eagerly, then captured and replayed.\n"
+      "Prints per-step times, the speedup, arena bytes against the eager peak and the lower bound, and\n"
+      "whether the replayed steps matched the eager ones bit for bit.");
   absl::ParseCommandLine(argc, argv);
   absl::StatusOr<Corpus> corpus = load_corpus(absl::GetFlag(FLAGS_text));
   if (!corpus.ok()) {
     std::fprintf(stderr, "train_gpt: %s\n", std::string(corpus.status().message()).c_str());
     return 1;
   }
-  const int64_t B = absl::GetFlag(FLAGS_batch), T = absl::GetFlag(FLAGS_seq), steps = absl::GetFlag(FLAGS_steps);
+  const int64_t B = absl::GetFlag(FLAGS_batch), T = absl::GetFlag(FLAGS_seq);
+  const int64_t steps = absl::GetFlag(FLAGS_steps), eager_steps = std::min<int64_t>(steps, absl::GetFlag(FLAGS_eager_steps));
   nn::GptConfig cfg{.vocab_size = static_cast<int64_t>(corpus->vocab.size()), .block_size = T,
                     .n_layer = absl::GetFlag(FLAGS_n_layer), .n_head = absl::GetFlag(FLAGS_n_head),
                     .n_embd = absl::GetFlag(FLAGS_n_embd), .dropout = absl::GetFlag(FLAGS_dropout),
                     .seed = absl::GetFlag(FLAGS_seed)};
+  Figures fig;
   absl::Status status = status_of([&] {
-    manual_seed(absl::GetFlag(FLAGS_seed));
-    nn::Gpt gpt(cfg);
-    optim::AdamW opt(gpt.parameters(), {.lr = absl::GetFlag(FLAGS_lr), .weight_decay = 0.1});
-    optim::WarmupCosine schedule(opt, {.base_lr = absl::GetFlag(FLAGS_lr), .min_lr = absl::GetFlag(FLAGS_lr) / 10,
-                                       .warmup_steps = std::max<int64_t>(1, steps / 10), .total_steps = steps});
-    std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
-    Tensor x = zeros({B, T}, kInt64), y = zeros({B, T}, kInt64);   // static inputs, refilled every step
     std::printf("char-level GPT: %zu-byte text, vocab %lld, %lld layers, width %lld, B=%lld T=%lld; "
                 "uniform-guess loss %.3f\n",
                 corpus->ids.size(), static_cast<long long>(cfg.vocab_size), static_cast<long long>(cfg.n_layer),
                 static_cast<long long>(cfg.n_embd), static_cast<long long>(B), static_cast<long long>(T),
                 std::log(static_cast<double>(cfg.vocab_size)));
-    auto t0 = std::chrono::steady_clock::now();
-    for (int64_t step = 1; step <= steps; ++step) {
-      next_batch(*corpus, rng, x, y);
-      opt.zero_grad();
-      Tensor loss = gpt.loss(x, y);
-      loss.backward();
-      opt.step();
-      schedule.step();
-      if (step % absl::GetFlag(FLAGS_log_every) == 0 || step == steps) {
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
-                          absl::GetFlag(FLAGS_log_every);
-        std::printf("step %5lld  loss %.4f  %.2f ms/step  %.0f tokens/s\n", static_cast<long long>(step),
-                    loss.item<double>(), ms, B * T / ms * 1000.0);
-        t0 = std::chrono::steady_clock::now();
-      }
+    // 1. The eager reference: the first eager_steps steps of the run.
+    std::vector<float> eager_losses;
+    {
+      Run eager(*corpus, cfg, steps);
+      next_batch(*corpus, eager.rng, eager.x, eager.y);
+      fig.eager_ms = train_eager(eager, eager_steps, eager_losses);
     }
+    fig.loss_first = eager_losses.front();
+    // 2. The same run again, captured: two warm-up steps, then replays.
+    Run run(*corpus, cfg, steps);
+    next_batch(*corpus, run.rng, run.x, run.y);
+    absl::StatusOr<Graph> graph = capture([&] { return run.step(); });
+    if (!graph.ok()) throw Error(graph.status());
+    run.schedule.step();
+    run.schedule.step();
+    fig.stats = graph->stats();
+    fig.bitwise_equal = true;
+    double replay_total = 0;
+    for (int64_t s = 3; s <= steps; ++s) {
+      next_batch(*corpus, run.rng, run.x, run.y);
+      auto t0 = std::chrono::steady_clock::now();
+      absl::Status st = graph->replay();
+      if (!st.ok()) throw Error(st);
+      run.schedule.step();
+      replay_total += ms_between(t0, std::chrono::steady_clock::now());
+      const float loss = graph->output(0).item<float>();
+      if (s <= eager_steps) fig.bitwise_equal &= std::memcmp(&loss, &eager_losses[s - 1], sizeof(float)) == 0;
+      fig.loss_last = loss;
+      if (s % absl::GetFlag(FLAGS_log_every) == 0) progress("replay", s, loss, replay_total / (s - 2), B * T);
+    }
+    fig.replay_ms = replay_total / std::max<int64_t>(1, steps - 2);
     if (absl::GetFlag(FLAGS_sample_chars) > 0) {
-      gpt.eval();
-      std::printf("sample:\n%s\n", sample(gpt, *corpus, absl::GetFlag(FLAGS_sample_chars), rng).c_str());
+      run.gpt.eval();
+      std::printf("sample:\n%s\n", sample(run.gpt, *corpus, absl::GetFlag(FLAGS_sample_chars), run.rng).c_str());
     }
   });
   if (!status.ok()) {
     std::fprintf(stderr, "train_gpt: %s\n", status.ToString().c_str());
     return 1;
   }
-  return 0;
+  const CaptureStats& st = fig.stats;
+  std::printf("\neager   %.3f ms/step   replay %.3f ms/step   speedup %.2fx\n", fig.eager_ms, fig.replay_ms,
+              fig.eager_ms / fig.replay_ms);
+  std::printf("graph   %lld kernels, %lld temporaries; captured in %.1f ms (plan %.1f ms)\n",
+              static_cast<long long>(st.kernels), static_cast<long long>(st.temporaries), st.capture_ms, st.plan_ms);
+  std::printf("memory  arena %lld bytes = %.4f x lower bound (%lld), %.3f x eager peak (%lld)\n",
+              static_cast<long long>(st.arena_bytes), static_cast<double>(st.arena_bytes) / st.lower_bound_bytes,
+              static_cast<long long>(st.lower_bound_bytes), static_cast<double>(st.arena_bytes) / st.eager_peak_bytes,
+              static_cast<long long>(st.eager_peak_bytes));
+  std::printf("check   first %lld replayed steps %s the eager steps bit for bit\n",
+              static_cast<long long>(std::max<int64_t>(0, eager_steps - 2)), fig.bitwise_equal ? "match" : "DO NOT match");
+  std::printf("loss    %.4f -> %.4f\n", fig.loss_first, fig.loss_last);
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf("{\"eager_ms_per_step\": %.4f, \"replay_ms_per_step\": %.4f, \"speedup\": %.4f, \"arena_bytes\": %lld, "
+                "\"lower_bound_bytes\": %lld, \"eager_peak_bytes\": %lld, \"bitwise_equal\": %s, \"loss_first\": %.6f, "
+                "\"loss_last\": %.6f}\n",
+                fig.eager_ms, fig.replay_ms, fig.eager_ms / fig.replay_ms, static_cast<long long>(st.arena_bytes),
+                static_cast<long long>(st.lower_bound_bytes), static_cast<long long>(st.eager_peak_bytes),
+                fig.bitwise_equal ? "true" : "false", fig.loss_first, fig.loss_last);
+  }
+  return fig.bitwise_equal ? 0 : 1;
 }

@@ -8,9 +8,13 @@
 #pragma once
 
 #include "encore/autograd.h"
+#include "encore/capture.h"
+#include "encore/checkpoint.h"
 #include "encore/device.h"
 #include "encore/dtype.h"
 #include "encore/error.h"
+#include "encore/nn.h"
 #include "encore/ops.h"
+#include "encore/optim.h"
 #include "encore/random.h"
 #include "encore/tensor.h"

@@ -217,9 +217,15 @@ inline Tensor ones(Shape shape, Device device) { return ones(std::move(shape), k
 // [start, end) in steps of step; i64 unless dtype says otherwise.
 Tensor arange(int64_t start, int64_t end, int64_t step = 1, DType dtype = kInt64, Device device = kCPU);
 inline Tensor arange(int64_t end) { return arange(0, end); }
-// Copies host values; shape defaults to 1-D of values.size().
+// Copies host values into a tensor of `shape` (an empty shape {} with one
+// value makes a 0-d tensor).
 template <typename T>
-Tensor from_vector(const std::vector<T>& values, Shape shape = {}, Device device = kCPU);
+Tensor from_vector(const std::vector<T>& values, Shape shape, Device device = kCPU);
+// Without a shape: 1-D [values.size()] on the CPU.
+template <typename T>
+Tensor from_vector(const std::vector<T>& values) {
+  return from_vector<T>(values, Shape{static_cast<int64_t>(values.size())}, kCPU);
+}
 Tensor scalar_tensor(double value, DType dtype = kFloat32, Device device = kCPU);  // 0-d
 
 // Printing: "tensor([[1, 2], [3, 4]], dtype=f32, device=cpu)".

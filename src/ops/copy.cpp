@@ -16,8 +16,10 @@ using autograd::Grads;
 
 namespace {
 
-// An in-place write: allowed by autograd, not into a broadcast view, and counted.
-void begin_inplace(const char* op, const Tensor& self, const Tensor* src) {
+// Checks an in-place write: allowed by autograd, not into a broadcast view.
+// The caller bumps the version once the write happened (a refused write
+// leaves it unchanged).
+void check_inplace_write(const char* op, const Tensor& self, const Tensor* src) {
   ops::check_defined(op, self, "self");
   ops::check_inplace(op, self);
   for (int64_t d = 0; d < self.dim(); ++d) {
@@ -36,35 +38,48 @@ void begin_inplace(const char* op, const Tensor& self, const Tensor* src) {
                  shape_str(src->shape()), dtype_name(src->dtype()), shape_str(self.shape()),
                  dtype_name(self.dtype()));
   }
-  self.storage()->bump_version();
+}
+
+// A tensor whose scalar argument must be integral for an integer dtype: no
+// silent truncation of 0.5 to 0.
+void check_integral_scalar(const char* op, const Tensor& t, double s) {
+  ENCORE_CHECK(is_floating(t.dtype()) || s == static_cast<double>(static_cast<int64_t>(s)),
+               "%s: scalar %g is not an integer, and tensor %s is %s; convert it with .to(kFloat32) first", op, s,
+               shape_str(t.shape()), dtype_name(t.dtype()));
 }
 
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  begin_inplace("copy_", *this, &src);
+  check_inplace_write("copy_", *this, &src);
   ENCORE_CHECK(src.device() == device(), "copy_: source on %s, destination on %s (use to(device))",
                src.device().str(), device().str());
   cpu::copy(*this, src);
+  storage()->bump_version();
   return *this;
 }
 
 Tensor& Tensor::fill_(double value) {
-  begin_inplace("fill_", *this, nullptr);
+  check_inplace_write("fill_", *this, nullptr);
   cpu::fill(*this, value);
+  storage()->bump_version();
   return *this;
 }
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
-  begin_inplace("add_", *this, &other);
+  check_inplace_write("add_", *this, &other);
   ops::check_same("add_", *this, other);
+  check_integral_scalar("add_", *this, alpha);
   cpu::binary(cpu::BinaryOp::kAdd, *this, *this, other, alpha);
+  storage()->bump_version();
   return *this;
 }
 
 Tensor& Tensor::mul_(double value) {
-  begin_inplace("mul_", *this, nullptr);
+  check_inplace_write("mul_", *this, nullptr);
+  check_integral_scalar("mul_", *this, value);
   cpu::binary_scalar(cpu::ScalarOp::kMul, *this, *this, value);
+  storage()->bump_version();
   return *this;
 }
 
@@ -144,6 +159,7 @@ std::vector<double> Tensor::to_vector<double>() const {
 }
 template <>
 double Tensor::item<double>() const {
+  ops::check_defined("item", *this, "input");
   ENCORE_CHECK(numel() == 1, "item: tensor of shape %s (%s) has %d elements, not 1", shape_str(shape()),
                dtype_name(dtype()), numel());
   current_stream(device()).host_access("item");
@@ -151,7 +167,10 @@ double Tensor::item<double>() const {
 }
 
 template <>
-bool Tensor::item<bool>() const { return item<int32_t>() != 0; }
+bool Tensor::item<bool>() const {
+  ops::check_defined("item", *this, "input");
+  return to(kBool).item<int32_t>() != 0;   // nonzero is true, as for .to(kBool)
+}
 
 // ---- printing ----
 
@@ -160,10 +179,11 @@ namespace {
 constexpr int64_t kSummarizeAbove = 1000;   // elements; larger tensors print 3 + ... + 3 per dim
 constexpr int64_t kEdgeItems = 3;
 
-void print_values(std::ostream& os, const std::vector<double>& v, const Shape& shape, int64_t dim, int64_t base,
-                  bool summarize, bool integral) {
+// v holds each element already formatted, row-major.
+void print_values(std::ostream& os, const std::vector<std::string>& v, const Shape& shape, int64_t dim, int64_t base,
+                  bool summarize) {
   if (shape.empty()) {
-    os << (integral ? absl::StrCat(static_cast<int64_t>(v[0])) : absl::StrFormat("%.6g", v[0]));
+    os << v[0];
     return;
   }
   const int64_t n = shape[dim];
@@ -176,14 +196,24 @@ void print_values(std::ostream& os, const std::vector<double>& v, const Shape& s
       i = n - kEdgeItems;
     }
     if (dim + 1 == static_cast<int64_t>(shape.size())) {
-      const double x = v[base + i];
-      os << (integral ? absl::StrCat(static_cast<int64_t>(x)) : absl::StrFormat("%.6g", x));
+      os << v[base + i];
     } else {
-      print_values(os, v, shape, dim + 1, base + i * inner, summarize, integral);
+      print_values(os, v, shape, dim + 1, base + i * inner, summarize);
     }
     if (i + 1 < n) os << ", ";
   }
   os << "]";
+}
+
+// Floats with 6 significant digits; integers exactly (through i64).
+std::vector<std::string> formatted_values(const Tensor& t) {
+  std::vector<std::string> out;
+  if (is_floating(t.dtype())) {
+    for (float x : t.to_vector<float>()) out.push_back(absl::StrFormat("%.6g", x));
+  } else {
+    for (int64_t x : t.to_vector<int64_t>()) out.push_back(absl::StrCat(x));
+  }
+  return out;
 }
 
 }  // namespace
@@ -191,10 +221,9 @@ void print_values(std::ostream& os, const std::vector<double>& v, const Shape& s
 std::string Tensor::to_string() const {
   if (!defined()) return "tensor(undefined)";
   current_stream(device()).host_access("to_string");
-  std::vector<double> v = to_vector<double>();
   std::ostringstream os;
   os << "tensor(";
-  print_values(os, v, shape(), 0, 0, numel() > kSummarizeAbove, !is_floating(dtype()));
+  print_values(os, formatted_values(*this), shape(), 0, 0, numel() > kSummarizeAbove);
   os << ", shape=" << shape_str(shape()) << ", dtype=" << dtype_name(dtype()) << ", device=" << device().str();
   if (requires_grad()) os << ", requires_grad=true";
   os << ")";

@@ -1,6 +1,7 @@
 // Creation functions and random draws.
 #include <cstring>
 
+#include "encore/autograd.h"
 #include "encore/ops.h"
 #include "src/backends/cpu/copy.h"
 #include "src/core/stream.h"
@@ -36,7 +37,6 @@ void host_copy_kernel(const HostCopyArgs<T>& a) { std::memcpy(a.dst, a.src, a.n 
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, Shape shape, Device device) {
-  if (shape.empty() && values.size() != 1) shape = {static_cast<int64_t>(values.size())};
   ENCORE_CHECK(numel_of(shape) == static_cast<int64_t>(values.size()),
                "from_vector: %d values do not fill shape %s (%s)", values.size(), shape_str(shape),
                dtype_name(dtype_of<T>));
@@ -65,8 +65,8 @@ Tensor from_vector<bool>(const std::vector<bool>& values, Shape shape, Device de
 Generator::Generator(uint64_t seed, Device device) : state_(empty({2}, kInt64, device)) { manual_seed(seed); }
 
 void Generator::manual_seed(uint64_t seed) {
-  cpu::fill(state_.slice(0, 0, 1), static_cast<double>(static_cast<int64_t>(seed)));
-  cpu::fill(state_.slice(0, 1, 2), 0.0);
+  NoGradGuard no_grad;
+  state_.copy_(from_vector<int64_t>({static_cast<int64_t>(seed), 0}));   // exact for every 64-bit seed
 }
 
 uint64_t Generator::seed() const { return static_cast<uint64_t>(state_.to_vector<int64_t>()[0]); }

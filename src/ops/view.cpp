@@ -144,7 +144,7 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   start = std::clamp<int64_t>(start, 0, n);
   end = std::clamp<int64_t>(end, start, n);
   Shape shape = this->shape(), strides = this->strides();
-  shape[d] = (end - start + step - 1) / step;
+  shape[d] = end == start ? 0 : (end - start - 1) / step + 1;   // no overflow for huge steps
   strides[d] *= step;
   Tensor out = make_view(*this, std::move(shape), std::move(strides), storage_offset() + start * this->strides()[d]);
   if (autograd::any_requires_grad(*this)) {
@@ -183,8 +183,8 @@ Tensor Tensor::expand(Shape target) const {
       continue;
     }
     if (target[i] == -1) target[i] = shape()[k];
-    ENCORE_CHECK(shape()[k] == target[i] || shape()[k] == 1, "expand: cannot expand shape %s to %s (dim %d)",
-                 shape_str(shape()), shape_str(target), i);
+    ENCORE_CHECK(target[i] >= 0 && (shape()[k] == target[i] || shape()[k] == 1),
+                 "expand: cannot expand shape %s to %s (dim %d)", shape_str(shape()), shape_str(target), i);
     strides[i] = shape()[k] == target[i] ? this->strides()[k] : 0;
   }
   Tensor out = make_view(*this, target, std::move(strides), storage_offset());

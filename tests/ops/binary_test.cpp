@@ -247,7 +247,7 @@ TEST(BinaryTest, ScalarFormsMatchHostReference) {
 // zeros and a + 1.5 gives a + 1, silently. Expected: either an error naming
 // the op and dtype (like rdiv on integers) or the value computed from the
 // real scalar, (int)(x * 0.5) = [0, 1, 1, 2]. Enable when fixed.
-TEST(BinaryTest, DISABLED_IntegerTensorWithFractionalScalarIsNotTruncatedSilently) {
+TEST(BinaryTest, IntegerTensorWithFractionalScalarIsNotTruncatedSilently) {
   Tensor a = from_vector<int32_t>({1, 2, 3, 4, -3});
   const std::vector<std::pair<std::function<Tensor()>, std::vector<double>>> cases = {
       {[&] { return a * 0.5; }, {0, 1, 1, 2, -1}},

@@ -1,5 +1,6 @@
 #include "src/backends/cpu/copy.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "src/backends/cpu/dispatch.h"
@@ -53,6 +54,11 @@ void arange_kernel(const ArangeArgs<T>& a) {
   for (int64_t i = 0; i < a.n; ++i) a.out[i] = convert<T>(a.start + a.step * static_cast<double>(i));
 }
 
+// The largest value of T below 1 (as a float).
+template <typename T> inline constexpr float kBelowOne = 0.99999994f;                   // 1 - 2^-24
+template <> inline constexpr float kBelowOne<Half> = 0.99951171875f;                     // 1 - 2^-11
+template <> inline constexpr float kBelowOne<BFloat16> = 0.99609375f;                    // 1 - 2^-8
+
 template <typename T>
 struct RandomArgs { T* out; int64_t n; int64_t* state; };
 
@@ -65,7 +71,8 @@ void random_kernel(const RandomArgs<T>& a) {
     for (int64_t i = b; i < e; ++i) {
       const philox::Block r = philox::philox4x32(offset + static_cast<uint64_t>(i), seed);
       const float v = kKind == RandomKind::kUniform ? philox::uniform(r.x[0]) : philox::normal(r.x[0], r.x[1]);
-      a.out[i] = T(v);
+      // Rounding a uniform draw to f16/bf16 may reach 1.0; keep [0, 1).
+      a.out[i] = kKind == RandomKind::kUniform ? T(std::min(v, kBelowOne<T>)) : T(v);
     }
   });
   a.state[1] = static_cast<int64_t>(offset + static_cast<uint64_t>(a.n));
