@@ -68,6 +68,7 @@ const std::vector<WhereShapes>& where_shapes() {
       {{3, 4}, {3, 4}, {3, 4}, {3, 4}},   {{3, 1}, {1, 4}, {4}, {3, 4}},  {{2, 3}, {}, {}, {2, 3}},
       {{}, {2, 3}, {2, 3}, {2, 3}},       {{2, 1, 3}, {4, 1}, {1}, {2, 4, 3}}, {{0, 3}, {3}, {1, 3}, {0, 3}},
       {{1}, {1}, {1}, {1}},               {{}, {}, {}, {}},               {{300, 1}, {300, 130}, {130}, {300, 130}},
+      {{300, 130}, {300, 130}, {300, 130}, {300, 130}},   // parallel, contiguous fast path
   };
   return kShapes;
 }
@@ -105,12 +106,18 @@ TEST(SelectTest, WhereBackwardWithoutBroadcastNeedsNoSumTo) {
   Tensor cond = random_mask({3, 4}, 10);
   expect_gradients_match([cond](const std::vector<Tensor>& in) { return where(cond, in[0], in[1]); },
                          {random_tensor({3, 4}, 11), random_tensor({3, 4}, 12)});
-  // Only a requires grad: g where cond, 0 elsewhere; b gets nothing.
-  Tensor a = random_tensor({3, 4}, 13).requires_grad_(), b = random_tensor({3, 4}, 14);
-  Tensor g = random_tensor({3, 4}, 15);
-  where(cond, a, b).backward(non_contiguous(g));
-  expect_exact(a.grad(), where_reference(cond, g, zeros({}), {3, 4}));
-  EXPECT_FALSE(b.grad().defined());
+  // Only a requires grad: g where cond, 0 elsewhere; b gets nothing. Small
+  // and large (parallel), strided and contiguous gradients.
+  for (const Shape& shape : {Shape{3, 4}, Shape{300, 130}}) {
+    for (bool strided : {false, true}) {
+      SCOPED_TRACE(shape_str(shape) + (strided ? " strided gradient" : ""));
+      Tensor c = random_mask(shape, 10), a = random_tensor(shape, 13).requires_grad_(), b = random_tensor(shape, 14);
+      Tensor g = random_tensor(shape, 15);
+      where(c, a, b).backward(strided ? non_contiguous(g) : g);
+      expect_exact(a.grad(), where_reference(c, g, zeros({}), shape));
+      EXPECT_FALSE(b.grad().defined());
+    }
+  }
   // f16: masking copies the gradient exactly.
   Tensor h = random_tensor({3, 4}, 16, kFloat16).requires_grad_();
   Tensor gh = random_tensor({3, 4}, 17, kFloat16);
@@ -159,8 +166,10 @@ TEST(SelectTest, MaskedFillMatchesHostReference) {
       }
     }
   }
-  Tensor big = random_tensor({300, 130}, 32), big_mask = random_mask({130}, 33);   // parallel path
+  // The parallel paths: strided with a broadcast mask, and contiguous.
+  Tensor big = random_tensor({300, 130}, 32), big_mask = random_mask({130}, 33), full_mask = random_mask({300, 130}, 36);
   expect_exact(masked_fill(big.t().contiguous().t(), big_mask, -1e9), masked_fill_reference(big, big_mask, -1e9));
+  expect_exact(masked_fill(big, full_mask, -1e9), masked_fill_reference(big, full_mask, -1e9));
   expect_exact(masked_fill(zeros({2, 0, 3}), random_mask({0, 1}, 34), 1.0), {});
   expect_exact(masked_fill(random_tensor({}, 35), from_vector<bool>({true}).reshape({}), 7.0), {7.0});
 }
