@@ -5,7 +5,7 @@
 // decision search "is there a plan within C bytes?" for each probe.
 //
 // NOTE [ Canonical search ]
-// The decision search follows MiniMalloc (Moffitt, ASPLOS 2023). Any plan can
+// The decision search follows MiniMalloc (Moffitt, ASPLOS '23 vol. 4, 2024). Any plan can
 // be pushed down until every buffer rests at offset 0 or on (the aligned top
 // of) a buffer below it that overlaps it in time; such canonical plans are
 // what the search enumerates. It places buffers one at a time in order of
@@ -39,8 +39,9 @@ namespace {
 constexpr int64_t kUnplaced = -1;
 // Beyond this many overlapping pairs the search is skipped (memory, time).
 constexpr int64_t kMaxPairs = 4'000'000;
-// Beyond this many buffers too: the search recurses once per buffer.
-constexpr size_t kMaxItems = 20'000;
+// Beyond this many buffers too: the search recurses once per placed buffer,
+// about 250 bytes of stack each, so this keeps it within 2 MiB.
+constexpr size_t kMaxItems = 8'000;
 
 // Static rankings, as priority lists of keys, all larger-first:
 // W = lifetime width, A = area (bytes x width), T = the largest section

@@ -26,33 +26,6 @@ void RangeSet::insert(Range range) {
   ranges_.erase(first + 1, last);
 }
 
-void RangeSet::insert(const RangeSet& other) {
-  if (other.ranges_.size() * 8 < ranges_.size()) {
-    for (const Range& r : other.ranges_) insert(r);
-    return;
-  }
-  // Merge from the back into the grown vector, then coalesce in place.
-  size_t mine = ranges_.size(), theirs = other.ranges_.size(), out = mine + theirs;
-  ranges_.resize(out);
-  while (theirs > 0) {
-    if (mine > 0 && ranges_[mine - 1].begin > other.ranges_[theirs - 1].begin) {
-      ranges_[--out] = ranges_[--mine];
-    } else {
-      ranges_[--out] = other.ranges_[--theirs];
-    }
-  }
-  size_t kept = 0;
-  for (size_t i = 1; i < ranges_.size(); ++i) {
-    if (ranges_[i].begin <= ranges_[kept].end) {
-      ranges_[kept].end = std::max(ranges_[kept].end, ranges_[i].end);
-    } else {
-      ranges_[++kept] = ranges_[i];
-    }
-  }
-  ranges_.resize(ranges_.empty() ? 0 : kept + 1);
-  if (ranges_.size() > kMaxRanges) coarsen();
-}
-
 // Closes the smallest holes until half of kMaxRanges ranges remain.
 void RangeSet::coarsen() {
   std::vector<int64_t> holes(ranges_.size() - 1);
@@ -92,8 +65,8 @@ RangeSet& OccupancyTree::set(std::vector<int32_t>& ids, int node) {
 
 void OccupancyTree::collect(const std::vector<int32_t>& ids, int node) {
   if (ids[node] == -1 || sets_[ids[node]].empty()) return;
-  const std::vector<Range>& ranges = sets_[ids[node]].ranges();
-  cursors_.push_back({ranges.data(), ranges.data() + ranges.size()});
+  const absl::Span<const Range> ranges = sets_[ids[node]].ranges();
+  scratch_.insert(scratch_.end(), ranges.begin(), ranges.end());
 }
 
 // Calls visit(node) once for every node above the end slots lo and hi - 1.
@@ -121,7 +94,7 @@ void OccupancyTree::insert(int lo, int hi, Range range) {
 }
 
 int64_t OccupancyTree::best_fit(int lo, int hi, int64_t size, int64_t alignment) {
-  cursors_.clear();
+  scratch_.clear();
   for (int l = lo + leaves_, h = hi + leaves_; l < h; l /= 2, h /= 2) {
     for (int node : {l & 1 ? l++ : 0, h & 1 ? --h : 0}) {
       if (node != 0) collect(all_, node);
@@ -129,21 +102,10 @@ int64_t OccupancyTree::best_fit(int lo, int hi, int64_t size, int64_t alignment)
   }
   for_each_ancestor(lo, hi, [&](int node) { collect(cover_, node); });
 
-  // Walk the union of the sets in address order (a k-way merge on a heap of
-  // cursors, smallest begin on top) and keep the smallest hole that fits.
-  auto later = [](const Cursor& a, const Cursor& b) { return a.next->begin > b.next->begin; };
-  std::make_heap(cursors_.begin(), cursors_.end(), later);
+  std::sort(scratch_.begin(), scratch_.end(), [](const Range& a, const Range& b) { return a.begin < b.begin; });
   int64_t taken_up_to = 0;  // everything in [.., taken_up_to) seen so far is taken
   int64_t best_offset = -1, best_hole = std::numeric_limits<int64_t>::max();
-  while (!cursors_.empty()) {
-    std::pop_heap(cursors_.begin(), cursors_.end(), later);
-    Cursor& cursor = cursors_.back();
-    const Range r = *cursor.next++;
-    if (cursor.next == cursor.end) {
-      cursors_.pop_back();
-    } else {
-      std::push_heap(cursors_.begin(), cursors_.end(), later);
-    }
+  for (const Range& r : scratch_) {
     if (r.begin > taken_up_to) {
       const int64_t offset = align_up(taken_up_to, alignment), hole = r.begin - taken_up_to;
       if (offset + size <= r.begin && hole < best_hole) {

@@ -57,15 +57,22 @@ struct Plan {
                                  // for `caching` (its reserved segment bytes)
 };
 
-// The planning algorithms, cheapest first. Each is selectable by name.
+// The planning algorithms, cheapest first. Each is selectable by name; n is
+// the number of buffers.
 enum class Algorithm {
-  kNaive,       // "naive": every buffer its own slot; peak = sum of sizes
-  kCaching,     // "caching": PyTorch's CUDA caching allocator, simulated
-  kOnline,      // "online": best fit over a coalescing free list, time order
-  kGreedy,      // "greedy": offline, decreasing size, best-fit gaps
-  kBestGreedy,  // "best_greedy": best of greedy under several orderings
-  kExact,       // "exact": branch-and-bound search over canonical placements
-  kBest,        // "best": the best plan any of the above finds in time
+  kNaive,       // "naive": every buffer its own slot; peak = sum of sizes. O(n)
+  kCaching,     // "caching": PyTorch's CUDA caching allocator replaying the
+                //   lifetimes in time order (see planner/caching.cpp). O(n log n)
+  kOnline,      // "online": best fit over a coalescing free list, in time
+                //   order: what a runtime allocator can do. O(n log n)
+  kGreedy,      // "greedy": offline, by decreasing size, each buffer in the
+                //   smallest gap free for its whole lifetime. O(n log n)
+  kBestGreedy,  // "best_greedy": the best greedy plan over four orderings:
+                //   size, lifetime length, area, start
+  kExact,       // "exact": search over canonical placements (MiniMalloc-style)
+                //   that improves on best_greedy until optimal or out of time
+  kBest,        // "best": online and greedy, then exact, within the time
+                //   limit; what encore's capture uses
 };
 
 // All algorithms in the order above.
@@ -77,8 +84,11 @@ enum class Algorithm {
 struct PlanOptions {
   Algorithm algorithm = Algorithm::kBest;
   // Wall-clock budget for the searching algorithms (exact, best), in seconds.
-  // They return the best plan found when it runs out; the fast algorithms
-  // ignore it. Problems with a million buffers skip the exact search.
+  // They return the best plan found when it runs out; `best` always makes at
+  // least one greedy plan. The fast algorithms ignore it. The exact search is
+  // skipped for problems of more than 8000 buffers or 4 million pairs of
+  // buffers overlapping in time (it needs memory per pair and recurses once
+  // per buffer, up to 2 MiB of stack); they keep the heuristic plan.
   double time_limit_s = 0.5;
 };
 
