@@ -86,6 +86,7 @@ class CapacitySearch {
   bool section_fits(int32_t section) const;
   std::vector<int32_t> rank_items(const std::vector<int32_t>& items) const;
   std::vector<Candidate>& scratch(int depth);
+  Outcome spend_node();
 
   const SectionProblem& p_;
   const int64_t capacity_;
@@ -184,6 +185,14 @@ Outcome CapacitySearch::solve_partition(const Partition& partition, int depth) {
   return search(partition, candidates, Candidate{0, -1, -1}, depth);
 }
 
+// Counts a node (a search call or a placement attempt) against the node
+// limit and, every 256 nodes, checks the clock. kFound means "carry on".
+Outcome CapacitySearch::spend_node() {
+  if (--nodes_left_ < 0) return Outcome::kOutOfNodes;
+  if ((++nodes_ & 255) == 0 && deadline_.expired()) return Outcome::kOutOfTime;
+  return Outcome::kFound;
+}
+
 std::vector<Candidate>& CapacitySearch::scratch(int depth) {
   while (static_cast<int>(scratch_.size()) <= depth) scratch_.emplace_back();
   return scratch_[depth];
@@ -212,8 +221,7 @@ void CapacitySearch::make_ordering(const std::vector<Candidate>& previous, std::
 // this partition; every candidate placed below must not precede it.
 Outcome CapacitySearch::search(const Partition& partition, const std::vector<Candidate>& previous,
                                const Candidate& last, int depth) {
-  if (--nodes_left_ < 0) return Outcome::kOutOfNodes;
-  if ((++nodes_ & 255) == 0 && deadline_.expired()) return Outcome::kOutOfTime;
+  if (const Outcome spent = spend_node(); spent != Outcome::kFound) return spent;
   std::vector<Candidate>& ordering = scratch(depth);
   make_ordering(previous, ordering);
   if (ordering.empty()) {  // a leaf: every buffer of the partition is placed
@@ -239,7 +247,7 @@ Outcome CapacitySearch::search(const Partition& partition, const std::vector<Can
 
 Outcome CapacitySearch::try_candidate(const Partition& partition, const std::vector<Candidate>& ordering,
                                       const Candidate& c, int depth) {
-  if (--nodes_left_ < 0) return Outcome::kOutOfNodes;
+  if (const Outcome spent = spend_node(); spent != Outcome::kFound) return spent;
   const size_t mark = trail_.size();
   Outcome result = Outcome::kInfeasible;
   if (place(c.item, c.offset)) {
