@@ -48,6 +48,26 @@ absl::Status check_offsets(absl::Span<const Buffer> buffers, const Plan& plan) {
   return absl::OkStatus();
 }
 
+struct Event {
+  int64_t time;
+  int is_start;  // ends sort before starts at equal times
+  int32_t index;
+};
+
+// Starts and ends of the non-empty buffers (an empty one overlaps nothing).
+std::vector<Event> sorted_events(absl::Span<const Buffer> buffers) {
+  std::vector<Event> events;
+  for (int32_t i = 0; i < static_cast<int32_t>(buffers.size()); ++i) {
+    if (buffers[i].size == 0) continue;
+    events.push_back({buffers[i].lower, 1, i});
+    events.push_back({buffers[i].upper, 0, i});
+  }
+  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+    return a.time != b.time ? a.time < b.time : a.is_start < b.is_start;
+  });
+  return events;
+}
+
 }  // namespace
 
 absl::Status check_buffers(absl::Span<const Buffer> buffers) {
@@ -83,27 +103,13 @@ std::string buffer_problem(const Buffer& b) {
 // two address neighbours finds any overlap.
 absl::Status validate(absl::Span<const Buffer> buffers, const Plan& plan) {
   if (absl::Status status = check_offsets(buffers, plan); !status.ok()) return status;
-  struct Event {
-    int64_t time;
-    int is_start;
-    int32_t index;
-  };
-  std::vector<Event> events;
-  for (int32_t i = 0; i < static_cast<int32_t>(buffers.size()); ++i) {
-    if (buffers[i].size == 0) continue;  // occupies no byte
-    events.push_back({buffers[i].lower, 1, i});
-    events.push_back({buffers[i].upper, 0, i});
-  }
-  std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-    return a.time != b.time ? a.time < b.time : a.is_start < b.is_start;
-  });
   std::set<std::pair<int64_t, int32_t>> live;  // (offset, index)
   auto clash = [&](int32_t a, int32_t b) {
     return absl::InvalidArgumentError(absl::StrCat("buffers '", buffers[a].id, "' and '", buffers[b].id,
                                                    "' overlap: ", describe(buffers[a], plan.offsets[a]),
                                                    " and ", describe(buffers[b], plan.offsets[b])));
   };
-  for (const Event& e : events) {
+  for (const Event& e : sorted_events(buffers)) {
     const std::pair<int64_t, int32_t> key{plan.offsets[e.index], e.index};
     if (!e.is_start) {
       live.erase(key);
