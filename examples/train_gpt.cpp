@@ -28,7 +28,7 @@
 #include "encore/optim.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/dict/words", "Text file to train on (any bytes).");
-ABSL_FLAG(int64_t, steps, 300, "Training steps (the captured run; the first two are capture's warm-ups).");
+ABSL_FLAG(int64_t, steps, 1500, "Training steps (the captured run; the first two are capture's warm-ups).");
 ABSL_FLAG(int64_t, eager_steps, 40, "Steps of the eager reference run, timed and compared bit for bit.");
 ABSL_FLAG(bool, json, false, "End with one JSON line of the figures.");
 ABSL_FLAG(int64_t, batch, 16, "Sequences per step (B).");
@@ -38,7 +38,7 @@ ABSL_FLAG(int64_t, n_head, 4, "Attention heads per block.");
 ABSL_FLAG(int64_t, n_embd, 64, "Model width (C).");
 ABSL_FLAG(double, dropout, 0.0, "Dropout probability.");
 ABSL_FLAG(double, lr, 3e-3, "Peak learning rate (AdamW).");
-ABSL_FLAG(int64_t, log_every, 25, "Print a progress line every this many steps.");
+ABSL_FLAG(int64_t, log_every, 100, "Print a progress line every this many steps.");
 ABSL_FLAG(int64_t, sample_chars, 200, "Characters to sample after training (0: none).");
 ABSL_FLAG(uint64_t, seed, 1337, "Seed for initialisation, batches and sampling.");
 

@@ -13,11 +13,12 @@ namespace {
 
 using encore::testing::values;
 
-// Tolerance: the loss is ~log(V) ~ 2 in f32, so with step eps = 1e-2 the
-// rounding error of a central difference is about 1e-7 * 2 / 1e-2 = 2e-5 per
-// element, and truncation O(eps^2) ~ 1e-4 times the third derivative. We
-// compare each parameter tensor as a vector: relative error of the whole
-// gradient under 2e-2, which a wrong formula (sign, missing term, wrong
+// Tolerance: the loss is ~log(V) ~ 2 in f32. With step eps = 2e-3 the
+// rounding error of a central difference is about 1.2e-7 * 2 / (2 * 2e-3) =
+// 6e-5 per element, and truncation O(eps^2) is negligible (at eps = 1e-2 it
+// was not: the residual-stream biases were 2.7% off). We compare each
+// parameter tensor as a vector: error norm under 2% of the gradient norm plus
+// 2e-4 for rounding, which a wrong formula (sign, missing term, wrong
 // transpose) exceeds by far.
 TEST(GptTest, GradientsMatchFiniteDifferences) {
   GptConfig cfg{.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 2, .n_embd = 8, .tied_head = true};
@@ -25,7 +26,7 @@ TEST(GptTest, GradientsMatchFiniteDifferences) {
   Tensor ids = from_vector<int64_t>({1, 2, 3, 4, 0, 6, 5, 1}, {2, 4});
   Tensor targets = from_vector<int64_t>({2, 3, 4, 0, 6, 5, 1, 2}, {2, 4});
   gpt.loss(ids, targets).backward();
-  const double eps = 1e-2;
+  const double eps = 2e-3;
   for (auto& [name, p] : gpt.named_parameters()) {
     std::vector<double> analytic = values(p.grad());
     std::vector<double> numeric(p.numel());
@@ -46,7 +47,7 @@ TEST(GptTest, GradientsMatchFiniteDifferences) {
       diff += (numeric[i] - analytic[i]) * (numeric[i] - analytic[i]);
       norm += numeric[i] * numeric[i];
     }
-    EXPECT_LT(std::sqrt(diff), 2e-2 * std::sqrt(norm) + 1e-5) << name;
+    EXPECT_LT(std::sqrt(diff), 2e-2 * std::sqrt(norm) + 2e-4) << name;
   }
 }
 
