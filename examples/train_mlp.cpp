@@ -1,6 +1,6 @@
 // Trains an MLP student to imitate a fixed random teacher network, eagerly.
 //
-//   build/examples/train_mlp [--steps=400] [--batch=128] [--hidden=128]
+//   build/examples/train_mlp [--steps=1000] [--batch=128] [--hidden=128]
 //
 // The task generates itself: inputs x ~ N(0, 1) of width 32, labels = argmax
 // of a random teacher MLP 32-64-10 (tanh). The student (32-hidden-10, ReLU)
@@ -16,7 +16,7 @@
 #include "encore/nn.h"
 #include "encore/optim.h"
 
-ABSL_FLAG(int64_t, steps, 400, "Training steps.");
+ABSL_FLAG(int64_t, steps, 1000, "Training steps.");
 ABSL_FLAG(int64_t, batch, 128, "Examples per step.");
 ABSL_FLAG(int64_t, hidden, 128, "Student hidden width.");
 ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate.");
