@@ -18,3 +18,4 @@
 #include "encore/optim.h"
 #include "encore/random.h"
 #include "encore/tensor.h"
+#include "encore/training_checkpoint.h"

@@ -76,6 +76,9 @@ class Optimizer {
   // were not created yet (lazy state) are absent. The tensors are the live
   // state: copy_ into them to restore a checkpoint.
   virtual NamedTensors state() const;
+  // Creates every state tensor now (normally created by the first step()),
+  // so that a checkpoint can be loaded into a fresh optimizer.
+  virtual void init_state() {}
 
  protected:
   // Checks params (defined, float, leaves that require grad, one device, no
@@ -105,6 +108,7 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SgdOptions options);
   void step() override;
   NamedTensors state() const override;   // adds "momentum.{i}"
+  void init_state() override;
   const SgdOptions& options() const { return options_; }
 
  private:
@@ -133,6 +137,7 @@ class AdamW : public Optimizer {
   AdamW(std::vector<Tensor> params, AdamWOptions options = {});
   void step() override;
   NamedTensors state() const override;   // adds "step", "exp_avg.{i}", "exp_avg_sq.{i}"
+  void init_state() override;
   const AdamWOptions& options() const { return options_; }
 
  private:

@@ -51,6 +51,15 @@ void AdamW::step() {
   }
 }
 
+void AdamW::init_state() {
+  if (!step_.defined()) step_ = zeros({}, kInt64, params_[0].device());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (exp_avg_[i].defined()) continue;
+    exp_avg_[i] = zeros(params_[i].shape(), kFloat32, params_[i].device());
+    exp_avg_sq_[i] = zeros(params_[i].shape(), kFloat32, params_[i].device());
+  }
+}
+
 NamedTensors AdamW::state() const {
   NamedTensors out = Optimizer::state();
   if (step_.defined()) out.emplace_back("step", step_);

@@ -37,6 +37,13 @@ void SGD::step() {
   }
 }
 
+void SGD::init_state() {
+  if (options_.momentum <= 0.0) return;   // plain SGD keeps no state
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!momentum_[i].defined()) momentum_[i] = zeros(params_[i].shape(), kFloat32, params_[i].device());
+  }
+}
+
 NamedTensors SGD::state() const {
   NamedTensors out = Optimizer::state();
   for (size_t i = 0; i < momentum_.size(); ++i) {
