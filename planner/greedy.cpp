@@ -4,6 +4,7 @@
 // memory planners. O(n log n) queries on the occupancy tree (occupancy.h).
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <iterator>
 #include <thread>
 #include <cstdint>
@@ -81,11 +82,16 @@ void keep_better(Plan plan, Plan* best) {
 
 Plan plan_best_greedy(absl::Span<const Buffer> buffers) {
   if (buffers.size() < kParallelBuffers) return plan_greedy_until(buffers, nullptr);
-  std::array<Plan, std::size(kOrders)> plans;
-  std::thread helper([&] {
-    for (size_t k = 1; k < plans.size(); k += 2) plans[k] = plan_greedy(buffers, kOrders[k]);
-  });
-  for (size_t k = 0; k < plans.size(); k += 2) plans[k] = plan_greedy(buffers, kOrders[k]);
+  // Two threads take the next ordering as they finish, slowest (area) first.
+  constexpr GreedyOrder kByCost[] = {GreedyOrder::kArea, GreedyOrder::kSize, GreedyOrder::kStart,
+                                     GreedyOrder::kLength};
+  std::array<Plan, std::size(kByCost)> plans;
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k = next++; k < plans.size(); k = next++) plans[k] = plan_greedy(buffers, kByCost[k]);
+  };
+  std::thread helper(work);
+  work();
   helper.join();
   Plan best;
   for (Plan& plan : plans) keep_better(std::move(plan), &best);
