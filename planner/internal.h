@@ -29,7 +29,6 @@ class Deadline {
  public:
   explicit Deadline(double seconds);
   bool expired() const { return std::chrono::steady_clock::now() >= end_; }
-  double seconds_left() const;
 
  private:
   std::chrono::steady_clock::time_point end_;
@@ -48,9 +47,6 @@ TimeSlots make_time_slots(absl::Span<const Buffer> buffers);
 // What is wrong with one buffer ("negative size -4"), or "" if nothing.
 // Duplicate ids are the caller's business.
 std::string buffer_problem(const Buffer& buffer);
-
-// Buffer indices in time order: by lower, ties by index.
-std::vector<int32_t> order_by_lower(absl::Span<const Buffer> buffers);
 
 // ---- the algorithms (see Algorithm in encore/planner.h) --------------------
 

@@ -3,7 +3,6 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
-#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,10 +89,6 @@ Deadline::Deadline(double seconds)
            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                std::chrono::duration<double>(std::min(seconds, 1e9)))) {}
 
-double Deadline::seconds_left() const {
-  return std::chrono::duration<double>(end_ - std::chrono::steady_clock::now()).count();
-}
-
 int TimeSlots::slot_of(int64_t time) const {
   return static_cast<int>(std::lower_bound(times.begin(), times.end(), time) - times.begin());
 }
@@ -108,14 +103,6 @@ TimeSlots make_time_slots(absl::Span<const Buffer> buffers) {
   std::sort(slots.times.begin(), slots.times.end());
   slots.times.erase(std::unique(slots.times.begin(), slots.times.end()), slots.times.end());
   return slots;
-}
-
-std::vector<int32_t> order_by_lower(absl::Span<const Buffer> buffers) {
-  std::vector<int32_t> order(buffers.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return buffers[a].lower < buffers[b].lower; });
-  return order;
 }
 
 // Every buffer its own slot, in input order: what no planning costs.
