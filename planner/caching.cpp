@@ -124,26 +124,12 @@ class CachingAllocator {
 }  // namespace
 
 Plan plan_caching(absl::Span<const Buffer> buffers) {
-  struct Event {
-    int64_t time;
-    int is_alloc;  // frees at a time step come before allocations
-    int32_t index;
-  };
-  std::vector<Event> events;
-  events.reserve(2 * buffers.size());
-  for (int32_t i = 0; i < static_cast<int32_t>(buffers.size()); ++i) {
-    if (buffers[i].size == 0) continue;  // PyTorch returns no memory for 0 bytes
-    events.push_back({buffers[i].lower, 1, i});
-    events.push_back({buffers[i].upper, 0, i});
-  }
-  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-    return a.time != b.time ? a.time < b.time : a.is_alloc < b.is_alloc;
-  });
+  const std::vector<TimeEvent> events = time_ordered_events(buffers);
   Plan plan;
   plan.offsets.assign(buffers.size(), 0);
   std::vector<int32_t> block_of(buffers.size(), kNone);
   CachingAllocator allocator;
-  for (const Event& e : events) {
+  for (const TimeEvent& e : events) {
     const Buffer& b = buffers[e.index];
     if (!e.is_alloc) {
       allocator.release(block_of[e.index]);

@@ -24,6 +24,16 @@ inline int64_t align_up(int64_t value, int64_t alignment) {
 // The largest offset + size of a placement (0 for no buffers).
 int64_t peak_of(absl::Span<const Buffer> buffers, absl::Span<const int64_t> offsets);
 
+// An allocation or free of one buffer, for the allocators that replay
+// lifetimes in time order (caching, online).
+struct TimeEvent {
+  int64_t time;
+  int is_alloc;    // 0 = free, 1 = allocation: frees at a time step come first
+  int32_t index;   // into the buffers
+};
+// Every non-empty buffer's allocation and free, sorted by time (stable).
+std::vector<TimeEvent> time_ordered_events(absl::Span<const Buffer> buffers);
+
 // A wall-clock deadline for the searching algorithms.
 class Deadline {
  public:

@@ -78,25 +78,11 @@ class FreeList {
 }  // namespace
 
 Plan plan_online(absl::Span<const Buffer> buffers) {
-  struct Event {
-    int64_t time;
-    int is_alloc;  // frees at a time step come before allocations
-    int32_t index;
-  };
-  std::vector<Event> events;
-  events.reserve(2 * buffers.size());
-  for (int32_t i = 0; i < static_cast<int32_t>(buffers.size()); ++i) {
-    if (buffers[i].size == 0) continue;
-    events.push_back({buffers[i].lower, 1, i});
-    events.push_back({buffers[i].upper, 0, i});
-  }
-  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-    return a.time != b.time ? a.time < b.time : a.is_alloc < b.is_alloc;
-  });
+  const std::vector<TimeEvent> events = time_ordered_events(buffers);
   Plan plan;
   plan.offsets.assign(buffers.size(), 0);
   FreeList free_list;
-  for (const Event& e : events) {
+  for (const TimeEvent& e : events) {
     const Buffer& b = buffers[e.index];
     if (e.is_alloc) {
       plan.offsets[e.index] = free_list.allocate(b.size, b.alignment);

@@ -78,6 +78,20 @@ absl::StatusOr<Plan> plan_buffers(absl::Span<const Buffer> buffers, const PlanOp
 
 namespace internal {
 
+std::vector<TimeEvent> time_ordered_events(absl::Span<const Buffer> buffers) {
+  std::vector<TimeEvent> events;
+  events.reserve(2 * buffers.size());
+  for (int32_t i = 0; i < static_cast<int32_t>(buffers.size()); ++i) {
+    if (buffers[i].size == 0) continue;  // takes no memory (PyTorch returns none for 0 bytes)
+    events.push_back({buffers[i].lower, 1, i});
+    events.push_back({buffers[i].upper, 0, i});
+  }
+  std::stable_sort(events.begin(), events.end(), [](const TimeEvent& a, const TimeEvent& b) {
+    return a.time != b.time ? a.time < b.time : a.is_alloc < b.is_alloc;
+  });
+  return events;
+}
+
 int64_t peak_of(absl::Span<const Buffer> buffers, absl::Span<const int64_t> offsets) {
   int64_t peak = 0;
   for (size_t i = 0; i < buffers.size(); ++i) peak = std::max(peak, offsets[i] + buffers[i].size);
