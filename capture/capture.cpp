@@ -138,8 +138,10 @@ Graph::Graph(Graph&&) noexcept = default;
 Graph& Graph::operator=(Graph&&) noexcept = default;
 Graph::~Graph() = default;
 
-absl::Status Graph::replay() {
-  for (const Guard& g : impl_->guards) {
+namespace {
+
+absl::Status check_guards(const std::vector<Guard>& guards) {
+  for (const Guard& g : guards) {
     // The graph holds one reference; nobody else holding one means the tensor
     // was freed or its handle now points at other storage.
     if (g.storage->use_count() < 2) {
@@ -150,7 +152,21 @@ absl::Status Graph::replay() {
           g.storage->nbytes(), g.first_op));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Graph::replay() {
+  ENCORE_RETURN_IF_ERROR(check_guards(impl_->guards));
   impl_->graph.replay();
+  return absl::OkStatus();
+}
+
+absl::Status Graph::replay_timed(std::vector<int64_t>& stamps) {
+  ENCORE_RETURN_IF_ERROR(check_guards(impl_->guards));
+  stamps.resize(impl_->graph.size() + 1);
+  impl_->graph.replay_timed(stamps.data());
   return absl::OkStatus();
 }
 
@@ -163,6 +179,9 @@ size_t Graph::num_outputs() const { return impl_->outputs.size(); }
 const CaptureStats& Graph::stats() const { return impl_->stats; }
 const std::vector<planner::Buffer>& Graph::buffers() const { return impl_->buffers; }
 const char* Graph::node_op(size_t i) const { return impl_->ops.at(i); }
+const char* Graph::node_phase(size_t i) const { return phase_name(impl_->trace.kernels.at(i).phase); }
+const std::vector<int64_t>& Graph::node_read_bytes(size_t i) const { return impl_->trace.kernels.at(i).read_bytes; }
+const std::vector<int64_t>& Graph::node_write_bytes(size_t i) const { return impl_->trace.kernels.at(i).write_bytes; }
 const std::vector<int64_t>& Graph::arena_offsets() const { return impl_->offsets; }
 
 std::vector<int32_t> Graph::node_temporaries(size_t i) const {

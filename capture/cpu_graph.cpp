@@ -1,5 +1,7 @@
 #include "capture/cpu_graph.h"
 
+#include <chrono>
+
 namespace encore::capture_internal {
 
 void CpuGraph::append(const LaunchRecord& launch) {
@@ -13,6 +15,16 @@ void CpuGraph::append(const LaunchRecord& launch) {
 
 void CpuGraph::freeze() {
   for (Node& n : nodes_) n.args = reinterpret_cast<const char*>(args_.data()) + n.offset;
+}
+
+void CpuGraph::replay_timed(int64_t* stamps) const {
+  using Clock = std::chrono::steady_clock;
+  static_assert(std::is_same_v<Clock::period, std::nano>, "stamps are nanoseconds");
+  stamps[0] = Clock::now().time_since_epoch().count();
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    nodes_[i].thunk(nodes_[i].args);
+    stamps[i + 1] = Clock::now().time_since_epoch().count();
+  }
 }
 
 }  // namespace encore::capture_internal

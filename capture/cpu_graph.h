@@ -18,6 +18,10 @@ class CpuGraph {
   void replay() const {
     for (const Node& n : nodes_) n.thunk(n.args);
   }
+  // replay() with a timestamp before the first node and after each one:
+  // stamps[i + 1] - stamps[i] is node i's wall time (ns of steady_clock,
+  // including one clock read). `stamps` holds size() + 1 values.
+  void replay_timed(int64_t* stamps) const;
   size_t size() const { return nodes_.size(); }
 
  private:

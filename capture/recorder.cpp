@@ -16,9 +16,15 @@ void Recorder::touch(int32_t id, int64_t kernel) {
 
 bool Recorder::on_launch(const LaunchRecord& launch) {
   const int64_t k = static_cast<int64_t>(trace_.kernels.size());
-  KernelRecord rec{launch.op, launch.thunk, {}, {}};
-  for (Storage* s : launch.reads) rec.reads.push_back(id_of(s));
-  for (Storage* s : launch.writes) rec.writes.push_back(id_of(s));
+  KernelRecord rec{launch.op, launch.thunk, {}, {}, current_phase(), {}, {}};
+  for (Storage* s : launch.reads) {
+    rec.reads.push_back(id_of(s));
+    rec.read_bytes.push_back(s->nbytes());
+  }
+  for (Storage* s : launch.writes) {
+    rec.writes.push_back(id_of(s));
+    rec.write_bytes.push_back(s->nbytes());
+  }
   for (int32_t id : rec.reads) touch(id, k);
   for (int32_t id : rec.writes) touch(id, k);
   trace_.kernels.push_back(std::move(rec));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "src/core/phase.h"
 #include "src/core/stream.h"
 
 namespace encore::capture_internal {
@@ -20,6 +21,8 @@ struct KernelRecord {
   const char* op;
   KernelThunk thunk;
   std::vector<int32_t> reads, writes;   // temporary ids (kPersistent for others)
+  Phase phase = Phase::kForward;        // forward / backward / optimizer when launched
+  std::vector<int64_t> read_bytes, write_bytes;   // bytes of each storage in reads / writes
 };
 
 struct AllocRecord {

@@ -95,6 +95,16 @@ class Graph {
   [[nodiscard]] absl::Status dump_dot(const std::string& path) const;
   // Op name of node i, for profilers.
   const char* node_op(size_t i) const;
+  // Phase that launched node i: "forward", "backward" (inside backward()) or
+  // "optimizer" (inside Optimizer::step(), zero_grad(), clip_grad_norm()).
+  const char* node_phase(size_t i) const;
+  // Bytes of each storage node i reads / writes (whole storages, not views).
+  const std::vector<int64_t>& node_read_bytes(size_t i) const;
+  const std::vector<int64_t>& node_write_bytes(size_t i) const;
+  // replay() that also timestamps every node, for profilers (encore/profile.h):
+  // stamps gets size stats().kernels + 1, stamps[i + 1] - stamps[i] = node i's
+  // wall time in ns (steady_clock). Computes exactly what replay() computes.
+  [[nodiscard]] absl::Status replay_timed(std::vector<int64_t>& stamps);
 
   struct Impl;
   explicit Graph(std::unique_ptr<Impl> impl);

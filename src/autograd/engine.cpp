@@ -8,6 +8,7 @@
 #include "encore/autograd.h"
 #include "encore/ops.h"
 #include "src/autograd/node.h"
+#include "src/core/phase.h"
 
 namespace encore {
 namespace {
@@ -76,6 +77,7 @@ Tensor root_grad(const Tensor& root, const Tensor& given) {
 }  // namespace
 
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  PhaseScope phase(Phase::kBackward);   // kernels below are tagged "backward" for profilers (src/core/phase.h)
   NoGradGuard no_grad;
   PendingMap pending;
   std::vector<Node*> root_nodes;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "encore/optim.h"
 #include "src/backends/cpu/optim.h"
+#include "src/core/phase.h"
 
 namespace encore::optim {
 namespace {
@@ -27,6 +28,7 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
       exp_avg_sq_(params_.size()) {}
 
 void AdamW::step() {
+  PhaseScope phase(Phase::kOptimizer);   // tags these kernels for profilers (src/core/phase.h)
   bool any_grad = false;
   for (const Tensor& p : params_) any_grad = any_grad || p.grad().defined();
   if (!any_grad) return;   // nothing to update: the step count does not move either

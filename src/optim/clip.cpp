@@ -8,6 +8,7 @@
 
 #include "encore/optim.h"
 #include "src/backends/cpu/optim.h"
+#include "src/core/phase.h"
 
 namespace encore::optim {
 namespace {
@@ -39,6 +40,7 @@ std::vector<Tensor> grads_to_clip(const std::vector<Tensor>& params) {
 }  // namespace
 
 Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  PhaseScope phase(Phase::kOptimizer);   // tags these kernels for profilers (src/core/phase.h)
   ENCORE_CHECK(std::isfinite(max_norm) && max_norm >= 0.0, "clip_grad_norm: max_norm must be finite and >= 0, got %g",
                max_norm);
   std::vector<Tensor> grads = grads_to_clip(params);

@@ -4,6 +4,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "encore/autograd.h"
 #include "encore/optim.h"
+#include "src/core/phase.h"
 #include "src/core/stream.h"
 
 namespace encore::optim {
@@ -52,6 +53,7 @@ Optimizer::Optimizer(const char* name, std::vector<Tensor> params, double lr)
 }
 
 void Optimizer::zero_grad() {
+  PhaseScope phase(Phase::kOptimizer);   // tags these kernels for profilers (src/core/phase.h)
   NoGradGuard no_grad;
   for (const Tensor& p : params_) {
     Tensor g = p.grad();

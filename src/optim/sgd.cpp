@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "encore/optim.h"
 #include "src/backends/cpu/optim.h"
+#include "src/core/phase.h"
 
 namespace encore::optim {
 namespace {
@@ -23,6 +24,7 @@ SGD::SGD(std::vector<Tensor> params, SgdOptions options)
     : Optimizer("SGD", std::move(params), options.lr), options_(checked(options)), momentum_(params_.size()) {}
 
 void SGD::step() {
+  PhaseScope phase(Phase::kOptimizer);   // tags these kernels for profilers (src/core/phase.h)
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     const Tensor g = p.grad();
