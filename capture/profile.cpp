@@ -1,0 +1,327 @@
+// Per-node profiles of replayed and eager steps, summaries, Chrome traces
+// (include/encore/profile.h).
+#include "encore/profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "encore/error.h"
+#include "nlohmann/json.hpp"
+#include "src/core/phase.h"
+#include "src/core/stream.h"
+
+namespace encore {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+int64_t median(std::vector<int64_t> v) {
+  if (v.empty()) return 0;
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+// Index of the run whose total is the median.
+size_t median_index(const std::vector<int64_t>& totals) {
+  std::vector<size_t> idx(totals.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return totals[a] < totals[b]; });
+  return idx[idx.size() / 2];
+}
+
+// Median cost of one steady_clock read (ns).
+int64_t timer_cost_ns() {
+  constexpr int kReads = 1001;
+  std::vector<int64_t> t(kReads);
+  for (int64_t& x : t) x = now_ns();
+  std::vector<int64_t> d(kReads - 1);
+  for (int i = 0; i + 1 < kReads; ++i) d[i] = t[i + 1] - t[i];
+  return median(std::move(d));
+}
+
+absl::Status check_options(const ProfileOptions& o) {
+  if (o.runs < 1 || o.warmup_runs < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("profile: runs must be >= 1 and warmup_runs >= 0, got runs=%d warmup_runs=%d", o.runs,
+                        o.warmup_runs));
+  }
+  return absl::OkStatus();
+}
+
+void fill_step_stats(const std::vector<int64_t>& untimed, StepProfile& p) {
+  p.step_ns = median(untimed);
+  p.step_min_ns = *std::min_element(untimed.begin(), untimed.end());
+  p.step_max_ns = *std::max_element(untimed.begin(), untimed.end());
+}
+
+// durations[r][i]: node i in timed run r. Fills median_ns when every run has
+// the same number of nodes.
+void fill_medians(const std::vector<std::vector<int64_t>>& durations, StepProfile& p) {
+  std::vector<int64_t> column(durations.size());
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    bool complete = true;
+    for (size_t r = 0; r < durations.size(); ++r) {
+      complete = complete && durations[r].size() == p.nodes.size();
+      if (complete) column[r] = durations[r][i];
+    }
+    p.nodes[i].median_ns = complete ? median(column) : p.nodes[i].duration_ns;
+  }
+}
+
+// Times every eager launch by running the kernel itself (and telling the
+// stream it took the launch), so the kernel runs exactly as it would have.
+class EagerTimer final : public LaunchObserver {
+ public:
+  struct Launch {
+    const char* op;
+    Phase phase;
+    int64_t start, end;
+    std::vector<int64_t> read_bytes, write_bytes;
+  };
+
+  bool on_launch(const LaunchRecord& launch) override {
+    Launch l{launch.op, current_phase(), 0, 0, {}, {}};
+    for (Storage* s : launch.reads) l.read_bytes.push_back(s->nbytes());
+    for (Storage* s : launch.writes) l.write_bytes.push_back(s->nbytes());
+    l.start = now_ns();
+    launch.thunk(launch.args);
+    l.end = now_ns();
+    launches.push_back(std::move(l));
+    return false;   // already ran
+  }
+  void on_host_access(const char* op) override {}
+
+  std::vector<Launch> launches;
+};
+
+}  // namespace
+
+std::vector<int64_t> arena_bytes_in_use(const Graph& graph) {
+  const int64_t k = graph.stats().kernels;
+  std::vector<int64_t> delta(static_cast<size_t>(k) + 2, 0);
+  for (const planner::Buffer& b : graph.buffers()) {
+    const int64_t lo = std::clamp<int64_t>(b.lower, 0, k + 1), hi = std::clamp<int64_t>(b.upper, 0, k + 1);
+    if (lo >= hi) continue;
+    delta[lo] += b.size;
+    delta[hi] -= b.size;
+  }
+  std::vector<int64_t> in_use(static_cast<size_t>(k) + 1);
+  int64_t live = 0;
+  for (int64_t t = 0; t <= k; ++t) in_use[t] = live += delta[t];
+  return in_use;
+}
+
+absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& options) {
+  if (absl::Status s = check_options(options); !s.ok()) return s;
+  for (int r = 0; r < options.warmup_runs; ++r) {
+    if (absl::Status s = graph.replay(); !s.ok()) return s;
+  }
+  StepProfile p{.mode = "replay", .device = "cpu", .streams = {"cpu stream"}};
+  std::vector<int64_t> untimed(options.runs);
+  for (int64_t& t : untimed) {
+    const int64_t t0 = now_ns();
+    if (absl::Status s = graph.replay(); !s.ok()) return s;
+    t = now_ns() - t0;
+  }
+  fill_step_stats(untimed, p);
+  std::vector<std::vector<int64_t>> stamps(options.runs), durations(options.runs);
+  std::vector<int64_t> totals(options.runs);
+  for (int r = 0; r < options.runs; ++r) {
+    if (absl::Status s = graph.replay_timed(stamps[r]); !s.ok()) return s;
+    totals[r] = stamps[r].back() - stamps[r].front();
+    for (size_t i = 0; i + 1 < stamps[r].size(); ++i) durations[r].push_back(stamps[r][i + 1] - stamps[r][i]);
+  }
+  const size_t rep = median_index(totals);
+  const std::vector<int64_t>& st = stamps[rep];
+  for (size_t i = 0; i + 1 < st.size(); ++i) {
+    p.nodes.push_back({.node = static_cast<int64_t>(i), .op = graph.node_op(i), .phase = graph.node_phase(i),
+                       .stream = 0, .start_ns = st[i] - st[0], .duration_ns = st[i + 1] - st[i],
+                       .read_bytes = graph.node_read_bytes(i), .write_bytes = graph.node_write_bytes(i)});
+  }
+  fill_medians(durations, p);
+  p.arena_in_use_bytes = arena_bytes_in_use(graph);
+  p.arena_bytes = graph.stats().arena_bytes;
+  p.timed_step_ns = totals[rep];
+  p.timer_ns = timer_cost_ns();
+  p.runs = options.runs;
+  return p;
+}
+
+absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor>()>& step,
+                                          const ProfileOptions& options) {
+  if (absl::Status s = check_options(options); !s.ok()) return s;
+  Stream& stream = current_stream(kCPU);
+  if (stream.observer() != nullptr) {
+    return absl::FailedPreconditionError("profile_eager: the CPU stream already has an observer (inside capture?)");
+  }
+  StepProfile p{.mode = "eager", .device = "cpu", .streams = {"cpu stream"}};
+  std::vector<int64_t> untimed(options.runs), totals(options.runs);
+  std::vector<std::vector<EagerTimer::Launch>> runs(options.runs);
+  absl::Status thrown = status_of([&] {
+    for (int r = 0; r < options.warmup_runs; ++r) step();
+    for (int64_t& t : untimed) {
+      const int64_t t0 = now_ns();
+      step();
+      t = now_ns() - t0;
+    }
+    for (int r = 0; r < options.runs; ++r) {
+      EagerTimer timer;
+      stream.set_observer(&timer);
+      const int64_t t0 = now_ns();
+      try {
+        step();
+      } catch (...) {
+        stream.set_observer(nullptr);
+        throw;
+      }
+      totals[r] = now_ns() - t0;
+      stream.set_observer(nullptr);
+      for (EagerTimer::Launch& l : timer.launches) l.start -= t0, l.end -= t0;
+      runs[r] = std::move(timer.launches);
+    }
+  });
+  if (!thrown.ok()) return thrown;
+  fill_step_stats(untimed, p);
+  const size_t rep = median_index(totals);
+  std::vector<std::vector<int64_t>> durations(options.runs);
+  for (int r = 0; r < options.runs; ++r) {
+    for (const EagerTimer::Launch& l : runs[r]) durations[r].push_back(l.end - l.start);
+  }
+  for (size_t i = 0; i < runs[rep].size(); ++i) {
+    EagerTimer::Launch& l = runs[rep][i];
+    p.nodes.push_back({.node = static_cast<int64_t>(i), .op = l.op, .phase = phase_name(l.phase), .stream = 0,
+                       .start_ns = l.start, .duration_ns = l.end - l.start,
+                       .read_bytes = std::move(l.read_bytes), .write_bytes = std::move(l.write_bytes)});
+  }
+  fill_medians(durations, p);
+  p.timed_step_ns = totals[rep];
+  p.timer_ns = timer_cost_ns();
+  p.runs = options.runs;
+  return p;
+}
+
+ProfileSummary summarize(const StepProfile& profile, int top) {
+  ProfileSummary s{.step_ns = profile.step_ns};
+  s.phase_ns = {{"forward", 0}, {"backward", 0}, {"optimizer", 0}};
+  std::vector<OpTime> ops;
+  int64_t in_kernels = 0;
+  for (const NodeTiming& n : profile.nodes) {
+    s.kernel_ns += n.median_ns;
+    in_kernels += n.duration_ns;
+    for (auto& [name, ns] : s.phase_ns) {
+      if (name == n.phase) ns += n.median_ns;
+    }
+    auto it = std::find_if(ops.begin(), ops.end(), [&](const OpTime& o) { return o.op == n.op; });
+    if (it == ops.end()) it = ops.insert(ops.end(), OpTime{n.op, 0, 0});
+    it->total_ns += n.median_ns;
+    ++it->count;
+  }
+  s.outside_kernels_ns = std::max<int64_t>(0, profile.timed_step_ns - in_kernels);
+  std::stable_sort(ops.begin(), ops.end(), [](const OpTime& a, const OpTime& b) { return a.total_ns > b.total_ns; });
+  if (static_cast<int>(ops.size()) > top) ops.resize(std::max(top, 0));
+  s.top_ops = std::move(ops);
+  return s;
+}
+
+std::string cuda_profiling_status() {
+#ifdef ENCORE_HAVE_CUDA
+  if (!cuda_available()) return "cuda: backend built, no GPU available: nothing to profile on CUDA";
+  return "cuda: GPU available, but CUDA graph profiling (CUPTI / event nodes) is not implemented yet";
+#else
+  return "cuda: not built (CPU profiling only)";
+#endif
+}
+
+std::string format_summary(const StepProfile& profile, int top) {
+  const ProfileSummary s = summarize(profile, top);
+  auto ms = [](int64_t ns) { return static_cast<double>(ns) / 1e6; };
+  auto pct = [&](int64_t ns) { return s.kernel_ns > 0 ? 100.0 * static_cast<double>(ns) / s.kernel_ns : 0.0; };
+  std::string out = absl::StrFormat(
+      "%s (%s): %d nodes; step %.3f ms (median of %d untimed runs, min %.3f, max %.3f)\n", profile.mode,
+      profile.device, profile.nodes.size(), ms(s.step_ns), profile.runs, ms(profile.step_min_ns),
+      ms(profile.step_max_ns));
+  absl::StrAppendFormat(&out, "  kernels %.3f ms (sum of node medians, each incl. ~%d ns of timer)\n",
+                        ms(s.kernel_ns), profile.timer_ns);
+  absl::StrAppendFormat(&out, "  timed run %.3f ms, of which outside kernels %.3f ms (%s)\n", ms(profile.timed_step_ns),
+                        ms(s.outside_kernels_ns),
+                        profile.mode == "eager" ? "dispatch, autograd, allocation, timer" : "replay loop");
+  if (!profile.arena_in_use_bytes.empty()) {
+    absl::StrAppendFormat(&out, "  arena %d bytes; peak bytes in use %d\n", profile.arena_bytes,
+                          *std::max_element(profile.arena_in_use_bytes.begin(), profile.arena_in_use_bytes.end()));
+  }
+  absl::StrAppendFormat(&out, "  %-10s %10s %7s\n", "phase", "ms", "%");
+  for (const auto& [name, ns] : s.phase_ns) absl::StrAppendFormat(&out, "  %-10s %10.3f %6.1f%%\n", name, ms(ns), pct(ns));
+  absl::StrAppendFormat(&out, "  top %d ops by time:\n  %-22s %6s %10s %7s\n", s.top_ops.size(), "op", "nodes", "ms", "%");
+  for (const OpTime& o : s.top_ops) {
+    absl::StrAppendFormat(&out, "  %-22s %6d %10.3f %6.1f%%\n", o.op, o.count, ms(o.total_ns), pct(o.total_ns));
+  }
+  absl::StrAppendFormat(&out, "  %s\n", profile.gpu_idle_ns >= 0 ? absl::StrFormat("gpu idle %.3f ms", ms(profile.gpu_idle_ns))
+                                                               : cuda_profiling_status());
+  return out;
+}
+
+namespace {
+
+nlohmann::json node_event(const NodeTiming& n, int pid) {
+  return {{"name", n.op}, {"cat", n.phase}, {"ph", "X"}, {"pid", pid}, {"tid", n.stream + 1},
+          {"ts", static_cast<double>(n.start_ns) / 1e3}, {"dur", static_cast<double>(n.duration_ns) / 1e3},
+          {"args", {{"phase", n.phase}, {"node", n.node}, {"read_bytes", n.read_bytes},
+                    {"write_bytes", n.write_bytes}, {"median_ns", n.median_ns}}}};
+}
+
+nlohmann::json counter_event(int pid, int64_t ts_ns, int64_t bytes) {
+  return {{"name", "arena bytes in use"}, {"ph", "C"}, {"pid", pid}, {"tid", 0},
+          {"ts", static_cast<double>(ts_ns) / 1e3}, {"args", {{"bytes", bytes}}}};
+}
+
+nlohmann::json metadata(const char* what, int pid, int tid, const std::string& name) {
+  return {{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}};
+}
+
+}  // namespace
+
+std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles) {
+  nlohmann::json events = nlohmann::json::array();
+  nlohmann::json summaries = nlohmann::json::array();
+  for (size_t k = 0; k < profiles.size(); ++k) {
+    const StepProfile& p = *profiles[k];
+    const int pid = static_cast<int>(k) + 1;
+    events.push_back(metadata("process_name", pid, 0, absl::StrCat("encore ", p.mode, " (", p.device, ")")));
+    for (size_t s = 0; s < p.streams.size(); ++s) {
+      events.push_back(metadata("thread_name", pid, static_cast<int>(s) + 1, p.streams[s]));
+    }
+    for (const NodeTiming& n : p.nodes) events.push_back(node_event(n, pid));
+    if (!p.arena_in_use_bytes.empty() && p.arena_in_use_bytes.size() == p.nodes.size() + 1) {
+      for (size_t i = 0; i < p.nodes.size(); ++i) events.push_back(counter_event(pid, p.nodes[i].start_ns, p.arena_in_use_bytes[i]));
+      const int64_t end = p.nodes.empty() ? 0 : p.nodes.back().start_ns + p.nodes.back().duration_ns;
+      events.push_back(counter_event(pid, end, p.arena_in_use_bytes.back()));
+    }
+    const ProfileSummary s = summarize(p);
+    nlohmann::json phases = nlohmann::json::object();
+    for (const auto& [name, ns] : s.phase_ns) phases[name] = ns;
+    summaries.push_back({{"mode", p.mode}, {"device", p.device}, {"step_ns", s.step_ns},
+                         {"kernel_ns", s.kernel_ns}, {"outside_kernels_ns", s.outside_kernels_ns}, {"phase_ns", phases}, {"runs", p.runs}});
+  }
+  nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ns"},
+                          {"otherData", {{"encore", summaries}, {"cuda", cuda_profiling_status()}}}};
+  return trace.dump(1);
+}
+
+absl::Status write_chrome_trace(const std::string& path, absl::Span<const StepProfile* const> profiles) {
+  std::ofstream out(path);
+  if (!out) return absl::NotFoundError(absl::StrCat("write_chrome_trace: cannot open ", path));
+  out << chrome_trace_json(profiles) << "\n";
+  out.close();
+  return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("write_chrome_trace: write to ", path, " failed"));
+}
+
+}  // namespace encore

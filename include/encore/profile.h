@@ -1,0 +1,134 @@
+// Profiling a training step: per-node times of a captured Graph's replay (and
+// per-kernel times of the same step run eagerly), mapped back to the encore op
+// and the phase (forward, backward, optimizer) that launched each node; a
+// summary; a Chrome trace JSON that opens in Perfetto and chrome://tracing.
+// The encore-prof tool is a thin main over this header; call it around your
+// own captured step the same way:
+//
+//   absl::StatusOr<encore::Graph> graph = encore::capture(step);
+//   absl::StatusOr<encore::StepProfile> replayed = encore::profile_replay(*graph);
+//   absl::StatusOr<encore::StepProfile> eager = encore::profile_eager(step);
+//   std::fputs(encore::format_summary(*replayed).c_str(), stdout);
+//   absl::Status s = encore::write_chrome_trace("step.json", {&*eager, &*replayed});
+//
+// Profiling never changes what a step computes: replays run the same kernels
+// in the same order (test: tests/capture/profile_test.cpp), and eager runs
+// launch the step's kernels unchanged. It does change the training state,
+// like any step: every profiled run is a real training step (see the counts
+// on each function).
+//
+// Times are wall-clock nanoseconds (steady_clock). On CPU a node's time is
+// the time between two clock reads around it, so it includes one clock read
+// (StepProfile::timer_ns, typically ~20 ns).
+//
+// CUDA: only CPU graphs are profiled in this build. A CUDA implementation
+// slots in behind the same functions: profile_replay() on a CUDA graph fills
+// NodeTiming from CUPTI activity records (kernels carry their graph node id)
+// or from event nodes in a profiling copy of the graph, one track per stream,
+// and sets StepProfile::gpu_idle_ns; until then it returns Unimplemented and
+// cuda_profiling_status() says why.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "encore/capture.h"
+#include "encore/tensor.h"
+
+namespace encore {
+
+struct ProfileOptions {
+  int warmup_runs = 2;   // untimed runs first (>= 0)
+  int runs = 20;         // timed runs (>= 1); node times are medians over them
+};
+
+// One kernel (a graph node, or an eager launch) in the representative run:
+// the timed run whose total time is the median.
+struct NodeTiming {
+  int64_t node = 0;                 // graph node index, or launch order when eager
+  const char* op = "";              // encore op name (static string), e.g. "matmul"
+  const char* phase = "forward";    // "forward", "backward" or "optimizer"
+  int stream = 0;                   // index into StepProfile::streams
+  int64_t start_ns = 0;             // from the start of the representative run
+  int64_t duration_ns = 0;          // in the representative run
+  int64_t median_ns = 0;            // median over all timed runs
+  std::vector<int64_t> read_bytes;  // bytes of each storage read (whole storages)
+  std::vector<int64_t> write_bytes; // bytes of each storage written
+};
+
+struct StepProfile {
+  std::string mode;                    // "replay" or "eager"
+  std::string device;                  // "cpu"
+  std::vector<std::string> streams;    // one name per track, e.g. {"cpu stream"}
+  std::vector<NodeTiming> nodes;       // in launch order
+  // Planned arena bytes live while node i runs (replay only; empty when
+  // eager): the sum of the sizes of the buffers() with lower <= i < upper.
+  // One more entry at the end: the bytes still live after the last node
+  // (the step's outputs).
+  std::vector<int64_t> arena_in_use_bytes;
+  int64_t arena_bytes = 0;             // the planned arena (replay only)
+  int64_t step_ns = 0;                 // median wall time of one UNtimed run
+  int64_t step_min_ns = 0, step_max_ns = 0;
+  int64_t timed_step_ns = 0;           // wall time of the representative timed run
+  int64_t timer_ns = 0;                // cost of one clock read, included in each node's time
+  int64_t gpu_idle_ns = -1;            // CUDA only: GPU idle time between kernels; -1 when not measured
+  int runs = 0;                        // timed runs behind the medians
+};
+
+// Replays `graph` warmup_runs + 2 * runs times (warm-up, untimed runs for
+// step_ns, timed runs for the node times). Fails like replay() does (a freed
+// parameter, ...) and with InvalidArgument on bad options.
+[[nodiscard]] absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& options = {});
+
+// Runs `step` eagerly warmup_runs + 2 * runs times, timing each kernel launch
+// in the timed runs; the gap between kernels is eager overhead (dispatch,
+// autograd, allocation). A step must launch the same kernels every run for
+// per-node medians; otherwise median_ns is the representative run's time.
+// Errors thrown by the step come back as a Status.
+[[nodiscard]] absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor>()>& step,
+                                                        const ProfileOptions& options = {});
+
+// Planned arena bytes in use at each node of `graph` and after the last one
+// (size stats().kernels + 1), from buffers() lifetimes and sizes. Its maximum
+// is planner::lower_bound(buffers()).
+std::vector<int64_t> arena_bytes_in_use(const Graph& graph);
+
+struct OpTime {
+  std::string op;
+  int64_t total_ns = 0;   // sum of the node medians
+  int64_t count = 0;      // nodes
+};
+
+struct ProfileSummary {
+  int64_t step_ns = 0;     // StepProfile::step_ns (untimed)
+  int64_t kernel_ns = 0;   // sum of node medians
+  // In the representative timed run: its wall time minus the time inside its
+  // kernels (eager: dispatch, autograd, allocation; replay: the loop itself).
+  int64_t outside_kernels_ns = 0;
+  // {"forward", ns}, {"backward", ns}, {"optimizer", ns}: sums of node medians.
+  std::vector<std::pair<std::string, int64_t>> phase_ns;
+  std::vector<OpTime> top_ops;   // by total_ns, largest first
+};
+
+ProfileSummary summarize(const StepProfile& profile, int top = 10);
+// A few lines of text: step time, kernel time and the rest, time per phase,
+// the top ops, and the CUDA status line.
+std::string format_summary(const StepProfile& profile, int top = 10);
+
+// One line on CUDA profiling in this build, e.g. "cuda: not built".
+std::string cuda_profiling_status();
+
+// The profiles as one Chrome trace (JSON object format): one process per
+// profile, one thread track per stream with an "X" event per node
+// (name = op, args = phase, node, read/write bytes, median_ns), and for
+// replays a counter track "arena bytes in use". Times in microseconds.
+std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles);
+[[nodiscard]] absl::Status write_chrome_trace(const std::string& path,
+                                              absl::Span<const StepProfile* const> profiles);
+
+}  // namespace encore

@@ -1,0 +1,353 @@
+// encore-launch: the launch-overhead lab. How much does one kernel cost
+// eagerly (dispatch, allocation, launch) and replayed from a captured graph,
+// and what does capture cost, as the number of kernels N grows?
+//
+//   encore-launch                                   # N = 1,10,100,1000,10000; table on stdout
+//   encore-launch --n=1,100,10000 --json=launch.json --svg=launch.svg
+//
+// Variants, each a captured step of tiny elementwise kernels on --elements floats:
+//   chain  N dependent kernels  t = t + 1 (each reads the previous result)
+//   wide   N independent kernels y_i = x + 1 (all read x; all are outputs)
+//   mlp    one training step of a small MLP (32-64-10, batch 32, AdamW); N = its kernel count
+// For each: eager cost per kernel, capture() cost (warm-ups, record, plan,
+// capture run), replay cost per kernel; medians over --reps repetitions with
+// min and max. CPU only in this build; the CUDA columns (and the CUDA graph
+// update cost when only a pointer changes) print "not built"/"not measured".
+// Exits 2 on bad flags, 1 when a measurement or a file write fails.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "encore/encore.h"
+#include "encore/profile.h"
+#include "nlohmann/json.hpp"
+#include "tools/workloads.h"
+
+ABSL_FLAG(std::vector<std::string>, n, std::vector<std::string>({"1", "10", "100", "1000", "10000"}),
+          "Comma-separated kernel counts N for the chain and wide variants (each 1..1000000).");
+ABSL_FLAG(std::vector<std::string>, variants, std::vector<std::string>({"chain", "wide", "mlp"}),
+          "Comma-separated variants to run: chain, wide, mlp.");
+ABSL_FLAG(int64_t, elements, 16, "Floats per tensor in the chain and wide kernels.");
+ABSL_FLAG(int32_t, reps, 15, "Repetitions of each eager and replay measurement (median, min, max reported).");
+ABSL_FLAG(int32_t, capture_reps, 3, "Repetitions of each capture() measurement.");
+ABSL_FLAG(double, min_rep_ms, 2.0,
+          "Each eager or replay repetition runs the step enough times to last at least this long (ms).");
+ABSL_FLAG(std::string, json, "", "If set, write every result and the machine description as JSON here.");
+ABSL_FLAG(std::string, svg, "", "If set, draw cost per kernel against N (log-log), eager and replayed, here.");
+
+namespace {
+
+using encore::Tensor;
+using Step = std::function<std::vector<Tensor>()>;
+
+struct Stat {
+  double median = 0, min = 0, max = 0;
+};
+
+Stat stat_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+nlohmann::json to_json(const Stat& s) { return {{"median", s.median}, {"min", s.min}, {"max", s.max}}; }
+
+struct Row {
+  std::string variant;
+  int64_t n = 0;          // requested N (mlp: the step's kernel count)
+  int64_t kernels = 0;    // nodes in the captured graph
+  Stat eager_ns;          // per kernel
+  Stat capture_ms;        // one capture() call
+  Stat replay_ns;         // per kernel
+  double plan_ms = 0, capture_run_ms = 0;   // of the last capture
+};
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Per-repetition cost of fn() in ns per call, each repetition looping fn
+// long enough to last min_rep_ms.
+std::vector<double> time_reps(const std::function<void()>& fn, int reps, double min_rep_ms) {
+  auto t0 = std::chrono::steady_clock::now();
+  fn();
+  const double once_ms = std::max(ms_since(t0), 1e-6);
+  const int64_t inner = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(min_rep_ms / once_ms)));
+  std::vector<double> out;
+  for (int r = 0; r < reps; ++r) {
+    t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < inner; ++i) fn();
+    out.push_back(ms_since(t0) * 1e6 / static_cast<double>(inner));
+  }
+  return out;
+}
+
+std::vector<double> per_kernel(std::vector<double> ns, int64_t kernels) {
+  for (double& x : ns) x /= static_cast<double>(std::max<int64_t>(1, kernels));
+  return ns;
+}
+
+absl::StatusOr<Row> measure(const std::string& variant, int64_t n, const Step& step) {
+  const int reps = absl::GetFlag(FLAGS_reps);
+  const double min_ms = absl::GetFlag(FLAGS_min_rep_ms);
+  Row row{.variant = variant, .n = n};
+  std::vector<double> capture_ms;
+  absl::StatusOr<encore::Graph> graph = absl::UnknownError("no capture ran");
+  for (int r = 0; r < absl::GetFlag(FLAGS_capture_reps); ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    graph = encore::capture(step);
+    capture_ms.push_back(ms_since(t0));
+    if (!graph.ok()) return graph.status();
+  }
+  row.kernels = graph->stats().kernels;
+  row.capture_ms = stat_of(capture_ms);
+  row.plan_ms = graph->stats().plan_ms;
+  row.capture_run_ms = graph->stats().capture_ms;
+  absl::Status replay_status;
+  row.replay_ns = stat_of(per_kernel(
+      time_reps([&] { replay_status.Update(graph->replay()); }, reps, min_ms), row.kernels));
+  if (!replay_status.ok()) return replay_status;
+  row.eager_ns = stat_of(per_kernel(time_reps([&] { step(); }, reps, min_ms), row.kernels));
+  return row;
+}
+
+// N dependent kernels: t = t + 1.
+Step chain_step(const Tensor& x, int64_t n) {
+  return [x, n] {
+    encore::NoGradGuard no_grad;
+    Tensor t = x;
+    for (int64_t i = 0; i < n; ++i) t = encore::add(t, 1.0);
+    return std::vector<Tensor>{t};
+  };
+}
+
+// N independent kernels: y_i = x + 1, every y_i an output.
+Step wide_step(const Tensor& x, int64_t n) {
+  return [x, n] {
+    encore::NoGradGuard no_grad;
+    std::vector<Tensor> ys;
+    ys.reserve(n);
+    for (int64_t i = 0; i < n; ++i) ys.push_back(encore::add(x, 1.0));
+    return ys;
+  };
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown CPU";
+}
+
+std::string cuda_line() {
+#ifdef ENCORE_HAVE_CUDA
+  return encore::cuda_available() ? "cuda: GPU present, but CUDA capture is not built into encore yet: not measured"
+                                  : "cuda: backend built, no GPU available: not measured";
+#else
+  return "cuda: not built: not measured";
+#endif
+}
+
+absl::StatusOr<std::vector<int64_t>> parse_counts() {
+  std::vector<int64_t> out;
+  for (const std::string& s : absl::GetFlag(FLAGS_n)) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(s, &v) || v < 1 || v > 1000000) {
+      return absl::InvalidArgumentError(absl::StrFormat("--n: '%s' is not a kernel count in 1..1000000", s));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--n: give at least one kernel count");
+  return out;
+}
+
+absl::Status check_flags() {
+  for (const std::string& v : absl::GetFlag(FLAGS_variants)) {
+    if (v != "chain" && v != "wide" && v != "mlp") {
+      return absl::InvalidArgumentError(absl::StrFormat("--variants: unknown variant '%s' (chain, wide, mlp)", v));
+    }
+  }
+  if (absl::GetFlag(FLAGS_elements) < 1) return absl::InvalidArgumentError("--elements must be >= 1");
+  if (absl::GetFlag(FLAGS_reps) < 1 || absl::GetFlag(FLAGS_capture_reps) < 1) {
+    return absl::InvalidArgumentError("--reps and --capture_reps must be >= 1");
+  }
+  if (!(absl::GetFlag(FLAGS_min_rep_ms) >= 0)) return absl::InvalidArgumentError("--min_rep_ms must be >= 0");
+  return absl::OkStatus();
+}
+
+bool wants(const std::string& variant) {
+  const std::vector<std::string> v = absl::GetFlag(FLAGS_variants);
+  return std::find(v.begin(), v.end(), variant) != v.end();
+}
+
+void print_row(const Row& r) {
+  absl::PrintF("%-6s %7d %7d  %9.1f [%7.1f, %7.1f]  %9.3f [%8.3f, %8.3f]  %8.1f [%6.1f, %6.1f]  %7.1fx\n", r.variant,
+               r.n, r.kernels, r.eager_ns.median, r.eager_ns.min, r.eager_ns.max, r.capture_ms.median,
+               r.capture_ms.min, r.capture_ms.max, r.replay_ns.median, r.replay_ns.min, r.replay_ns.max,
+               r.eager_ns.median / std::max(r.replay_ns.median, 1e-9));
+}
+
+// ---- SVG: ns per kernel against N, both log scale ----
+
+std::string render_svg(const std::vector<Row>& rows, const std::string& title) {
+  constexpr double kW = 720, kH = 480, kL = 70, kR = 170, kT = 40, kB = 50;
+  double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
+  for (const Row& r : rows) {
+    xmin = std::min<double>(xmin, r.kernels), xmax = std::max<double>(xmax, r.kernels);
+    for (double y : {r.eager_ns.median, r.replay_ns.median}) ymin = std::min(ymin, y), ymax = std::max(ymax, y);
+  }
+  const double lx0 = std::floor(std::log10(std::max(xmin, 1.0))), lx1 = std::max(lx0 + 1, std::ceil(std::log10(xmax)));
+  const double ly0 = std::floor(std::log10(std::max(ymin, 0.1))), ly1 = std::max(ly0 + 1, std::ceil(std::log10(ymax)));
+  auto px = [&](double x) { return kL + (std::log10(x) - lx0) / (lx1 - lx0) * (kW - kL - kR); };
+  auto py = [&](double y) { return kH - kB - (std::log10(std::max(y, 0.1)) - ly0) / (ly1 - ly0) * (kH - kT - kB); };
+  std::string s = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"%g\" y=\"22\" font-size=\"14\">%s</text>\n",
+      kW, kH, kL, title);
+  for (double e = lx0; e <= lx1; ++e) {
+    absl::StrAppendFormat(&s, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#ddd\"/>"
+                              "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">1e%d</text>\n",
+                          px(std::pow(10, e)), kT, px(std::pow(10, e)), kH - kB, px(std::pow(10, e)), kH - kB + 16, int(e));
+  }
+  for (double e = ly0; e <= ly1; ++e) {
+    absl::StrAppendFormat(&s, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                              "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%g ns</text>\n",
+                          kL, py(std::pow(10, e)), kW - kR, py(std::pow(10, e)), kL - 6, py(std::pow(10, e)) + 4,
+                          std::pow(10, e));
+  }
+  absl::StrAppendFormat(&s, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">kernels per step (N)</text>\n",
+                        (kL + kW - kR) / 2, kH - 12);
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c"};
+  int series = 0;
+  for (const std::string variant : {"chain", "wide", "mlp"}) {
+    std::vector<const Row*> pts;
+    for (const Row& r : rows) {
+      if (r.variant == variant) pts.push_back(&r);
+    }
+    if (pts.empty()) continue;
+    const char* color = colors[series % 3];
+    for (bool eager : {true, false}) {
+      std::string line;
+      for (const Row* r : pts) {
+        const double x = px(r->kernels), y = py(eager ? r->eager_ns.median : r->replay_ns.median);
+        absl::StrAppendFormat(&line, "%.1f,%.1f ", x, y);
+        absl::StrAppendFormat(&s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x, y, color);
+      }
+      absl::StrAppendFormat(&s, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", line,
+                            color, eager ? "" : " stroke-dasharray=\"6,4\"");
+      const double ly = kT + 20 + 18 * (2 * series + (eager ? 0 : 1));
+      absl::StrAppendFormat(&s, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"2\"%s/>"
+                                "<text x=\"%g\" y=\"%g\">%s %s</text>\n",
+                            kW - kR + 10, ly, kW - kR + 40, ly, color, eager ? "" : " stroke-dasharray=\"6,4\"",
+                            kW - kR + 46, ly + 4, variant, eager ? "eager" : "replayed");
+    }
+    ++series;
+  }
+  s += "</svg>\n";
+  return s;
+}
+
+absl::Status write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) return absl::NotFoundError(absl::StrCat("cannot open ", path, " for writing"));
+  out << text;
+  out.close();
+  return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("write to ", path, " failed"));
+}
+
+nlohmann::json results_json(const std::vector<Row>& rows, const std::string& machine) {
+  nlohmann::json results = nlohmann::json::array();
+  for (const Row& r : rows) {
+    results.push_back({{"variant", r.variant}, {"backend", "cpu"}, {"n", r.n}, {"kernels", r.kernels},
+                       {"eager_ns_per_kernel", to_json(r.eager_ns)}, {"capture_ms", to_json(r.capture_ms)},
+                       {"replay_ns_per_kernel", to_json(r.replay_ns)}, {"plan_ms", r.plan_ms},
+                       {"capture_run_ms", r.capture_run_ms}});
+  }
+  return {{"machine", {{"cpu", machine}, {"hardware_threads", std::thread::hardware_concurrency()},
+                       {"gpu", encore::cuda_available() ? "present" : "none"}}},
+          {"elements", absl::GetFlag(FLAGS_elements)}, {"reps", absl::GetFlag(FLAGS_reps)},
+          {"capture_reps", absl::GetFlag(FLAGS_capture_reps)},
+          {"cuda", {{"status", cuda_line()}, {"graph_update_ns", nullptr}}}, {"results", results}};
+}
+
+absl::Status run(const std::vector<int64_t>& counts) {
+  const std::string machine = cpu_model();
+  absl::PrintF("machine: %s, %d hardware threads; GPU: %s\n", machine, std::thread::hardware_concurrency(),
+               encore::cuda_available() ? "present" : "none");
+  absl::PrintF("%-6s %7s %7s  %29s  %30s  %25s  %8s\n", "var", "N", "kernels", "eager ns/kernel [min, max]",
+               "capture ms [min, max]", "replay ns/kernel [min,max]", "eager/rp");
+  std::vector<Row> rows;
+  auto add = [&](absl::StatusOr<Row> row) -> absl::Status {
+    if (!row.ok()) return row.status();
+    print_row(*row);
+    std::fflush(stdout);
+    rows.push_back(*std::move(row));
+    return absl::OkStatus();
+  };
+  const Tensor x = encore::randn({absl::GetFlag(FLAGS_elements)});
+  for (const std::string variant : {"chain", "wide"}) {
+    if (!wants(variant)) continue;
+    for (int64_t n : counts) {
+      const Step step = variant == std::string("chain") ? chain_step(x, n) : wide_step(x, n);
+      if (absl::Status s = add(measure(variant, n, step)); !s.ok()) return s;
+    }
+  }
+  if (wants("mlp")) {
+    std::unique_ptr<encore::tools::Workload> w = encore::tools::make_mlp({.widths = {32, 64, 10}, .batch = 32});
+    absl::StatusOr<Row> row = measure("mlp", 0, [&w] { return w->step(); });
+    if (row.ok()) row->n = row->kernels;
+    if (absl::Status s = add(std::move(row)); !s.ok()) return s;
+  }
+  absl::PrintF("%s\ncuda graph update (one pointer changed): not measured (CUDA only)\n", cuda_line());
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    if (absl::Status s = write_file(path, results_json(rows, machine).dump(1) + "\n"); !s.ok()) return s;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
+    const std::string title = absl::StrCat("encore-launch: ns per kernel, eager vs replayed (CPU: ", machine, ")");
+    if (absl::Status s = write_file(path, render_svg(rows, title)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The launch-overhead lab: N tiny kernels eager vs captured and replayed; eager cost per kernel,\n"
+      "capture cost and replay cost per kernel as N grows (CPU; CUDA when built and captured).\n"
+      "Usage: encore-launch [--n=1,10,100,1000,10000] [--variants=chain,wide,mlp] [--json=FILE] [--svg=FILE]");
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 1) {
+    std::fprintf(stderr, "encore-launch: unexpected argument '%s' (see --help)\n", args[1]);
+    return 2;
+  }
+  absl::StatusOr<std::vector<int64_t>> counts = parse_counts();
+  absl::Status flags = counts.ok() ? check_flags() : counts.status();
+  if (!flags.ok()) {
+    std::fprintf(stderr, "encore-launch: %s\n", std::string(flags.message()).c_str());
+    return 2;
+  }
+  absl::Status ran;
+  absl::Status thrown = encore::status_of([&] { ran = run(*counts); });
+  const absl::Status& status = thrown.ok() ? ran : thrown;
+  if (!status.ok()) {
+    std::fprintf(stderr, "encore-launch: %s\n", std::string(status.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,87 @@
+// Training workloads shared by the tools (encore-prof --model=mlp|gpt,
+// encore-launch's training-step variant) and their tests: the models of
+// examples/train_mlp.cpp and examples/train_gpt.cpp with an AdamW optimizer,
+// static inputs filled once (synthetic data: profiling does not need a
+// corpus), and one training step ready for encore::capture().
+//
+//   std::unique_ptr<encore::tools::Workload> w = encore::tools::make_mlp({.widths = {32, 128, 10}});
+//   absl::StatusOr<encore::Graph> graph = encore::capture([&] { return w->step(); });
+//
+// A Workload is held by unique_ptr: its step closes over its own address.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "encore/encore.h"
+
+namespace encore::tools {
+
+struct Workload {
+  std::unique_ptr<nn::Module> model;
+  std::unique_ptr<optim::Optimizer> opt;
+  Tensor x, y;                       // static inputs
+  std::function<Tensor()> loss;      // forward + loss on x, y
+  // zero_grad, forward, backward, AdamW update; returns {loss}.
+  std::vector<Tensor> step() {
+    opt->zero_grad();
+    Tensor l = loss();
+    l.backward();
+    opt->step();
+    return {l};
+  }
+};
+
+// examples/train_mlp.cpp's student: Linear layers of `widths` with ReLU,
+// cross-entropy on x ~ N(0, 1) [batch, widths.front()] and labels i % classes.
+struct MlpSpec {
+  std::vector<int64_t> widths = {32, 128, 10};
+  int64_t batch = 128;
+  double lr = 3e-3;
+  uint64_t seed = 1;
+};
+
+inline std::unique_ptr<Workload> make_mlp(const MlpSpec& spec) {
+  auto w = std::make_unique<Workload>();
+  manual_seed(spec.seed);
+  auto m = std::make_unique<nn::Mlp>(spec.widths);
+  w->opt = std::make_unique<optim::AdamW>(m->parameters(), optim::AdamWOptions{.lr = spec.lr, .weight_decay = 0.0});
+  w->x = randn({spec.batch, spec.widths.front()});
+  std::vector<int64_t> labels(spec.batch);
+  for (int64_t i = 0; i < spec.batch; ++i) labels[i] = i % spec.widths.back();
+  w->y = from_vector<int64_t>(labels);
+  nn::Mlp* raw = m.get();
+  Workload* wp = w.get();
+  w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
+  w->model = std::move(m);
+  return w;
+}
+
+// examples/train_gpt.cpp's character-level GPT on [batch, block_size] token
+// ids following a fixed pattern; targets are the ids shifted by one.
+struct GptSpec {
+  nn::GptConfig config = {.vocab_size = 65, .block_size = 32, .n_layer = 2, .n_head = 4, .n_embd = 64};
+  int64_t batch = 16;
+  double lr = 3e-3;
+};
+
+inline std::unique_ptr<Workload> make_gpt(const GptSpec& spec) {
+  auto w = std::make_unique<Workload>();
+  const nn::GptConfig& c = spec.config;
+  manual_seed(c.seed);
+  auto m = std::make_unique<nn::Gpt>(c);
+  w->opt = std::make_unique<optim::AdamW>(m->parameters(), optim::AdamWOptions{.lr = spec.lr, .weight_decay = 0.1});
+  const int64_t n = spec.batch * c.block_size;
+  std::vector<int64_t> ids(n + 1);
+  for (int64_t i = 0; i <= n; ++i) ids[i] = (i * 7 + i / c.block_size) % c.vocab_size;
+  w->x = from_vector<int64_t>(std::vector<int64_t>(ids.begin(), ids.end() - 1), Shape{spec.batch, c.block_size});
+  w->y = from_vector<int64_t>(std::vector<int64_t>(ids.begin() + 1, ids.end()), Shape{spec.batch, c.block_size});
+  nn::Gpt* raw = m.get();
+  Workload* wp = w.get();
+  w->loss = [raw, wp] { return raw->loss(wp->x, wp->y); };
+  w->model = std::move(m);
+  return w;
+}
+
+}  // namespace encore::tools
