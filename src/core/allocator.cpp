@@ -6,6 +6,9 @@
 #include <vector>
 
 #include "encore/error.h"
+#if ENCORE_HAVE_CUDA
+#include "src/backends/cuda/allocator.h"   // NOTE [ Backends seen from core ]
+#endif
 
 namespace encore {
 namespace {
@@ -118,42 +121,66 @@ CpuCachingAllocator& cpu_allocator() {
   return *a;
 }
 
+// NOTE [ Allocator overrides ]: capture/ serves a step's allocations from a
+// planned arena by installing an override for the step's device on the
+// capturing thread; one slot per device type (one CUDA device per process).
 thread_local Allocator* tls_cpu_override = nullptr;
+thread_local Allocator* tls_cuda_override = nullptr;
 
-void check_cpu(Device device) {
-  ENCORE_CHECK_CODE(device.is_cpu(), kUnimplemented, "no allocator for device %s in this build",
-                    device.str());
+Allocator*& override_slot(Device device) { return device.is_cpu() ? tls_cpu_override : tls_cuda_override; }
+
+#if !ENCORE_HAVE_CUDA
+void no_cuda(Device device) {
+  throw_error(absl::StatusCode::kUnimplemented,
+              absl::StrFormat("no allocator for device %s: encore was built without CUDA", device.str()));
 }
+#endif
 
 }  // namespace
 
 Allocator& default_allocator(Device device) {
-  check_cpu(device);
-  return cpu_allocator();
+  if (device.is_cpu()) return cpu_allocator();
+#if ENCORE_HAVE_CUDA
+  return cuda::caching_allocator(device.index);
+#else
+  no_cuda(device);
+#endif
 }
 AllocatorStats allocator_stats(Device device) {
-  check_cpu(device);
-  return cpu_allocator().stats();
+  if (device.is_cpu()) return cpu_allocator().stats();
+#if ENCORE_HAVE_CUDA
+  return cuda::caching_allocator_stats(device.index);
+#else
+  no_cuda(device);
+#endif
 }
 void reset_peak_stats(Device device) {
-  check_cpu(device);
-  cpu_allocator().reset_peak();
+  if (device.is_cpu()) return cpu_allocator().reset_peak();
+#if ENCORE_HAVE_CUDA
+  cuda::reset_caching_allocator_peak(device.index);
+#else
+  no_cuda(device);
+#endif
 }
 void empty_cache(Device device) {
-  check_cpu(device);
-  cpu_allocator().empty_cache();
+  if (device.is_cpu()) return cpu_allocator().empty_cache();
+#if ENCORE_HAVE_CUDA
+  cuda::empty_caching_allocator(device.index);
+#else
+  no_cuda(device);
+#endif
 }
 
 Allocator& current_allocator(Device device) {
-  if (device.is_cpu() && tls_cpu_override != nullptr) return *tls_cpu_override;
-  return default_allocator(device);
+  Allocator* o = override_slot(device);
+  return o != nullptr ? *o : default_allocator(device);
 }
 
 AllocatorOverride::AllocatorOverride(Device device, Allocator* allocator) : device_(device) {
-  check_cpu(device);
-  prev_ = tls_cpu_override;
-  tls_cpu_override = allocator;
+  Allocator*& slot = override_slot(device);
+  prev_ = slot;
+  slot = allocator;
 }
-AllocatorOverride::~AllocatorOverride() { tls_cpu_override = prev_; }
+AllocatorOverride::~AllocatorOverride() { override_slot(device_) = prev_; }
 
 }  // namespace encore

@@ -1,5 +1,18 @@
 #include "src/core/stream.h"
 
+#include <array>
+#include <atomic>
+#include <mutex>
+
+#include "encore/error.h"
+#if ENCORE_HAVE_CUDA
+// NOTE [ Backends seen from core ]: core reaches the CUDA runtime (streams,
+// the caching allocator) directly under ENCORE_HAVE_CUDA instead of through
+// a registry of hooks: there are two backends, both known at build time, and
+// a static library would drop self-registering objects nobody references.
+#include "src/backends/cuda/runtime.h"
+#endif
+
 namespace encore {
 
 void Stream::host_access(const char* op) {
@@ -8,14 +21,34 @@ void Stream::host_access(const char* op) {
 }
 
 void Stream::synchronize() {
-  // CPU streams run each launch to completion; other backends hook in here.
+  // CPU streams run each launch to completion.
+#if ENCORE_HAVE_CUDA
+  if (device_.is_cuda()) cuda::synchronize(device_.index);
+#endif
 }
 
 Stream& current_stream(Device device) {
   static Stream cpu_stream(kCPU);
-  ENCORE_CHECK_CODE(device.is_cpu(), kUnimplemented, "no stream for device %s in this build",
-                    device.str());
-  return cpu_stream;
+  if (device.is_cpu()) [[likely]] return cpu_stream;
+#if ENCORE_HAVE_CUDA
+  // One encore stream per CUDA device; selecting it makes the device current
+  // on this thread, so launchers find it through cuda::active_stream().
+  static std::array<std::atomic<Stream*>, 64> cuda_streams{};
+  static std::mutex create_mu;
+  ENCORE_CHECK(device.index >= 0 && device.index < 64, "no stream for device %s", device.str());
+  cuda::set_device(device.index);
+  std::atomic<Stream*>& slot = cuda_streams[device.index];
+  Stream* s = slot.load(std::memory_order_acquire);
+  if (s == nullptr) [[unlikely]] {
+    std::lock_guard<std::mutex> lock(create_mu);
+    s = slot.load(std::memory_order_relaxed);
+    if (s == nullptr) slot.store(s = new Stream(device), std::memory_order_release);   // never destroyed
+  }
+  return *s;
+#else
+  throw_error(absl::StatusCode::kUnimplemented,
+              absl::StrFormat("no stream for device %s: encore was built without CUDA", device.str()));
+#endif
 }
 
 }  // namespace encore

@@ -2,7 +2,7 @@
 // each backward beside its forward.
 #include "encore/ops.h"
 #include "src/autograd/function.h"
-#include "src/backends/cpu/binary.h"
+#include "src/backends/kernels.h"
 #include "src/ops/op_utils.h"
 
 namespace encore {
@@ -23,7 +23,7 @@ Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tens
                "div: integer tensors %s and %s (%s) are not supported; convert with .to(kFloat32)",
                shape_str(a.shape()), shape_str(b.shape()), dtype_name(a.dtype()));
   Tensor out = empty(ops::broadcast_shapes(name, a, b), a.dtype(), a.device());
-  cpu::binary(op, out, a, b);
+  ENCORE_KERNEL(out.device(), binary, op, out, a, b);
   return out;
 }
 
@@ -38,7 +38,7 @@ Tensor scalar_forward(const char* name, ScalarOp op, const Tensor& a, double s) 
                "%s: integer tensor %s (%s) is not supported; convert with .to(kFloat32)", name,
                shape_str(a.shape()), dtype_name(a.dtype()));
   Tensor out = empty(a.shape(), a.dtype(), a.device());
-  cpu::binary_scalar(op, out, a, s);
+  ENCORE_KERNEL(out.device(), binary_scalar, op, out, a, s);
   return out;
 }
 

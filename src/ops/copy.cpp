@@ -5,8 +5,10 @@
 #include "absl/strings/str_cat.h"
 #include "encore/ops.h"
 #include "src/autograd/function.h"
-#include "src/backends/cpu/binary.h"
-#include "src/backends/cpu/copy.h"
+#include "src/backends/kernels.h"
+#if ENCORE_HAVE_CUDA
+#include "src/backends/cuda/transfer.h"
+#endif
 #include "src/core/stream.h"
 #include "src/ops/op_utils.h"
 
@@ -52,16 +54,17 @@ void check_integral_scalar(const char* op, const Tensor& t, double s) {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   check_inplace_write("copy_", *this, &src);
-  ENCORE_CHECK(src.device() == device(), "copy_: source on %s, destination on %s (use to(device))",
-               src.device().str(), device().str());
-  cpu::copy(*this, src);
+  // Across devices: move the source over first (dense, its dtype), then the
+  // strided copy with dtype conversion runs on this tensor's device.
+  const Tensor from = src.device() == device() ? src : src.detach().to(device());
+  ENCORE_KERNEL(device(), copy, *this, from);
   storage()->bump_version();
   return *this;
 }
 
 Tensor& Tensor::fill_(double value) {
   check_inplace_write("fill_", *this, nullptr);
-  cpu::fill(*this, value);
+  ENCORE_KERNEL(device(), fill, *this, value);
   storage()->bump_version();
   return *this;
 }
@@ -70,7 +73,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_inplace_write("add_", *this, &other);
   ops::check_same("add_", *this, other);
   check_integral_scalar("add_", *this, alpha);
-  cpu::binary(cpu::BinaryOp::kAdd, *this, *this, other, alpha);
+  ENCORE_KERNEL(device(), binary, cpu::BinaryOp::kAdd, *this, *this, other, alpha);
   storage()->bump_version();
   return *this;
 }
@@ -78,7 +81,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 Tensor& Tensor::mul_(double value) {
   check_inplace_write("mul_", *this, nullptr);
   check_integral_scalar("mul_", *this, value);
-  cpu::binary_scalar(cpu::ScalarOp::kMul, *this, *this, value);
+  ENCORE_KERNEL(device(), binary_scalar, cpu::ScalarOp::kMul, *this, *this, value);
   storage()->bump_version();
   return *this;
 }
@@ -86,7 +89,7 @@ Tensor& Tensor::mul_(double value) {
 Tensor Tensor::clone() const {
   ops::check_defined("clone", *this, "input");
   Tensor out = empty(shape(), dtype(), device());
-  cpu::copy(out, *this);
+  ENCORE_KERNEL(out.device(), copy, out, *this);
   if (autograd::any_requires_grad(*this)) {
     autograd::record("clone", {*this}, out, [](const Tensor& g) -> Grads { return {g}; });
   }
@@ -102,7 +105,7 @@ Tensor Tensor::to(DType target) const {
                "to: converting %s %s that requires grad to %s would drop its gradient", shape_str(shape()),
                dtype_name(dtype()), dtype_name(target));
   Tensor out = empty(shape(), target, device());
-  cpu::copy(out, *this);
+  ENCORE_KERNEL(out.device(), copy, out, *this);
   if (autograd::any_requires_grad(*this)) {
     autograd::record("to", {*this}, out, [from = dtype()](const Tensor& g) -> Grads { return {g.to(from)}; });
   }
@@ -112,9 +115,21 @@ Tensor Tensor::to(DType target) const {
 Tensor Tensor::to(Device target) const {
   ops::check_defined("to", *this, "input");
   if (target == device()) return *this;
+#if ENCORE_HAVE_CUDA
+  ENCORE_CHECK_CODE(device().is_cpu() || target.is_cpu(), kUnimplemented,
+                    "to: no direct copy from %s to %s (tensor %s); go through the CPU", device().str(),
+                    target.str(), shape_str(shape()));
+  Tensor out = empty(shape(), dtype(), target);
+  cuda::copy_host_device(out, contiguous().detach());
+  if (autograd::any_requires_grad(*this)) {
+    autograd::record("to_device", {*this}, out, [from = device()](const Tensor& g) -> Grads { return {g.to(from)}; });
+  }
+  return out;
+#else
   throw_error(absl::StatusCode::kUnimplemented,
-              absl::StrFormat("to: no copy from %s to %s in this build (tensor %s)", device().str(), target.str(),
-                              shape_str(shape())));
+              absl::StrFormat("to: no copy from %s to %s: encore was built without CUDA (tensor %s)",
+                              device().str(), target.str(), shape_str(shape())));
+#endif
 }
 
 template <typename T>
@@ -122,7 +137,7 @@ std::vector<T> Tensor::to_vector() const {
   ops::check_defined("to_vector", *this, "input");
   current_stream(device()).host_access("to_vector");
   Tensor c = dtype() == dtype_of<T> ? *this : detach().to(dtype_of<T>);
-  c = c.detach().contiguous();
+  c = c.detach().contiguous().to(kCPU);
   const T* p = static_cast<const T*>(c.data_ptr());
   return std::vector<T>(p, p + c.numel());
 }

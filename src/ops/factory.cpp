@@ -3,8 +3,8 @@
 
 #include "encore/autograd.h"
 #include "encore/ops.h"
-#include "src/backends/cpu/copy.h"
 #include "src/core/stream.h"
+#include "src/backends/kernels.h"
 #include "src/ops/op_utils.h"
 
 namespace encore {
@@ -14,7 +14,7 @@ Tensor ones(Shape shape, DType dtype, Device device) { return full(std::move(sha
 
 Tensor full(Shape shape, double value, DType dtype, Device device) {
   Tensor t = empty(std::move(shape), dtype, device);
-  cpu::fill(t, value);
+  ENCORE_KERNEL(t.device(), fill, t, value);
   return t;
 }
 
@@ -24,7 +24,7 @@ Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device devi
   ENCORE_CHECK(step != 0, "arange: step must not be 0 (start %d, end %d)", start, end);
   const int64_t n = std::max<int64_t>(0, (end - start + step - (step > 0 ? 1 : -1)) / step);
   Tensor t = empty({n}, dtype, device);
-  cpu::arange(t, static_cast<double>(start), static_cast<double>(step));
+  ENCORE_KERNEL(t.device(), arange, t, static_cast<double>(start), static_cast<double>(step));
   return t;
 }
 
@@ -40,6 +40,7 @@ Tensor from_vector(const std::vector<T>& values, Shape shape, Device device) {
   ENCORE_CHECK(numel_of(shape) == static_cast<int64_t>(values.size()),
                "from_vector: %d values do not fill shape %s (%s)", values.size(), shape_str(shape),
                dtype_name(dtype_of<T>));
+  if (!device.is_cpu()) return from_vector<T>(values, std::move(shape), kCPU).to(device);
   Tensor t = empty(std::move(shape), dtype_of<T>, device);
   Stream& s = current_stream(device);
   s.host_access("from_vector");
@@ -72,14 +73,28 @@ void Generator::manual_seed(uint64_t seed) {
 uint64_t Generator::seed() const { return static_cast<uint64_t>(state_.to_vector<int64_t>()[0]); }
 uint64_t Generator::offset() const { return static_cast<uint64_t>(state_.to_vector<int64_t>()[1]); }
 
+namespace {
+uint64_t last_manual_seed = 0;     // seeds the CUDA generator when it is first created
+Generator* cuda_generator = nullptr;   // created on first use, so manual_seed never starts CUDA; never destroyed
+}  // namespace
+
 Generator& default_generator(Device device) {
-  ENCORE_CHECK_CODE(device.is_cpu(), kUnimplemented, "default_generator: no generator for %s in this build",
+  if (device.is_cpu()) {
+    static Generator* cpu_gen = new Generator(0, kCPU);   // never destroyed: tensors may outlive main
+    return *cpu_gen;
+  }
+  ENCORE_CHECK_CODE(device.index == 0, kUnimplemented,
+                    "default_generator: only cuda:0 has a default generator (asked for %s); pass a Generator",
                     device.str());
-  static Generator* cpu_gen = new Generator(0, kCPU);
-  return *cpu_gen;
+  if (cuda_generator == nullptr) cuda_generator = new Generator(last_manual_seed, device);
+  return *cuda_generator;
 }
 
-void manual_seed(uint64_t seed) { default_generator(kCPU).manual_seed(seed); }
+void manual_seed(uint64_t seed) {
+  last_manual_seed = seed;
+  default_generator(kCPU).manual_seed(seed);
+  if (cuda_generator != nullptr) cuda_generator->manual_seed(seed);
+}
 
 namespace {
 Tensor draw(const char* op, Shape shape, DType dtype, Device device, Generator* gen, cpu::RandomKind kind) {
@@ -89,7 +104,7 @@ Tensor draw(const char* op, Shape shape, DType dtype, Device device, Generator* 
   ENCORE_CHECK(g.device() == device, "%s: generator on %s cannot draw on %s", op, g.device().str(),
                device.str());
   Tensor t = empty(std::move(shape), dtype, device);
-  cpu::random(t, g.state(), kind);
+  ENCORE_KERNEL(t.device(), random, t, g.state(), kind);
   return t;
 }
 }  // namespace

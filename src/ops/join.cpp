@@ -10,7 +10,7 @@
 
 #include "encore/ops.h"
 #include "src/autograd/function.h"
-#include "src/backends/cpu/copy.h"
+#include "src/backends/kernels.h"
 #include "src/ops/op_utils.h"
 
 namespace encore {
@@ -72,7 +72,7 @@ Tensor concat_values(const std::vector<Tensor>& tensors, int64_t dim) {
   for (const Tensor& t : tensors) {
     const int64_t n = t.shape()[dim];
     // out is fresh and requires no grad, so its slice is a plain view.
-    if (n > 0) cpu::copy(out.slice(dim, offset, offset + n), t);
+    if (n > 0) ENCORE_KERNEL(out.device(), copy, out.slice(dim, offset, offset + n), t);
     offset += n;
   }
   return out;

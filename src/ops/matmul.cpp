@@ -8,8 +8,7 @@
 
 #include "encore/ops.h"
 #include "src/autograd/function.h"
-#include "src/backends/cpu/copy.h"
-#include "src/backends/cpu/gemm.h"
+#include "src/backends/kernels.h"
 #include "src/ops/op_utils.h"
 
 namespace encore {
@@ -104,9 +103,9 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, const MatmulShapes& s) {
   const Tensor ap = promote_a(a.detach()), bp = promote_b(b.detach());
   Tensor out = empty(s.out, a.dtype(), a.device());
   if (fold_into_rows(ap, bp)) {
-    cpu::matmul(as_rows(out), as_rows(ap), bp);
+    ENCORE_KERNEL(out.device(), matmul, as_rows(out), as_rows(ap), bp);
   } else {
-    cpu::matmul(out, ap, bp);
+    ENCORE_KERNEL(out.device(), matmul, out, ap, bp);
   }
   return out.view(s.result);
 }
@@ -118,9 +117,9 @@ Tensor matmul_grad_a(const Tensor& g, const Tensor& b, const Shape& a_shape, con
   const Shape ap_shape = promoted_a(a_shape);
   Tensor ga = empty(ap_shape, g.dtype(), g.device());
   if (bp.dim() == 2 && ap_shape.size() > 2) {   // [N, m] x [m, k]: one GEMM
-    cpu::matmul(as_rows(ga), as_rows(gp), bp.transpose(-1, -2));
+    ENCORE_KERNEL(ga.device(), matmul, as_rows(ga), as_rows(gp), bp.transpose(-1, -2));
   } else {
-    cpu::matmul(ga, gp, bp.transpose(-1, -2));
+    ENCORE_KERNEL(ga.device(), matmul, ga, gp, bp.transpose(-1, -2));
   }
   return ga.view(a_shape);
 }
@@ -132,9 +131,9 @@ Tensor matmul_grad_b(const Tensor& g, const Tensor& a, const Shape& b_shape, con
   const Shape bp_shape = promoted_b(b_shape);
   Tensor gb = empty(bp_shape, g.dtype(), g.device());
   if (bp_shape.size() == 2 && ap.dim() > 2) {   // [k, N] x [N, m]: one GEMM over all rows
-    cpu::matmul(gb, as_rows(ap).transpose(0, 1), as_rows(gp));
+    ENCORE_KERNEL(gb.device(), matmul, gb, as_rows(ap).transpose(0, 1), as_rows(gp));
   } else {
-    cpu::matmul(gb, ap.transpose(-1, -2), gp);
+    ENCORE_KERNEL(gb.device(), matmul, gb, ap.transpose(-1, -2), gp);
   }
   return gb.view(b_shape);
 }
@@ -196,17 +195,17 @@ struct LinearBackward {
     if (weight.defined()) {   // dx = g W: [N, out] x [out, in]
       const Tensor& w = weight.get();
       dx = empty({g_rows.size(0), w.size(1)}, g.dtype(), g.device());
-      cpu::matmul(dx, g_rows, w);
+      ENCORE_KERNEL(dx.device(), matmul, dx, g_rows, w);
       dx = dx.view(x_shape);
     }
     if (x_rows.defined()) {   // dW = g^T x: [out, N] x [N, in]
       const Tensor& x = x_rows.get();
       dw = empty({out_features, x.size(1)}, g.dtype(), g.device());
-      cpu::matmul(dw, g_rows.t(), x);
+      ENCORE_KERNEL(dw.device(), matmul, dw, g_rows.t(), x);
     }
     if (need_bias) {          // db = column sums of g
       db = empty({out_features}, g.dtype(), g.device());
-      cpu::column_sum(db, g_rows);
+      ENCORE_KERNEL(db.device(), column_sum, db, g_rows);
     }
     return {dx, dw, db};
   }
@@ -222,10 +221,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor out_rows = empty({x_rows.size(0), out_features}, x.dtype(), x.device());
   float beta = 0.f;
   if (bias.defined()) {   // out = bias (broadcast over rows), then out += x W^T
-    cpu::copy(out_rows, bias.detach());
+    ENCORE_KERNEL(out_rows.device(), copy, out_rows, bias.detach());
     beta = 1.f;
   }
-  cpu::matmul(out_rows, x_rows, weight.detach().t(), 1.f, beta);
+  ENCORE_KERNEL(out_rows.device(), matmul, out_rows, x_rows, weight.detach().t(), 1.f, beta);
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   Tensor out = out_rows.view(out_shape);

@@ -10,7 +10,7 @@
 
 #include "encore/ops.h"
 #include "src/autograd/function.h"
-#include "src/backends/cpu/nn.h"
+#include "src/backends/kernels.h"
 #include "src/core/stream.h"
 #include "src/ops/op_utils.h"
 
@@ -43,13 +43,13 @@ Tensor softmax_impl(const char* op, const Tensor& a, int64_t dim, bool log) {
   dim = ops::normalize_dim(op, dim, a.dim());
   const DimSplit s = split_at(a.shape(), dim);
   Tensor out = empty(a.shape(), a.dtype(), a.device());
-  cpu::softmax(out, a.detach().contiguous(), s.outer, s.n, s.inner, log);
+  ENCORE_KERNEL(out.device(), softmax, out, a.detach().contiguous(), s.outer, s.n, s.inner, log);
   if (autograd::any_requires_grad(a)) {
     // Both backwards need only the output y (exp(y) for log_softmax).
     autograd::record(op, {a}, out, [op, s, log, so = SavedTensor(out, op)](const Tensor& g) -> Grads {
       const Tensor& y = so.get();
       Tensor gx = empty(y.shape(), y.dtype(), y.device());
-      cpu::softmax_backward(gx, dense_grad(g, y.dtype()), y, s.outer, s.n, s.inner, log);
+      ENCORE_KERNEL(gx.device(), softmax_backward, gx, dense_grad(g, y.dtype()), y, s.outer, s.n, s.inner, log);
       return {gx};
     });
   }
@@ -144,14 +144,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   check_class_ids(t, classes, ignore_index, logits);
   Tensor loss = empty({}, logits.dtype(), logits.device());
   Tensor stats = empty({rows + 1}, kFloat32, logits.device());   // logsumexp per row, then the count
-  cpu::cross_entropy(loss, stats, x, t, ignore_index);
+  ENCORE_KERNEL(loss.device(), cross_entropy, loss, stats, x, t, ignore_index);
   if (autograd::any_requires_grad(logits)) {
     autograd::record(kOp, {logits}, loss,
                      [sx = SavedTensor(x, kOp), st = SavedTensor(t, kOp), ss = SavedTensor(stats, kOp),
                       shape = logits.shape(), ignore_index](const Tensor& g) -> Grads {
                        const Tensor& xs = sx.get();
                        Tensor gx = empty(xs.shape(), xs.dtype(), xs.device());
-                       cpu::cross_entropy_backward(gx, dense_grad(g, xs.dtype()), xs, st.get(), ss.get(),
+                       ENCORE_KERNEL(gx.device(), cross_entropy_backward, gx, dense_grad(g, xs.dtype()), xs, st.get(), ss.get(),
                                                    ignore_index);
                        return {gx.view(shape)};
                      });
@@ -170,7 +170,7 @@ Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight,
   Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   Tensor stats = empty({rows, 2}, kFloat32, x.device());   // mean, rstd per row
-  cpu::layer_norm(out, stats, xc, wc, bc, eps);
+  ENCORE_KERNEL(out.device(), layer_norm, out, stats, xc, wc, bc, eps);
   if (autograd::any_requires_grad(x, weight, bias)) {
     const bool nx = x.requires_grad();
     const bool nw = weight.defined() && weight.requires_grad();
@@ -183,7 +183,8 @@ Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight,
                        Tensor dx = nx ? empty(x_shape, dt, xs.device()) : Tensor();
                        Tensor dw = nw ? empty(normalized_shape, dt, xs.device()) : Tensor();
                        Tensor db = nb ? empty(normalized_shape, dt, xs.device()) : Tensor();
-                       cpu::layer_norm_backward(dx, dw, db, dense_grad(g, dt), xs, sw.get(), ss.get());
+                       ENCORE_KERNEL(xs.device(), layer_norm_backward, dx, dw, db, dense_grad(g, dt), xs, sw.get(),
+                                     ss.get());
                        return {dx, dw, db};
                      });
   }
@@ -208,14 +209,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Shape out_shape = indices.shape();
   out_shape.push_back(weight.size(1));
   Tensor out = empty(out_shape, weight.dtype(), weight.device());
-  cpu::embedding(out, weight.detach().contiguous(), idx);
+  ENCORE_KERNEL(out.device(), embedding, out, weight.detach().contiguous(), idx);
   if (autograd::any_requires_grad(weight)) {
     autograd::record(kOp, {weight}, out,
                      [si = SavedTensor(idx, kOp), shape = weight.shape(), dt = weight.dtype()](
                          const Tensor& g) -> Grads {
                        const Tensor& ids = si.get();
                        Tensor gw = empty(shape, dt, ids.device());
-                       cpu::embedding_backward(gw, dense_grad(g, dt), ids);
+                       ENCORE_KERNEL(gw.device(), embedding_backward, gw, dense_grad(g, dt), ids);
                        return {gw};
                      });
   }
@@ -237,14 +238,14 @@ Tensor dropout(const Tensor& a, double p, bool training, Generator* gen) {
   const bool need_grad = autograd::any_requires_grad(a);
   Tensor mask = need_grad ? empty(a.shape(), kBool, a.device()) : Tensor();
   Tensor out = empty(a.shape(), a.dtype(), a.device());
-  cpu::dropout(out, mask, a.detach().contiguous(), g.state(), p);
+  ENCORE_KERNEL(out.device(), dropout, out, mask, a.detach().contiguous(), g.state(), p);
   if (need_grad) {
     autograd::record(kOp, {a}, out,
                      [sm = SavedTensor(mask, kOp), scale = 1.0 / (1.0 - p), dt = a.dtype()](
                          const Tensor& grad) -> Grads {
                        const Tensor& m = sm.get();
                        Tensor gx = empty(m.shape(), dt, m.device());
-                       cpu::dropout_backward(gx, dense_grad(grad, dt), m, scale);
+                       ENCORE_KERNEL(gx.device(), dropout_backward, gx, dense_grad(grad, dt), m, scale);
                        return {gx};
                      });
   }

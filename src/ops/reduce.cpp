@@ -19,7 +19,7 @@
 
 #include "encore/ops.h"
 #include "src/autograd/function.h"
-#include "src/backends/cpu/reduce.h"
+#include "src/backends/kernels.h"
 #include "src/ops/op_utils.h"
 
 namespace encore {
@@ -82,7 +82,7 @@ Tensor max_scatter(const Tensor& g, const Tensor& indices, const Shape& shape, i
     for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) inner *= shape[d];
   }
   Tensor grad = empty(shape, g.dtype(), g.device());
-  cpu::max_backward(grad, g.contiguous(), indices.contiguous(), outer, n, inner);
+  ENCORE_KERNEL(grad.device(), max_backward, grad, g.contiguous(), indices.contiguous(), outer, n, inner);
   return grad;
 }
 
@@ -106,7 +106,7 @@ Reduction max_forward(const char* op, const Tensor& a, int64_t dim, bool keepdim
 Tensor sum(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
   const Reduction r = resolve_dims("sum", a, dims, keepdim);
   Tensor out = empty(r.out_shape, is_floating(a.dtype()) ? a.dtype() : kInt64, a.device());
-  cpu::sum(out, a, r.mask);
+  ENCORE_KERNEL(out.device(), sum, out, a, r.mask);
   if (autograd::any_requires_grad(a)) {
     autograd::record("sum", {a}, out, [keep = r.keep_shape, shape = a.shape()](const Tensor& g) -> Grads {
       return {g.reshape(keep).expand(shape)};
@@ -119,7 +119,7 @@ Tensor mean(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
   const Reduction r = resolve_dims("mean", a, dims, keepdim);
   ops::check_float("mean", a);
   Tensor out = empty(r.out_shape, a.dtype(), a.device());
-  cpu::mean(out, a, r.mask);
+  ENCORE_KERNEL(out.device(), mean, out, a, r.mask);
   if (autograd::any_requires_grad(a)) {
     autograd::record("mean", {a}, out,
                      [keep = r.keep_shape, shape = a.shape(), count = r.count](const Tensor& g) -> Grads {
@@ -134,9 +134,9 @@ Tensor var(const Tensor& a, std::vector<int64_t> dims, int64_t correction, bool 
   ops::check_float("var", a);
   // Two passes: the mean (f32, one per output), then the squared deviations from it.
   Tensor mean_f32 = empty({numel_of(r.out_shape)}, kFloat32, a.device());
-  cpu::mean(mean_f32, a, r.mask);
+  ENCORE_KERNEL(mean_f32.device(), mean, mean_f32, a, r.mask);
   Tensor out = empty(r.out_shape, a.dtype(), a.device());
-  cpu::var(out, a, mean_f32, r.mask, correction);
+  ENCORE_KERNEL(out.device(), var, out, a, mean_f32, r.mask, correction);
   if (autograd::any_requires_grad(a)) {
     // d var / d x = 2 (x - mean) / max(0, count - correction).
     const double divisor = std::max<double>(0.0, static_cast<double>(r.count - correction));
@@ -154,7 +154,7 @@ std::pair<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim) {
   Tensor indices;
   const Reduction r = max_forward("max", a, dim, keepdim, &indices);
   Tensor values = empty(r.out_shape, a.dtype(), a.device());
-  cpu::max(values, indices, a, r.mask);
+  ENCORE_KERNEL(values.device(), max, values, indices, a, r.mask);
   if (autograd::any_requires_grad(a)) {
     const int64_t d = r.dims.empty() ? -1 : r.dims[0];   // none for a 0-d input: flat
     autograd::record("max", {a}, values,
@@ -172,7 +172,7 @@ Tensor max(const Tensor& a) {
                dtype_name(a.dtype()));
   Tensor values = empty({}, a.dtype(), a.device());
   Tensor indices = empty({}, kInt64, a.device());   // flat index of the first maximum
-  cpu::max(values, indices, a, r.mask);
+  ENCORE_KERNEL(values.device(), max, values, indices, a, r.mask);
   if (autograd::any_requires_grad(a)) {
     autograd::record("max", {a}, values,
                      [si = SavedTensor(indices, "max"), shape = a.shape()](const Tensor& g) -> Grads {
@@ -185,7 +185,7 @@ Tensor max(const Tensor& a) {
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
   Tensor indices;
   const Reduction r = max_forward("argmax", a, dim, keepdim, &indices);
-  cpu::max(Tensor(), indices, a, r.mask);
+  ENCORE_KERNEL(indices.device(), max, Tensor(), indices, a, r.mask);
   return indices;
 }
 
@@ -213,7 +213,7 @@ Tensor sum_to(const Tensor& a, absl::Span<const int64_t> shape) {
   if (only_ones) return a.reshape(Shape(shape.begin(), shape.end()));
   // Same dtype as a (integers accumulate in 64 bits, then wrap to a's type).
   Tensor out = empty(Shape(shape.begin(), shape.end()), a.dtype(), a.device());
-  cpu::sum(out, a, mask);
+  ENCORE_KERNEL(out.device(), sum, out, a, mask);
   if (autograd::any_requires_grad(a)) {
     autograd::record("sum_to", {a}, out, [in_shape = a.shape()](const Tensor& g) -> Grads {
       return {g.expand(in_shape)};

@@ -6,7 +6,7 @@
 
 #include "encore/ops.h"
 #include "src/autograd/function.h"
-#include "src/backends/cpu/select.h"
+#include "src/backends/kernels.h"
 #include "src/ops/op_utils.h"
 
 namespace encore {
@@ -49,7 +49,7 @@ bool value_fits(double v, DType t) {
 Tensor masked_grad(const Tensor& g, const Tensor& mask, bool fill_when, DType dtype, const Shape& shape) {
   const Tensor gs = g.dtype() == dtype ? g : g.to(dtype);   // a caller-given root gradient may differ
   Tensor out = empty(gs.shape(), dtype, gs.device());
-  cpu::masked_fill(out, gs, mask, 0.0, fill_when);
+  ENCORE_KERNEL(out.device(), masked_fill, out, gs, mask, 0.0, fill_when);
   return out.shape() == shape ? out : sum_to(out, shape);
 }
 
@@ -63,7 +63,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
                "where: shapes %s (condition), %s and %s (%s) cannot be broadcast together", shape_str(cond.shape()),
                shape_str(a.shape()), shape_str(b.shape()), dtype_name(a.dtype()));
   Tensor out = empty(shape, a.dtype(), a.device());
-  cpu::where(out, cond, a, b);
+  ENCORE_KERNEL(out.device(), where, out, cond, a, b);
   if (autograd::any_requires_grad(a, b)) {
     autograd::record("where", {a, b}, out,
                      [sc = SavedTensor(cond, "where"), sa = a.shape(), sb = b.shape(), na = a.requires_grad(),
@@ -86,7 +86,7 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
   ENCORE_CHECK(value_fits(value, a.dtype()), "masked_fill: value %g does not fit the %s tensor %s", value,
                dtype_name(a.dtype()), shape_str(a.shape()));
   Tensor out = ops::empty_like(a);
-  cpu::masked_fill(out, a, mask, value);
+  ENCORE_KERNEL(out.device(), masked_fill, out, a, mask, value);
   if (autograd::any_requires_grad(a)) {
     autograd::record("masked_fill", {a}, out,
                      [sm = SavedTensor(mask, "masked_fill"), shape = a.shape(), dt = a.dtype()](

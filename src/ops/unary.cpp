@@ -10,7 +10,7 @@
 
 #include "encore/ops.h"
 #include "src/autograd/function.h"
-#include "src/backends/cpu/unary.h"
+#include "src/backends/kernels.h"
 #include "src/ops/op_utils.h"
 
 namespace encore {
@@ -24,7 +24,7 @@ namespace {
 // Runs op on a (already checked) and records its backward when needed.
 Tensor unary_forward(const char* name, UnaryOp op, const Tensor& a, double p0 = 0.0, double p1 = 0.0) {
   Tensor out = ops::empty_like(a);
-  cpu::unary(op, out, a, p0, p1);
+  ENCORE_KERNEL(out.device(), unary, op, out, a, p0, p1);
   if (autograd::any_requires_grad(a)) {
     SavedTensor saved(cpu::unary_saves_output(op) ? out : a, name);
     autograd::record(name, {a}, out, [op, p0, p1, saved = std::move(saved)](const Tensor& g) -> Grads {
@@ -32,7 +32,7 @@ Tensor unary_forward(const char* name, UnaryOp op, const Tensor& a, double p0 = 
       // A caller-given root gradient may come in another float dtype.
       const Tensor gs = g.dtype() == s.dtype() ? g : g.to(s.dtype());
       Tensor grad_in = ops::empty_like(s);
-      cpu::unary_backward(op, grad_in, gs, s, p0, p1);
+      ENCORE_KERNEL(grad_in.device(), unary_backward, op, grad_in, gs, s, p0, p1);
       return {grad_in};
     });
   }

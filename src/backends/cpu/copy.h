@@ -6,13 +6,14 @@
 #include <cstdint>
 
 #include "encore/tensor.h"
+#include "src/backends/op_kinds.h"
 
 namespace encore::cpu {
 
 void fill(const Tensor& out, double value);                 // out: any strides
 void copy(const Tensor& dst, const Tensor& src);            // src broadcast to dst; dtype converted
 void arange(const Tensor& out, double start, double step);  // out contiguous
-enum class RandomKind { kUniform, kNormal };
+using backend::RandomKind;
 // out contiguous float; state: i64 [2] {seed, offset}; the kernel advances offset by numel.
 void random(const Tensor& out, const Tensor& state, RandomKind kind);
 

@@ -7,35 +7,22 @@
 //   Layout<3> l = make_layout<3>(out, {&a, &b});
 //   for_each_element(l, 0, l.numel, [](char** p) { *(float*)p[0] = *(float*)p[1] + *(float*)p[2]; });
 //
-// A Layout is plain data (pointers, sizes, strides in bytes): kernels carry it
-// in their argument struct, so a captured graph replays it without tensors.
+// A Layout (src/backends/layout.h) is plain data (pointers, sizes, strides in
+// bytes): kernels carry it in their argument struct, so a captured graph
+// replays it without tensors.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
 
 #include "encore/tensor.h"
+#include "src/backends/tensor_layout.h"
 
 namespace encore::cpu {
 
-template <int N>
-struct Layout {
-  // Entries past ndim are left uninitialised: filling them costs more than
-  // the rest of a tiny op.
-  int ndim;
-  int64_t numel;
-  bool contiguous;                       // every operand dense with its element size
-  int64_t shape[kMaxDims];               // after merging
-  int64_t stride[N][kMaxDims];           // bytes
-  char* ptr[N];
-};
-
-// Strides of `t` (bytes) when broadcast to `shape` (t's dims align right).
-void broadcast_strides(const Tensor& t, absl::Span<const int64_t> shape, int64_t* out_bytes);
-
-// out must have the broadcast shape of the inputs. Throws if dims > kMaxDims.
-template <int N>
-Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> inputs);
+using backend::Layout;
+using backend::broadcast_strides;
+using backend::make_layout;
 
 // Calls f(char** ptrs) for elements [begin, end) in row-major order of the
 // output; ptrs[k] points at operand k's element.

@@ -13,12 +13,12 @@
 #include <cstdint>
 
 #include "encore/tensor.h"
+#include "src/backends/op_kinds.h"
 
 namespace encore::cpu {
 
-// The set of reduced dims: bit d set means input dim d is reduced.
-using DimMask = uint32_t;
-constexpr DimMask dim_bit(int64_t d) { return DimMask{1} << d; }
+using backend::DimMask;
+using backend::dim_bit;
 
 // out[o] = sum of the reduced elements. Float inputs accumulate in f32 and
 // store in out's dtype (the input's, or f32); integer and bool inputs

@@ -1,6 +1,6 @@
-#include "src/backends/cpu/loops.h"
+#include "src/backends/tensor_layout.h"
 
-namespace encore::cpu {
+namespace encore::backend {
 
 void broadcast_strides(const Tensor& t, absl::Span<const int64_t> shape, int64_t* out_bytes) {
   const int64_t nd = static_cast<int64_t>(shape.size());
@@ -89,4 +89,4 @@ template Layout<2> make_layout<2>(const Tensor&, std::initializer_list<const Ten
 template Layout<3> make_layout<3>(const Tensor&, std::initializer_list<const Tensor*>);
 template Layout<4> make_layout<4>(const Tensor&, std::initializer_list<const Tensor*>);
 
-}  // namespace encore::cpu
+}  // namespace encore::backend

@@ -1,0 +1,69 @@
+#include "src/backends/cuda/transfer.h"
+
+#include <cstring>
+
+#include "src/backends/cuda/allocator.h"
+#include "src/backends/cuda/runtime.h"
+#include "src/core/stream.h"
+
+namespace encore::cuda {
+namespace {
+
+constexpr int64_t kChunk = int64_t{16} << 20;   // bytes staged at a time
+
+struct TransferArgs {
+  char* dst;
+  const char* src;
+  int64_t nbytes;
+};
+
+// Pageable host memory goes through the pinned staging buffer in chunks, so
+// the DMA engine reads or writes page-locked memory; each chunk waits for its
+// copy before the buffer is refilled.
+void host_to_device(const TransferArgs& a) {
+  std::lock_guard<std::mutex> lock(pinned_staging_mutex());
+  const PinnedBuffer buf = pinned_staging(std::min(a.nbytes, kChunk));
+  const cudaStream_t s = active_stream();
+  for (int64_t done = 0; done < a.nbytes; done += kChunk) {
+    const int64_t n = std::min(kChunk, a.nbytes - done);
+    std::memcpy(buf.data, a.src + done, n);
+    check(cudaMemcpyAsync(a.dst + done, buf.data, n, cudaMemcpyHostToDevice, s), "copy to cuda");
+    check(cudaStreamSynchronize(s), "copy to cuda");
+  }
+}
+
+void device_to_host(const TransferArgs& a) {
+  std::lock_guard<std::mutex> lock(pinned_staging_mutex());
+  const PinnedBuffer buf = pinned_staging(std::min(a.nbytes, kChunk));
+  const cudaStream_t s = active_stream();
+  for (int64_t done = 0; done < a.nbytes; done += kChunk) {
+    const int64_t n = std::min(kChunk, a.nbytes - done);
+    check(cudaMemcpyAsync(buf.data, a.src + done, n, cudaMemcpyDeviceToHost, s), "copy to cpu");
+    check(cudaStreamSynchronize(s), "copy to cpu");
+    std::memcpy(a.dst + done, buf.data, n);
+  }
+}
+
+}  // namespace
+
+void copy_host_device(const Tensor& dst, const Tensor& src) {
+  ENCORE_CHECK(dst.dtype() == src.dtype() && dst.numel() == src.numel() && dst.is_contiguous() &&
+                   src.is_contiguous() && dst.device().is_cuda() != src.device().is_cuda(),
+               "copy_host_device: needs dense tensors of one dtype and size on a host and a CUDA device; got %s "
+               "%s on %s and %s %s on %s",
+               shape_str(dst.shape()), dtype_name(dst.dtype()), dst.device().str(), shape_str(src.shape()),
+               dtype_name(src.dtype()), src.device().str());
+  const int64_t nbytes = src.numel() * dtype_size(src.dtype());
+  if (nbytes == 0) return;
+  const bool to_device = dst.device().is_cuda();
+  Stream& s = current_stream(to_device ? dst.device() : src.device());
+  s.host_access(to_device ? "copy to cuda" : "copy to cpu");   // refused inside a captured step
+  const TransferArgs args{static_cast<char*>(dst.data_ptr()), static_cast<const char*>(src.data_ptr()), nbytes};
+  if (to_device) {
+    s.launch<&host_to_device>("copy_to_cuda", args, {src.storage()}, {dst.storage()});
+  } else {
+    s.launch<&device_to_host>("copy_to_cpu", args, {src.storage()}, {dst.storage()});
+  }
+}
+
+}  // namespace encore::cuda

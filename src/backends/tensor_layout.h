@@ -1,0 +1,26 @@
+// Builds a Layout (src/backends/layout.h) from tensors: broadcasting of the
+// inputs to the output's shape, strides in bytes, contiguous dims merged.
+// Backend-neutral: the CPU and CUDA backends both call it on the host.
+//
+//   backend::Layout<3> l = backend::make_layout<3>(out, {&a, &b});
+#pragma once
+
+#include <initializer_list>
+
+#include "absl/types/span.h"
+#include "encore/tensor.h"
+#include "src/backends/layout.h"
+
+namespace encore::backend {
+
+static_assert(kLayoutMaxDims == kMaxDims, "layouts carry every dim a tensor may have");
+
+// Strides of `t` (bytes) when broadcast to `shape` (t's dims align right).
+void broadcast_strides(const Tensor& t, absl::Span<const int64_t> shape, int64_t* out_bytes);
+
+// out must have the broadcast shape of the inputs. Throws if dims > kMaxDims.
+// N = 1 + inputs.size(), for N in 1..4.
+template <int N>
+Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> inputs);
+
+}  // namespace encore::backend
