@@ -1,26 +1,53 @@
-// Training steps eager and replayed, each beside a baseline measured in the
+// Training steps eager and replayed, each beside baselines measured in the
 // same run:
-//  - MLPs: the OpenBLAS GEMM floor of the step (the sgemm calls of forward and
-//    backward alone: x W^T per layer, dW = g^T x per layer, dX = g W for all
-//    layers but the first, whose input needs no gradient);
-//  - every model: eager step time against replayed step time.
+//  - the GEMM floor: the "gemm" launches of one eager step of the same model
+//    (the same sgemm calls, shapes, transposes, betas and buffers), recorded
+//    and then run alone;
+//  - for replay rows, an eager step of a second instance of the model.
 //
-//   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 build/bench/train_step_bench \
-//       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+//   build/bench/train_step_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //
-// Counters: "vs_floor" = step time / GEMM floor; "speedup" (replay rows) =
-// eager step time / replay step time, eager timed in the same benchmark.
+// All figures are process CPU time (one thread: the same as wall time on an
+// idle core, steadier on a loaded machine). Counters: "cpu_ms" = mean step
+// CPU time of the benchmark loop; "floor_ms" = median CPU time of the GEMM
+// floor; "vs_floor" = cpu_ms / floor_ms; "eager_ms" (replay rows) = median
+// CPU time of an eager step; "speedup" = eager_ms / cpu_ms.
 #include <benchmark/benchmark.h>
-#include <cblas.h>
 
-#include <chrono>
+#include <algorithm>
+#include <cstring>
+#include <ctime>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "encore/encore.h"
+#include "src/core/stream.h"
 
 namespace encore {
 namespace {
+
+double cpu_now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+// Median CPU time of fn() over at least 5 runs and about 0.3 s (at most 200 runs).
+template <typename F>
+double median_cpu_ms(F&& fn) {
+  fn();   // warm caches and lazy state
+  std::vector<double> t;
+  const double start = cpu_now_ms();
+  while (t.size() < 5 || (cpu_now_ms() - start < 300.0 && t.size() < 200)) {
+    const double t0 = cpu_now_ms();
+    fn();
+    t.push_back(cpu_now_ms() - t0);
+  }
+  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
+  return t[t.size() / 2];
+}
 
 // A model with an AdamW step on fixed static inputs.
 struct Workload {
@@ -73,65 +100,87 @@ std::unique_ptr<Workload> gpt(int64_t layers, int64_t width, int64_t heads, int6
   return w;
 }
 
-// The sgemm calls of one MLP step, on scratch buffers.
-double gemm_floor_ms(const std::vector<int64_t>& widths, int64_t batch, int reps) {
-  std::vector<std::vector<float>> bufs;
-  auto buf = [&](int64_t n) -> float* { bufs.emplace_back(n, 0.5f); return bufs.back().data(); };
-  auto run = [&] {
-    for (size_t l = 0; l + 1 < widths.size(); ++l) {
-      const int64_t in = widths[l], out = widths[l + 1];
-      float *x = buf(batch * in), *w = buf(out * in), *y = buf(batch * out);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, out, in, 1, x, in, w, in, 0, y, out);     // y = x W^T
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, batch, 1, y, out, x, in, 0, w, in);     // dW = g^T x
-      if (l > 0) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, in, out, 1, y, out, w, in, 0, x, in);  // dX
-      bufs.clear();
-    }
+// Records the "gemm" launches of one eager step (kernel, argument bytes, and a
+// reference on every storage they touch, so the buffers outlive the step).
+class GemmRecorder : public LaunchObserver {
+ public:
+  struct Launch {
+    KernelThunk thunk;
+    std::vector<std::max_align_t> args;   // aligned copy of the argument bytes
   };
-  run();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) run();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
-}
 
-double eager_ms(Workload& w, int reps) {
+  bool on_launch(const LaunchRecord& r) override {
+    if (std::strcmp(r.op, "gemm") == 0) {
+      Launch l{r.thunk, std::vector<std::max_align_t>((r.args_size + sizeof(std::max_align_t) - 1) /
+                                                      sizeof(std::max_align_t))};
+      std::memcpy(l.args.data(), r.args, r.args_size);
+      launches_.push_back(std::move(l));
+      for (auto set : {r.reads, r.writes}) {
+        for (Storage* st : set) keep_.emplace_back(st);
+      }
+    }
+    return true;   // run everything: this is an ordinary eager step
+  }
+  void on_host_access(const char*) override {}
+
+  void run() const {
+    for (const Launch& l : launches_) l.thunk(l.args.data());
+  }
+  size_t size() const { return launches_.size(); }
+
+ private:
+  std::vector<Launch> launches_;
+  std::vector<Ref<Storage>> keep_;
+};
+
+// Median CPU time of the GEMM launches of one step of w, run alone.
+double gemm_floor_ms(Workload& w, double* gemms = nullptr) {
+  w.step();   // lazy state exists: the recorded step is a steady one
+  GemmRecorder rec;
+  Stream& stream = current_stream(kCPU);
+  LaunchObserver* previous = stream.observer();
+  stream.set_observer(&rec);
   w.step();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < reps; ++i) w.step();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / reps;
+  stream.set_observer(previous);
+  if (gemms != nullptr) *gemms = static_cast<double>(rec.size());
+  return median_cpu_ms([&] { rec.run(); });
 }
 
-void BM_MlpEager(benchmark::State& state, std::vector<int64_t> widths, int64_t batch) {
-  auto w = mlp(widths, batch);
-  w->step();
-  for (auto _ : state) w->step();
-  state.counters["floor_ms"] = gemm_floor_ms(widths, batch, 5);
+double eager_ms(Workload& w) {
+  return median_cpu_ms([&] { w.step(); });
 }
 
-void BM_MlpReplay(benchmark::State& state, std::vector<int64_t> widths, int64_t batch) {
-  auto w = mlp(widths, batch);
+// Runs the benchmark loop and sets cpu_ms, floor_ms and vs_floor.
+template <typename F>
+void timed_loop(benchmark::State& state, F&& step, double floor) {
+  const double t0 = cpu_now_ms();
+  for (auto _ : state) step();
+  const double cpu = (cpu_now_ms() - t0) / static_cast<double>(state.iterations());
+  state.counters["cpu_ms"] = cpu;
+  state.counters["floor_ms"] = floor;
+  state.counters["vs_floor"] = cpu / floor;
+}
+
+using MakeWorkload = std::function<std::unique_ptr<Workload>()>;
+
+void BM_Eager(benchmark::State& state, MakeWorkload make) {
+  auto w = make();
+  double gemms = 0;
+  const double floor = gemm_floor_ms(*w, &gemms);
+  state.counters["gemms"] = gemms;
+  timed_loop(state, [&] { w->step(); }, floor);
+}
+
+void BM_Replay(benchmark::State& state, MakeWorkload make) {
+  auto w = make();
   absl::StatusOr<Graph> g = capture([&] { return w->step(); });
   if (!g.ok()) { state.SkipWithError(std::string(g.status().message()).c_str()); return; }
-  for (auto _ : state) (void)g->replay();
-  state.counters["floor_ms"] = gemm_floor_ms(widths, batch, 5);
-  auto e = mlp(widths, batch);
-  state.counters["eager_ms"] = eager_ms(*e, 5);
-}
-
-void BM_GptEager(benchmark::State& state, int64_t layers, int64_t width, int64_t heads, int64_t batch, int64_t seq,
-                 int64_t vocab) {
-  auto w = gpt(layers, width, heads, batch, seq, vocab);
-  w->step();
-  for (auto _ : state) w->step();
-}
-
-void BM_GptReplay(benchmark::State& state, int64_t layers, int64_t width, int64_t heads, int64_t batch, int64_t seq,
-                  int64_t vocab) {
-  auto w = gpt(layers, width, heads, batch, seq, vocab);
-  absl::StatusOr<Graph> g = capture([&] { return w->step(); });
-  if (!g.ok()) { state.SkipWithError(std::string(g.status().message()).c_str()); return; }
-  for (auto _ : state) (void)g->replay();
-  auto e = gpt(layers, width, heads, batch, seq, vocab);
-  state.counters["eager_ms"] = eager_ms(*e, 3);
+  auto e = make();
+  const double floor = gemm_floor_ms(*e);
+  timed_loop(state, [&] { (void)g->replay(); }, floor);
+  const double eager = eager_ms(*e);
+  state.counters["eager_ms"] = eager;
+  state.counters["speedup"] = eager / state.counters["cpu_ms"];
   state.counters["arena_MiB"] = g->stats().arena_bytes / 1048576.0;
   state.counters["arena_vs_lb"] = static_cast<double>(g->stats().arena_bytes) / g->stats().lower_bound_bytes;
   state.counters["arena_vs_eager_peak"] = static_cast<double>(g->stats().arena_bytes) / g->stats().eager_peak_bytes;
@@ -143,16 +192,22 @@ void BM_GptReplay(benchmark::State& state, int64_t layers, int64_t width, int64_
   }
 }
 
-BENCHMARK_CAPTURE(BM_MlpEager, mlp_784_128_10_b32, std::vector<int64_t>{784, 128, 10}, 32)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MlpReplay, mlp_784_128_10_b32, std::vector<int64_t>{784, 128, 10}, 32)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MlpEager, mlp_784_512_512_10_b128, std::vector<int64_t>{784, 512, 512, 10}, 128)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MlpReplay, mlp_784_512_512_10_b128, std::vector<int64_t>{784, 512, 512, 10}, 128)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MlpEager, mlp_1024_4096_4096_1024_b64, std::vector<int64_t>{1024, 4096, 4096, 1024}, 64)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MlpReplay, mlp_1024_4096_4096_1024_b64, std::vector<int64_t>{1024, 4096, 4096, 1024}, 64)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GptEager, block_b8_t64_c256_h4, 1, 256, 4, 8, 64, 64)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GptReplay, block_b8_t64_c256_h4, 1, 256, 4, 8, 64, 64)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GptEager, demo_gpt_2x64_b16_t32, 2, 64, 4, 16, 32, 64)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_GptReplay, demo_gpt_2x64_b16_t32, 2, 64, 4, 16, 32, 64)->Unit(benchmark::kMillisecond);
+MakeWorkload mlp_of(std::vector<int64_t> widths, int64_t batch) {
+  return [=] { return mlp(widths, batch); };
+}
+MakeWorkload gpt_of(int64_t layers, int64_t width, int64_t heads, int64_t batch, int64_t seq, int64_t vocab) {
+  return [=] { return gpt(layers, width, heads, batch, seq, vocab); };
+}
+
+#define TRAIN_STEP_BENCH(name, make)                                                     \
+  BENCHMARK_CAPTURE(BM_Eager, name, make)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime(); \
+  BENCHMARK_CAPTURE(BM_Replay, name, make)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime()
+
+TRAIN_STEP_BENCH(mlp_784_128_10_b32, mlp_of({784, 128, 10}, 32));
+TRAIN_STEP_BENCH(mlp_784_512_512_10_b128, mlp_of({784, 512, 512, 10}, 128));
+TRAIN_STEP_BENCH(mlp_1024_4096_4096_1024_b64, mlp_of({1024, 4096, 4096, 1024}, 64));
+TRAIN_STEP_BENCH(block_b8_t64_c256_h4, gpt_of(1, 256, 4, 8, 64, 64));
+TRAIN_STEP_BENCH(demo_gpt_2x64_b16_t32, gpt_of(2, 64, 4, 16, 32, 64));
 
 }  // namespace
 }  // namespace encore

@@ -225,6 +225,31 @@ TEST(OptimTest, AdamWDefaultsAndNonContiguousOperands) {
   expect_near(p, ref.p);
 }
 
+// NOTE [ AdamW arithmetic ] (src/backends/cpu/optim.cpp): dense f32 operands
+// take a vector path, strided ones go element by element; both must give the
+// same bits, full vectors and the tail alike (3 x 37 = 111 elements).
+TEST(OptimTest, AdamWDenseAndStridedPathsGiveTheSameBits) {
+  const AdamWOptions o{.lr = 3e-2, .weight_decay = 0.1};
+  Tensor base = random_tensor({3, 37}, 11);
+  Tensor dense = base.clone().requires_grad_();
+  Tensor strided = testing::non_contiguous(base).detach().requires_grad_();
+  ASSERT_TRUE(dense.is_contiguous());
+  ASSERT_FALSE(strided.is_contiguous());
+  AdamW dense_opt({dense}, o), strided_opt({strided}, o);
+  for (int t = 1; t <= 3; ++t) {
+    Tensor g = random_tensor({3, 37}, 60 + t);
+    dense.set_grad(g.clone());
+    strided.set_grad(testing::non_contiguous(g));
+    dense_opt.step();
+    strided_opt.step();
+  }
+  EXPECT_EQ(dense.to_vector<float>(), strided.contiguous().to_vector<float>());
+  for (const char* name : {"exp_avg.0", "exp_avg_sq.0"}) {
+    EXPECT_EQ(state_of(dense_opt, name).to_vector<float>(), state_of(strided_opt, name).to_vector<float>())
+        << name;
+  }
+}
+
 TEST(OptimTest, AdamWHalfPrecisionParamsComputeInF32WithF32State) {
   const AdamWOptions o{.lr = 0.05, .weight_decay = 0.1};
   // Tolerance: the parameter is rounded to its dtype once per step (half an

@@ -3,7 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <tuple>
+#include <type_traits>
 #include <utility>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/loops.h"
@@ -86,29 +91,133 @@ struct AdamWArgs {
   float beta1, beta2, eps, weight_decay;
 };
 
-// The AdamW update, one element at a time (PyTorch's AdamW, in f32):
-template <typename T>
-void adamw_kernel(const AdamWArgs& a) {
+// The per-launch constants of one AdamW update, derived once from lr and t.
+struct AdamWCoefs {
+  float decay;            // 1 - lr * weight_decay: decoupled weight decay shrinks p directly
+  float b1, c1, b2, c2;   // beta1, 1 - beta1, beta2, 1 - beta2
+  float step_size;        // lr / (1 - beta1^t)
+  float inv_sqrt_bias2;   // 1 / sqrt(1 - beta2^t)
+  float eps;
+};
+
+AdamWCoefs adamw_coefs(const AdamWArgs& a) {
   // Step-dependent values come from device memory, never from the host.
-  const float lr = *a.lr;
+  const double lr = *a.lr;
   const double t = static_cast<double>(*a.step);
   // Bias corrections: m and v start at 0, so early averages are too small by
-  // these factors. Computed once per launch, in double (beta2^t is close to 1).
-  const float bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta1), t));
-  const float bias2 = static_cast<float>(1.0 - std::pow(static_cast<double>(a.beta2), t));
-  const float b1 = a.beta1, b2 = a.beta2, eps = a.eps;
-  // Decoupled weight decay shrinks p directly instead of adding to the gradient.
-  const float decay = 1.0f - lr * a.weight_decay;
+  // these factors. In double: beta2^t is close to 1.
+  const double bias1 = 1.0 - std::pow(static_cast<double>(a.beta1), t);
+  const double bias2 = 1.0 - std::pow(static_cast<double>(a.beta2), t);
+  return {.decay = static_cast<float>(1.0 - lr * a.weight_decay),
+          .b1 = a.beta1, .c1 = 1.0f - a.beta1, .b2 = a.beta2, .c2 = 1.0f - a.beta2,
+          .step_size = static_cast<float>(lr / bias1),
+          .inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2)),
+          .eps = a.eps};
+}
+
+// NOTE [ AdamW arithmetic ]: one element of the update, PyTorch's AdamW in
+// f32 with the bias corrections folded into two per-step constants (as
+// PyTorch's own kernels do):
+//   p = p * (1 - lr wd);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g
+//   p = p - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// One sqrt and one division per element. The vector paths below perform
+// exactly these IEEE operations in this order (no fused multiply-add), so
+// every path gives the same bits, whatever the ISA, the chunking or the
+// position of an element in a vector.
+inline void adamw_element(const AdamWCoefs& c, float& p, float g, float& m, float& v) {
+  m = c.b1 * m + c.c1 * g;                       // first moment: running mean of g
+  v = c.b2 * v + c.c2 * g * g;                   // second moment: running mean of g^2
+  const float denom = std::sqrt(v) * c.inv_sqrt_bias2 + c.eps;
+  p = p * c.decay - c.step_size * m / denom;     // step of about lr per element
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// GCC contracts a * b + c into an FMA, even across intrinsics, wherever the
+// target has one (AVX-512 implies FMA): fp-contract=off keeps NOTE [ AdamW
+// arithmetic ] exact.
+#define ENCORE_NO_FMA __attribute__((optimize("fp-contract=off")))
+
+// 4 lanes of SSE (every x86-64), the tail element by element.
+ENCORE_NO_FMA void adamw_dense_sse(const AdamWCoefs& c, float* __restrict p, const float* __restrict g,
+                                   float* __restrict m, float* __restrict v, int64_t n) {
+  const __m128 decay = _mm_set1_ps(c.decay), b1 = _mm_set1_ps(c.b1), c1 = _mm_set1_ps(c.c1);
+  const __m128 b2 = _mm_set1_ps(c.b2), c2 = _mm_set1_ps(c.c2), step = _mm_set1_ps(c.step_size);
+  const __m128 rs2 = _mm_set1_ps(c.inv_sqrt_bias2), eps = _mm_set1_ps(c.eps);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128 gi = _mm_loadu_ps(g + i);
+    const __m128 mi = _mm_add_ps(_mm_mul_ps(b1, _mm_loadu_ps(m + i)), _mm_mul_ps(c1, gi));
+    const __m128 vi = _mm_add_ps(_mm_mul_ps(b2, _mm_loadu_ps(v + i)), _mm_mul_ps(_mm_mul_ps(c2, gi), gi));
+    const __m128 denom = _mm_add_ps(_mm_mul_ps(_mm_sqrt_ps(vi), rs2), eps);
+    const __m128 pi = _mm_sub_ps(_mm_mul_ps(_mm_loadu_ps(p + i), decay), _mm_div_ps(_mm_mul_ps(step, mi), denom));
+    _mm_storeu_ps(m + i, mi);
+    _mm_storeu_ps(v + i, vi);
+    _mm_storeu_ps(p + i, pi);
+  }
+  for (; i < n; ++i) adamw_element(c, p[i], g[i], m[i], v[i]);
+}
+
+// 16 lanes of AVX-512; the tail is one masked iteration.
+__attribute__((target("avx512f"))) ENCORE_NO_FMA void adamw_dense_avx512(
+    const AdamWCoefs& c, float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+    int64_t n) {
+  const __m512 decay = _mm512_set1_ps(c.decay), b1 = _mm512_set1_ps(c.b1), c1 = _mm512_set1_ps(c.c1);
+  const __m512 b2 = _mm512_set1_ps(c.b2), c2 = _mm512_set1_ps(c.c2), step = _mm512_set1_ps(c.step_size);
+  const __m512 rs2 = _mm512_set1_ps(c.inv_sqrt_bias2), eps = _mm512_set1_ps(c.eps);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 gi = _mm512_maskz_loadu_ps(k, g + i);
+    const __m512 mi = _mm512_add_ps(_mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, m + i)), _mm512_mul_ps(c1, gi));
+    const __m512 vi =
+        _mm512_add_ps(_mm512_mul_ps(b2, _mm512_maskz_loadu_ps(k, v + i)), _mm512_mul_ps(_mm512_mul_ps(c2, gi), gi));
+    const __m512 denom = _mm512_add_ps(_mm512_mul_ps(_mm512_maskz_sqrt_ps(k, vi), rs2), eps);
+    const __m512 pi = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, p + i), decay),
+                                    _mm512_div_ps(_mm512_mul_ps(step, mi), denom));
+    _mm512_mask_storeu_ps(m + i, k, mi);
+    _mm512_mask_storeu_ps(v + i, k, vi);
+    _mm512_mask_storeu_ps(p + i, k, pi);
+  }
+}
+#else
+// Dense f32 operands [0, n), one element at a time.
+void adamw_dense_scalar(const AdamWCoefs& c, float* __restrict p, const float* __restrict g, float* __restrict m,
+                        float* __restrict v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) adamw_element(c, p[i], g[i], m[i], v[i]);
+}
+#endif
+
+using AdamWDenseFn = void (*)(const AdamWCoefs&, float*, const float*, float*, float*, int64_t);
+
+// The widest path this CPU runs, chosen once.
+AdamWDenseFn adamw_dense_fn() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  static const AdamWDenseFn fn = __builtin_cpu_supports("avx512f") ? &adamw_dense_avx512 : &adamw_dense_sse;
+  return fn;
+#else
+  return &adamw_dense_scalar;
+#endif
+}
+
+template <typename T>
+void adamw_kernel(const AdamWArgs& a) {
+  const AdamWCoefs c = adamw_coefs(a);
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.l.contiguous) {
+      float* p = reinterpret_cast<float*>(a.l.ptr[0]);
+      const float* g = reinterpret_cast<const float*>(a.l.ptr[1]);
+      float* m = reinterpret_cast<float*>(a.l.ptr[2]);
+      float* v = reinterpret_cast<float*>(a.l.ptr[3]);
+      const AdamWDenseFn dense = adamw_dense_fn();
+      parallel_for(a.l.numel, kGrainTranscendental,
+                   [&](int64_t b, int64_t e) { dense(c, p + b, g + b, m + b, v + b, e - b); });
+      return;
+    }
+  }
   for_each_typed<T, const T, float, float>(a.l, kGrainTranscendental,
-                                           [&](T& param, const T& grad, float& m, float& v) {
-    const float g = static_cast<float>(grad);
-    float p = static_cast<float>(param) * decay;   // p -= lr * wd * p
-    m = b1 * m + (1.0f - b1) * g;                  // first moment: running mean of g
-    v = b2 * v + (1.0f - b2) * g * g;              // second moment: running mean of g^2
-    const float m_hat = m / bias1;                 // bias-corrected moments
-    const float v_hat = v / bias2;
-    p -= lr * m_hat / (std::sqrt(v_hat) + eps);    // step of about lr per element
-    param = T(p);                                  // f16/bf16: rounded once, on store
+                                           [&c](T& param, const T& grad, float& m, float& v) {
+    float p = static_cast<float>(param);
+    adamw_element(c, p, static_cast<float>(grad), m, v);
+    param = T(p);   // f16/bf16: rounded once, on store
   });
 }
 
