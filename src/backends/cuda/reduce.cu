@@ -1,0 +1,363 @@
+// CUDA reduction kernels: sum, mean, var, max/argmax, and max's backward.
+// Kernels, then launchers. Deterministic: every shape reduces in one fixed
+// order (NOTE [ CUDA reduction plan ] in reduce_launch.h), without atomics.
+// No Abseil and no tensor types here: they slow nvcc.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "src/backends/cuda/launch.h"
+#include "src/backends/cuda/reduce_launch.h"
+
+namespace encore::cuda {
+namespace {
+
+// ---- element conversions (f16/bf16 compute in f32) ----
+
+template <typename T> struct ComputeOf { using type = T; };
+template <> struct ComputeOf<__half> { using type = float; };
+template <> struct ComputeOf<__nv_bfloat16> { using type = float; };
+template <typename T> using compute_t = typename ComputeOf<T>::type;
+
+template <typename T> __device__ __forceinline__ compute_t<T> load(T x) { return x; }
+__device__ __forceinline__ float load(__half x) { return __half2float(x); }
+__device__ __forceinline__ float load(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <typename T> __device__ __forceinline__ T from_f32(float x) { return static_cast<T>(x); }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <typename C> __device__ __forceinline__ bool is_nan(C v) {
+  if constexpr (std::is_floating_point_v<C>) {
+    return v != v;
+  } else {
+    return false;
+  }
+}
+
+// ---- geometry ----
+
+__device__ __forceinline__ int64_t kept_offset(const ReduceGeom& g, int64_t o) {
+  int64_t off = 0;
+  for (int d = g.kept_ndim - 1; d >= 0; --d) {
+    off += (o % g.kept_shape[d]) * g.kept_stride[d];
+    o /= g.kept_shape[d];
+  }
+  return off;
+}
+
+__device__ __forceinline__ int64_t red_offset(const ReduceGeom& g, int64_t r) {
+  int64_t off = 0;
+  for (int d = g.red_ndim - 1; d >= 0; --d) {
+    off += (r % g.red_shape[d]) * g.red_stride[d];
+    r /= g.red_shape[d];
+  }
+  return off;
+}
+
+// ---- reducers ----
+// A reducer R has: In (element type); Part (a partial result, trivially
+// constructible: it lives in shared memory and in the partials buffer);
+// State (one thread's running accumulation); start(o), add(state, x, o, r)
+// for the reduced elements of output o in increasing r, finish(state) ->
+// Part, identity(), merge(a, b) (a fixed, associative combination), and
+// store(o, part).
+
+// NOTE [ CUDA summation error ]
+// Floats accumulate in f32; each thread sums its elements by Kahan
+// summation, so its error is a few ulps of its partial whatever its length,
+// and the partials combine in a tree of depth log2(ty) + log2(splits) <= 18
+// (plus Kahan over at most 4 partials per thread in the second pass): the
+// error stays at most about 20 u sum|x| (u = 2^-24), within NOTE
+// [ CUDA tolerances ] of tests/backends/cuda_test_util.h. Integers and bool
+// accumulate in wrapping 64-bit unsigned arithmetic, as on the CPU.
+template <typename T, typename TOut, SumMode kMode>
+struct SumReducer {
+  using In = T;
+  static constexpr bool kFloat = std::is_floating_point_v<compute_t<T>>;
+  using Part = std::conditional_t<kFloat, float, unsigned long long>;
+  struct State { Part sum, comp; float mean; };   // comp: Kahan compensation (floats)
+
+  TOut* out;
+  const float* mean;
+  double divisor;
+
+  __device__ State start(int64_t o) const {
+    State s{};
+    if constexpr (kMode == SumMode::kSquaredDeviation) s.mean = mean[o];
+    return s;
+  }
+  __device__ static void kahan_add(State& s, float v) {
+    const float y = v - s.comp;
+    const float t = s.sum + y;
+    s.comp = isfinite(t) ? (t - s.sum) - y : 0.0f;   // an inf or NaN sum stays as it is
+    s.sum = t;
+  }
+  __device__ void add(State& s, T x, int64_t, int64_t) const {
+    if constexpr (kFloat) {
+      float v = load(x);
+      if constexpr (kMode == SumMode::kSquaredDeviation) {
+        const float d = v - s.mean;
+        v = d * d;
+      }
+      kahan_add(s, v);
+    } else {
+      s.sum += static_cast<unsigned long long>(static_cast<long long>(x));
+    }
+  }
+  __device__ static Part finish(const State& s) {
+    if constexpr (kFloat) {
+      return s.sum - s.comp;
+    } else {
+      return s.sum;
+    }
+  }
+  __device__ static Part identity() { return Part(0); }
+  __device__ static Part merge(Part a, Part b) { return a + b; }
+  __device__ void store(int64_t o, Part p) const {
+    if constexpr (!kFloat) {
+      out[o] = static_cast<TOut>(static_cast<long long>(p));
+    } else if constexpr (kMode == SumMode::kSum) {
+      out[o] = from_f32<TOut>(p);
+    } else {
+      out[o] = from_f32<TOut>(static_cast<float>(static_cast<double>(p) / divisor));
+    }
+  }
+};
+
+// Max and the row-major index of its first occurrence; a NaN beats any number
+// and the first NaN wins (as on the CPU).
+template <typename T>
+struct MaxReducer {
+  using In = T;
+  using C = compute_t<T>;
+  struct Part { C v; long long i; };   // i < 0: nothing seen yet
+  using State = Part;
+
+  T* values;          // null for argmax
+  int64_t* indices;
+
+  __device__ State start(int64_t) const { return identity(); }
+  __device__ static Part identity() { return Part{C(0), -1}; }
+  // Elements arrive in increasing r: strictly better keeps the first of equals.
+  __device__ void add(State& s, T x, int64_t, int64_t r) const {
+    const C v = load(x);
+    if (s.i < 0 || v > s.v || (is_nan(v) && !is_nan(s.v))) s = Part{v, r};
+  }
+  __device__ static Part finish(const State& s) { return s; }
+  // Order-free: the larger value wins (a NaN is the largest), equal values
+  // (or two NaNs) go to the smaller index.
+  __device__ static Part merge(const Part& a, const Part& b) {
+    if (b.i < 0) return a;
+    if (a.i < 0) return b;
+    const bool an = is_nan(a.v), bn = is_nan(b.v);
+    if (an || bn) return (an && bn) ? (b.i < a.i ? b : a) : (bn ? b : a);
+    if (b.v > a.v) return b;
+    if (a.v > b.v) return a;
+    return b.i < a.i ? b : a;
+  }
+  __device__ void store(int64_t o, const Part& p) const {
+    if (values != nullptr) {
+      if constexpr (std::is_integral_v<T>) {
+        values[o] = p.v;   // from_f32 would round large integers
+      } else {
+        values[o] = from_f32<T>(p.v);
+      }
+    }
+    indices[o] = p.i;
+  }
+};
+
+// ---- kernels ----
+
+// Combines sh[y * tx + x] over y (ty a power of two) into sh[x], in a fixed
+// tree. Every thread of the block must call it.
+template <typename R>
+__device__ __forceinline__ void block_tree(typename R::Part* sh, int x, int y, int tx, int ty) {
+  __syncthreads();
+  for (int h = ty / 2; h > 0; h /= 2) {
+    if (y < h) sh[y * tx + x] = R::merge(sh[y * tx + x], sh[(y + h) * tx + x]);
+    __syncthreads();
+  }
+}
+
+// Pass one (or the only pass): block (grid-stride over groups of tx outputs,
+// blockIdx.y = chunk) as NOTE [ CUDA reduction plan ] describes.
+template <typename R>
+__global__ void __launch_bounds__(kReduceThreads)
+    reduce_kernel(R r, const ReduceGeom g, const ReducePlan p, typename R::Part* partials) {
+  using Part = typename R::Part;
+  __shared__ Part sh[kReduceThreads];
+  const int t = threadIdx.x;
+  const int x = p.row_threads ? t / p.ty : t % p.tx;
+  const int y = p.row_threads ? t % p.ty : t / p.tx;
+  const int64_t m = g.out_numel, n = g.red_numel;
+  const int64_t chunk = blockIdx.y;
+  const int64_t begin = chunk * n / p.splits, end = (chunk + 1) * n / p.splits;
+  const int64_t groups = (m + p.tx - 1) / p.tx;
+  const auto* in = static_cast<const typename R::In*>(g.in);
+  for (int64_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    const int64_t o = grp * p.tx + x;
+    Part part = R::identity();
+    if (o < m) {
+      const typename R::In* base = in + kept_offset(g, o);
+      typename R::State s = r.start(o);
+      if (g.red_ndim == 1) {
+        const int64_t stride = g.red_stride[0];
+        for (int64_t i = begin + y; i < end; i += p.ty) r.add(s, base[i * stride], o, i);
+      } else {
+        for (int64_t i = begin + y; i < end; i += p.ty) r.add(s, base[red_offset(g, i)], o, i);
+      }
+      part = R::finish(s);
+    }
+    if (p.ty > 1) {
+      sh[y * p.tx + x] = part;
+      block_tree<R>(sh, x, y, p.tx, p.ty);
+      part = sh[x];   // read by y == 0 only; no thread writes row 0 but its own
+    }
+    if (y == 0 && o < m) {
+      if (p.splits == 1) {
+        r.store(o, part);
+      } else {
+        partials[chunk * m + o] = part;
+      }
+    }
+  }
+}
+
+// Pass two: one block per output (grid-stride) combines its `splits`
+// partials (chunk order within each thread, then the tree).
+template <typename R>
+__global__ void __launch_bounds__(kReduceThreads)
+    combine_kernel(R r, const typename R::Part* partials, int64_t m, int32_t splits) {
+  using Part = typename R::Part;
+  __shared__ Part sh[kReduceThreads];
+  const int y = threadIdx.x;
+  for (int64_t o = blockIdx.x; o < m; o += gridDim.x) {
+    Part part = R::identity();
+    for (int64_t c = y; c < splits; c += kReduceThreads) part = R::merge(part, partials[c * m + o]);
+    sh[y] = part;
+    block_tree<R>(sh, 0, y, 1, kReduceThreads);
+    if (y == 0) r.store(o, sh[0]);
+    __syncthreads();   // sh[0] is read before the next output overwrites it
+  }
+}
+
+// grad_in[p, k, i] = indices[p, i] == k ? grad_out[p, i] : 0: one pass, no
+// scatter, so no races and no separate zero fill.
+template <typename T>
+__global__ void max_backward_kernel(T* grad_in, const T* grad_out, const int64_t* indices, int64_t outer, int64_t n,
+                                    int64_t inner) {
+  const int64_t total = outer * n * inner;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = e % inner, rest = e / inner;
+    const int64_t k = rest % n, p = rest / n;
+    const int64_t j = p * inner + i;
+    grad_in[e] = indices[j] == k ? grad_out[j] : from_f32<T>(0.0f);
+  }
+}
+
+// ---- launch helpers ----
+
+template <typename R>
+void launch_reduce(const R& r, const ReduceGeom& g, const ReducePlan& p, void* partials, const char* op) {
+  const int64_t m = g.out_numel;
+  if (m == 0) return;
+  using Part = typename R::Part;
+  const int64_t groups = (m + p.tx - 1) / p.tx;
+  const dim3 grid(blocks_for(groups, 1), static_cast<unsigned>(p.splits));
+  auto* part = static_cast<Part*>(partials);
+  reduce_kernel<R><<<grid, kReduceThreads, 0, active_stream()>>>(r, g, p, part);
+  check_launch(op);
+  if (p.splits > 1) {
+    combine_kernel<R><<<blocks_for(m, 1), kReduceThreads, 0, active_stream()>>>(r, part, m, p.splits);
+    check_launch(op);
+  }
+}
+
+template <typename T, typename TOut, SumMode kMode>
+void launch_sum_typed(const SumLaunchArgs& a) {
+  static_assert(sizeof(typename SumReducer<T, TOut, kMode>::Part) <= kSumPartialBytes);
+  launch_reduce(SumReducer<T, TOut, kMode>{static_cast<TOut*>(a.out), a.mean, a.divisor}, a.g, a.p, a.partials,
+                a.op);
+}
+
+template <typename T, SumMode kMode>
+void launch_sum_out(const SumLaunchArgs& a) {
+  using Wide = std::conditional_t<std::is_floating_point_v<compute_t<T>>, float, int64_t>;
+  if (a.out_type == a.in_type) return launch_sum_typed<T, T, kMode>(a);
+  return launch_sum_typed<T, Wide, kMode>(a);   // the host checked out_type is the wide type
+}
+
+template <SumMode kMode>
+void launch_sum_mode(const SumLaunchArgs& a) {
+  switch (a.in_type) {
+    case ReduceType::kF32: return launch_sum_out<float, kMode>(a);
+    case ReduceType::kF16: return launch_sum_out<__half, kMode>(a);
+    case ReduceType::kBF16: return launch_sum_out<__nv_bfloat16, kMode>(a);
+    default: break;
+  }
+  if constexpr (kMode == SumMode::kSum) {   // mean and var take floats only (the host checks)
+    switch (a.in_type) {
+      case ReduceType::kI32: return launch_sum_out<int32_t, kMode>(a);
+      case ReduceType::kI64: return launch_sum_out<int64_t, kMode>(a);
+      case ReduceType::kBool: return launch_sum_out<bool, kMode>(a);
+      default: break;
+    }
+  }
+}
+
+template <typename T>
+void launch_max_typed(const MaxLaunchArgs& a) {
+  static_assert(sizeof(typename MaxReducer<T>::Part) <= kMaxPartialBytes);
+  launch_reduce(MaxReducer<T>{static_cast<T*>(a.values), a.indices}, a.g, a.p, a.partials, a.op);
+}
+
+template <typename T>
+void launch_max_backward_typed(const MaxBackwardLaunchArgs& a) {
+  const int64_t total = a.outer * a.n * a.inner;
+  if (total == 0) return;
+  max_backward_kernel<T><<<blocks_for(total), kThreads, 0, active_stream()>>>(
+      static_cast<T*>(a.grad_in), static_cast<const T*>(a.grad_out), a.indices, a.outer, a.n, a.inner);
+  check_launch("max_backward");
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+void sum_launcher(const SumLaunchArgs& a) {
+  switch (a.mode) {
+    case SumMode::kSum: return launch_sum_mode<SumMode::kSum>(a);
+    case SumMode::kMean: return launch_sum_mode<SumMode::kMean>(a);
+    case SumMode::kSquaredDeviation: return launch_sum_mode<SumMode::kSquaredDeviation>(a);
+  }
+}
+
+void max_launcher(const MaxLaunchArgs& a) {
+  switch (a.type) {
+    case ReduceType::kF32: return launch_max_typed<float>(a);
+    case ReduceType::kF16: return launch_max_typed<__half>(a);
+    case ReduceType::kBF16: return launch_max_typed<__nv_bfloat16>(a);
+    case ReduceType::kI32: return launch_max_typed<int32_t>(a);
+    case ReduceType::kI64: return launch_max_typed<int64_t>(a);
+    case ReduceType::kBool: break;   // refused on the host
+  }
+}
+
+void max_backward_launcher(const MaxBackwardLaunchArgs& a) {
+  switch (a.type) {
+    case ReduceType::kF32: return launch_max_backward_typed<float>(a);
+    case ReduceType::kF16: return launch_max_backward_typed<__half>(a);
+    case ReduceType::kBF16: return launch_max_backward_typed<__nv_bfloat16>(a);
+    default: break;   // refused on the host
+  }
+}
+
+}  // namespace encore::cuda
