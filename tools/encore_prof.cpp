@@ -15,7 +15,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "encore/profile.h"
 #include "tools/workloads.h"
@@ -107,6 +109,9 @@ absl::Status run(Workload& w) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help lists this file's flags (Abseil matches files by program name, and ours has a dash).
+  absl::SetFlagsUsageConfig(
+      {.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "encore_prof.cpp"); }});
   absl::SetProgramUsageMessage(
       "Profiles a built-in model's training step eagerly and captured + replayed on the CPU: per-kernel times\n"
       "mapped to ops and phases (forward, backward, optimizer), a summary, a Chrome trace and a DOT graph.\n"

@@ -1,0 +1,237 @@
+// The profiling API (include/encore/profile.h): a profiled replay computes
+// exactly what plain replays compute, nodes map to ops and phases, the arena
+// counter equals the plan's bytes in use, and the Chrome trace is well formed.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "encore/profile.h"
+#include "nlohmann/json.hpp"
+#include "src/core/stream.h"
+#include "tools/workloads.h"
+
+namespace encore {
+namespace {
+
+using tools::Workload;
+
+std::unique_ptr<Workload> small_mlp() { return tools::make_mlp({.widths = {12, 16, 5}, .batch = 8, .seed = 3}); }
+
+// Dropout draws from the RNG offset advanced inside the graph: a profiled
+// replay that skipped or repeated a kernel would change every later step.
+std::unique_ptr<Workload> small_gpt() {
+  return tools::make_gpt({.config = {.vocab_size = 13, .block_size = 8, .n_layer = 1, .n_head = 2, .n_embd = 16,
+                                     .dropout = 0.1, .seed = 5},
+                          .batch = 2});
+}
+
+std::vector<std::vector<float>> snapshot(const Workload& w) {
+  std::vector<std::vector<float>> out;
+  for (const Tensor& p : w.model->parameters()) out.push_back(p.to_vector<float>());
+  return out;
+}
+
+bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Graph capture_or_die(Workload& w) {
+  absl::StatusOr<Graph> g = capture([&w] { return w.step(); });
+  EXPECT_TRUE(g.ok()) << g.status();
+  return *std::move(g);
+}
+
+struct Result {
+  std::vector<std::vector<float>> params;
+  float loss = 0;
+};
+
+// Builds a fresh workload (reseeding the default generator that dropout
+// shares), captures it, and either profiles it or replays it `replays` times.
+// Runs one at a time: workloads share the process's default generator.
+Result train(std::unique_ptr<Workload> (*make)(), const ProfileOptions* profile, int replays) {
+  std::unique_ptr<Workload> w = make();
+  Graph g = capture_or_die(*w);
+  if (profile != nullptr) {
+    absl::StatusOr<StepProfile> p = profile_replay(g, *profile);
+    EXPECT_TRUE(p.ok()) << p.status();
+  }
+  for (int i = 0; i < replays; ++i) EXPECT_TRUE(g.replay().ok());
+  return {snapshot(*w), g.output(0).item<float>()};
+}
+
+class ProfileEquivalenceTest : public ::testing::TestWithParam<std::unique_ptr<Workload> (*)()> {};
+
+TEST_P(ProfileEquivalenceTest, ProfiledReplayEqualsPlainReplaysBitForBit) {
+  const ProfileOptions options{.warmup_runs = 1, .runs = 3};
+  const int replays = options.warmup_runs + 2 * options.runs;   // as profile.h documents
+  const Result profiled = train(GetParam(), &options, 0);
+  const Result plain = train(GetParam(), nullptr, replays);
+  EXPECT_TRUE(same_bits(profiled.params, plain.params));
+  EXPECT_EQ(std::memcmp(&profiled.loss, &plain.loss, sizeof(float)), 0) << profiled.loss << " vs " << plain.loss;
+  // One replay more must differ (the comparison can fail).
+  const Result more = train(GetParam(), nullptr, replays + 1);
+  EXPECT_FALSE(same_bits(profiled.params, more.params));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ProfileEquivalenceTest, ::testing::Values(&small_mlp, &small_gpt));
+
+TEST(ProfileTest, NodesMapToOpsAndPhases) {
+  std::unique_ptr<Workload> w = small_mlp();
+  Graph g = capture_or_die(*w);
+  absl::StatusOr<StepProfile> p = profile_replay(g, {.warmup_runs = 0, .runs = 2});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->nodes.size(), static_cast<size_t>(g.stats().kernels));
+  std::map<std::string, std::set<std::string>> ops_by_phase;
+  for (size_t i = 0; i < p->nodes.size(); ++i) {
+    const NodeTiming& n = p->nodes[i];
+    EXPECT_EQ(n.node, static_cast<int64_t>(i));
+    EXPECT_STREQ(n.op, g.node_op(i));
+    EXPECT_GE(n.duration_ns, 0);
+    EXPECT_GE(n.median_ns, 0);
+    EXPECT_FALSE(n.write_bytes.empty()) << n.op << " writes nothing?";
+    ops_by_phase[n.phase].insert(n.op);
+  }
+  // zero_grad's fills and AdamW's update are optimizer; the matmuls run in both passes.
+  EXPECT_TRUE(ops_by_phase["optimizer"].count("fill")) << "zero_grad not tagged optimizer";
+  EXPECT_TRUE(ops_by_phase["optimizer"].count("adamw"));
+  EXPECT_TRUE(ops_by_phase["forward"].count("gemm"));
+  EXPECT_TRUE(ops_by_phase["backward"].count("gemm"));
+  EXPECT_FALSE(ops_by_phase["forward"].count("adamw"));
+  EXPECT_EQ(ops_by_phase.size(), 3u);
+}
+
+TEST(ProfileTest, EagerProfileSeesTheSameKernelsAsTheGraph) {
+  std::unique_ptr<Workload> w = small_mlp();
+  absl::StatusOr<StepProfile> eager = profile_eager([&] { return w->step(); }, {.warmup_runs = 1, .runs = 2});
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  Graph g = capture_or_die(*w);
+  ASSERT_EQ(eager->nodes.size(), static_cast<size_t>(g.stats().kernels));
+  for (size_t i = 0; i < eager->nodes.size(); ++i) {
+    EXPECT_STREQ(eager->nodes[i].op, g.node_op(i)) << "node " << i;
+    EXPECT_STREQ(eager->nodes[i].phase, g.node_phase(i)) << "node " << i;
+    if (i > 0) {
+      EXPECT_GE(eager->nodes[i].start_ns, eager->nodes[i - 1].start_ns + eager->nodes[i - 1].duration_ns);
+    }
+  }
+  EXPECT_TRUE(eager->arena_in_use_bytes.empty());
+}
+
+TEST(ProfileTest, ArenaInUseEqualsThePlansLiveBytes) {
+  std::unique_ptr<Workload> w = small_gpt();
+  Graph g = capture_or_die(*w);
+  const std::vector<int64_t> in_use = arena_bytes_in_use(g);
+  ASSERT_EQ(in_use.size(), static_cast<size_t>(g.stats().kernels) + 1);
+  int64_t peak = 0;
+  for (size_t t = 0; t < in_use.size(); ++t) {
+    int64_t live = 0;   // brute force over the buffers
+    for (const planner::Buffer& b : g.buffers()) live += (b.lower <= int64_t(t) && int64_t(t) < b.upper) ? b.size : 0;
+    EXPECT_EQ(in_use[t], live) << "at node " << t;
+    peak = std::max(peak, live);
+  }
+  EXPECT_EQ(peak, planner::lower_bound(g.buffers()));
+  EXPECT_GT(in_use.back(), 0) << "the loss output lives to the end";
+}
+
+TEST(ProfileTest, ChromeTraceIsWellFormed) {
+  std::unique_ptr<Workload> w = small_mlp();
+  absl::StatusOr<StepProfile> eager = profile_eager([&] { return w->step(); }, {.warmup_runs = 0, .runs = 2});
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  Graph g = capture_or_die(*w);
+  absl::StatusOr<StepProfile> replayed = profile_replay(g, {.warmup_runs = 0, .runs = 2});
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  const nlohmann::json trace = nlohmann::json::parse(chrome_trace_json({&*eager, &*replayed}));   // throws if invalid
+  ASSERT_TRUE(trace.at("traceEvents").is_array());
+  std::map<std::pair<int, int>, std::vector<nlohmann::json>> tracks;
+  std::vector<int64_t> counter;
+  std::set<std::string> names;
+  int metadata = 0;
+  for (const nlohmann::json& e : trace["traceEvents"]) {
+    const std::string ph = e.at("ph");
+    if (ph == "M") {
+      ++metadata;
+      EXPECT_FALSE(e.at("args").at("name").get<std::string>().empty());
+    } else if (ph == "X") {
+      EXPECT_GE(e.at("ts").get<double>(), 0.0);
+      EXPECT_GE(e.at("dur").get<double>(), 0.0);
+      const std::string phase = e.at("args").at("phase");
+      EXPECT_TRUE(phase == "forward" || phase == "backward" || phase == "optimizer") << phase;
+      names.insert(e.at("name").get<std::string>());
+      tracks[{e.at("pid").get<int>(), e.at("tid").get<int>()}].push_back(e);
+    } else {
+      ASSERT_EQ(ph, "C");
+      EXPECT_EQ(e.at("pid").get<int>(), 2) << "only the replay has an arena";
+      counter.push_back(e.at("args").at("bytes").get<int64_t>());
+    }
+  }
+  EXPECT_EQ(metadata, 4);   // two processes, one stream each
+  ASSERT_EQ(tracks.size(), 2u);
+  for (const auto& [track, events] : tracks) {
+    EXPECT_EQ(events.size(), static_cast<size_t>(g.stats().kernels));
+    for (size_t i = 0; i < events.size(); ++i) {
+      EXPECT_EQ(events[i]["name"], g.node_op(i));
+      EXPECT_EQ(events[i]["args"]["node"].get<int64_t>(), static_cast<int64_t>(i));
+      if (i == 0) continue;
+      const double prev_end = events[i - 1]["ts"].get<double>() + events[i - 1]["dur"].get<double>();
+      EXPECT_LE(prev_end, events[i]["ts"].get<double>() + 1e-3) << "overlap on track pid " << track.first;   // 1 ns
+    }
+  }
+  EXPECT_TRUE(names.count("gemm") && names.count("adamw") && names.count("cross_entropy"));
+  EXPECT_EQ(counter, arena_bytes_in_use(g));
+}
+
+TEST(ProfileTest, SummaryAddsUp) {
+  std::unique_ptr<Workload> w = small_mlp();
+  Graph g = capture_or_die(*w);
+  absl::StatusOr<StepProfile> p = profile_replay(g, {.warmup_runs = 0, .runs = 3});
+  ASSERT_TRUE(p.ok()) << p.status();
+  const ProfileSummary s = summarize(*p, 3);
+  int64_t phases = 0, nodes = 0;
+  for (const auto& [name, ns] : s.phase_ns) phases += ns;
+  for (const NodeTiming& n : p->nodes) nodes += n.median_ns;
+  EXPECT_EQ(phases, s.kernel_ns);
+  EXPECT_EQ(nodes, s.kernel_ns);
+  ASSERT_EQ(s.top_ops.size(), 3u);
+  EXPECT_GE(s.top_ops[0].total_ns, s.top_ops[1].total_ns);
+  EXPECT_GE(s.top_ops[1].total_ns, s.top_ops[2].total_ns);
+  EXPECT_GT(p->step_ns, 0);
+  EXPECT_LE(p->step_min_ns, p->step_ns);
+  EXPECT_GE(p->step_max_ns, p->step_ns);
+  const std::string text = format_summary(*p);
+  EXPECT_NE(text.find("backward"), std::string::npos);
+  EXPECT_NE(text.find("cuda:"), std::string::npos);
+}
+
+TEST(ProfileTest, EagerStepThatThrowsGivesAStatusAndUninstallsTheTimer) {
+  std::unique_ptr<Workload> w = small_mlp();
+  int calls = 0;
+  auto step = [&] {
+    if (++calls == 2) throw Error(absl::InvalidArgumentError("boom in step"));   // the first timed run
+    return w->step();
+  };
+  absl::StatusOr<StepProfile> p = profile_eager(step, {.warmup_runs = 0, .runs = 1});
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("boom"), std::string::npos);
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
+  EXPECT_TRUE(capture([&] { return w->step(); }).ok());
+}
+
+TEST(ProfileTest, BadOptionsAreRefused) {
+  std::unique_ptr<Workload> w = small_mlp();
+  Graph g = capture_or_die(*w);
+  EXPECT_EQ(profile_replay(g, {.runs = 0}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(profile_eager([&] { return w->step(); }, {.warmup_runs = -1}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(write_chrome_trace("/nonexistent-dir/trace.json", {}).ok());
+}
+
+}  // namespace
+}  // namespace encore

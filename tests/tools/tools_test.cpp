@@ -1,0 +1,147 @@
+// encore-prof and encore-launch, run as a user would: exit status, messages,
+// --help, the Chrome trace, the DOT graph, the launch lab's JSON and SVG.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace encore {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct ToolRun {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/encore_tools_" + name; }
+
+ToolRun run_tool(const std::string& binary, const std::string& args) {
+  const std::string out = temp_path("stdout"), err = temp_path("stderr");
+  const int status = std::system((binary + " " + args + " >" + out + " 2>" + err).c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+ToolRun prof(const std::string& args) { return run_tool(ENCORE_PROF_PATH, args); }
+ToolRun launch(const std::string& args) { return run_tool(ENCORE_LAUNCH_PATH, args); }
+
+void expect_flag_error(const ToolRun& run, const std::string& what) {
+  EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr(what));
+  EXPECT_EQ(run.err.find('\n'), run.err.size() - 1) << "not one line: " << run.err;
+}
+
+TEST(EncoreProfTest, ProfilesTheMlpAndWritesTraceAndDot) {
+  const std::string trace = temp_path("mlp_trace.json"), dot = temp_path("mlp.dot");
+  std::remove(trace.c_str());
+  std::remove(dot.c_str());
+  const ToolRun run = prof("--model=mlp --hidden=16 --batch=8 --runs=2 --warmup_runs=1 --trace=" + trace +
+                           " --dot=" + dot);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("eager (cpu)"));
+  EXPECT_THAT(run.out, HasSubstr("replay (cpu)"));
+  EXPECT_THAT(run.out, HasSubstr("optimizer"));
+  EXPECT_THAT(run.out, HasSubstr("gemm"));
+  EXPECT_THAT(run.out, HasSubstr("cuda:"));
+  const nlohmann::json t = nlohmann::json::parse(slurp(trace));   // throws (fails the test) if invalid
+  int x_events = 0, counters = 0;
+  for (const nlohmann::json& e : t.at("traceEvents")) {
+    x_events += e.at("ph") == "X";
+    counters += e.at("ph") == "C";
+  }
+  EXPECT_GT(x_events, 20);
+  EXPECT_GT(counters, 10);
+  EXPECT_EQ(t.at("otherData").at("encore").size(), 2u);   // eager and replay
+  EXPECT_THAT(slurp(dot), HasSubstr("digraph encore"));
+  EXPECT_THAT(slurp(dot), HasSubstr(": gemm"));
+}
+
+TEST(EncoreProfTest, ProfilesTheGpt) {
+  const ToolRun run = prof("--model=gpt --n_layer=1 --n_embd=16 --n_head=2 --seq=8 --vocab=11 --batch=2 --runs=1 "
+                           "--warmup_runs=0 --eager=false --top=3");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("replay (cpu)"));
+  EXPECT_THAT(run.out, HasSubstr("top 3 ops"));
+  EXPECT_THAT(run.out, ::testing::Not(HasSubstr("eager (cpu)")));
+}
+
+TEST(EncoreProfTest, FlagErrors) {
+  expect_flag_error(prof("--model=resnet"), "--model must be mlp or gpt, got 'resnet'");
+  expect_flag_error(prof("--runs=0"), "--runs must be >= 1");
+  expect_flag_error(prof("--model=mlp --hidden=0"), "--hidden must be >= 1");
+  expect_flag_error(prof("stray"), "unexpected argument 'stray'");
+  // A config the model refuses (width not divisible by heads) is a flag error with the model's message.
+  expect_flag_error(prof("--model=gpt --n_embd=10 --n_head=4"), "n_head");
+}
+
+TEST(EncoreProfTest, HelpDescribesEveryFlag) {
+  const ToolRun run = prof("--help");
+  for (const char* flag : {"--model", "--batch", "--hidden", "--seq", "--n_layer", "--n_head", "--n_embd", "--vocab",
+                           "--dropout", "--lr", "--seed", "--runs", "--warmup_runs", "--eager", "--top", "--trace",
+                           "--dot"}) {
+    EXPECT_THAT(run.out + run.err, HasSubstr(std::string(flag) + " (")) << flag;
+  }
+}
+
+TEST(EncoreLaunchTest, SmallRunWritesJsonAndSvg) {
+  const std::string json = temp_path("launch.json"), svg = temp_path("launch.svg");
+  const ToolRun run = launch("--n=1,10 --reps=3 --capture_reps=1 --min_rep_ms=0.05 --json=" + json + " --svg=" + svg);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("machine:"));
+  EXPECT_THAT(run.out, HasSubstr("cuda"));
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  EXPECT_FALSE(j.at("machine").at("cpu").get<std::string>().empty());
+  EXPECT_THAT(j.at("cuda").at("status").get<std::string>(), HasSubstr("cuda"));
+  const nlohmann::json& results = j.at("results");
+  ASSERT_EQ(results.size(), 5u);   // chain 1, 10; wide 1, 10; mlp
+  for (const nlohmann::json& r : results) {
+    const std::string variant = r.at("variant");
+    if (variant != "mlp") {
+      EXPECT_EQ(r.at("kernels"), r.at("n")) << variant << " " << r.at("n");
+    }
+    EXPECT_GT(r.at("kernels").get<int64_t>(), 0);
+    for (const char* key : {"eager_ns_per_kernel", "capture_ms", "replay_ns_per_kernel"}) {
+      const nlohmann::json& s = r.at(key);
+      EXPECT_GT(s.at("median").get<double>(), 0.0) << variant << " " << key;
+      EXPECT_LE(s.at("min").get<double>(), s.at("median").get<double>());
+      EXPECT_LE(s.at("median").get<double>(), s.at("max").get<double>());
+    }
+  }
+  const std::string picture = slurp(svg);
+  EXPECT_THAT(picture, HasSubstr("<svg"));
+  EXPECT_THAT(picture, HasSubstr("chain replayed"));
+  EXPECT_THAT(picture, HasSubstr("</svg>"));
+}
+
+TEST(EncoreLaunchTest, FlagErrors) {
+  expect_flag_error(launch("--n=1,abc"), "--n: 'abc' is not a kernel count");
+  expect_flag_error(launch("--n=0"), "--n: '0' is not a kernel count");
+  expect_flag_error(launch("--variants=chain,deep"), "unknown variant 'deep'");
+  expect_flag_error(launch("--reps=0"), "--reps and --capture_reps must be >= 1");
+}
+
+TEST(EncoreLaunchTest, HelpDescribesEveryFlag) {
+  const ToolRun run = launch("--help");
+  for (const char* flag : {"--n", "--variants", "--elements", "--reps", "--capture_reps", "--min_rep_ms", "--json",
+                           "--svg"}) {
+    EXPECT_THAT(run.out + run.err, HasSubstr(std::string(flag) + " (")) << flag;
+  }
+}
+
+}  // namespace
+}  // namespace encore
