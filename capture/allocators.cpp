@@ -1,5 +1,8 @@
 #include "capture/allocators.h"
 
+#include <array>
+#include <mutex>
+
 #include "encore/error.h"
 #include "encore/tensor.h"
 
@@ -11,15 +14,19 @@ thread_local ArenaPlan* tls_plan = nullptr;
 
 class RecordingAllocator final : public Allocator {
  public:
+  explicit RecordingAllocator(Device device) : device_(device) {}
   void* allocate(int64_t nbytes) override {
-    void* p = default_allocator(kCPU).allocate(nbytes);
-    if (tls_listener != nullptr) tls_listener->on_allocate(p, nbytes);
+    void* p = default_allocator(device_).allocate(nbytes);
+    if (tls_listener != nullptr) tls_listener->on_allocate(p, nbytes, device_);
     return p;
   }
   void deallocate(void* p, int64_t nbytes) override {
     if (tls_listener != nullptr) tls_listener->on_free(p);
-    default_allocator(kCPU).deallocate(p, nbytes);
+    default_allocator(device_).deallocate(p, nbytes);
   }
+
+ private:
+  const Device device_;
 };
 
 class ArenaAllocator final : public Allocator {
@@ -40,8 +47,14 @@ class ArenaAllocator final : public Allocator {
   void deallocate(void* p, int64_t nbytes) override {}   // the arena lives with its Graph
 };
 
-Allocator& recording_allocator() {
-  static auto* a = new RecordingAllocator();
+Allocator& recording_allocator(Device device) {
+  static auto* cpu = new RecordingAllocator(kCPU);
+  if (device.is_cpu()) return *cpu;
+  static std::mutex mu;
+  static std::array<RecordingAllocator*, 64> cuda{};   // per CUDA ordinal, created on first use
+  std::lock_guard<std::mutex> lock(mu);
+  RecordingAllocator*& a = cuda.at(device.index);
+  if (a == nullptr) a = new RecordingAllocator(device);
   return *a;
 }
 Allocator& arena_allocator() {
@@ -51,12 +64,14 @@ Allocator& arena_allocator() {
 
 }  // namespace
 
-RecordingScope::RecordingScope(AllocationListener* listener) : override_(kCPU, &recording_allocator()) {
+RecordingScope::RecordingScope(AllocationListener* listener, std::optional<Device> gpu)
+    : cpu_(kCPU, &recording_allocator(kCPU)) {
+  if (gpu.has_value()) gpu_.emplace(*gpu, &recording_allocator(*gpu));
   tls_listener = listener;
 }
 RecordingScope::~RecordingScope() { tls_listener = nullptr; }
 
-ArenaScope::ArenaScope(ArenaPlan* plan) : override_(kCPU, &arena_allocator()) { tls_plan = plan; }
+ArenaScope::ArenaScope(ArenaPlan* plan, Device device) : override_(device, &arena_allocator()) { tls_plan = plan; }
 ArenaScope::~ArenaScope() { tls_plan = nullptr; }
 
 }  // namespace encore::capture_internal

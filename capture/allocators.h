@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "src/core/allocator.h"
@@ -19,7 +20,7 @@ namespace encore::capture_internal {
 class AllocationListener {
  public:
   virtual ~AllocationListener() = default;
-  virtual void on_allocate(void* p, int64_t nbytes) = 0;
+  virtual void on_allocate(void* p, int64_t nbytes, Device device) = 0;
   virtual void on_free(void* p) = 0;
 };
 
@@ -32,20 +33,22 @@ struct ArenaPlan {
   const char* last_op = "(start of step)";
 };
 
-// Routes this thread's CPU allocations through the recording allocator.
+// Routes this thread's allocations on the CPU and on `gpu` (when set)
+// through the recording allocators of those devices.
 class RecordingScope {
  public:
-  explicit RecordingScope(AllocationListener* listener);
+  RecordingScope(AllocationListener* listener, std::optional<Device> gpu);
   ~RecordingScope();
 
  private:
-  AllocatorOverride override_;
+  AllocatorOverride cpu_;
+  std::optional<AllocatorOverride> gpu_;
 };
 
-// Routes this thread's CPU allocations into `plan`'s arena.
+// Routes this thread's allocations on `device` into `plan`'s arena.
 class ArenaScope {
  public:
-  explicit ArenaScope(ArenaPlan* plan);
+  ArenaScope(ArenaPlan* plan, Device device);
   ~ArenaScope();
 
  private:

@@ -5,12 +5,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "capture/allocators.h"
 #include "capture/cpu_graph.h"
+#include "capture/cuda_graph.h"
 #include "capture/recorder.h"
 #include "src/core/allocator.h"
 
@@ -19,6 +21,7 @@ namespace encore {
 using capture_internal::ArenaPlan;
 using capture_internal::ArenaScope;
 using capture_internal::CpuGraph;
+using capture_internal::CudaGraph;
 using capture_internal::Recorder;
 using capture_internal::RecordingScope;
 using capture_internal::Trace;
@@ -37,17 +40,35 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Installs an observer on the CPU stream for a scope.
+// The GPU a step may use: cuda:0 when the CUDA backend is built and a GPU
+// answers (one GPU per process, DESIGN.md "Distributed").
+std::optional<Device> usable_gpu() {
+  if (!cuda_available()) return std::nullopt;
+  return Device::cuda(0);
+}
+
+// Installs an observer on the CPU stream and on the GPU's stream for a scope,
+// so that a launch on either is seen.
 class ObserverScope {
  public:
-  explicit ObserverScope(LaunchObserver* o) : stream_(current_stream(kCPU)), prev_(stream_.observer()) {
-    stream_.set_observer(o);
+  ObserverScope(LaunchObserver* o, std::optional<Device> gpu) {
+    streams_[0] = &current_stream(kCPU);
+    if (gpu.has_value()) streams_[1] = &current_stream(*gpu);
+    for (int i = 0; i < 2; ++i) {
+      if (streams_[i] == nullptr) continue;
+      prev_[i] = streams_[i]->observer();
+      streams_[i]->set_observer(o);
+    }
   }
-  ~ObserverScope() { stream_.set_observer(prev_); }
+  ~ObserverScope() {
+    for (int i = 0; i < 2; ++i) {
+      if (streams_[i] != nullptr) streams_[i]->set_observer(prev_[i]);
+    }
+  }
 
  private:
-  Stream& stream_;
-  LaunchObserver* prev_;
+  Stream* streams_[2] = {nullptr, nullptr};
+  LaunchObserver* prev_[2] = {nullptr, nullptr};
 };
 
 // Returns the step's outputs without their autograd history, so that the
@@ -56,7 +77,6 @@ std::vector<Tensor> run_step(const std::function<std::vector<Tensor>()>& step) {
   std::vector<Tensor> outs = step();
   for (Tensor& t : outs) {
     ENCORE_CHECK(t.defined(), "capture: the step returned an undefined tensor");
-    ENCORE_CHECK(t.device().is_cpu(), "capture: output on %s; only CPU capture is built", t.device().str());
     t = t.detach();
   }
   return outs;
@@ -68,15 +88,16 @@ struct Guard {
   const char* first_op;
 };
 
-// Watches the capture run: appends each launch to the graph instead of
-// running it, checks it against the recorded warm-up, refuses host reads.
+// Watches the capture run: checks each launch against the recorded warm-up,
+// refuses host reads, and on CPU appends the launch to the graph instead of
+// running it (on CUDA the launch runs into the capturing stream).
 class CaptureObserver final : public LaunchObserver {
  public:
-  CaptureObserver(const Trace& trace, ArenaPlan& plan, int64_t arena_bytes)
-      : trace_(trace), plan_(plan), arena_end_(plan.base + arena_bytes) {}
+  CaptureObserver(const Trace& trace, ArenaPlan& plan, int64_t arena_bytes, bool append)
+      : trace_(trace), plan_(plan), arena_end_(plan.base + arena_bytes), append_(append) {}
 
   bool on_launch(const LaunchRecord& launch) override {
-    const size_t k = graph.size();
+    const size_t k = ops.size();
     if (k >= trace_.kernels.size() || trace_.kernels[k].thunk != launch.thunk) {
       throw_error(absl::StatusCode::kFailedPrecondition,
                   absl::StrFormat("capture: kernel #%d differs from the recorded warm-up: the warm-up ran '%s', "
@@ -86,11 +107,11 @@ class CaptureObserver final : public LaunchObserver {
     }
     for (Storage* s : launch.reads) guard(s, launch.op);
     for (Storage* s : launch.writes) guard(s, launch.op);
-    graph.append(launch);
+    if (append_) graph.append(launch);
     ops.push_back(launch.op);
-    plan_.kernels_so_far = static_cast<int64_t>(graph.size());
+    plan_.kernels_so_far = static_cast<int64_t>(ops.size());
     plan_.last_op = launch.op;
-    return false;   // captured, not run
+    return !append_;   // CPU: captured, not run; CUDA: runs into the capturing stream
   }
 
   void on_host_access(const char* op) override {
@@ -98,7 +119,7 @@ class CaptureObserver final : public LaunchObserver {
                 absl::StrFormat("capture: %s reads tensor data on the host inside the captured step (after "
                                 "kernel #%d, '%s'); a captured step cannot stop for the host: move the read "
                                 "out of the step and read graph.output(i) after replay()",
-                                op, graph.size(), plan_.last_op));
+                                op, ops.size(), plan_.last_op));
   }
 
   CpuGraph graph;
@@ -114,6 +135,7 @@ class CaptureObserver final : public LaunchObserver {
   const Trace& trace_;
   ArenaPlan& plan_;
   const char* arena_end_;
+  const bool append_;
   absl::flat_hash_set<Storage*> seen_;
 };
 
@@ -122,8 +144,10 @@ class CaptureObserver final : public LaunchObserver {
 // ---- Graph ----
 
 struct Graph::Impl {
+  Device device;                       // where the step runs
   Ref<Storage> arena;                  // owns the arena memory (from the caching allocator)
-  CpuGraph graph;
+  CpuGraph graph;                      // CPU steps
+  std::unique_ptr<CudaGraph> cuda_graph;   // CUDA steps
   std::vector<const char*> ops;        // op of each node
   std::vector<Guard> guards;
   std::vector<Tensor> outputs;
@@ -159,12 +183,17 @@ absl::Status check_guards(const std::vector<Guard>& guards) {
 
 absl::Status Graph::replay() {
   ENCORE_RETURN_IF_ERROR(check_guards(impl_->guards));
+  if (impl_->cuda_graph != nullptr) return impl_->cuda_graph->replay();
   impl_->graph.replay();
   return absl::OkStatus();
 }
 
 absl::Status Graph::replay_timed(std::vector<int64_t>& stamps) {
   ENCORE_RETURN_IF_ERROR(check_guards(impl_->guards));
+  if (impl_->cuda_graph != nullptr) {
+    return absl::UnimplementedError("replay_timed: per-node host timing is for CPU graphs; time CUDA graphs with "
+                                    "CUPTI or events");
+  }
   stamps.resize(impl_->graph.size() + 1);
   impl_->graph.replay_timed(stamps.data());
   return absl::OkStatus();
@@ -198,6 +227,7 @@ std::vector<int32_t> Graph::node_temporaries(size_t i) const {
 }
 
 absl::Status Graph::dump_dot(const std::string& path) const {
+  if (impl_->cuda_graph != nullptr) return impl_->cuda_graph->dump_dot(path);
   std::ofstream out(path);
   if (!out) return absl::NotFoundError(absl::StrCat("dump_dot: cannot open ", path, ": ", std::strerror(errno)));
   out << "digraph encore {\n  node [shape=box, fontname=\"monospace\"];\n";
@@ -251,6 +281,28 @@ absl::Status check_escapes(const Recorder& rec, const Trace& trace) {
       escaped.size(), a.nbytes, op));
 }
 
+// The one device the recorded step ran on (the CPU when it launched nothing).
+// A step that launches or allocates on two devices cannot be one graph.
+absl::StatusOr<Device> step_device(const Trace& trace) {
+  const Device device = trace.kernels.empty() ? kCPU : trace.kernels[0].device;
+  for (const capture_internal::KernelRecord& k : trace.kernels) {
+    if (k.device != device) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "capture: the step launched '%s' on %s and '%s' on %s; a captured step runs on one device (move "
+          "the tensors with .to(device) before capture)",
+          trace.kernels[0].op, device.str(), k.op, k.device.str()));
+    }
+  }
+  for (const capture_internal::AllocRecord& a : trace.allocs) {
+    if (a.device != device) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "capture: the step runs on %s but allocated %d bytes on %s; a captured step allocates on one device",
+          device.str(), a.nbytes, a.device.str()));
+    }
+  }
+  return device;
+}
+
 absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<std::vector<Tensor>()>& step,
                                                           const CaptureOptions& options) {
   if (options.warmup < 1) return absl::InvalidArgumentError("capture: warmup must be at least 1 (the recorded run)");
@@ -259,19 +311,26 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<st
   for (int i = 0; i + 1 < options.warmup; ++i) run_step(step);
 
   // 1-2. The recorded warm-up.
+  const std::optional<Device> gpu = usable_gpu();
   Recorder rec;
-  const int64_t in_use_before = allocator_stats(kCPU).in_use_bytes;
+  const int64_t cpu_in_use_before = allocator_stats(kCPU).in_use_bytes;
+  const int64_t gpu_in_use_before = gpu.has_value() ? allocator_stats(*gpu).in_use_bytes : 0;
   reset_peak_stats(kCPU);
+  if (gpu.has_value()) reset_peak_stats(*gpu);
   {
-    ObserverScope observe(&rec);
-    RecordingScope record(&rec);
+    ObserverScope observe(&rec, gpu);
+    RecordingScope record(&rec, gpu);
     std::vector<Tensor> outs = run_step(step);
     for (const Tensor& t : outs) rec.mark_output(t.storage());
     ENCORE_RETURN_IF_ERROR(check_escapes(rec, rec.trace()));
   }
-  impl->stats.eager_peak_bytes = allocator_stats(kCPU).peak_in_use_bytes - in_use_before;
-  impl->stats.warmup_ms = ms_since(t0);
   impl->trace = std::move(rec.trace());
+  absl::StatusOr<Device> device = step_device(impl->trace);
+  if (!device.ok()) return device.status();
+  impl->device = *device;
+  impl->stats.eager_peak_bytes = allocator_stats(impl->device).peak_in_use_bytes -
+                                 (impl->device.is_cpu() ? cpu_in_use_before : gpu_in_use_before);
+  impl->stats.warmup_ms = ms_since(t0);
 
   // 3. Plan.
   t0 = std::chrono::steady_clock::now();
@@ -287,27 +346,40 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<st
 
   // 4. Capture run into the arena.
   t0 = std::chrono::steady_clock::now();
-  impl->arena = Storage::allocate(std::max<int64_t>(plan->peak, 1), kCPU);
-  std::memset(impl->arena->data(), 0, static_cast<size_t>(impl->arena->nbytes()));   // touch every page once, now
+  const bool on_cpu = impl->device.is_cpu();
+  impl->arena = Storage::allocate(std::max<int64_t>(plan->peak, 1), impl->device);
+  if (on_cpu) {
+    std::memset(impl->arena->data(), 0, static_cast<size_t>(impl->arena->nbytes()));   // touch every page once, now
+  }
   ArenaPlan arena{static_cast<char*>(impl->arena->data()), plan->offsets, {}, 0, 0, "(start of step)"};
   for (const auto& a : impl->trace.allocs) arena.sizes.push_back(a.nbytes);
-  CaptureObserver cap(impl->trace, arena, plan->peak);
-  {
-    ObserverScope observe(&cap);
-    ArenaScope scope(&arena);
+  CaptureObserver cap(impl->trace, arena, plan->peak, /*append=*/on_cpu);
+  if (on_cpu) {
+    ObserverScope observe(&cap, gpu);
+    ArenaScope scope(&arena, impl->device);
     impl->outputs = run_step(step);
+  } else {
+    ENCORE_RETURN_IF_ERROR(CudaGraph::begin(impl->device));
+    absl::Status run = status_of([&] {
+      ObserverScope observe(&cap, gpu);
+      ArenaScope scope(&arena, impl->device);
+      impl->outputs = run_step(step);
+    });
+    absl::StatusOr<std::unique_ptr<CudaGraph>> g = CudaGraph::end(impl->device, std::move(run));
+    if (!g.ok()) return g.status();
+    impl->cuda_graph = std::move(*g);
   }
-  if (cap.graph.size() != impl->trace.kernels.size() || arena.next != static_cast<int64_t>(arena.sizes.size())) {
+  if (cap.ops.size() != impl->trace.kernels.size() || arena.next != static_cast<int64_t>(arena.sizes.size())) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "capture: the capture run issued %d kernels and %d allocations, the recorded warm-up %d and %d; the step "
         "must issue the same work every time",
-        cap.graph.size(), arena.next, impl->trace.kernels.size(), arena.sizes.size()));
+        cap.ops.size(), arena.next, impl->trace.kernels.size(), arena.sizes.size()));
   }
   cap.graph.freeze();
   impl->graph = std::move(cap.graph);
   impl->ops = std::move(cap.ops);
   impl->guards = std::move(cap.guards);
-  impl->stats.kernels = static_cast<int64_t>(impl->graph.size());
+  impl->stats.kernels = static_cast<int64_t>(impl->ops.size());
   impl->stats.capture_ms = ms_since(t0);
   return impl;
 }

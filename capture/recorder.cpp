@@ -16,7 +16,7 @@ void Recorder::touch(int32_t id, int64_t kernel) {
 
 bool Recorder::on_launch(const LaunchRecord& launch) {
   const int64_t k = static_cast<int64_t>(trace_.kernels.size());
-  KernelRecord rec{launch.op, launch.thunk, {}, {}, current_phase(), {}, {}};
+  KernelRecord rec{launch.op, launch.thunk, launch.device, {}, {}, current_phase(), {}, {}};
   for (Storage* s : launch.reads) {
     rec.reads.push_back(id_of(s));
     rec.read_bytes.push_back(s->nbytes());
@@ -31,10 +31,11 @@ bool Recorder::on_launch(const LaunchRecord& launch) {
   return true;   // warm-up steps really run
 }
 
-void Recorder::on_allocate(void* p, int64_t nbytes) {
+void Recorder::on_allocate(void* p, int64_t nbytes, Device device) {
   live_[p] = static_cast<int32_t>(trace_.allocs.size());
   AllocRecord a;
   a.nbytes = nbytes;
+  a.device = device;
   a.allocated_at = static_cast<int64_t>(trace_.kernels.size());
   trace_.allocs.push_back(a);
 }

@@ -1,6 +1,6 @@
 // The recorder: watches one eager step (kernels and allocations) and turns
-// it into a Trace. Install it on the CPU stream and as the thread's
-// allocation listener for exactly one run of the step.
+// it into a Trace. Install it on the streams the step may use and as the
+// thread's allocation listener for exactly one run of the step.
 #pragma once
 
 #include "absl/container/flat_hash_map.h"
@@ -14,7 +14,7 @@ class Recorder final : public LaunchObserver, public AllocationListener {
  public:
   bool on_launch(const LaunchRecord& launch) override;
   void on_host_access(const char* op) override {}   // warm-up steps are real: host reads are fine
-  void on_allocate(void* p, int64_t nbytes) override;
+  void on_allocate(void* p, int64_t nbytes, Device device) override;
   void on_free(void* p) override;
 
   // Marks the temporary behind `storage` (if any) as a step output.

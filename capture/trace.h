@@ -20,6 +20,7 @@ inline constexpr int32_t kPersistent = -1;
 struct KernelRecord {
   const char* op;
   KernelThunk thunk;
+  Device device;                        // the stream it was launched on
   std::vector<int32_t> reads, writes;   // temporary ids (kPersistent for others)
   Phase phase = Phase::kForward;        // forward / backward / optimizer when launched
   std::vector<int64_t> read_bytes, write_bytes;   // bytes of each storage in reads / writes
@@ -27,6 +28,7 @@ struct KernelRecord {
 
 struct AllocRecord {
   int64_t nbytes = 0;
+  Device device;
   int64_t allocated_at = 0;   // number of kernels launched before the allocation
   int64_t first_use = -1;     // first kernel that read or wrote it
   int64_t last_use = -1;      // last kernel that read or wrote it

@@ -27,6 +27,7 @@ using KernelThunk = void (*)(const void* args);
 
 struct LaunchRecord {
   const char* op;                       // static string, e.g. "add"
+  Device device;                        // the stream's device
   KernelThunk thunk;
   const void* args;                     // valid only during the observer call
   uint32_t args_size;                   // bytes
@@ -55,7 +56,7 @@ class Stream {
               std::initializer_list<Storage*> writes) {
     static_assert(std::is_trivially_copyable_v<Args>, "kernel args are copied into graphs");
     if (observer_ != nullptr) [[unlikely]] {
-      LaunchRecord rec{op, &thunk<Kernel, Args>, &args, sizeof(Args),
+      LaunchRecord rec{op, device_, &thunk<Kernel, Args>, &args, sizeof(Args),
                        absl::MakeConstSpan(reads.begin(), reads.size()),
                        absl::MakeConstSpan(writes.begin(), writes.size())};
       if (!observer_->on_launch(rec)) return;
