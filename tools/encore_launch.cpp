@@ -11,7 +11,8 @@
 //   mlp    one training step of a small MLP (32-64-10, batch 32, AdamW); N = its kernel count
 // For each: eager cost per kernel, capture() cost (warm-ups, record, plan,
 // capture run), replay cost per kernel; medians over --reps repetitions with
-// min and max. CPU only in this build; the CUDA columns (and the CUDA graph
+// min and max, wall time and the thread's CPU time (steadier on a shared
+// machine: it leaves out time the thread was not running). CPU only in this build; the CUDA columns (and the CUDA graph
 // update cost when only a pointer changes) print "not built"/"not measured".
 // Exits 2 on bad flags, 1 when a measurement or a file write fails.
 #include <algorithm>
@@ -22,6 +23,9 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
+
+#include <time.h>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -43,12 +47,12 @@ ABSL_FLAG(std::vector<std::string>, n, std::vector<std::string>({"1", "10", "100
 ABSL_FLAG(std::vector<std::string>, variants, std::vector<std::string>({"chain", "wide", "mlp"}),
           "Comma-separated variants to run: chain, wide, mlp.");
 ABSL_FLAG(int64_t, elements, 16, "Floats per tensor in the chain and wide kernels.");
-ABSL_FLAG(int32_t, reps, 15, "Repetitions of each eager and replay measurement (median, min, max reported).");
-ABSL_FLAG(int32_t, capture_reps, 3, "Repetitions of each capture() measurement.");
-ABSL_FLAG(double, min_rep_ms, 2.0,
+ABSL_FLAG(int32_t, reps, 21, "Repetitions of each eager and replay measurement (median, min, max reported).");
+ABSL_FLAG(int32_t, capture_reps, 5, "Repetitions of each capture() measurement.");
+ABSL_FLAG(double, min_rep_ms, 5.0,
           "Each eager or replay repetition runs the step enough times to last at least this long (ms).");
 ABSL_FLAG(std::string, json, "", "If set, write every result and the machine description as JSON here.");
-ABSL_FLAG(std::string, svg, "", "If set, draw cost per kernel against N (log-log), eager and replayed, here.");
+ABSL_FLAG(std::string, svg, "", "If set, draw CPU cost per kernel against N (log-log), eager and replayed, here.");
 
 namespace {
 
@@ -70,9 +74,10 @@ struct Row {
   std::string variant;
   int64_t n = 0;          // requested N (mlp: the step's kernel count)
   int64_t kernels = 0;    // nodes in the captured graph
-  Stat eager_ns;          // per kernel
-  Stat capture_ms;        // one capture() call
-  Stat replay_ns;         // per kernel
+  Stat eager_ns;          // wall ns per kernel
+  Stat capture_ms;        // one capture() call, wall
+  Stat replay_ns;         // wall ns per kernel
+  Stat eager_cpu_ns, replay_cpu_ns;   // thread CPU ns per kernel (steadier on a shared machine)
   double plan_ms = 0, capture_run_ms = 0;   // of the last capture
 };
 
@@ -80,20 +85,29 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Per-repetition cost of fn() in ns per call, each repetition looping fn
-// long enough to last min_rep_ms.
-std::vector<double> time_reps(const std::function<void()>& fn, int reps, double min_rep_ms) {
+double thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
+
+// Per-repetition cost of fn() in ns per call, wall and thread CPU, each
+// repetition looping fn long enough to last min_rep_ms.
+std::pair<std::vector<double>, std::vector<double>> time_reps(const std::function<void()>& fn, int reps,
+                                                              double min_rep_ms) {
   auto t0 = std::chrono::steady_clock::now();
   fn();
   const double once_ms = std::max(ms_since(t0), 1e-6);
   const int64_t inner = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(min_rep_ms / once_ms)));
-  std::vector<double> out;
+  std::vector<double> wall, cpu;
   for (int r = 0; r < reps; ++r) {
     t0 = std::chrono::steady_clock::now();
+    const double c0 = thread_cpu_ns();
     for (int64_t i = 0; i < inner; ++i) fn();
-    out.push_back(ms_since(t0) * 1e6 / static_cast<double>(inner));
+    cpu.push_back((thread_cpu_ns() - c0) / static_cast<double>(inner));
+    wall.push_back(ms_since(t0) * 1e6 / static_cast<double>(inner));
   }
-  return out;
+  return {wall, cpu};
 }
 
 std::vector<double> per_kernel(std::vector<double> ns, int64_t kernels) {
@@ -118,10 +132,13 @@ absl::StatusOr<Row> measure(const std::string& variant, int64_t n, const Step& s
   row.plan_ms = graph->stats().plan_ms;
   row.capture_run_ms = graph->stats().capture_ms;
   absl::Status replay_status;
-  row.replay_ns = stat_of(per_kernel(
-      time_reps([&] { replay_status.Update(graph->replay()); }, reps, min_ms), row.kernels));
+  auto [replay_wall, replay_cpu] = time_reps([&] { replay_status.Update(graph->replay()); }, reps, min_ms);
   if (!replay_status.ok()) return replay_status;
-  row.eager_ns = stat_of(per_kernel(time_reps([&] { step(); }, reps, min_ms), row.kernels));
+  row.replay_ns = stat_of(per_kernel(replay_wall, row.kernels));
+  row.replay_cpu_ns = stat_of(per_kernel(replay_cpu, row.kernels));
+  auto [eager_wall, eager_cpu] = time_reps([&] { step(); }, reps, min_ms);
+  row.eager_ns = stat_of(per_kernel(eager_wall, row.kernels));
+  row.eager_cpu_ns = stat_of(per_kernel(eager_cpu, row.kernels));
   return row;
 }
 
@@ -197,20 +214,20 @@ bool wants(const std::string& variant) {
 }
 
 void print_row(const Row& r) {
-  absl::PrintF("%-6s %7d %7d  %9.1f [%7.1f, %7.1f]  %9.3f [%8.3f, %8.3f]  %8.1f [%6.1f, %6.1f]  %7.1fx\n", r.variant,
-               r.n, r.kernels, r.eager_ns.median, r.eager_ns.min, r.eager_ns.max, r.capture_ms.median,
-               r.capture_ms.min, r.capture_ms.max, r.replay_ns.median, r.replay_ns.min, r.replay_ns.max,
-               r.eager_ns.median / std::max(r.replay_ns.median, 1e-9));
+  absl::PrintF("%-6s %6d %6d  %7.1f [%6.1f, %7.1f] %7.1f  %9.3f [%8.3f, %8.3f]  %6.1f [%6.1f, %6.1f] %6.1f  %6.1fx\n",
+               r.variant, r.n, r.kernels, r.eager_ns.median, r.eager_ns.min, r.eager_ns.max, r.eager_cpu_ns.median,
+               r.capture_ms.median, r.capture_ms.min, r.capture_ms.max, r.replay_ns.median, r.replay_ns.min,
+               r.replay_ns.max, r.replay_cpu_ns.median, r.eager_cpu_ns.median / std::max(r.replay_cpu_ns.median, 1e-9));
 }
 
-// ---- SVG: ns per kernel against N, both log scale ----
+// ---- SVG: median thread CPU ns per kernel against N, both log scale ----
 
 std::string render_svg(const std::vector<Row>& rows, const std::string& title) {
   constexpr double kW = 720, kH = 480, kL = 70, kR = 170, kT = 40, kB = 50;
   double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
   for (const Row& r : rows) {
     xmin = std::min<double>(xmin, r.kernels), xmax = std::max<double>(xmax, r.kernels);
-    for (double y : {r.eager_ns.median, r.replay_ns.median}) ymin = std::min(ymin, y), ymax = std::max(ymax, y);
+    for (double y : {r.eager_cpu_ns.median, r.replay_cpu_ns.median}) ymin = std::min(ymin, y), ymax = std::max(ymax, y);
   }
   const double lx0 = std::floor(std::log10(std::max(xmin, 1.0))), lx1 = std::max(lx0 + 1, std::ceil(std::log10(xmax)));
   const double ly0 = std::floor(std::log10(std::max(ymin, 0.1))), ly1 = std::max(ly0 + 1, std::ceil(std::log10(ymax)));
@@ -246,7 +263,7 @@ std::string render_svg(const std::vector<Row>& rows, const std::string& title) {
     for (bool eager : {true, false}) {
       std::string line;
       for (const Row* r : pts) {
-        const double x = px(r->kernels), y = py(eager ? r->eager_ns.median : r->replay_ns.median);
+        const double x = px(r->kernels), y = py(eager ? r->eager_cpu_ns.median : r->replay_cpu_ns.median);
         absl::StrAppendFormat(&line, "%.1f,%.1f ", x, y);
         absl::StrAppendFormat(&s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x, y, color);
       }
@@ -277,7 +294,9 @@ nlohmann::json results_json(const std::vector<Row>& rows, const std::string& mac
   for (const Row& r : rows) {
     results.push_back({{"variant", r.variant}, {"backend", "cpu"}, {"n", r.n}, {"kernels", r.kernels},
                        {"eager_ns_per_kernel", to_json(r.eager_ns)}, {"capture_ms", to_json(r.capture_ms)},
-                       {"replay_ns_per_kernel", to_json(r.replay_ns)}, {"plan_ms", r.plan_ms},
+                       {"replay_ns_per_kernel", to_json(r.replay_ns)},
+                       {"eager_cpu_ns_per_kernel", to_json(r.eager_cpu_ns)},
+                       {"replay_cpu_ns_per_kernel", to_json(r.replay_cpu_ns)}, {"plan_ms", r.plan_ms},
                        {"capture_run_ms", r.capture_run_ms}});
   }
   return {{"machine", {{"cpu", machine}, {"hardware_threads", std::thread::hardware_concurrency()},
@@ -291,8 +310,8 @@ absl::Status run(const std::vector<int64_t>& counts) {
   const std::string machine = cpu_model();
   absl::PrintF("machine: %s, %d hardware threads; GPU: %s\n", machine, std::thread::hardware_concurrency(),
                encore::cuda_available() ? "present" : "none");
-  absl::PrintF("%-6s %7s %7s  %29s  %30s  %25s  %8s\n", "var", "N", "kernels", "eager ns/kernel [min, max]",
-               "capture ms [min, max]", "replay ns/kernel [min,max]", "eager/rp");
+  absl::PrintF("%-6s %6s %6s  %-32s  %-30s  %-29s  %s\n", "var", "N", "nodes", "eager ns/kernel [min, max] cpu",
+               "capture ms [min, max]", "replay ns/kernel [min,max] cpu", "eager/replay (cpu)");
   std::vector<Row> rows;
   auto add = [&](absl::StatusOr<Row> row) -> absl::Status {
     if (!row.ok()) return row.status();
@@ -320,7 +339,7 @@ absl::Status run(const std::vector<int64_t>& counts) {
     if (absl::Status s = write_file(path, results_json(rows, machine).dump(1) + "\n"); !s.ok()) return s;
   }
   if (const std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
-    const std::string title = absl::StrCat("encore-launch: ns per kernel, eager vs replayed (CPU: ", machine, ")");
+    const std::string title = absl::StrCat("encore-launch: thread CPU ns per kernel (median), eager vs replayed (CPU: ", machine, ")");
     if (absl::Status s = write_file(path, render_svg(rows, title)); !s.ok()) return s;
   }
   return absl::OkStatus();
