@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "encore/device.h"
-#include "src/backends/cuda/fill.h"
+#include "encore/tensor.h"
+#include "src/backends/cuda/copy.h"
 #include "src/backends/cuda/runtime.h"
 
 namespace encore::cuda {
@@ -43,13 +44,9 @@ TEST(CudaRuntimeTest, NoGpuIsAStatusNotACrash) {
 TEST(CudaRuntimeTest, FillKernelWritesEveryElement) {
   ENCORE_SKIP_WITHOUT_GPU();
   constexpr int64_t kN = 1000;
-  float* d = nullptr;
-  ASSERT_EQ(cudaMalloc(&d, kN * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(launch_fill_f32(d, kN, 2.5f, nullptr), cudaSuccess);
-  std::vector<float> h(kN, 0.f);
-  ASSERT_EQ(cudaMemcpy(h.data(), d, kN * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(d);
-  for (float v : h) EXPECT_EQ(v, 2.5f);
+  Tensor t = empty({kN}, kFloat32, Device::cuda(0));
+  fill(t, 2.5);
+  for (float v : t.to(kCPU).to_vector<float>()) EXPECT_EQ(v, 2.5f);
 }
 
 }  // namespace

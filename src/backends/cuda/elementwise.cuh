@@ -1,0 +1,163 @@
+// Device-side building blocks of the CUDA elementwise kernels: element
+// addresses from a Layout, one grid-stride kernel template that applies a
+// functor to every element, and dtype conversions that round exactly like the
+// CPU backend (cpu::convert). nvcc-safe: CUDA and standard headers only.
+//
+//   struct Twice {
+//     __device__ void operator()(char* const* p) const {   // p[k]: operand k's element
+//       *reinterpret_cast<float*>(p[0]) = 2.f * *reinterpret_cast<const float*>(p[1]);
+//     }
+//   };
+//   launch_elementwise(layout, Twice{}, "twice");   // on the host, inside a launcher
+//
+// Storage types on the device: float, __half, __nv_bfloat16, int32_t,
+// int64_t, bool (one byte, 0 or 1). f16/bf16 compute in float (compute_t).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "encore/dtype.h"
+#include "src/backends/cuda/launch.h"
+#include "src/backends/layout.h"
+
+namespace encore::cuda {
+
+using backend::Layout;
+
+// ---- element addresses ----
+
+// p[k] = address of operand k's element at row-major index i of the output
+// (i < l.numel). One division per dim; the common merged case (ndim 1) none.
+template <int N>
+__device__ __forceinline__ void element_ptrs(const Layout<N>& l, int64_t i, char* (&p)[N]) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) p[k] = l.ptr[k];
+  if (l.ndim == 1) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] += i * l.stride[k][0];
+    return;
+  }
+  for (int d = l.ndim - 1; d >= 0; --d) {
+    const int64_t q = i / l.shape[d];
+    const int64_t idx = i - q * l.shape[d];
+    i = q;
+#pragma unroll
+    for (int k = 0; k < N; ++k) p[k] += idx * l.stride[k][d];
+  }
+}
+
+// Applies f(char* const* p) to every element; each element is visited by
+// exactly one thread, so an output may alias an input elementwise (in place).
+template <int N, typename F>
+__global__ void __launch_bounds__(kThreads) elementwise_kernel(Layout<N> l, F f) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < l.numel; i += step) {
+    char* p[N];
+    element_ptrs(l, i, p);
+    f(p);
+  }
+}
+
+// Host: launches elementwise_kernel on encore's active stream (nothing for an
+// empty layout) and checks the launch, naming `op`.
+template <int N, typename F>
+void launch_elementwise(const Layout<N>& l, const F& f, const char* op) {
+  if (l.numel <= 0) return;
+  elementwise_kernel<N, F><<<blocks_for(l.numel), kThreads, 0, active_stream()>>>(l, f);
+  check_launch(op);
+}
+
+// ---- dtypes ----
+
+template <typename T> struct Tag { using type = T; };
+
+// Calls f(Tag<T>{}) with T the device storage type of `t`.
+template <typename F>
+decltype(auto) visit_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: return f(Tag<float>{});
+    case DType::kFloat16: return f(Tag<__half>{});
+    case DType::kBFloat16: return f(Tag<__nv_bfloat16>{});
+    case DType::kInt32: return f(Tag<int32_t>{});
+    case DType::kInt64: return f(Tag<int64_t>{});
+    case DType::kBool: break;
+  }
+  return f(Tag<bool>{});
+}
+
+template <typename T>
+inline constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+
+template <typename T>
+using compute_t = std::conditional_t<is_half_v<T>, float, T>;
+
+template <typename T>
+__device__ __forceinline__ float to_float(T x) {
+  if constexpr (std::is_same_v<T, __half>) return __half2float(x);
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
+  else return static_cast<float>(x);
+}
+
+// float -> f16/bf16, round to nearest even, bit for bit like encore::Half /
+// encore::BFloat16 (include/encore/dtype.h), NaNs included (CUDA's own
+// conversions would return a different NaN pattern).
+__device__ __forceinline__ __half float_to_half(float f) {
+  if (isnan(f)) {
+    __half_raw r;
+    r.x = static_cast<unsigned short>(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7e00u);
+    return __half(r);
+  }
+  return __float2half_rn(f);
+}
+
+__device__ __forceinline__ __nv_bfloat16 float_to_bfloat16(float f) {
+  if (isnan(f)) {
+    __nv_bfloat16_raw r;
+    r.x = static_cast<unsigned short>((__float_as_uint(f) >> 16) | 0x40u);
+    return __nv_bfloat16(r);
+  }
+  return __float2bfloat16_rn(f);
+}
+
+// One element between storage types, exactly as cpu::convert: f16/bf16
+// through float; to bool: (float)x != 0.
+template <typename To, typename From>
+__device__ __forceinline__ To convert(From x) {
+  if constexpr (std::is_same_v<To, bool>) return to_float(x) != 0.0f;
+  else if constexpr (std::is_same_v<To, __half>) return float_to_half(to_float(x));
+  else if constexpr (std::is_same_v<To, __nv_bfloat16>) return float_to_bfloat16(to_float(x));
+  else if constexpr (is_half_v<From>) return static_cast<To>(to_float(x));
+  else return static_cast<To>(x);
+}
+
+// Loads an element of storage type T as its compute type; stores one back
+// (f16/bf16 rounded like the CPU).
+template <typename T>
+__device__ __forceinline__ compute_t<T> load(const char* p) {
+  const T x = *reinterpret_cast<const T*>(p);
+  if constexpr (is_half_v<T>) return to_float(x);
+  else return x;
+}
+
+template <typename T>
+__device__ __forceinline__ void store(char* p, compute_t<T> v) {
+  if constexpr (is_half_v<T>) *reinterpret_cast<T*>(p) = convert<T>(v);
+  else *reinterpret_cast<T*>(p) = v;
+}
+
+// A scalar the host packed as T's storage bytes into the low bytes of a
+// uint64_t (see value_bits in the *_launch.h headers).
+template <typename T>
+__host__ __device__ __forceinline__ T from_bits(uint64_t bits) {
+  T v;
+  memcpy(&v, &bits, sizeof(T));
+  return v;
+}
+
+}  // namespace encore::cuda

@@ -1,0 +1,54 @@
+// CUDA kernels for elementwise selection: where and masked_fill. Kernels, then
+// launchers. Elements are moved as storage bytes, never converted, so every
+// dtype is exact. Bool operands are read as bytes and tested against zero.
+#include "src/backends/cuda/elementwise.cuh"
+#include "src/backends/cuda/select_launch.h"
+
+namespace encore::cuda {
+namespace {
+
+// ---- kernels ----
+
+template <typename T>
+struct WhereFn {   // operands out, cond, a, b
+  __device__ void operator()(char* const* p) const {
+    const bool c = *reinterpret_cast<const uint8_t*>(p[1]) != 0;
+    *reinterpret_cast<T*>(p[0]) = *reinterpret_cast<const T*>(c ? p[2] : p[3]);
+  }
+};
+
+template <typename T>
+struct MaskedFillFn {   // operands out, a, mask
+  T value;
+  bool fill_when;
+  __device__ void operator()(char* const* p) const {
+    const bool fill = (*reinterpret_cast<const uint8_t*>(p[2]) != 0) == fill_when;
+    *reinterpret_cast<T*>(p[0]) = fill ? value : *reinterpret_cast<const T*>(p[1]);
+  }
+};
+
+// Same-size integer stand-in for T: the kernels only move bytes.
+template <typename T>
+using Bits = std::conditional_t<sizeof(T) == 1, uint8_t,
+                                std::conditional_t<sizeof(T) == 2, uint16_t,
+                                                   std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+
+}  // namespace
+
+// ---- launchers ----
+
+void where_launch(const WhereArgs& a) {
+  visit_dtype(a.dtype, [&](auto tag) {
+    using T = Bits<typename decltype(tag)::type>;
+    launch_elementwise(a.l, WhereFn<T>{}, "where");
+  });
+}
+
+void masked_fill_launch(const MaskedFillArgs& a) {
+  visit_dtype(a.dtype, [&](auto tag) {
+    using T = Bits<typename decltype(tag)::type>;
+    launch_elementwise(a.l, MaskedFillFn<T>{from_bits<T>(a.value_bits), a.fill_when}, "masked_fill");
+  });
+}
+
+}  // namespace encore::cuda
