@@ -44,6 +44,10 @@ class Module {
   bool is_training() const { return training_; }
   // Moves every parameter to `device` in place: handles held elsewhere see the move.
   void to(Device device);
+  // Converts every parameter to the float dtype `dtype` (e.g. kBFloat16 for
+  // mixed-precision training) in place, like to(Device); gradients are
+  // dropped. Call it before creating the optimizer.
+  void to(DType dtype);
   // Zeroes existing gradients in place (their storage stays: see optim.h).
   void zero_grad();
 

@@ -57,6 +57,21 @@ void Module::to(Device device) {
   }
 }
 
+void Module::to(DType dtype) {
+  ENCORE_CHECK(is_floating(dtype), "Module::to: %s is not a float dtype", dtype_name(dtype));
+  for (Tensor& p : parameters()) {
+    if (p.dtype() == dtype) continue;
+    Tensor converted = p.detach().to(dtype);
+    TensorImpl* impl = p.impl();            // every handle of p sees the new storage
+    impl->storage = converted.impl()->storage;
+    impl->offset = converted.storage_offset();
+    impl->strides = converted.strides();
+    impl->dtype = dtype;
+    impl->contiguous = converted.is_contiguous();
+    p.set_grad(Tensor());
+  }
+}
+
 void Module::zero_grad() {
   NoGradGuard no_grad;
   for (Tensor& p : parameters()) {

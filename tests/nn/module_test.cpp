@@ -106,6 +106,28 @@ TEST(ModuleTest, DropoutIsActiveOnlyInTraining) {
   EXPECT_TRUE(gpt.is_training());
 }
 
+TEST(ModuleTest, ToDTypeConvertsEveryParameterInPlaceAndKeepsTiesAndHandles) {
+  Gpt gpt(tiny());
+  std::vector<Tensor> before = gpt.parameters();
+  std::vector<std::vector<double>> f32_values;
+  for (const Tensor& p : before) f32_values.push_back(values(p.to(kBFloat16)));   // what rounding must give
+  Tensor held = gpt.parameters()[0];                   // a handle taken before the conversion
+  gpt.to(kBFloat16);
+  std::vector<Tensor> after = gpt.parameters();
+  ASSERT_EQ(after.size(), before.size());              // the tied weight is still one parameter
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_EQ(after[i].dtype(), kBFloat16) << i;
+    EXPECT_TRUE(after[i].requires_grad()) << i;
+    EXPECT_EQ(values(after[i]), f32_values[i]) << i;
+  }
+  EXPECT_EQ(held.dtype(), kBFloat16);                  // handles see the conversion
+  Tensor idx = from_vector<int32_t>({1, 2, 3, 4}, {1, 4});
+  Tensor loss = cross_entropy(gpt.forward(idx).reshape({4, -1}).to(kFloat32), idx.reshape({4}));
+  loss.backward();
+  EXPECT_EQ(gpt.parameters()[0].grad().dtype(), kBFloat16);
+  expect_error([&] { gpt.to(kInt32); }, absl::StatusCode::kInvalidArgument, {"Module::to", "i32"});
+}
+
 TEST(ModuleTest, ZeroGradKeepsGradientStorage) {
   Linear lin(3, 2);
   Tensor x = ones({4, 3});
