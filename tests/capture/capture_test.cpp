@@ -13,6 +13,7 @@
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
+#include "tests/backends/cuda_test_util.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -48,14 +49,15 @@ struct TrainRig {
   }
 };
 
-std::unique_ptr<TrainRig> mlp_setup() {
+std::unique_ptr<TrainRig> mlp_setup(Device dev = kCPU) {
   auto rig = std::make_unique<TrainRig>();
   TrainRig& s = *rig;
   manual_seed(3);
   auto mlp = std::make_unique<nn::Mlp>(std::vector<int64_t>{12, 16, 5});
+  mlp->to(dev);
   s.opt = std::make_unique<optim::AdamW>(mlp->parameters(), optim::AdamWOptions{.lr = 1e-2});
-  s.x = zeros({8, 12});
-  s.y = zeros({8}, kInt64);
+  s.x = zeros({8, 12}, dev);
+  s.y = zeros({8}, kInt64, dev);
   nn::Mlp* m = mlp.get();
   s.loss = [&s, m] { return cross_entropy(m->forward(s.x), s.y); };
   s.fill = [&s](int i) {
@@ -67,16 +69,17 @@ std::unique_ptr<TrainRig> mlp_setup() {
   return rig;
 }
 
-std::unique_ptr<TrainRig> gpt_setup() {
+std::unique_ptr<TrainRig> gpt_setup(Device dev = kCPU) {
   auto rig = std::make_unique<TrainRig>();
   TrainRig& s = *rig;
   manual_seed(5);
   nn::GptConfig cfg{.vocab_size = 13, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16,
                     .dropout = 0.1, .tied_head = true};
   auto gpt = std::make_unique<nn::Gpt>(cfg);
+  gpt->to(dev);
   s.opt = std::make_unique<optim::AdamW>(gpt->parameters(), optim::AdamWOptions{.lr = 3e-3});
-  s.x = zeros({2, 8}, kInt64);
-  s.y = zeros({2, 8}, kInt64);
+  s.x = zeros({2, 8}, kInt64, dev);
+  s.y = zeros({2, 8}, kInt64, dev);
   nn::Gpt* g = gpt.get();
   s.loss = [&s, g] { return g->loss(s.x, s.y); };
   s.fill = [&s](int i) {
@@ -130,13 +133,17 @@ void expect_replay_matches_eager(const std::function<std::unique_ptr<TrainRig>()
   }
 }
 
-TEST(CaptureTest, MlpReplaysEqualEagerStepsBitForBit) { expect_replay_matches_eager(mlp_setup); }
+TEST(CaptureTest, MlpReplaysEqualEagerStepsBitForBit) { expect_replay_matches_eager([] { return mlp_setup(); }); }
 
-TEST(CaptureTest, GptWithDropoutAndTiedWeightsReplaysEqualEagerSteps) { expect_replay_matches_eager(gpt_setup); }
+TEST(CaptureTest, GptWithDropoutAndTiedWeightsReplaysEqualEagerSteps) {
+  expect_replay_matches_eager([] { return gpt_setup(); });
+}
 
-TEST(CaptureTest, ArenaPlanIsSoundForTheRecordedKernelOrder) {
+// The arena plan validates, and every node's temporaries are live and
+// disjoint at that node, per the recorded kernel order.
+void expect_sound_plans(Device dev) {
   for (auto make : {mlp_setup, gpt_setup}) {
-    std::unique_ptr<TrainRig> rig = make();
+    std::unique_ptr<TrainRig> rig = make(dev);
     TrainRig& s = *rig;
     s.fill(0);
     absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
@@ -167,6 +174,8 @@ TEST(CaptureTest, ArenaPlanIsSoundForTheRecordedKernelOrder) {
     EXPECT_LE(graph->stats().arena_bytes, graph->stats().eager_peak_bytes);
   }
 }
+
+TEST(CaptureTest, ArenaPlanIsSoundForTheRecordedKernelOrder) { expect_sound_plans(kCPU); }
 
 TEST(CaptureTest, LearningRateTensorChangesTakeEffectInReplay) {
   std::unique_ptr<TrainRig> rig = mlp_setup();
@@ -295,6 +304,107 @@ TEST(CaptureTest, DumpDotNamesNodesByOp) {
   EXPECT_NE(dot.find("mul_scalar"), std::string::npos);
   EXPECT_NE(dot.find("n0 -> n1"), std::string::npos);
   EXPECT_FALSE(graph->dump_dot("/nonexistent/dir/g.dot").ok());
+}
+
+// ---- The same on CUDA: the capture run goes into a CUDA graph (skips without a GPU) ----
+
+const Device kGpu = Device::cuda(0);
+
+TEST(CudaCaptureTest, MlpReplaysEqualEagerStepsBitForBit) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_replay_matches_eager([] { return mlp_setup(kGpu); });
+}
+
+TEST(CudaCaptureTest, GptWithDropoutAndTiedWeightsReplaysEqualEagerSteps) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_replay_matches_eager([] { return gpt_setup(kGpu); });
+}
+
+TEST(CudaCaptureTest, ArenaPlanIsSoundAndTheGraphHasEveryKernel) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_sound_plans(kGpu);
+  std::unique_ptr<TrainRig> rig = mlp_setup(kGpu);
+  rig->fill(0);
+  absl::StatusOr<Graph> graph = capture([&] { return rig->step(); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::string path = ::testing::TempDir() + "/cuda_graph.dot";
+  ASSERT_TRUE(graph->dump_dot(path).ok());
+  std::ifstream in(path);
+  std::string dot((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(dot.find("digraph"), std::string::npos);
+}
+
+TEST(CudaCaptureTest, LearningRateTensorChangesTakeEffectInReplay) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  std::unique_ptr<TrainRig> rig = mlp_setup(kGpu);
+  TrainRig& s = *rig;
+  s.fill(0);
+  absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  s.opt->set_lr(0.0);
+  std::vector<std::vector<float>> before = snapshot(*s.model);
+  ASSERT_TRUE(graph->replay().ok());
+  for (size_t p = 0; p < before.size(); ++p) EXPECT_TRUE(same_bits(before[p], snapshot(*s.model)[p])) << p;
+  s.opt->set_lr(1e-2);
+  ASSERT_TRUE(graph->replay().ok());
+  EXPECT_FALSE(same_bits(before[0], snapshot(*s.model)[0]));
+}
+
+TEST(CudaCaptureTest, HostReadInsideTheStepFailsAndTheStreamStaysUsable) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  std::unique_ptr<TrainRig> rig = mlp_setup(kGpu);
+  TrainRig& s = *rig;
+  s.fill(0);
+  absl::StatusOr<Graph> graph = capture([&] {
+    std::vector<Tensor> out = s.step();
+    (void)out[0].item<float>();
+    return out;
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(graph.status().message().find("move the read"), absl::string_view::npos) << graph.status();
+  EXPECT_TRUE(std::isfinite(s.step()[0].item<float>()));   // eager work on the stream still runs
+  absl::StatusOr<Graph> again = capture([&] { return s.step(); });
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->replay().ok());
+  EXPECT_TRUE(std::isfinite(again->output(0).item<float>()));
+}
+
+TEST(CudaCaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  Tensor x = testing::random_tensor({4, 4}, 1).to(kGpu);
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    Tensor h = ++calls == 3 ? tanh(x) : relu(x);
+    return std::vector<Tensor>{h.sum()};
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("relu"), absl::string_view::npos) << graph.status();
+  EXPECT_NE(graph.status().message().find("tanh"), absl::string_view::npos) << graph.status();
+  EXPECT_TRUE(std::isfinite(relu(x).sum().item<float>()));   // the stream is usable after the failed capture
+}
+
+TEST(CudaCaptureTest, StepOnTwoDevicesIsRefused) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  Tensor a = testing::random_tensor({4}, 1), b = a.to(kGpu);
+  absl::StatusOr<Graph> graph = capture([&] { return std::vector<Tensor>{relu(a), relu(b)}; });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(graph.status().message().find("one device"), absl::string_view::npos) << graph.status();
+}
+
+TEST(CudaCaptureTest, OutputsAreViewsIntoTheArenaUpdatedByEachReplay) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  Tensor x = from_vector<float>({1, 2, 3}, {3}, kGpu);
+  absl::StatusOr<Graph> graph = capture([&] { return std::vector<Tensor>{x * 2.0}; });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  {
+    NoGradGuard no_grad;
+    x.copy_(from_vector<float>({10, 20, 30}));
+  }
+  ASSERT_TRUE(graph->replay().ok());
+  EXPECT_TRUE(graph->output(0).device().is_cuda());
+  testing::expect_near(graph->output(0).to(kCPU), {20, 40, 60});
 }
 
 }  // namespace
