@@ -201,6 +201,8 @@ TEST(CudaGemmTest, EmptyDimsMatchCpu) {
   };
   uint64_t seed = 60;
   for (const auto& [sa, sb] : cases) expect_matmul_matches(sa, sb, seed += 2);
+  // The gradient of a is a sum over an empty broadcast batch: zeros.
+  expect_matmul_matches({1, 2, 3}, {0, 3, 4}, 80, kFloat32, /*backward=*/true);
   // k == 0 with beta: out = beta * out; beta == 0 clears even NaNs.
   const Tensor out = random_tensor({3, 4}, 70);
   expect_cuda_matches_cpu(backend_matmul(1.f, 0.5f), {random_tensor({3, 0}, 71), random_tensor({0, 4}, 72), out},
