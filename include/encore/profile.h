@@ -95,7 +95,8 @@ struct StepProfile {
 
 // Planned arena bytes in use at each node of `graph` and after the last one
 // (size stats().kernels + 1), from buffers() lifetimes and sizes. Its maximum
-// is planner::lower_bound(buffers()).
+// is at most planner::lower_bound(buffers()) (which rounds sizes up to the
+// alignment), and equal to it when every size is a multiple of 64.
 std::vector<int64_t> arena_bytes_in_use(const Graph& graph);
 
 struct OpTime {
