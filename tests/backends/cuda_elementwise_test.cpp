@@ -499,5 +499,63 @@ TEST(CudaRandomTest, DrawsThroughTheKernelFromANonzeroOffset) {
   }
 }
 
+// ---- through the public ops ----
+
+// The op layer picks these kernels for CUDA tensors (ENCORE_KERNEL): forward
+// results equal the CPU's.
+TEST(CudaElementwiseOpsTest, PublicOpsRouteToTheCudaKernels) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  const Tensor a = testing::random_tensor({37, 45}, 300), b = testing::random_tensor({45}, 301);
+  const Tensor cond = values_of({37, 1}, kBool, 302);
+  using In = const std::vector<Tensor>&;
+  const std::vector<std::pair<const char*, testing::Fn>> exact = {
+      {"add", [](In x) { return add(x[0], x[1]); }},
+      {"div", [](In x) { return div(x[0], x[1]); }},
+      {"rsub", [](In x) { return rsub(x[0], 2.0); }},
+      {"relu", [](In x) { return relu(x[0]); }},
+      {"clamp", [](In x) { return clamp(x[0], -0.5, 0.5); }},
+      {"where", [](In x) { return where(x[2], x[0], x[1]); }},
+      {"masked_fill", [](In x) { return masked_fill(x[0], x[2], -1.0); }},
+      {"to f16", [](In x) { return x[0].to(kFloat16); }},
+      {"transpose contiguous", [](In x) { return x[0].t().contiguous(); }},
+  };
+  for (const auto& [name, fn] : exact) {
+    SCOPED_TRACE(name);
+    testing::expect_cuda_matches_cpu(fn, {a, b, cond}, 0, 0);
+  }
+  const std::vector<std::pair<const char*, testing::Fn>> libm = {
+      {"tanh", [](In x) { return tanh(x[0]); }},
+      {"gelu", [](In x) { return gelu(x[0], GeluApprox::kNone); }},
+      {"log", [](In x) { return log(add(abs(x[0]), 0.5)); }},
+  };
+  for (const auto& [name, fn] : libm) {
+    SCOPED_TRACE(name);
+    testing::expect_cuda_matches_cpu(fn, {a, b, cond}, 1e-6, 1e-5);
+  }
+}
+
+// Backward through the ops: the fused unary backward kernels and masked_fill
+// as the gradient of where. The comparison itself also runs mul and sum
+// (reduce family) on the GPU.
+TEST(CudaElementwiseOpsTest, GradientsThroughOpsMatchCpu) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  const Tensor a = testing::random_tensor({37, 45}, 310), b = testing::random_tensor({37, 45}, 311);
+  const Tensor cond = values_of({37, 45}, kBool, 312);
+  using In = const std::vector<Tensor>&;
+  const std::vector<std::pair<const char*, testing::Fn>> fns = {
+      {"tanh", [](In x) { return tanh(x[0]); }},
+      {"sigmoid", [](In x) { return sigmoid(x[0]); }},
+      {"gelu", [](In x) { return gelu(x[0]); }},
+      {"silu", [](In x) { return silu(x[0]); }},
+      {"relu", [](In x) { return relu(x[0]); }},
+      {"where", [](In x) { return where(x[2], x[0], x[1]); }},
+      {"mul", [](In x) { return mul(x[0], x[1]); }},
+  };
+  for (const auto& [name, fn] : fns) {
+    SCOPED_TRACE(name);
+    testing::expect_cuda_matches_cpu(fn, {a, b, cond}, 1e-5, 1e-5, /*backward=*/true);
+  }
+}
+
 }  // namespace
 }  // namespace encore
