@@ -65,7 +65,7 @@ TEST(CudaTransferTest, EveryDtypeRoundTripsBitForBit) {
   ENCORE_SKIP_WITHOUT_GPU();
   for (DType dt : {kFloat32, kFloat16, kBFloat16, kInt32, kInt64}) {
     SCOPED_TRACE(dtype_name(dt));
-    Tensor h = testing::random_tensor({3, 257}, 7).mul(100.0).to(dt);
+    Tensor h = (testing::random_tensor({3, 257}, 7) * 100.0).to(dt);
     Tensor d = h.to(kGpu);
     EXPECT_TRUE(d.device().is_cuda());
     EXPECT_EQ(testing::values(d.to(kCPU)), testing::values(h));
@@ -101,7 +101,7 @@ TEST(CudaTransferTest, GradientsFlowBackAcrossDevices) {
   Tensor h = testing::random_tensor({4}, 5).requires_grad_();
   Tensor d = h.to(kGpu);
   sum(mul(d, d)).backward();
-  testing::expect_near(h.grad(), testing::values(h.detach().mul(2.0)), 1e-6, 1e-6);
+  testing::expect_near(h.grad(), testing::values(h.detach() * 2.0), 1e-6, 1e-6);
 }
 
 TEST(CudaTransferTest, HostReadsOfDeviceTensors) {
