@@ -264,7 +264,7 @@ TEST(CudaReduceTest, MaxTreatsNanAsTheMaximumAndTheFirstNanWins) {
   v[599] = 2.0f;
   for (DType dtype : {kFloat32, kFloat16, kBFloat16}) {
     SCOPED_TRACE(dtype_name(dtype));
-    Tensor x = from_vector<float>(v, {2, 300}).to(dtype);   // row 0: inf at 3, row 1: NaN at 250 and 400
+    Tensor x = from_vector<float>(v, {2, 300}).to(dtype);   // row 0: inf at 3, NaN at 250; row 1: NaN at 100
     Tensor flat = from_vector<float>(v).to(dtype);
     for (int64_t dim : {0, 1}) {
       expect_cuda_matches_cpu([dim](const std::vector<Tensor>& in) { return max(in[0], dim).second; }, {x}, 0, 0);

@@ -79,8 +79,8 @@ int32_t pow2_ceil(int64_t v) {
 // and (two-pass) the elements per thread that make a chunk worth its own block.
 inline constexpr int64_t kMinPerThread = 4;
 inline constexpr int64_t kChunkPerThread = 32;
-// Two-pass only when the single pass would have fewer blocks than this,
-// and then with about this many blocks in all (an H100/H200 has 132 SMs).
+// Two-pass when the single pass would have fewer than half this many blocks,
+// and then about this many blocks in all (an H100/H200 has 132 SMs).
 inline constexpr int64_t kTargetBlocks = 512;
 
 // NOTE [ CUDA reduction plan ] in reduce_launch.h. Depends on g only.
@@ -97,9 +97,10 @@ ReducePlan make_plan(const ReduceGeom& g) {
   while (p.ty > 1 && p.ty * kMinPerThread > n) p.ty /= 2;
   p.tx = kReduceThreads / p.ty;
   const int64_t groups = (m + p.tx - 1) / p.tx;
-  if (groups < kTargetBlocks / 4) {
-    const int64_t splits = std::min({static_cast<int64_t>(kReduceMaxSplits), (n + p.ty * kChunkPerThread - 1) /
-                                     (p.ty * kChunkPerThread), (kTargetBlocks + groups - 1) / groups});
+  if (groups > 0 && groups < kTargetBlocks / 2) {
+    const int64_t by_length = (n + p.ty * kChunkPerThread - 1) / (p.ty * kChunkPerThread);
+    const int64_t by_blocks = (kTargetBlocks + groups - 1) / groups;
+    const int64_t splits = std::min({int64_t{kReduceMaxSplits}, by_length, by_blocks});
     if (splits > 1) p.splits = static_cast<int32_t>(splits);
   }
   return p;

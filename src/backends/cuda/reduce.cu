@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(kReduceThreads)
     if (p.ty > 1) {
       sh[y * p.tx + x] = part;
       block_tree<R>(sh, x, y, p.tx, p.ty);
-      part = sh[x];   // read by y == 0 only; no thread writes row 0 but its own
+      if (y == 0) part = sh[x];   // row 0: written and read by thread (0, x) only after the tree
     }
     if (y == 0 && o < m) {
       if (p.splits == 1) {
