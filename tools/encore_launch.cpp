@@ -95,9 +95,14 @@ double thread_cpu_ns() {
 // repetition looping fn long enough to last min_rep_ms.
 std::pair<std::vector<double>, std::vector<double>> time_reps(const std::function<void()>& fn, int reps,
                                                               double min_rep_ms) {
+  // Warm-up for about one repetition; it also sets how many calls a repetition makes.
   auto t0 = std::chrono::steady_clock::now();
-  fn();
-  const double once_ms = std::max(ms_since(t0), 1e-6);
+  int64_t calls = 0;
+  do {
+    fn();
+    ++calls;
+  } while (ms_since(t0) < min_rep_ms);
+  const double once_ms = std::max(ms_since(t0) / static_cast<double>(calls), 1e-6);
   const int64_t inner = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(min_rep_ms / once_ms)));
   std::vector<double> wall, cpu;
   for (int r = 0; r < reps; ++r) {
