@@ -34,7 +34,10 @@ using capture_internal::Trace;
 
 namespace {
 
-constexpr int64_t kArenaAlignment = 64;   // bytes; matches the CPU caching allocator
+// Bytes each temporary's arena offset is a multiple of: the CPU caching
+// allocator's alignment, and on CUDA cudaMalloc's 256 (cuBLAS workspaces and
+// vectorised kernels rely on it).
+int64_t arena_alignment(Device device) { return device.is_cuda() ? 256 : 64; }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -255,7 +258,7 @@ namespace {
 
 // Buffers for the planner: one per recorded temporary, live from first to
 // last use (outputs to the end of the step).
-std::vector<planner::Buffer> lifetimes(const Trace& trace) {
+std::vector<planner::Buffer> lifetimes(const Trace& trace, int64_t alignment) {
   const int64_t end = static_cast<int64_t>(trace.kernels.size()) + 1;
   std::vector<planner::Buffer> buffers;
   buffers.reserve(trace.allocs.size());
@@ -264,7 +267,7 @@ std::vector<planner::Buffer> lifetimes(const Trace& trace) {
     const int64_t lower = a.first_use >= 0 ? a.first_use : a.allocated_at;
     const int64_t upper = a.output ? end : (a.last_use >= 0 ? a.last_use : lower) + 1;
     buffers.push_back({.id = absl::StrCat("t", i), .size = a.nbytes, .lower = lower, .upper = upper,
-                       .alignment = kArenaAlignment});
+                       .alignment = alignment});
   }
   return buffers;
 }
@@ -334,7 +337,7 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<st
 
   // 3. Plan.
   t0 = std::chrono::steady_clock::now();
-  impl->buffers = lifetimes(impl->trace);
+  impl->buffers = lifetimes(impl->trace, arena_alignment(impl->device));
   absl::StatusOr<planner::Plan> plan =
       planner::plan_buffers(impl->buffers, {.algorithm = options.planner, .time_limit_s = options.planner_time_limit_s});
   if (!plan.ok()) return plan.status();
