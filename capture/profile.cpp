@@ -156,6 +156,38 @@ absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& o
   return p;
 }
 
+namespace {
+
+// Installs an observer on a stream for a scope.
+class ObserverScope {
+ public:
+  ObserverScope(Stream& stream, LaunchObserver* observer) : stream_(stream) { stream_.set_observer(observer); }
+  ~ObserverScope() { stream_.set_observer(nullptr); }
+
+ private:
+  Stream& stream_;
+};
+
+// One eager run with every launch timed; times relative to the run's start.
+// `expected` launches are reserved up front. Returns the run's wall time (ns).
+int64_t timed_eager_run(const std::function<std::vector<Tensor>()>& step, Stream& stream, size_t expected,
+                        std::vector<EagerTimer::Launch>& launches) {
+  EagerTimer timer;
+  timer.launches.reserve(expected);
+  int64_t t0 = 0, total = 0;
+  {
+    ObserverScope observe(stream, &timer);
+    t0 = now_ns();
+    step();
+    total = now_ns() - t0;
+  }
+  for (EagerTimer::Launch& l : timer.launches) l.start -= t0, l.end -= t0;
+  launches = std::move(timer.launches);
+  return total;
+}
+
+}  // namespace
+
 absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor>()>& step,
                                           const ProfileOptions& options) {
   if (absl::Status s = check_options(options); !s.ok()) return s;
@@ -163,7 +195,6 @@ absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor
   if (stream.observer() != nullptr) {
     return absl::FailedPreconditionError("profile_eager: the CPU stream already has an observer (inside capture?)");
   }
-  StepProfile p{.mode = "eager", .device = "cpu", .streams = {"cpu stream"}};
   std::vector<int64_t> untimed(options.runs), totals(options.runs);
   std::vector<std::vector<EagerTimer::Launch>> runs(options.runs);
   absl::Status thrown = status_of([&] {
@@ -174,22 +205,11 @@ absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor
       t = now_ns() - t0;
     }
     for (int r = 0; r < options.runs; ++r) {
-      EagerTimer timer;
-      stream.set_observer(&timer);
-      const int64_t t0 = now_ns();
-      try {
-        step();
-      } catch (...) {
-        stream.set_observer(nullptr);
-        throw;
-      }
-      totals[r] = now_ns() - t0;
-      stream.set_observer(nullptr);
-      for (EagerTimer::Launch& l : timer.launches) l.start -= t0, l.end -= t0;
-      runs[r] = std::move(timer.launches);
+      totals[r] = timed_eager_run(step, stream, r > 0 ? runs[r - 1].size() : 0, runs[r]);
     }
   });
   if (!thrown.ok()) return thrown;
+  StepProfile p{.mode = "eager", .device = "cpu", .streams = {"cpu stream"}};
   fill_step_stats(untimed, p);
   const size_t rep = median_index(totals);
   std::vector<std::vector<int64_t>> durations(options.runs);

@@ -227,60 +227,84 @@ void print_row(const Row& r) {
 
 // ---- SVG: median thread CPU ns per kernel against N, both log scale ----
 
-std::string render_svg(const std::vector<Row>& rows, const std::string& title) {
-  constexpr double kW = 720, kH = 480, kL = 70, kR = 170, kT = 40, kB = 50;
-  double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
+// Plot area and decade ranges of a log-log plot.
+struct LogLogPlot {
+  static constexpr double kW = 720, kH = 480, kL = 70, kR = 170, kT = 40, kB = 50;
+  double lx0, lx1, ly0, ly1;   // log10 ranges, whole decades
+
+  double px(double x) const { return kL + (std::log10(x) - lx0) / (lx1 - lx0) * (kW - kL - kR); }
+  double py(double y) const {
+    return kH - kB - (std::log10(std::max(y, 0.1)) - ly0) / (ly1 - ly0) * (kH - kT - kB);
+  }
+
+  // Decade grid lines with labels, and the x-axis title.
+  void axes(std::string& s) const {
+    for (double e = lx0; e <= lx1; ++e) {
+      const double x = px(std::pow(10, e));
+      absl::StrAppendFormat(&s, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#ddd\"/>"
+                                "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">1e%d</text>\n",
+                            x, kT, x, kH - kB, x, kH - kB + 16, static_cast<int>(e));
+    }
+    for (double e = ly0; e <= ly1; ++e) {
+      const double y = py(std::pow(10, e));
+      absl::StrAppendFormat(&s, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                                "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%g ns</text>\n",
+                            kL, y, kW - kR, y, kL - 6, y + 4, std::pow(10, e));
+    }
+    absl::StrAppendFormat(&s, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">kernels per step (N)</text>\n",
+                          (kL + kW - kR) / 2, kH - 12);
+  }
+
+  // One series: points, a line through them (dashed when replayed) and a legend entry.
+  void series(std::string& s, const std::vector<const Row*>& pts, bool eager, const char* color, int slot,
+              const std::string& label) const {
+    const char* dash = eager ? "" : " stroke-dasharray=\"6,4\"";
+    std::string line;
+    for (const Row* r : pts) {
+      const double x = px(static_cast<double>(r->kernels));
+      const double y = py(eager ? r->eager_cpu_ns.median : r->replay_cpu_ns.median);
+      absl::StrAppendFormat(&line, "%.1f,%.1f ", x, y);
+      absl::StrAppendFormat(&s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x, y, color);
+    }
+    absl::StrAppendFormat(&s, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", line,
+                          color, dash);
+    const double ly = kT + 20 + 18 * slot;
+    absl::StrAppendFormat(&s, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"2\"%s/>"
+                              "<text x=\"%g\" y=\"%g\">%s</text>\n",
+                          kW - kR + 10, ly, kW - kR + 40, ly, color, dash, kW - kR + 46, ly + 4, label);
+  }
+};
+
+LogLogPlot plot_for(const std::vector<Row>& rows) {
+  double xmin = 1e300, xmax = 1, ymin = 1e300, ymax = 1;
   for (const Row& r : rows) {
     xmin = std::min<double>(xmin, r.kernels), xmax = std::max<double>(xmax, r.kernels);
     for (double y : {r.eager_cpu_ns.median, r.replay_cpu_ns.median}) ymin = std::min(ymin, y), ymax = std::max(ymax, y);
   }
-  const double lx0 = std::floor(std::log10(std::max(xmin, 1.0))), lx1 = std::max(lx0 + 1, std::ceil(std::log10(xmax)));
-  const double ly0 = std::floor(std::log10(std::max(ymin, 0.1))), ly1 = std::max(ly0 + 1, std::ceil(std::log10(ymax)));
-  auto px = [&](double x) { return kL + (std::log10(x) - lx0) / (lx1 - lx0) * (kW - kL - kR); };
-  auto py = [&](double y) { return kH - kB - (std::log10(std::max(y, 0.1)) - ly0) / (ly1 - ly0) * (kH - kT - kB); };
+  const double lx0 = std::floor(std::log10(std::max(xmin, 1.0))), ly0 = std::floor(std::log10(std::max(ymin, 0.1)));
+  return {lx0, std::max(lx0 + 1, std::ceil(std::log10(xmax))), ly0, std::max(ly0 + 1, std::ceil(std::log10(ymax)))};
+}
+
+std::string render_svg(const std::vector<Row>& rows, const std::string& title) {
+  const LogLogPlot plot = plot_for(rows);
   std::string s = absl::StrFormat(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" font-family=\"sans-serif\" "
       "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
       "<text x=\"%g\" y=\"22\" font-size=\"14\">%s</text>\n",
-      kW, kH, kL, title);
-  for (double e = lx0; e <= lx1; ++e) {
-    absl::StrAppendFormat(&s, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#ddd\"/>"
-                              "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">1e%d</text>\n",
-                          px(std::pow(10, e)), kT, px(std::pow(10, e)), kH - kB, px(std::pow(10, e)), kH - kB + 16, int(e));
-  }
-  for (double e = ly0; e <= ly1; ++e) {
-    absl::StrAppendFormat(&s, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                              "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%g ns</text>\n",
-                          kL, py(std::pow(10, e)), kW - kR, py(std::pow(10, e)), kL - 6, py(std::pow(10, e)) + 4,
-                          std::pow(10, e));
-  }
-  absl::StrAppendFormat(&s, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">kernels per step (N)</text>\n",
-                        (kL + kW - kR) / 2, kH - 12);
+      LogLogPlot::kW, LogLogPlot::kH, LogLogPlot::kL, title);
+  plot.axes(s);
   const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c"};
-  int series = 0;
+  int slot = 0;
   for (const std::string variant : {"chain", "wide", "mlp"}) {
     std::vector<const Row*> pts;
     for (const Row& r : rows) {
       if (r.variant == variant) pts.push_back(&r);
     }
     if (pts.empty()) continue;
-    const char* color = colors[series % 3];
+    const char* color = colors[(slot / 2) % 3];
     for (bool eager : {true, false}) {
-      std::string line;
-      for (const Row* r : pts) {
-        const double x = px(r->kernels), y = py(eager ? r->eager_cpu_ns.median : r->replay_cpu_ns.median);
-        absl::StrAppendFormat(&line, "%.1f,%.1f ", x, y);
-        absl::StrAppendFormat(&s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x, y, color);
-      }
-      absl::StrAppendFormat(&s, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", line,
-                            color, eager ? "" : " stroke-dasharray=\"6,4\"");
-      const double ly = kT + 20 + 18 * (2 * series + (eager ? 0 : 1));
-      absl::StrAppendFormat(&s, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"2\"%s/>"
-                                "<text x=\"%g\" y=\"%g\">%s %s</text>\n",
-                            kW - kR + 10, ly, kW - kR + 40, ly, color, eager ? "" : " stroke-dasharray=\"6,4\"",
-                            kW - kR + 46, ly + 4, variant, eager ? "eager" : "replayed");
+      plot.series(s, pts, eager, color, slot++, absl::StrCat(variant, eager ? " eager" : " replayed"));
     }
-    ++series;
   }
   s += "</svg>\n";
   return s;
