@@ -41,6 +41,7 @@ ABSL_FLAG(double, lr, 3e-3, "Peak learning rate (AdamW).");
 ABSL_FLAG(int64_t, log_every, 100, "Print a progress line every this many steps.");
 ABSL_FLAG(int64_t, sample_chars, 200, "Characters to sample after training (0: none).");
 ABSL_FLAG(uint64_t, seed, 1337, "Seed for initialisation, batches and sampling.");
+ABSL_FLAG(std::string, device, "cpu", "Where to train: cpu, cuda (cuda:0), or auto (cuda when a GPU answers).");
 
 namespace {
 
@@ -97,7 +98,7 @@ std::string sample(const nn::Gpt& gpt, const Corpus& c, int64_t n, std::mt19937_
   for (int64_t i = 0; i < n; ++i) {
     const int64_t len = std::min<int64_t>(T, static_cast<int64_t>(context.size()));
     std::vector<int64_t> window(context.end() - len, context.end());
-    Tensor logits = gpt.forward(from_vector<int64_t>(window, {1, len}));      // [1, len, V]
+    Tensor logits = gpt.forward(from_vector<int64_t>(window, {1, len}, gpt.config().device));      // [1, len, V]
     std::vector<float> p = softmax(logits.select(1, len - 1), -1).to_vector<float>();
     std::discrete_distribution<int64_t> pick(p.begin(), p.end());
     const int64_t next = pick(rng);
@@ -123,8 +124,8 @@ struct Run {
         schedule(opt, {.base_lr = absl::GetFlag(FLAGS_lr), .min_lr = absl::GetFlag(FLAGS_lr) / 10,
                        .warmup_steps = std::max<int64_t>(1, steps / 10), .total_steps = steps}),
         rng(cfg.seed),
-        x(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64)),
-        y(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64)) {}
+        x(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64, cfg.device)),
+        y(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64, cfg.device)) {}
 
   // One eager training step on whatever x and y hold.
   std::vector<Tensor> step() {
@@ -168,8 +169,8 @@ double train_eager(Run& run, int64_t steps, std::vector<float>& losses) {
     Tensor loss = run.step()[0];
     if (s >= 2) run.schedule.step();
     if (s == 2) run.schedule.step();   // capture's two warm-ups share one learning rate; catch up after them
+    losses.push_back(loss.item<float>());   // timed: on a GPU it waits for the step
     total_ms += ms_between(t0, std::chrono::steady_clock::now());
-    losses.push_back(loss.item<float>());
     if (s % every == 0) progress("eager", s, losses.back(), total_ms / s, B * T);
   }
   return total_ms / steps;
@@ -179,7 +180,8 @@ double train_eager(Run& run, int64_t steps, std::vector<float>& losses) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Trains a character-level GPT on a text file on the CPU: first eagerly, then captured and replayed.\n"
+      "Trains a character-level GPT on a text file (CPU by default, or --device=cuda): first eagerly, then\n"
+      "captured and replayed.\n"
       "Prints per-step times, the speedup, arena bytes against the eager peak and the lower bound, and\n"
       "whether the replayed steps matched the eager ones bit for bit.");
   absl::ParseCommandLine(argc, argv);
@@ -188,17 +190,27 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_gpt: %s\n", std::string(corpus.status().message()).c_str());
     return 1;
   }
+  const std::string device_flag = absl::GetFlag(FLAGS_device);
+  if (device_flag != "cpu" && device_flag != "cuda" && device_flag != "auto") {
+    std::fprintf(stderr, "train_gpt: --device=%s: expected cpu, cuda or auto\n", device_flag.c_str());
+    return 2;
+  }
+  const Device device = device_flag == "cpu" ? kCPU : device_flag == "cuda" ? Device::cuda(0) : default_device();
+  if (device.is_cuda() && !cuda_available()) {
+    std::fprintf(stderr, "train_gpt: --device=cuda but no usable GPU (or encore was built without CUDA)\n");
+    return 2;
+  }
   const int64_t B = absl::GetFlag(FLAGS_batch), T = absl::GetFlag(FLAGS_seq);
   const int64_t steps = absl::GetFlag(FLAGS_steps), eager_steps = std::min<int64_t>(steps, absl::GetFlag(FLAGS_eager_steps));
   nn::GptConfig cfg{.vocab_size = static_cast<int64_t>(corpus->vocab.size()), .block_size = T,
                     .n_layer = absl::GetFlag(FLAGS_n_layer), .n_head = absl::GetFlag(FLAGS_n_head),
                     .n_embd = absl::GetFlag(FLAGS_n_embd), .dropout = absl::GetFlag(FLAGS_dropout),
-                    .seed = absl::GetFlag(FLAGS_seed)};
+                    .seed = absl::GetFlag(FLAGS_seed), .device = device};
   Figures fig;
   absl::Status status = status_of([&] {
-    std::printf("char-level GPT: %zu-byte text, vocab %lld, %lld layers, width %lld, B=%lld T=%lld; "
+    std::printf("char-level GPT on %s: %zu-byte text, vocab %lld, %lld layers, width %lld, B=%lld T=%lld; "
                 "uniform-guess loss %.3f\n",
-                corpus->ids.size(), static_cast<long long>(cfg.vocab_size), static_cast<long long>(cfg.n_layer),
+                device.str().c_str(), corpus->ids.size(), static_cast<long long>(cfg.vocab_size), static_cast<long long>(cfg.n_layer),
                 static_cast<long long>(cfg.n_embd), static_cast<long long>(B), static_cast<long long>(T),
                 std::log(static_cast<double>(cfg.vocab_size)));
     // 1. The eager reference: the first eager_steps steps of the run.
@@ -225,8 +237,8 @@ int main(int argc, char** argv) {
       absl::Status st = graph->replay();
       if (!st.ok()) throw Error(st);
       run.schedule.step();
+      const float loss = graph->output(0).item<float>();   // timed: on a GPU it waits for the replay
       replay_total += ms_between(t0, std::chrono::steady_clock::now());
-      const float loss = graph->output(0).item<float>();
       if (s <= eager_steps) fig.bitwise_equal &= std::memcmp(&loss, &eager_losses[s - 1], sizeof(float)) == 0;
       fig.loss_last = loss;
       if (s % absl::GetFlag(FLAGS_log_every) == 0) progress("replay", s, loss, replay_total / (s - 2), B * T);
