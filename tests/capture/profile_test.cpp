@@ -84,6 +84,28 @@ TEST_P(ProfileEquivalenceTest, ProfiledReplayEqualsPlainReplaysBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ProfileEquivalenceTest, ::testing::Values(&small_mlp, &small_gpt));
 
+TEST(ProfileTest, ProfiledEagerStepsEqualPlainEagerStepsBitForBit) {
+  const ProfileOptions options{.warmup_runs = 1, .runs = 2};
+  std::unique_ptr<Workload> profiled = small_gpt();
+  absl::StatusOr<StepProfile> p = profile_eager([&] { return profiled->step(); }, options);
+  ASSERT_TRUE(p.ok()) << p.status();
+  const auto after_profile = snapshot(*profiled);
+  std::unique_ptr<Workload> plain = small_gpt();
+  for (int i = 0; i < options.warmup_runs + 2 * options.runs; ++i) plain->step();
+  EXPECT_TRUE(same_bits(after_profile, snapshot(*plain)));
+  plain->step();
+  EXPECT_FALSE(same_bits(after_profile, snapshot(*plain)));
+}
+
+TEST(ProfileTest, ReplayTimedStampsEveryNode) {
+  std::unique_ptr<Workload> w = small_mlp();
+  Graph g = capture_or_die(*w);
+  std::vector<int64_t> stamps;
+  ASSERT_TRUE(g.replay_timed(stamps).ok());
+  ASSERT_EQ(stamps.size(), static_cast<size_t>(g.stats().kernels) + 1);
+  for (size_t i = 1; i < stamps.size(); ++i) EXPECT_LE(stamps[i - 1], stamps[i]);
+}
+
 TEST(ProfileTest, NodesMapToOpsAndPhases) {
   std::unique_ptr<Workload> w = small_mlp();
   Graph g = capture_or_die(*w);
