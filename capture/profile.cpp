@@ -283,13 +283,17 @@ std::string format_summary(const StepProfile& profile, int top) {
                           *std::max_element(profile.arena_in_use_bytes.begin(), profile.arena_in_use_bytes.end()));
   }
   absl::StrAppendFormat(&out, "  %-10s %10s %7s\n", "phase", "ms", "%");
-  for (const auto& [name, ns] : s.phase_ns) absl::StrAppendFormat(&out, "  %-10s %10.3f %6.1f%%\n", name, ms(ns), pct(ns));
-  absl::StrAppendFormat(&out, "  top %d ops by time:\n  %-22s %6s %10s %7s\n", s.top_ops.size(), "op", "nodes", "ms", "%");
+  for (const auto& [name, ns] : s.phase_ns) {
+    absl::StrAppendFormat(&out, "  %-10s %10.3f %6.1f%%\n", name, ms(ns), pct(ns));
+  }
+  absl::StrAppendFormat(&out, "  top %d ops by time:\n  %-22s %6s %10s %7s\n", s.top_ops.size(), "op", "nodes", "ms",
+                        "%");
   for (const OpTime& o : s.top_ops) {
     absl::StrAppendFormat(&out, "  %-22s %6d %10.3f %6.1f%%\n", o.op, o.count, ms(o.total_ns), pct(o.total_ns));
   }
-  absl::StrAppendFormat(&out, "  %s\n", profile.gpu_idle_ns >= 0 ? absl::StrFormat("gpu idle %.3f ms", ms(profile.gpu_idle_ns))
-                                                               : cuda_profiling_status());
+  const std::string gpu = profile.gpu_idle_ns >= 0 ? absl::StrFormat("gpu idle %.3f ms", ms(profile.gpu_idle_ns))
+                                                   : cuda_profiling_status();
+  absl::StrAppendFormat(&out, "  %s\n", gpu);
   return out;
 }
 
@@ -325,15 +329,17 @@ std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles) {
     }
     for (const NodeTiming& n : p.nodes) events.push_back(node_event(n, pid));
     if (!p.arena_in_use_bytes.empty() && p.arena_in_use_bytes.size() == p.nodes.size() + 1) {
-      for (size_t i = 0; i < p.nodes.size(); ++i) events.push_back(counter_event(pid, p.nodes[i].start_ns, p.arena_in_use_bytes[i]));
+      for (size_t i = 0; i < p.nodes.size(); ++i) {
+        events.push_back(counter_event(pid, p.nodes[i].start_ns, p.arena_in_use_bytes[i]));
+      }
       const int64_t end = p.nodes.empty() ? 0 : p.nodes.back().start_ns + p.nodes.back().duration_ns;
       events.push_back(counter_event(pid, end, p.arena_in_use_bytes.back()));
     }
     const ProfileSummary s = summarize(p);
     nlohmann::json phases = nlohmann::json::object();
     for (const auto& [name, ns] : s.phase_ns) phases[name] = ns;
-    summaries.push_back({{"mode", p.mode}, {"device", p.device}, {"step_ns", s.step_ns},
-                         {"kernel_ns", s.kernel_ns}, {"outside_kernels_ns", s.outside_kernels_ns}, {"phase_ns", phases}, {"runs", p.runs}});
+    summaries.push_back({{"mode", p.mode}, {"device", p.device}, {"step_ns", s.step_ns}, {"kernel_ns", s.kernel_ns},
+                         {"outside_kernels_ns", s.outside_kernels_ns}, {"phase_ns", phases}, {"runs", p.runs}});
   }
   nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ns"},
                           {"otherData", {{"encore", summaries}, {"cuda", cuda_profiling_status()}}}};

@@ -368,7 +368,8 @@ absl::Status run(const std::vector<int64_t>& counts) {
     if (absl::Status s = write_file(path, results_json(rows, machine).dump(1) + "\n"); !s.ok()) return s;
   }
   if (const std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
-    const std::string title = absl::StrCat("encore-launch: thread CPU ns per kernel (median), eager vs replayed (CPU: ", machine, ")");
+    const std::string title =
+        absl::StrCat("encore-launch: thread CPU ns per kernel (median), eager vs replayed (CPU: ", machine, ")");
     if (absl::Status s = write_file(path, render_svg(rows, title)); !s.ok()) return s;
   }
   return absl::OkStatus();

@@ -22,7 +22,8 @@
 #include "encore/profile.h"
 #include "tools/workloads.h"
 
-ABSL_FLAG(std::string, model, "mlp", "Built-in model to profile: mlp (examples/train_mlp) or gpt (examples/train_gpt).");
+ABSL_FLAG(std::string, model, "mlp",
+          "Built-in model to profile: mlp (examples/train_mlp) or gpt (examples/train_gpt).");
 ABSL_FLAG(int64_t, batch, 0, "Examples per step; 0 = the model's default (mlp 128, gpt 16).");
 ABSL_FLAG(int64_t, hidden, 128, "mlp: hidden width of the 32-hidden-10 MLP.");
 ABSL_FLAG(int64_t, seq, 32, "gpt: characters per sequence (T), also the block size.");
@@ -33,7 +34,8 @@ ABSL_FLAG(int64_t, vocab, 65, "gpt: vocabulary size (token ids are synthetic).")
 ABSL_FLAG(double, dropout, 0.0, "gpt: dropout probability.");
 ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate.");
 ABSL_FLAG(uint64_t, seed, 1337, "Seed for the model's initialisation and inputs.");
-ABSL_FLAG(int32_t, runs, 20, "Timed runs per profile (node times are medians); as many untimed runs give the step time.");
+ABSL_FLAG(int32_t, runs, 20,
+          "Timed runs per profile (node times are medians); as many untimed runs give the step time.");
 ABSL_FLAG(int32_t, warmup_runs, 2, "Untimed warm-up runs before each profile.");
 ABSL_FLAG(bool, eager, true, "Also profile the step eagerly (kernel times and the dispatch gaps between them).");
 ABSL_FLAG(int32_t, top, 10, "Ops listed in each summary, by total time.");
@@ -89,8 +91,8 @@ absl::Status run(Workload& w) {
   if (!replayed.ok()) return replayed.status();
   std::fputs(encore::format_summary(*replayed, top).c_str(), stdout);
   if (!profiles.empty()) {
-    absl::PrintF("eager / replay step time: %.2fx\n",
-                 static_cast<double>(profiles[0].step_ns) / static_cast<double>(std::max<int64_t>(1, replayed->step_ns)));
+    const double ratio = static_cast<double>(profiles[0].step_ns) / std::max<double>(1, replayed->step_ns);
+    absl::PrintF("eager / replay step time: %.2fx\n", ratio);
   }
   profiles.push_back(*std::move(replayed));
   if (const std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
