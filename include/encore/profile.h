@@ -21,12 +21,13 @@
 // the time between two clock reads around it, so it includes one clock read
 // (StepProfile::timer_ns, typically ~20 ns).
 //
-// CUDA: only CPU graphs are profiled in this build. A CUDA implementation
-// slots in behind the same functions: profile_replay() on a CUDA graph fills
-// NodeTiming from CUPTI activity records (kernels carry their graph node id)
-// or from event nodes in a profiling copy of the graph, one track per stream,
-// and sets StepProfile::gpu_idle_ns; until then it returns Unimplemented and
-// cuda_profiling_status() says why.
+// CUDA: capture and profiling are CPU-only in this build (profile_eager()
+// watches the CPU stream). A CUDA implementation slots in behind the same
+// functions: profile_replay() on a CUDA graph fills NodeTiming from CUPTI
+// activity records (kernels carry their graph node id) or from event nodes in
+// a profiling copy of the graph, one track per stream, and sets
+// StepProfile::device and gpu_idle_ns; profile_eager() times CUDA launches
+// with events. Until then cuda_profiling_status() says what is missing.
 #pragma once
 
 #include <cstdint>
