@@ -34,18 +34,21 @@ using backend::Layout;
 
 // p[k] = address of operand k's element at row-major index i of the output
 // (i < l.numel). One division per dim; the common merged case (ndim 1) none.
-template <int N>
-__device__ __forceinline__ void element_ptrs(const Layout<N>& l, int64_t i, char* (&p)[N]) {
+// Index: uint32_t when numel < 2^31 (32-bit division is several times
+// cheaper than 64-bit), else int64_t; byte offsets are always 64-bit.
+template <typename Index, int N>
+__device__ __forceinline__ void element_ptrs(const Layout<N>& l, Index i, char* (&p)[N]) {
 #pragma unroll
   for (int k = 0; k < N; ++k) p[k] = l.ptr[k];
   if (l.ndim == 1) {
 #pragma unroll
-    for (int k = 0; k < N; ++k) p[k] += i * l.stride[k][0];
+    for (int k = 0; k < N; ++k) p[k] += static_cast<int64_t>(i) * l.stride[k][0];
     return;
   }
   for (int d = l.ndim - 1; d >= 0; --d) {
-    const int64_t q = i / l.shape[d];
-    const int64_t idx = i - q * l.shape[d];
+    const Index size = static_cast<Index>(l.shape[d]);
+    const Index q = i / size;
+    const int64_t idx = static_cast<int64_t>(i - q * size);
     i = q;
 #pragma unroll
     for (int k = 0; k < N; ++k) p[k] += idx * l.stride[k][d];
@@ -54,10 +57,12 @@ __device__ __forceinline__ void element_ptrs(const Layout<N>& l, int64_t i, char
 
 // Applies f(char* const* p) to every element; each element is visited by
 // exactly one thread, so an output may alias an input elementwise (in place).
-template <int N, typename F>
+// With Index = uint32_t, numel < 2^31 keeps i + grid stride below 2^32.
+template <typename Index, int N, typename F>
 __global__ void __launch_bounds__(kThreads) elementwise_kernel(Layout<N> l, F f) {
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < l.numel; i += step) {
+  const Index n = static_cast<Index>(l.numel);
+  const Index step = static_cast<Index>(gridDim.x) * blockDim.x;
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     char* p[N];
     element_ptrs(l, i, p);
     f(p);
@@ -69,7 +74,11 @@ __global__ void __launch_bounds__(kThreads) elementwise_kernel(Layout<N> l, F f)
 template <int N, typename F>
 void launch_elementwise(const Layout<N>& l, const F& f, const char* op) {
   if (l.numel <= 0) return;
-  elementwise_kernel<N, F><<<blocks_for(l.numel), kThreads, 0, active_stream()>>>(l, f);
+  if (l.numel < (int64_t{1} << 31)) {
+    elementwise_kernel<uint32_t, N, F><<<blocks_for(l.numel), kThreads, 0, active_stream()>>>(l, f);
+  } else {
+    elementwise_kernel<int64_t, N, F><<<blocks_for(l.numel), kThreads, 0, active_stream()>>>(l, f);
+  }
   check_launch(op);
 }
 
