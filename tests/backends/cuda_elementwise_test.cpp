@@ -37,11 +37,13 @@ const std::vector<DType> kAllTypes = {kFloat32, kFloat16, kBFloat16, kInt32, kIn
 
 struct Tol { double atol = 0, rtol = 0; };   // {0, 0}: bit for bit (NaN equals NaN)
 
-// Libm-based results: a few f32 ulps, one rounding step of f16/bf16.
+// Libm-based results: a few f32 ulps, one rounding step of f16/bf16. The
+// f32 atol also covers the CPU's own tanh approximation inside GELU (error
+// < 4e-7, scaled by |x| and |g| up to ~4 in these tests).
 Tol libm_tol(DType t) {
   if (t == kFloat16) return {1e-3, 2e-3};
   if (t == kBFloat16) return {1e-2, 1e-2};
-  return {1e-6, 1e-5};
+  return {4e-6, 1e-5};
 }
 
 // Expects actual == expected elementwise within tol (equal infinities and NaNs
