@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "encore/optim.h"
-#include "src/backends/cpu/optim.h"
+#include "src/backends/kernels.h"
 #include "src/core/phase.h"
 
 namespace encore::optim {
@@ -36,7 +36,7 @@ void AdamW::step() {
   if (!step_.defined()) step_ = zeros({}, kInt64, device);
   // t counts this step before any update reads it (t = 1 on the first step).
   step_.storage()->bump_version();
-  cpu::increment(step_);
+  ENCORE_KERNEL(step_.device(), increment, step_);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     const Tensor g = p.grad();
@@ -48,8 +48,8 @@ void AdamW::step() {
     p.storage()->bump_version();   // NOTE [ Version counter ]: in-place writes
     exp_avg_[i].storage()->bump_version();
     exp_avg_sq_[i].storage()->bump_version();
-    cpu::adamw_update(p, g, exp_avg_[i], exp_avg_sq_[i], lr_, step_, options_.beta1, options_.beta2, options_.eps,
-                      options_.weight_decay);
+    ENCORE_KERNEL(p.device(), adamw_update, p, g, exp_avg_[i], exp_avg_sq_[i], lr_, step_, options_.beta1,
+                  options_.beta2, options_.eps, options_.weight_decay);
   }
 }
 

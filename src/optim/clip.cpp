@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "encore/optim.h"
-#include "src/backends/cpu/optim.h"
+#include "src/backends/kernels.h"
 #include "src/core/phase.h"
 
 namespace encore::optim {
@@ -46,18 +46,19 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   std::vector<Tensor> grads = grads_to_clip(params);
   if (grads.empty()) return zeros({}, kFloat32, params.empty() ? kCPU : params[0].device());
   const Device device = grads[0].device();
-  ENCORE_CHECK_CODE(device.is_cpu(), kUnimplemented,
-                    "clip_grad_norm: gradients on %s, but this build has clipping kernels for the CPU only",
-                    device.str());
+  for (const Tensor& g : grads) {
+    ENCORE_CHECK(g.device() == device, "clip_grad_norm: gradients on %s and %s; clip each device's separately",
+                 device.str(), g.device().str());
+  }
   const int64_t n = static_cast<int64_t>(grads.size());
   Tensor partial = empty({n}, kFloat32, device);   // slot k: sum of squares of grads[k]
   Tensor norm = empty({}, kFloat32, device);
   Tensor scale = empty({}, kFloat32, device);
-  for (int64_t k = 0; k < n; ++k) cpu::sum_of_squares(grads[k], partial, k);
-  cpu::clip_coefficient(partial, norm, scale, max_norm);
+  for (int64_t k = 0; k < n; ++k) ENCORE_KERNEL(partial.device(), sum_of_squares, grads[k], partial, k);
+  ENCORE_KERNEL(partial.device(), clip_coefficient, partial, norm, scale, max_norm);
   for (const Tensor& g : grads) {
     g.storage()->bump_version();   // NOTE [ Version counter ]: possibly written in place
-    cpu::scale_in_place(g, scale);
+    ENCORE_KERNEL(g.device(), scale_in_place, g, scale);
   }
   return norm;
 }

@@ -33,10 +33,6 @@ void check_params(const char* name, const std::vector<Tensor>& params) {
     ENCORE_CHECK(seen.insert(p.impl()).second, "%s: parameter %d (shape %s, %s) appears more than once", name, i,
                  shape, dtype);
   }
-  // The update kernels exist for the CPU only in this build.
-  ENCORE_CHECK_CODE(params[0].device().is_cpu(), kUnimplemented,
-                    "%s: parameters on %s, but this build has optimizer kernels for the CPU only", name,
-                    params[0].device().str());
 }
 
 void check_lr(const char* name, double lr) {

@@ -3,7 +3,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "encore/optim.h"
-#include "src/backends/cpu/optim.h"
+#include "src/backends/kernels.h"
 #include "src/core/phase.h"
 
 namespace encore::optim {
@@ -35,7 +35,8 @@ void SGD::step() {
     }
     p.storage()->bump_version();   // NOTE [ Version counter ]: an in-place write
     if (momentum_[i].defined()) momentum_[i].storage()->bump_version();
-    cpu::sgd_update(p, g, momentum_[i], lr_, options_.momentum, options_.nesterov, options_.weight_decay);
+    ENCORE_KERNEL(p.device(), sgd_update, p, g, momentum_[i], lr_, options_.momentum, options_.nesterov,
+                  options_.weight_decay);
   }
 }
 

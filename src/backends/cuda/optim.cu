@@ -1,0 +1,190 @@
+// CUDA optimizer kernels: kernels, then launchers.
+//
+// NOTE [ CUDA AdamW bits ]: the update performs the IEEE operations of NOTE
+// [ AdamW arithmetic ] (src/backends/cpu/optim.cpp) in the same order with
+// __fmul_rn/__fadd_rn/__fdiv_rn/__fsqrt_rn, which nvcc never contracts into
+// FMAs, and the per-step constants are computed in double like the CPU's. So
+// a CUDA AdamW step gives the CPU's bits for the same inputs.
+#include "src/backends/cuda/elementwise.cuh"
+#include "src/backends/cuda/optim_launch.h"
+
+namespace encore::cuda {
+namespace {
+
+// ---- SGD ----
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) sgd_kernel(SgdArgs a) {
+  const float lr = *a.lr, mu = a.momentum, wd = a.weight_decay;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.l.numel; i += stride) {
+    char* p[3];
+    element_ptrs(a.l, i, p);
+    const float param = to_float(*reinterpret_cast<const T*>(p[0]));
+    float d = to_float(*reinterpret_cast<const T*>(p[1]));
+    if (wd != 0.0f) d = __fadd_rn(d, __fmul_rn(wd, param));
+    float update = d;
+    if (a.has_momentum) {
+      float& buf = *reinterpret_cast<float*>(p[2]);
+      buf = __fadd_rn(__fmul_rn(mu, buf), d);
+      update = a.nesterov ? __fadd_rn(d, __fmul_rn(mu, buf)) : buf;
+    }
+    store<T>(p[0], __fsub_rn(param, __fmul_rn(lr, update)));
+  }
+}
+
+// ---- AdamW ----
+
+struct AdamWCoefs { float decay, b1, c1, b2, c2, step_size, inv_sqrt_bias2, eps; };
+
+__device__ AdamWCoefs adamw_coefs(const AdamWArgs& a) {
+  const double lr = *a.lr;
+  const double t = static_cast<double>(*a.step);
+  const double bias1 = 1.0 - pow(static_cast<double>(a.beta1), t);
+  const double bias2 = 1.0 - pow(static_cast<double>(a.beta2), t);
+  return {static_cast<float>(1.0 - lr * a.weight_decay), a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
+          static_cast<float>(lr / bias1), static_cast<float>(1.0 / sqrt(bias2)), a.eps};
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) adamw_kernel(AdamWArgs a) {
+  __shared__ AdamWCoefs c;   // one thread per block derives the per-step constants
+  if (threadIdx.x == 0) c = adamw_coefs(a);
+  __syncthreads();
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.l.numel; i += stride) {
+    char* p[4];
+    element_ptrs(a.l, i, p);
+    const float g = to_float(*reinterpret_cast<const T*>(p[1]));
+    float& m = *reinterpret_cast<float*>(p[2]);
+    float& v = *reinterpret_cast<float*>(p[3]);
+    m = __fadd_rn(__fmul_rn(c.b1, m), __fmul_rn(c.c1, g));
+    v = __fadd_rn(__fmul_rn(c.b2, v), __fmul_rn(__fmul_rn(c.c2, g), g));
+    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), c.inv_sqrt_bias2), c.eps);
+    const float param = to_float(*reinterpret_cast<const T*>(p[0]));
+    store<T>(p[0], __fsub_rn(__fmul_rn(param, c.decay), __fdiv_rn(__fmul_rn(c.step_size, m), denom)));
+  }
+}
+
+// ---- step counter ----
+
+__global__ void increment_kernel(int64_t* counter) { *counter += 1; }
+
+// ---- gradient-norm clipping ----
+
+constexpr int kMaxSumBlocks = 256;
+
+// Pass 1: block b sums x^2 over a fixed grid-stride subset, then a fixed
+// shared-memory tree: the order depends only on n and the block count.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) sum_squares_partial_kernel(backend::Layout<1> l, double* scratch) {
+  __shared__ double lanes[kThreads];
+  double s = 0.0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < l.numel; i += stride) {
+    char* p[1];
+    element_ptrs(l, i, p);
+    const double x = to_float(*reinterpret_cast<const T*>(p[0]));
+    s += x * x;
+  }
+  lanes[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (threadIdx.x < w) lanes[threadIdx.x] += lanes[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) scratch[blockIdx.x] = lanes[0];
+}
+
+__global__ void sum_squares_final_kernel(const double* scratch, int blocks, float* out) {
+  double total = 0.0;
+  for (int b = 0; b < blocks; ++b) total += scratch[b];
+  *out = static_cast<float>(total);
+}
+
+__global__ void clip_coefficient_kernel(ClipCoefArgs a) {
+  double total = 0.0;
+  for (int64_t i = 0; i < a.n; ++i) total += a.partial[i];
+  const double norm = sqrt(total);
+  *a.norm = static_cast<float>(norm);
+  const double coef = a.max_norm / (norm + 1e-6);   // PyTorch's epsilon; NaN stays NaN
+  *a.scale = static_cast<float>((coef < 1.0 || isnan(coef)) ? coef : 1.0);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) scale_kernel(ClipScaleArgs a) {
+  const float s = *a.scale;
+  if (!(s < 1.0f)) return;   // 1 (below max_norm) or NaN: leave the values as they are
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.l.numel; i += stride) {
+    char* p[1];
+    element_ptrs(a.l, i, p);
+    store<T>(p[0], __fmul_rn(to_float(*reinterpret_cast<const T*>(p[0])), s));
+  }
+}
+
+// Calls f(Tag<T>{}) for the float storage types.
+template <typename F>
+void visit_float(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat16: return f(Tag<__half>{});
+    case DType::kBFloat16: return f(Tag<__nv_bfloat16>{});
+    default: return f(Tag<float>{});   // the host checked: f32
+  }
+}
+
+}  // namespace
+
+void sgd_launch(const SgdArgs& a) {
+  if (a.l.numel <= 0) return;
+  visit_float(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    sgd_kernel<T><<<blocks_for(a.l.numel), kThreads, 0, active_stream()>>>(a);
+  });
+  check_launch("sgd");
+}
+
+void adamw_launch(const AdamWArgs& a) {
+  if (a.l.numel <= 0) return;
+  visit_float(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    adamw_kernel<T><<<blocks_for(a.l.numel), kThreads, 0, active_stream()>>>(a);
+  });
+  check_launch("adamw");
+}
+
+void increment_launch(const IncrementArgs& a) {
+  increment_kernel<<<1, 1, 0, active_stream()>>>(a.counter);
+  check_launch("increment");
+}
+
+int sum_of_squares_blocks(int64_t n) {
+  const int64_t b = (n + kThreads * 8 - 1) / (kThreads * 8);   // about 8 elements per thread
+  return static_cast<int>(b < 1 ? 1 : (b > kMaxSumBlocks ? kMaxSumBlocks : b));
+}
+
+void sum_of_squares_launch(const SumSquaresArgs& a) {
+  visit_float(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    sum_squares_partial_kernel<T><<<a.blocks, kThreads, 0, active_stream()>>>(a.l, a.scratch);
+  });
+  check_launch("sum_of_squares");
+  sum_squares_final_kernel<<<1, 1, 0, active_stream()>>>(a.scratch, a.blocks, a.out);
+  check_launch("sum_of_squares");
+}
+
+void clip_coefficient_launch(const ClipCoefArgs& a) {
+  clip_coefficient_kernel<<<1, 1, 0, active_stream()>>>(a);
+  check_launch("clip_coefficient");
+}
+
+void clip_scale_launch(const ClipScaleArgs& a) {
+  if (a.l.numel <= 0) return;
+  visit_float(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    scale_kernel<T><<<blocks_for(a.l.numel), kThreads, 0, active_stream()>>>(a);
+  });
+  check_launch("scale_in_place");
+}
+
+}  // namespace encore::cuda
