@@ -8,6 +8,9 @@
 //   absl::StatusOr<encore::Graph> graph = encore::capture([&] { return w->step(); });
 //
 // A Workload is held by unique_ptr: its step closes over its own address.
+// MlpSpec::device places parameters, optimizer state and inputs (f32); the
+// MLP is initialised on the CPU first, so a CUDA one starts from the same
+// values. A GPT is built where its config.device says.
 #pragma once
 
 #include <functional>
@@ -40,17 +43,19 @@ struct MlpSpec {
   int64_t batch = 128;
   double lr = 3e-3;
   uint64_t seed = 1;
+  Device device = kCPU;
 };
 
 inline std::unique_ptr<Workload> make_mlp(const MlpSpec& spec) {
   auto w = std::make_unique<Workload>();
   manual_seed(spec.seed);
   auto m = std::make_unique<nn::Mlp>(spec.widths);
+  if (!spec.device.is_cpu()) m->to(spec.device);   // before the optimizer takes the parameters
   w->opt = std::make_unique<optim::AdamW>(m->parameters(), optim::AdamWOptions{.lr = spec.lr, .weight_decay = 0.0});
-  w->x = randn({spec.batch, spec.widths.front()});
+  w->x = randn({spec.batch, spec.widths.front()}).to(spec.device);
   std::vector<int64_t> labels(spec.batch);
   for (int64_t i = 0; i < spec.batch; ++i) labels[i] = i % spec.widths.back();
-  w->y = from_vector<int64_t>(labels);
+  w->y = from_vector<int64_t>(labels).to(spec.device);
   nn::Mlp* raw = m.get();
   Workload* wp = w.get();
   w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
@@ -75,8 +80,9 @@ inline std::unique_ptr<Workload> make_gpt(const GptSpec& spec) {
   const int64_t n = spec.batch * c.block_size;
   std::vector<int64_t> ids(n + 1);
   for (int64_t i = 0; i <= n; ++i) ids[i] = (i * 7 + i / c.block_size) % c.vocab_size;
-  w->x = from_vector<int64_t>(std::vector<int64_t>(ids.begin(), ids.end() - 1), Shape{spec.batch, c.block_size});
-  w->y = from_vector<int64_t>(std::vector<int64_t>(ids.begin() + 1, ids.end()), Shape{spec.batch, c.block_size});
+  const Shape shape{spec.batch, c.block_size};
+  w->x = from_vector<int64_t>(std::vector<int64_t>(ids.begin(), ids.end() - 1), shape, c.device);
+  w->y = from_vector<int64_t>(std::vector<int64_t>(ids.begin() + 1, ids.end()), shape, c.device);
   nn::Gpt* raw = m.get();
   Workload* wp = w.get();
   w->loss = [raw, wp] { return raw->loss(wp->x, wp->y); };

@@ -128,17 +128,31 @@ TEST(EncoreLaunchTest, SmallRunWritesJsonAndSvg) {
   EXPECT_THAT(picture, HasSubstr("</svg>"));
 }
 
+TEST(EncoreLaunchTest, CudaWithoutAGpuIsReportedNotMeasured) {
+  const std::string json = temp_path("launch_cuda.json");
+  const ToolRun run = launch("--backends=cuda --n=1 --reps=1 --capture_reps=1 --min_rep_ms=0 --json=" + json);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  if (j.at("machine").at("gpu") == "none") {
+    EXPECT_THAT(j.at("cuda").at("status").get<std::string>(), HasSubstr("not measured"));
+    EXPECT_TRUE(j.at("results").empty());
+  } else {
+    for (const nlohmann::json& r : j.at("results")) EXPECT_EQ(r.at("backend"), "cuda:0");
+  }
+}
+
 TEST(EncoreLaunchTest, FlagErrors) {
   expect_flag_error(launch("--n=1,abc"), "--n: 'abc' is not a kernel count");
   expect_flag_error(launch("--n=0"), "--n: '0' is not a kernel count");
   expect_flag_error(launch("--variants=chain,deep"), "unknown variant 'deep'");
   expect_flag_error(launch("--reps=0"), "--reps and --capture_reps must be >= 1");
+  expect_flag_error(launch("--backends=cpu,tpu"), "unknown backend 'tpu'");
 }
 
 TEST(EncoreLaunchTest, HelpDescribesEveryFlag) {
   const ToolRun run = launch("--help");
-  for (const char* flag : {"--n", "--variants", "--elements", "--reps", "--capture_reps", "--min_rep_ms", "--json",
-                           "--svg"}) {
+  for (const char* flag : {"--n", "--variants", "--backends", "--elements", "--reps", "--capture_reps", "--min_rep_ms",
+                           "--json", "--svg"}) {
     EXPECT_THAT(run.out + run.err, HasSubstr(std::string(flag) + " (")) << flag;
   }
 }
