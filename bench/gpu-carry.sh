@@ -4,9 +4,11 @@
 # build machine's Debian libraries.
 #
 #   bench/gpu-carry.sh BUILD            # copies the libraries into BUILD/carry-lib
-#   bench/gpu-carry.sh BUILD DEST       # also a slim copy DEST: the test binaries, bench/gpu_bench,
-#                                       # tools/encore-plan and carry-lib, stripped (for the device
-#                                       # tool's 64 MiB carry limit); then, there: bench/gpu-check DEST
+#   bench/gpu-carry.sh BUILD DEST       # also DEST/build.tar.xz: the test binaries, bench/gpu_bench,
+#                                       # tools/encore-plan and carry-lib, stripped and packed (for the
+#                                       # device tool's 64 MiB carry limit: name DEST, a git-ignored
+#                                       # folder such as build-gpu, in `carry`); then, there:
+#                                       # bench/gpu-check DEST/build.tar.xz
 #
 # Which libraries: every library `ldd` resolves for those binaries except the
 # C/C++ runtime (libc, libm, libstdc++, libgcc_s, ...), which any Linux with
@@ -17,7 +19,7 @@
 # on LD_LIBRARY_PATH. Prints what it copied and the sizes.
 set -euo pipefail
 
-[ "$#" -ge 1 ] && [ "$#" -le 2 ] || { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 64; }
+[ "$#" -ge 1 ] && [ "$#" -le 2 ] || { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 64; }
 BUILD="$(cd "$1" && pwd)"
 DEST="${2:-}"
 
@@ -29,7 +31,7 @@ done
 [ "${#BINS[@]}" -gt 0 ] || { echo "gpu-carry: no binaries under $BUILD" >&2; exit 1; }
 
 # Libraries the GPU machine provides or that every Linux has.
-keep_out='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnvidia)[.-]'
+keep_out='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnvidia)[.-]'
 
 mkdir -p "$BUILD/carry-lib"
 mapfile -t LIBS < <(for b in "${BINS[@]}"; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1 " " $3}' |
@@ -43,15 +45,23 @@ echo "carry-lib: ${LIBS[*]##*/}"
 du -sh "$BUILD/carry-lib"
 
 [ -n "$DEST" ] || exit 0
-rm -rf "$DEST"
+# The slim copy: stripped binaries, carry-lib and meson-info under build/, packed
+# as DEST/build.tar.xz (about 25 MB for the whole suite; unpacked it is ~170 MB,
+# mostly each binary's copy of the CUDA kernels).
 mkdir -p "$DEST"
 DEST="$(cd "$DEST" && pwd)"
+STAGE="$(mktemp -d)"
+trap 'rm -rf "$STAGE"' EXIT
 for b in "${BINS[@]}"; do
   rel="${b#"$BUILD"/}"
-  mkdir -p "$DEST/$(dirname "$rel")"
-  strip --strip-unneeded -o "$DEST/$rel" "$b"
+  mkdir -p "$STAGE/build/$(dirname "$rel")"
+  strip --strip-unneeded -o "$STAGE/build/$rel" "$b"
 done
-cp -r "$BUILD/carry-lib" "$DEST/carry-lib"
-[ -d "$BUILD/meson-info" ] && cp -r "$BUILD/meson-info" "$DEST/meson-info"
-du -sh "$DEST"
-echo "run there: bench/gpu-check ${2}"
+cp -r "$BUILD/carry-lib" "$STAGE/build/carry-lib"
+[ -d "$BUILD/meson-info" ] && cp -r "$BUILD/meson-info" "$STAGE/build/meson-info"
+# The planner tests read the shared MiniMalloc problems (60 KB), which live outside the checkout.
+SHARED="$(cd "$(dirname "$0")/../.." && pwd)/shared"
+[ -d "$SHARED/data" ] && mkdir -p "$STAGE/build/shared" && cp -r "$SHARED/data" "$STAGE/build/shared/data"
+tar -C "$STAGE" -cf - build | xz -T2 -6 >"$DEST/build.tar.xz"
+du -sh "$STAGE/build" "$DEST/build.tar.xz"
+echo "run there: bench/gpu-check ${2%/}/build.tar.xz"
