@@ -15,8 +15,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "encore/planner.h"
@@ -80,6 +82,9 @@ absl::Status run(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help lists this file's flags (Abseil matches files by program name, and ours has a dash).
+  absl::SetFlagsUsageConfig(
+      {.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "encore_plan.cpp"); }});
   absl::SetProgramUsageMessage(
       "Plans the buffers of a MiniMalloc-format CSV (id,lower,upper,size[,alignment]) into one arena\n"
       "and prints, per algorithm, the peak, the lower bound, their ratio and the planning time.\n"

@@ -16,6 +16,7 @@
 #include "encore/nn.h"
 #include "encore/ops.h"
 #include "encore/optim.h"
+#include "encore/profile.h"
 #include "encore/random.h"
 #include "encore/tensor.h"
 #include "encore/training_checkpoint.h"
