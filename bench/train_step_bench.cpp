@@ -171,9 +171,9 @@ void BM_Eager(benchmark::State& state, MakeWorkload make) {
   timed_loop(state, [&] { w->step(); }, floor);
 }
 
-void BM_Replay(benchmark::State& state, MakeWorkload make) {
+void BM_Replay(benchmark::State& state, MakeWorkload make, planner::Algorithm algorithm = planner::Algorithm::kBest) {
   auto w = make();
-  absl::StatusOr<Graph> g = capture([&] { return w->step(); });
+  absl::StatusOr<Graph> g = capture([&] { return w->step(); }, {.planner = algorithm});
   if (!g.ok()) { state.SkipWithError(std::string(g.status().message()).c_str()); return; }
   auto e = make();
   const double floor = gemm_floor_ms(*e);
@@ -208,6 +208,13 @@ TRAIN_STEP_BENCH(mlp_784_512_512_10_b128, mlp_of({784, 512, 512, 10}, 128));
 TRAIN_STEP_BENCH(mlp_1024_4096_4096_1024_b64, mlp_of({1024, 4096, 4096, 1024}, 64));
 TRAIN_STEP_BENCH(block_b8_t64_c256_h4, gpt_of(1, 256, 4, 8, 64, 64));
 TRAIN_STEP_BENCH(demo_gpt_2x64_b16_t32, gpt_of(2, 64, 4, 16, 32, 64));
+// The same graph with the arena laid out by the caching-allocator planner
+// (LIFO reuse of freed blocks, like the eager allocator): isolates the effect
+// of buffer placement on cache locality from everything else replay changes.
+BENCHMARK_CAPTURE(BM_Replay, demo_gpt_2x64_b16_t32_caching_plan, gpt_of(2, 64, 4, 16, 32, 64),
+                  planner::Algorithm::kCaching)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
+BENCHMARK_CAPTURE(BM_Replay, block_b8_t64_c256_h4_caching_plan, gpt_of(1, 256, 4, 8, 64, 64),
+                  planner::Algorithm::kCaching)->Unit(benchmark::kMillisecond)->MeasureProcessCPUTime();
 
 }  // namespace
 }  // namespace encore
