@@ -232,7 +232,7 @@ BENCHMARK(BM_LaunchChain)->Arg(10)->Arg(100)->Arg(1000)->Arg(10000)->Iterations(
 
 using MakeWorkload = std::function<std::unique_ptr<tools::Workload>()>;
 
-// Moves a CPU workload to the GPU in bf16: parameters converted in place, a
+// Moves a workload to the GPU in bf16: parameters moved and converted in place, a
 // new AdamW with the same options (Module::to(DType) must precede the
 // optimizer), float inputs converted, integer inputs (ids, labels) kept.
 std::unique_ptr<tools::Workload> on_gpu_bf16(std::unique_ptr<tools::Workload> w) {
@@ -329,7 +329,10 @@ MakeWorkload mlp_of(std::vector<int64_t> widths, int64_t batch) {
   return [=] { return tools::make_mlp({.widths = widths, .batch = batch}); };
 }
 
+// Built on the GPU: Module::to(Device) moves parameters only, and the
+// attention mask is a plain member tensor made on the config's device.
 MakeWorkload gpt_of(nn::GptConfig config, int64_t batch) {
+  config.device = kGpu;
   return [=] { return tools::make_gpt({.config = config, .batch = batch}); };
 }
 
