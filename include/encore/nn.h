@@ -42,7 +42,10 @@ class Module {
   void train(bool on = true);            // recursive; dropout is active in training mode
   void eval() { train(false); }
   bool is_training() const { return training_; }
-  // Moves every parameter to `device` in place: handles held elsewhere see the move.
+  // Non-parameter state (e.g. attention masks) with dotted names.
+  NamedTensors named_buffers() const;
+  // Moves every parameter and buffer to `device` in place: handles held
+  // elsewhere see the move.
   void to(Device device);
   // Converts every parameter to the float dtype `dtype` (e.g. kBFloat16 for
   // mixed-precision training) in place, like to(Device); gradients are
@@ -54,6 +57,8 @@ class Module {
  protected:
   // Registers t as a parameter (a leaf that requires grad) and returns it.
   Tensor register_parameter(std::string name, Tensor t);
+  // Registers t as a buffer: state that moves with the module but is not trained.
+  Tensor register_buffer(std::string name, Tensor t);
   // Registers an already registered tensor of another module (weight tying).
   void register_shared_parameter(std::string name, const Tensor& t);
   template <typename M>
@@ -64,8 +69,9 @@ class Module {
   }
 
  private:
-  void collect(const std::string& prefix, NamedTensors& out) const;
+  void collect(const std::string& prefix, NamedTensors& out, bool buffers) const;
   NamedTensors params_;
+  NamedTensors buffers_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   bool training_ = true;
 };

@@ -18,14 +18,39 @@ void Module::register_shared_parameter(std::string name, const Tensor& t) {
   params_.emplace_back(std::move(name), t);
 }
 
-void Module::collect(const std::string& prefix, NamedTensors& out) const {
-  for (const auto& [name, t] : params_) out.emplace_back(prefix + name, t);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out);
+Tensor Module::register_buffer(std::string name, Tensor t) {
+  ENCORE_CHECK(t.defined(), "register_buffer: %s is undefined", name);
+  buffers_.emplace_back(std::move(name), t);
+  return t;
 }
+
+void Module::collect(const std::string& prefix, NamedTensors& out, bool buffers) const {
+  for (const auto& [name, t] : buffers ? buffers_ : params_) out.emplace_back(prefix + name, t);
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, buffers);
+}
+
+NamedTensors Module::named_buffers() const {
+  NamedTensors out;
+  collect("", out, /*buffers=*/true);
+  return out;
+}
+
+namespace {
+// Points every handle of t at `moved`'s data (same shape): the in-place move
+// behind Module::to.
+void rebind(Tensor& t, const Tensor& moved) {
+  TensorImpl* impl = t.impl();
+  impl->storage = moved.impl()->storage;
+  impl->offset = moved.storage_offset();
+  impl->strides = moved.strides();
+  impl->dtype = moved.dtype();
+  impl->contiguous = moved.is_contiguous();
+}
+}  // namespace
 
 NamedTensors Module::named_parameters() const {
   NamedTensors all, unique;
-  collect("", all);
+  collect("", all, /*buffers=*/false);
   absl::flat_hash_set<TensorImpl*> seen;   // tied weights: keep the first name
   for (auto& entry : all) {
     if (seen.insert(entry.second.impl()).second) unique.push_back(std::move(entry));
@@ -47,13 +72,11 @@ void Module::train(bool on) {
 void Module::to(Device device) {
   for (Tensor& p : parameters()) {
     if (p.device() == device) continue;
-    Tensor moved = p.detach().to(device);
-    TensorImpl* impl = p.impl();            // every handle of p sees the new storage
-    impl->storage = moved.impl()->storage;
-    impl->offset = moved.storage_offset();
-    impl->strides = moved.strides();
-    impl->contiguous = moved.is_contiguous();
+    rebind(p, p.detach().to(device));       // every handle of p sees the new storage
     if (p.grad().defined()) p.set_grad(p.grad().to(device));
+  }
+  for (auto& [name, b] : named_buffers()) {
+    if (b.device() != device) rebind(b, b.to(device));
   }
 }
 
@@ -61,14 +84,8 @@ void Module::to(DType dtype) {
   ENCORE_CHECK(is_floating(dtype), "Module::to: %s is not a float dtype", dtype_name(dtype));
   for (Tensor& p : parameters()) {
     if (p.dtype() == dtype) continue;
-    Tensor converted = p.detach().to(dtype);
-    TensorImpl* impl = p.impl();            // every handle of p sees the new storage
-    impl->storage = converted.impl()->storage;
-    impl->offset = converted.storage_offset();
-    impl->strides = converted.strides();
-    impl->dtype = dtype;
-    impl->contiguous = converted.is_contiguous();
     p.set_grad(Tensor());
+    rebind(p, p.detach().to(dtype));        // every handle of p sees the new storage
   }
 }
 

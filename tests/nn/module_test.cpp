@@ -6,6 +6,7 @@
 
 #include "encore/encore.h"
 #include "encore/nn.h"
+#include "tests/backends/cuda_test_util.h"
 #include "tests/test_util.h"
 
 namespace encore::nn {
@@ -126,6 +127,30 @@ TEST(ModuleTest, ToDTypeConvertsEveryParameterInPlaceAndKeepsTiesAndHandles) {
   loss.backward();
   EXPECT_EQ(gpt.parameters()[0].grad().dtype(), kBFloat16);
   expect_error([&] { gpt.to(kInt32); }, absl::StatusCode::kInvalidArgument, {"Module::to", "i32"});
+}
+
+TEST(ModuleTest, AttentionMasksAreBuffersThatMoveWithTheModule) {
+  Gpt gpt(tiny());
+  NamedTensors buffers = gpt.named_buffers();
+  ASSERT_EQ(buffers.size(), 2u);                       // one causal mask per block
+  EXPECT_EQ(buffers[0].first, "blocks.0.attn.mask");
+  EXPECT_EQ(buffers[0].second.dtype(), kBool);
+  gpt.to(kBFloat16);
+  EXPECT_EQ(gpt.named_buffers()[0].second.dtype(), kBool);   // dtype moves leave non-float buffers alone
+}
+
+TEST(ModuleTest, AGptBuiltOnTheCpuTrainsAfterMovingToTheGpu) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  Gpt gpt(tiny());
+  Tensor idx = from_vector<int32_t>({1, 2, 3, 4}, {1, 4});
+  const float cpu_loss = gpt.loss(idx, idx).item<float>();
+  gpt.to(Device::cuda(0));
+  for (const auto& [name, b] : gpt.named_buffers()) EXPECT_TRUE(b.device().is_cuda()) << name;
+  Tensor gpu_idx = idx.to(Device::cuda(0));
+  Tensor loss = gpt.loss(gpu_idx, gpu_idx);
+  EXPECT_NEAR(loss.item<float>(), cpu_loss, 1e-4);
+  loss.backward();
+  EXPECT_TRUE(gpt.parameters()[0].grad().device().is_cuda());
 }
 
 TEST(ModuleTest, ZeroGradKeepsGradientStorage) {
