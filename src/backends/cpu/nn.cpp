@@ -1,7 +1,9 @@
 #include "src/backends/cpu/nn.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -61,6 +63,42 @@ inline float lane_max(int64_t n, F&& f) {
   return m;
 }
 
+// e^x for the softmax family, where x is at most 0 (x - max, x - lse) or
+// -inf or NaN. Cephes' expf polynomial (about 1 ulp) on [-87, 87], with no
+// call and no float compare, so the loops around it vectorize (std::exp is a
+// scalar libm call). Outside that range: 0 below -87 (true results there are
+// below 2^-125, subnormal), +inf above 87, NaN stays NaN.
+inline float exp_softmax(float x) {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t mag = bits & 0x7fffffffu, sign = bits & 0x80000000u;
+  constexpr uint32_t kLimit = std::bit_cast<uint32_t>(87.0f);
+  const float xc = std::bit_cast<float>((mag < kLimit ? mag : kLimit) | sign);   // clamped on the bit pattern
+  // e^x = 2^n e^r with n = round(x / ln 2) (the 1.5 * 2^23 trick rounds to
+  // nearest) and r = x - n ln 2 in two parts (Cody-Waite).
+  constexpr float kRound = 12582912.0f;
+  const float t = xc * 1.44269504088896341f + kRound;
+  const float n = t - kRound;
+  const int32_t ni = static_cast<int32_t>(std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRound));
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  const float e = y * std::bit_cast<float>(static_cast<uint32_t>(ni + 127) << 23);
+  // Masks, not selects of e: a select would let GCC compute e only where it
+  // is used, a branch around float ops that it then refuses to vectorize.
+  const uint32_t outside = mag > kLimit ? ~0u : 0u;          // -inf and below -87: 0; above 87: inf
+  const uint32_t nan = mag > 0x7f800000u ? ~0u : 0u;         // NaN stays NaN
+  const uint32_t limit = sign != 0 ? 0u : 0x7f800000u;
+  uint32_t out = (std::bit_cast<uint32_t>(e) & ~outside) | (limit & outside);
+  out = (out & ~nan) | (bits & nan);
+  return std::bit_cast<float>(out);
+}
+
 // Runs row(offset) on each row of [outer, n, inner] when inner == 1, else
 // cols(offset, width) on each block of up to kLanes columns; `offset` is the
 // element index of the first element. Parallel over rows or blocks.
@@ -96,17 +134,17 @@ void softmax_row(const T* x, T* y, int64_t n) {
   const float m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
   float s;
   if constexpr (kKeepExp) {
-    for (int64_t k = 0; k < n; ++k) y[k] = std::exp(ld(x[k]) - m);
+    for (int64_t k = 0; k < n; ++k) y[k] = exp_softmax(ld(x[k]) - m);
     s = lane_sum(n, [&](int64_t k) { return ld(y[k]); });
   } else {
-    s = lane_sum(n, [&](int64_t k) { return std::exp(ld(x[k]) - m); });
+    s = lane_sum(n, [&](int64_t k) { return exp_softmax(ld(x[k]) - m); });
   }
   if constexpr (kLog) {
     const float lse = m + std::log(s);
     for (int64_t k = 0; k < n; ++k) y[k] = T(ld(x[k]) - lse);
   } else {
     const float r = 1.0f / s;
-    for (int64_t k = 0; k < n; ++k) y[k] = T((kKeepExp ? ld(y[k]) : std::exp(ld(x[k]) - m)) * r);
+    for (int64_t k = 0; k < n; ++k) y[k] = T((kKeepExp ? ld(y[k]) : exp_softmax(ld(x[k]) - m)) * r);
   }
 }
 
@@ -120,13 +158,13 @@ void softmax_cols(const T* x, T* y, int64_t n, int64_t inner, int64_t w) {
     for (int64_t j = 0; j < w; ++j) m[j] = std::max(m[j], ld(x[k * inner + j]));
   }
   for (int64_t k = 0; k < n; ++k) {
-    for (int64_t j = 0; j < w; ++j) s[j] += std::exp(ld(x[k * inner + j]) - m[j]);
+    for (int64_t j = 0; j < w; ++j) s[j] += exp_softmax(ld(x[k * inner + j]) - m[j]);
   }
   for (int64_t j = 0; j < w; ++j) s[j] = kLog ? m[j] + std::log(s[j]) : 1.0f / s[j];   // lse or 1/sum
   for (int64_t k = 0; k < n; ++k) {
     const T* xr = x + k * inner;
     T* yr = y + k * inner;
-    for (int64_t j = 0; j < w; ++j) yr[j] = T(kLog ? ld(xr[j]) - s[j] : std::exp(ld(xr[j]) - m[j]) * s[j]);
+    for (int64_t j = 0; j < w; ++j) yr[j] = T(kLog ? ld(xr[j]) - s[j] : exp_softmax(ld(xr[j]) - m[j]) * s[j]);
   }
 }
 
@@ -140,7 +178,7 @@ void softmax_kernel(const SoftmaxArgs<T>& a) {
 // softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g).
 template <bool kLog>
 inline float softmax_grad(float g, float y, float s) {
-  return kLog ? g - std::exp(y) * s : y * (g - s);
+  return kLog ? g - exp_softmax(y) * s : y * (g - s);
 }
 
 template <typename T, bool kLog>
@@ -206,7 +244,7 @@ inline bool counted(int64_t t, int64_t classes, int64_t ignore_index) {
 template <typename T>
 float row_logsumexp(const T* x, int64_t n) {
   const float m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
-  return m + std::log(lane_sum(n, [&](int64_t k) { return std::exp(ld(x[k]) - m); }));
+  return m + std::log(lane_sum(n, [&](int64_t k) { return exp_softmax(ld(x[k]) - m); }));
 }
 
 template <typename T, typename I>
@@ -241,8 +279,8 @@ void cross_entropy_backward_kernel(const CrossEntropyBackwardArgs<T, I>& a) {
         continue;
       }
       const float lse = a.stats[r];
-      for (int64_t c = 0; c < a.classes; ++c) gr[c] = T(std::exp(ld(xr[c]) - lse) * scale);
-      gr[t] = T((std::exp(ld(xr[t]) - lse) - 1.0f) * scale);
+      for (int64_t c = 0; c < a.classes; ++c) gr[c] = T(exp_softmax(ld(xr[c]) - lse) * scale);
+      gr[t] = T((exp_softmax(ld(xr[t]) - lse) - 1.0f) * scale);
     }
   });
 }
