@@ -44,6 +44,10 @@ namespace autograd {
 // scalar root (then 1 is used).
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
               bool retain_graph = false);
+// Zeroes t.grad() in place, lazily (NOTE [ Lazy zero_grad ] in tensor.h): the
+// next accumulated gradient overwrites it, and t.grad() reads as zeros until
+// then. The gradient's storage stays. Nothing to do if t has no gradient yet.
+void zero_grad(const Tensor& t);
 }  // namespace autograd
 
 }  // namespace encore

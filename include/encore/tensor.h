@@ -161,6 +161,11 @@ struct AutogradMeta {
   std::shared_ptr<autograd::AccumulateGrad> grad_accumulator;
   int32_t output_nr = 0;                              // which output of grad_fn
   bool requires_grad = false;
+  // NOTE [ Lazy zero_grad ]: zero_grad() only sets this. The next gradient
+  // accumulated into `grad` overwrites it (a copy instead of a fill plus an
+  // add); Tensor::grad() fills the zeros first if someone reads it before.
+  // The storage of `grad` never changes, so captured graphs keep pointing at it.
+  bool grad_zero_pending = false;
 };
 
 // The data behind a Tensor handle. Internal: use Tensor's methods.

@@ -26,8 +26,12 @@ Grads AccumulateGrad::apply(Grads&& grads) {
   Tensor& g = grads[0];
   if (!g.defined() || leaf_ == nullptr) return {};
   Tensor leaf{Ref<TensorImpl>(leaf_)};
-  Tensor current = leaf.grad();
-  if (current.defined()) {
+  AutogradMeta* meta = leaf_->autograd.get();
+  Tensor current = meta != nullptr ? meta->grad : Tensor();
+  if (current.defined() && meta->grad_zero_pending) {
+    meta->grad_zero_pending = false;   // NOTE [ Lazy zero_grad ]: overwrite instead of 0 + g
+    current.copy_(g);
+  } else if (current.defined()) {
     current.add_(g);   // in place: a persistent .grad() keeps its storage across steps
   } else if (g.impl()->use_count() == 1 && g.storage()->use_count() == 1 && g.is_contiguous()) {
     leaf.set_grad(g);  // nobody else sees g: adopt it without a copy

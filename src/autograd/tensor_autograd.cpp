@@ -25,8 +25,14 @@ bool Tensor::is_leaf() const {
 }
 
 Tensor Tensor::grad() const {
-  const AutogradMeta* m = impl_->autograd.get();
-  return m != nullptr ? m->grad : Tensor();
+  AutogradMeta* m = impl_->autograd.get();
+  if (m == nullptr) return Tensor();
+  if (m->grad_zero_pending) [[unlikely]] {   // NOTE [ Lazy zero_grad ]
+    m->grad_zero_pending = false;
+    NoGradGuard no_grad;
+    m->grad.zero_();
+  }
+  return m->grad;
 }
 
 void Tensor::set_grad(const Tensor& g) {
@@ -36,7 +42,15 @@ void Tensor::set_grad(const Tensor& g) {
                shape_str(shape()), dtype_name(dtype()));
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
   impl_->autograd->grad = g;
+  impl_->autograd->grad_zero_pending = false;
 }
+
+namespace autograd {
+void zero_grad(const Tensor& t) {
+  AutogradMeta* m = t.impl()->autograd.get();
+  if (m != nullptr && m->grad.defined()) m->grad_zero_pending = true;   // NOTE [ Lazy zero_grad ]
+}
+}  // namespace autograd
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
   const AutogradMeta* m = impl_->autograd.get();

@@ -90,10 +90,7 @@ void Module::to(DType dtype) {
 }
 
 void Module::zero_grad() {
-  NoGradGuard no_grad;
-  for (Tensor& p : parameters()) {
-    if (p.grad().defined()) p.grad().zero_();
-  }
+  for (const Tensor& p : parameters()) autograd::zero_grad(p);   // lazily: NOTE [ Lazy zero_grad ]
 }
 
 }  // namespace encore::nn

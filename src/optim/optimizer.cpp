@@ -51,10 +51,9 @@ Optimizer::Optimizer(const char* name, std::vector<Tensor> params, double lr)
 void Optimizer::zero_grad() {
   PhaseScope phase(Phase::kOptimizer);   // tags these kernels for profilers (src/core/phase.h)
   NoGradGuard no_grad;
-  for (const Tensor& p : params_) {
-    Tensor g = p.grad();
-    if (g.defined()) g.zero_();   // in place: the storage (and a captured graph's pointer) stays
-  }
+  // Lazily (NOTE [ Lazy zero_grad ]): the storage (and a captured graph's
+  // pointer) stays; the next backward overwrites it instead of adding to zeros.
+  for (const Tensor& p : params_) autograd::zero_grad(p);
 }
 
 void Optimizer::set_lr(double lr) {

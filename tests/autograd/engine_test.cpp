@@ -145,5 +145,29 @@ TEST(EngineTest, OptimizerStyleUpdateUnderNoGrad) {
   EXPECT_EQ(w.version(), 1u);
 }
 
+// NOTE [ Lazy zero_grad ]: zero_grad() launches nothing; the next gradient
+// overwrites .grad() in its storage, and a read before that sees zeros.
+TEST(EngineTest, LazyZeroGradOverwritesInPlaceAndReadsAsZeros) {
+  Tensor w = from_vector<float>({1, 2, 3}).requires_grad_();
+  (w * 2.0).sum().backward();
+  const void* storage = w.grad().data_ptr();
+  autograd::zero_grad(w);
+  (w * 5.0).sum().backward();                      // overwrites: 5, not 2 + 5
+  expect_near(w.grad(), {5, 5, 5}, 0, 0);
+  EXPECT_EQ(w.grad().data_ptr(), storage);         // same storage: captured graphs keep their pointer
+  autograd::zero_grad(w);
+  Tensor shared = w * 1.0;
+  (shared + shared * 2.0).sum().backward();        // two contributions after a zero_grad: 1 + 2
+  expect_near(w.grad(), {3, 3, 3}, 0, 0);
+  autograd::zero_grad(w);
+  expect_near(w.grad(), {0, 0, 0}, 0, 0);          // read before any backward: zeros
+  EXPECT_EQ(w.grad().data_ptr(), storage);
+  (w * 4.0).sum().backward();                      // materialized zeros are accumulated into
+  expect_near(w.grad(), {4, 4, 4}, 0, 0);
+  Tensor fresh = from_vector<float>({1}).requires_grad_();
+  autograd::zero_grad(fresh);                      // no gradient yet: nothing to do
+  EXPECT_FALSE(fresh.grad().defined());
+}
+
 }  // namespace
 }  // namespace encore

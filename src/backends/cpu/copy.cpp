@@ -19,12 +19,13 @@ struct FillArgs { Layout<1> l; T value; };
 
 template <typename T>
 void fill_kernel(const FillArgs<T>& a) {
+  const T value = a.value;   // a local: a store through p could alias a.value, forcing a reload per element
   parallel_for(a.l.numel, kGrainElementwise, [&](int64_t b, int64_t e) {
     if (a.l.contiguous) {
       T* p = reinterpret_cast<T*>(a.l.ptr[0]);
-      for (int64_t i = b; i < e; ++i) p[i] = a.value;
+      std::fill(p + b, p + e, value);
     } else {
-      for_each_element(a.l, b, e, [&](char** p) { *reinterpret_cast<T*>(p[0]) = a.value; });
+      for_each_element(a.l, b, e, [value](char** p) { *reinterpret_cast<T*>(p[0]) = value; });
     }
   });
 }
@@ -38,6 +39,17 @@ void copy_kernel(const Layout<2>& l) {
       To* d = reinterpret_cast<To*>(l.ptr[0]);
       const From* s = reinterpret_cast<const From*>(l.ptr[1]);
       for (int64_t i = b; i < e; ++i) d[i] = convert<To>(s[i]);
+    } else if (l.stride[0][l.ndim - 1] == sizeof(To) && l.stride[1][l.ndim - 1] == sizeof(From)) {
+      // Rows dense in both (e.g. a bias broadcast over a batch): one run per row.
+      for_each_run(l, b, e, [](char** p, int64_t n) {
+        if constexpr (std::is_same_v<To, From>) {
+          std::memcpy(p[0], p[1], n * sizeof(To));
+        } else {
+          To* d = reinterpret_cast<To*>(p[0]);
+          const From* s = reinterpret_cast<const From*>(p[1]);
+          for (int64_t i = 0; i < n; ++i) d[i] = convert<To>(s[i]);
+        }
+      });
     } else {
       for_each_element(l, b, e, [](char** p) {
         *reinterpret_cast<To*>(p[0]) = convert<To>(*reinterpret_cast<const From*>(p[1]));

@@ -12,6 +12,7 @@
 // replays it without tensors.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
@@ -24,10 +25,12 @@ using backend::Layout;
 using backend::broadcast_strides;
 using backend::make_layout;
 
-// Calls f(char** ptrs) for elements [begin, end) in row-major order of the
-// output; ptrs[k] points at operand k's element.
+// Calls f(char** ptrs, int64_t run) once per stretch of elements [begin,
+// end) that lie along the innermost dim, in row-major order of the output:
+// ptrs[k] points at operand k's first element of the stretch, which goes on
+// for `run` elements at stride l.stride[k][l.ndim - 1].
 template <int N, typename F>
-void for_each_element(const Layout<N>& l, int64_t begin, int64_t end, F&& f) {
+void for_each_run(const Layout<N>& l, int64_t begin, int64_t end, F&& f) {
   if (begin >= end) return;
   char* p[N];
   int64_t idx[kMaxDims];
@@ -42,14 +45,11 @@ void for_each_element(const Layout<N>& l, int64_t begin, int64_t end, F&& f) {
   int64_t left = end - begin;
   while (left > 0) {
     const int64_t run = std::min(left, l.shape[inner] - idx[inner]);
-    for (int64_t i = 0; i < run; ++i) {
-      f(p);
-      for (int k = 0; k < N; ++k) p[k] += l.stride[k][inner];
-    }
+    f(p, run);
     left -= run;
     if (left == 0) break;
-    // Carry: rewind the inner dim, advance the outer ones.
-    for (int k = 0; k < N; ++k) p[k] -= l.shape[inner] * l.stride[k][inner];
+    // Carry: back to the start of this row, then advance the outer dims.
+    for (int k = 0; k < N; ++k) p[k] -= idx[inner] * l.stride[k][inner];
     idx[inner] = 0;
     for (int d = inner - 1; d >= 0; --d) {
       for (int k = 0; k < N; ++k) p[k] += l.stride[k][d];
@@ -58,6 +58,21 @@ void for_each_element(const Layout<N>& l, int64_t begin, int64_t end, F&& f) {
       idx[d] = 0;
     }
   }
+}
+
+// Calls f(char** ptrs) for elements [begin, end) in row-major order of the
+// output; ptrs[k] points at operand k's element.
+template <int N, typename F>
+void for_each_element(const Layout<N>& l, int64_t begin, int64_t end, F&& f) {
+  const int inner = l.ndim - 1;
+  for_each_run(l, begin, end, [&](char** start, int64_t run) {
+    char* p[N];
+    for (int k = 0; k < N; ++k) p[k] = start[k];
+    for (int64_t i = 0; i < run; ++i) {
+      f(p);
+      for (int k = 0; k < N; ++k) p[k] += l.stride[k][inner];
+    }
+  });
 }
 
 }  // namespace encore::cpu
