@@ -85,6 +85,15 @@ std::vector<Tensor> run_step(const std::function<std::vector<Tensor>()>& step) {
   return outs;
 }
 
+// A step that reads device data on the host cannot be one graph.
+absl::Status host_read_error(const char* op, int64_t kernels_before, const char* last_op) {
+  return absl::FailedPreconditionError(
+      absl::StrFormat("capture: %s reads tensor data on the host inside the captured step (after kernel #%d, "
+                      "'%s'); a captured step cannot stop for the host: move the read out of the step and read "
+                      "graph.output(i) after replay()",
+                      op, kernels_before, last_op));
+}
+
 // The persistent storages the graph touches, kept alive and checked at replay.
 struct Guard {
   Ref<Storage> storage;
@@ -118,11 +127,7 @@ class CaptureObserver final : public LaunchObserver {
   }
 
   void on_host_access(const char* op) override {
-    throw_error(absl::StatusCode::kFailedPrecondition,
-                absl::StrFormat("capture: %s reads tensor data on the host inside the captured step (after "
-                                "kernel #%d, '%s'); a captured step cannot stop for the host: move the read "
-                                "out of the step and read graph.output(i) after replay()",
-                                op, ops.size(), plan_.last_op));
+    throw Error(host_read_error(op, static_cast<int64_t>(ops.size()), plan_.last_op));
   }
 
   CpuGraph graph;
@@ -325,6 +330,10 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<st
     RecordingScope record(&rec, gpu);
     std::vector<Tensor> outs = run_step(step);
     for (const Tensor& t : outs) rec.mark_output(t.storage());
+    if (rec.first_host_access() != nullptr) {
+      const int64_t k = rec.kernels_before_host_access();
+      return host_read_error(rec.first_host_access(), k, k > 0 ? rec.trace().kernels[k - 1].op : "(start of step)");
+    }
     ENCORE_RETURN_IF_ERROR(check_escapes(rec, rec.trace()));
   }
   impl->trace = std::move(rec.trace());
@@ -356,7 +365,7 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<st
   }
   ArenaPlan arena{static_cast<char*>(impl->arena->data()), plan->offsets, {}, 0, 0, "(start of step)"};
   for (const auto& a : impl->trace.allocs) arena.sizes.push_back(a.nbytes);
-  CaptureObserver cap(impl->trace, arena, plan->peak, /*append=*/on_cpu);
+  CaptureObserver cap(impl->trace, arena, impl->arena->nbytes(), /*append=*/on_cpu);
   if (on_cpu) {
     ObserverScope observe(&cap, gpu);
     ArenaScope scope(&arena, impl->device);

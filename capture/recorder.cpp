@@ -31,6 +31,12 @@ bool Recorder::on_launch(const LaunchRecord& launch) {
   return true;   // warm-up steps really run
 }
 
+void Recorder::on_host_access(const char* op) {
+  if (first_host_access_ != nullptr) return;
+  first_host_access_ = op;
+  kernels_before_host_access_ = static_cast<int64_t>(trace_.kernels.size());
+}
+
 void Recorder::on_allocate(void* p, int64_t nbytes, Device device) {
   live_[p] = static_cast<int32_t>(trace_.allocs.size());
   AllocRecord a;

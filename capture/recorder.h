@@ -13,7 +13,9 @@ namespace encore::capture_internal {
 class Recorder final : public LaunchObserver, public AllocationListener {
  public:
   bool on_launch(const LaunchRecord& launch) override;
-  void on_host_access(const char* op) override {}   // warm-up steps are real: host reads are fine
+  // Warm-up steps are real, so a host read runs; the first one is remembered
+  // for capture() to refuse the step before it plans anything.
+  void on_host_access(const char* op) override;
   void on_allocate(void* p, int64_t nbytes, Device device) override;
   void on_free(void* p) override;
 
@@ -22,12 +24,18 @@ class Recorder final : public LaunchObserver, public AllocationListener {
   // The temporaries still alive that are not outputs (they escaped the step).
   std::vector<int32_t> escaped() const;
   Trace& trace() { return trace_; }
+  // The first host read of the step (nullptr if none), and how many kernels
+  // ran before it.
+  const char* first_host_access() const { return first_host_access_; }
+  int64_t kernels_before_host_access() const { return kernels_before_host_access_; }
 
  private:
   int32_t id_of(const Storage* s) const;
   void touch(int32_t id, int64_t kernel);
 
   Trace trace_;
+  const char* first_host_access_ = nullptr;
+  int64_t kernels_before_host_access_ = 0;
   absl::flat_hash_map<const void*, int32_t> live_;   // data pointer -> temporary id
 };
 

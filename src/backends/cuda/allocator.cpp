@@ -135,7 +135,7 @@ class CachingAllocator final : public Allocator {
       release_free_segments();
       err = cudaMalloc(&p, bytes);
     }
-    if (err != cudaSuccess) {
+    if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       throw_error(absl::StatusCode::kResourceExhausted,
                   absl::StrFormat("cuda:%d allocator: out of memory allocating %d bytes (%s); %d bytes in use, "
@@ -143,6 +143,8 @@ class CachingAllocator final : public Allocator {
                                   device_, requested, cudaGetErrorString(err), stats_.in_use_bytes,
                                   stats_.reserved_bytes));
     }
+    check(err, "cuda allocator: cudaMalloc");   // no driver, a sticky error: not an out-of-memory
+
     stats_.reserved_bytes += bytes;
     return new Block{static_cast<char*>(p), bytes, bytes, small};
   }

@@ -1,10 +1,10 @@
 // What every CUDA launcher needs, in plain CUDA types (no Abseil, no tensor
 // types), so that .cu files include only this and op_kinds.h/layout.h.
 //
-//   __global__ void scale_kernel(float* x, int64_t n, float s) { ... }
-//   void scale(const ScaleArgs& a) {                         // the launcher: runs on the host
-//     scale_kernel<<<blocks_for(a.n), kThreads, 0, active_stream()>>>(a.x, a.n, a.s);
-//     check_launch("scale");                                  // throws encore::Error on failure
+//   __global__ void twice_kernel(float* x, int64_t n) { ... }
+//   void twice_launch(const TwiceArgs& a) {                   // the launcher: runs on the host
+//     twice_kernel<<<blocks_for(a.n), kThreads, 0, active_stream()>>>(a.x, a.n);
+//     check_launch("twice");                                  // throws encore::Error on failure
 //   }
 //
 // A launcher is what Stream::launch<&launcher> calls (src/core/stream.h): its

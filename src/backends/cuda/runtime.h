@@ -38,8 +38,10 @@ void synchronize(int index);
 #define ENCORE_RETURN_IF_CUDA_ERROR(expr, what)                    \
   do {                                                             \
     const cudaError_t encore_cuda_err_ = (expr);                   \
-    if (encore_cuda_err_ != cudaSuccess)                           \
+    if (encore_cuda_err_ != cudaSuccess) {                         \
+      (void)cudaGetLastError(); /* or the next check_launch blames another op */ \
       return ::encore::cuda::cuda_status(encore_cuda_err_, (what)); \
+    }                                                              \
   } while (0)
 
 #define ENCORE_CUDA_CHECK(expr, what) ::encore::cuda::check((expr), (what))
