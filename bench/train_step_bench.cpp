@@ -49,10 +49,11 @@ double median_cpu_ms(F&& fn) {
   return t[t.size() / 2];
 }
 
-// A model with an AdamW step on fixed static inputs.
+// A model with an optimizer step (AdamW, or plain SGD for the rows named
+// _sgd) on fixed static inputs.
 struct Workload {
   std::unique_ptr<nn::Module> model;
-  std::unique_ptr<optim::AdamW> opt;
+  std::unique_ptr<optim::Optimizer> opt;
   Tensor x, y;
   std::function<Tensor()> loss;
   std::vector<Tensor> step() {
@@ -64,11 +65,15 @@ struct Workload {
   }
 };
 
-std::unique_ptr<Workload> mlp(std::vector<int64_t> widths, int64_t batch) {
+std::unique_ptr<Workload> mlp(std::vector<int64_t> widths, int64_t batch, bool sgd) {
   auto w = std::make_unique<Workload>();
   manual_seed(1);
   auto m = std::make_unique<nn::Mlp>(widths);
-  w->opt = std::make_unique<optim::AdamW>(m->parameters());
+  if (sgd) {
+    w->opt = std::make_unique<optim::SGD>(m->parameters(), optim::SgdOptions{.lr = 1e-3});
+  } else {
+    w->opt = std::make_unique<optim::AdamW>(m->parameters());
+  }
   w->x = randn({batch, widths.front()});
   std::vector<int64_t> labels(batch);
   for (int64_t i = 0; i < batch; ++i) labels[i] = i % widths.back();
@@ -192,8 +197,8 @@ void BM_Replay(benchmark::State& state, MakeWorkload make, planner::Algorithm al
   }
 }
 
-MakeWorkload mlp_of(std::vector<int64_t> widths, int64_t batch) {
-  return [=] { return mlp(widths, batch); };
+MakeWorkload mlp_of(std::vector<int64_t> widths, int64_t batch, bool sgd = false) {
+  return [=] { return mlp(widths, batch, sgd); };
 }
 MakeWorkload gpt_of(int64_t layers, int64_t width, int64_t heads, int64_t batch, int64_t seq, int64_t vocab) {
   return [=] { return gpt(layers, width, heads, batch, seq, vocab); };
@@ -207,6 +212,11 @@ TRAIN_STEP_BENCH(mlp_784_128_10_b32, mlp_of({784, 128, 10}, 32));
 TRAIN_STEP_BENCH(mlp_784_512_512_10_b128, mlp_of({784, 512, 512, 10}, 128));
 TRAIN_STEP_BENCH(mlp_1024_4096_4096_1024_b64, mlp_of({1024, 4096, 4096, 1024}, 64));
 TRAIN_STEP_BENCH(block_b8_t64_c256_h4, gpt_of(1, 256, 4, 8, 64, 64));
+// The MLPs with plain SGD: the update streams 12 bytes per parameter instead
+// of AdamW's 28, which is what separates the large MLP from its GEMM floor.
+TRAIN_STEP_BENCH(mlp_784_128_10_b32_sgd, mlp_of({784, 128, 10}, 32, true));
+TRAIN_STEP_BENCH(mlp_784_512_512_10_b128_sgd, mlp_of({784, 512, 512, 10}, 128, true));
+TRAIN_STEP_BENCH(mlp_1024_4096_4096_1024_b64_sgd, mlp_of({1024, 4096, 4096, 1024}, 64, true));
 TRAIN_STEP_BENCH(demo_gpt_2x64_b16_t32, gpt_of(2, 64, 4, 16, 32, 64));
 // The same graph with the arena laid out by the caching-allocator planner
 // (LIFO reuse of freed blocks, like the eager allocator): isolates the effect

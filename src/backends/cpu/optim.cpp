@@ -66,13 +66,29 @@ void sgd_kernel(const SgdArgs<kMode == SgdMode::kPlain ? 2 : 3>& a) {
     if (wd != 0.0f) d += wd * static_cast<float>(p);   // PyTorch adds the L2 term only when wd != 0
     return d;
   };
+  if constexpr (kMode == SgdMode::kPlain && std::is_same_v<T, float>) {
+    if (a.l.contiguous) {   // dense f32: restrict pointers let the loop vectorise
+      float* __restrict p = reinterpret_cast<float*>(a.l.ptr[0]);
+      const float* __restrict g = reinterpret_cast<const float*>(a.l.ptr[1]);
+      parallel_for(a.l.numel, kGrainElementwise, [=](int64_t b, int64_t e) {
+        if (wd == 0.0f) {
+          for (int64_t i = b; i < e; ++i) p[i] = p[i] - lr * g[i];
+        } else {
+          for (int64_t i = b; i < e; ++i) p[i] = p[i] - lr * (g[i] + wd * p[i]);
+        }
+      });
+      return;
+    }
+  }
+  // Captures by value: through references the compiler must assume every
+  // store to p may change lr, and the loops would not vectorise.
   if constexpr (kMode == SgdMode::kPlain) {
-    for_each_typed<T, const T>(a.l, kGrainElementwise, [&](T& p, const T& g) {
+    for_each_typed<T, const T>(a.l, kGrainElementwise, [lr, direction](T& p, const T& g) {
       p = T(static_cast<float>(p) - lr * direction(p, g));
     });
   } else {
     // buf starts at 0, so the first step gives buf = d exactly (PyTorch clones d).
-    for_each_typed<T, const T, float>(a.l, kGrainElementwise, [&](T& p, const T& g, float& buf) {
+    for_each_typed<T, const T, float>(a.l, kGrainElementwise, [lr, mu, direction](T& p, const T& g, float& buf) {
       const float d = direction(p, g);
       buf = mu * buf + d;
       const float update = kMode == SgdMode::kNesterov ? d + mu * buf : buf;
