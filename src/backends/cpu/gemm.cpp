@@ -9,6 +9,7 @@
 #include "src/backends/cpu/copy.h"
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
+#include "src/backends/matmul_layout.h"
 #include "src/core/stream.h"
 
 namespace encore::cpu {
@@ -118,60 +119,19 @@ void column_sum_kernel(const ColumnSumArgs<T>& a) {
 
 // ---- layout helpers ----
 
-// How BLAS can read a rows x cols matrix with strides (rs, cs), in elements.
-struct MatrixLayout {
-  bool ok = false;     // false: no unit stride, needs a copy
-  bool trans = false;  // stored column-major: pass with CblasTrans
-  int64_t ld = 1;
-};
-
-MatrixLayout blas_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
-  if (rows == 0 || cols == 0) return {true, false, std::max<int64_t>(1, cols)};   // nothing is read
-  if ((cs == 1 || cols == 1) && (rows == 1 || rs >= cols)) {
-    return {true, false, rows == 1 ? cols : rs};
-  }
-  if ((rs == 1 || rows == 1) && (cols == 1 || cs >= rows)) {
-    return {true, true, cols == 1 ? rows : cs};
-  }
-  return {};
-}
-
-MatrixLayout matrix_layout(const Tensor& t) {
-  const int64_t d = t.dim();
-  return blas_layout(t.shape()[d - 2], t.shape()[d - 1], t.strides()[d - 2], t.strides()[d - 1]);
-}
+using backend::batch_shape;
+using backend::batch_stride;
+using backend::matrix_layout;
+using backend::MatrixLayout;
 
 void check_blas_int(int64_t v, const Tensor& a, const Tensor& b) {
   ENCORE_CHECK(v <= INT_MAX, "matmul: shapes %s and %s are too large for 32-bit BLAS indices",
                shape_str(a.shape()), shape_str(b.shape()));
 }
 
-// Batch strides of t (elements) over the batch shape `batch` (t's batch dims
-// align right; a missing or size-1 dim broadcasts with stride 0).
+// Batch strides of t (elements) over the batch shape `batch`.
 void batch_strides(const Tensor& t, const Shape& batch, int64_t* out) {
-  const int64_t tb = t.dim() - 2;
-  const int64_t lead = static_cast<int64_t>(batch.size()) - tb;
-  for (int64_t i = 0; i < static_cast<int64_t>(batch.size()); ++i) {
-    const int64_t j = i - lead;
-    out[i] = (j < 0 || t.shape()[j] == 1) ? 0 : t.strides()[j];
-  }
-}
-
-// The broadcast of the batch dims (all but the last two) of three tensors.
-Shape batch_shape(const Tensor& out, const Tensor& a, const Tensor& b) {
-  Shape batch;
-  for (const Tensor* t : {&out, &a, &b}) {
-    const Shape tb(t->shape().begin(), t->shape().end() - 2);
-    if (tb.size() > batch.size()) batch.insert(batch.begin(), tb.size() - batch.size(), 1);
-    const size_t lead = batch.size() - tb.size();
-    for (size_t i = 0; i < tb.size(); ++i) {
-      int64_t& d = batch[lead + i];
-      ENCORE_CHECK(tb[i] == d || tb[i] == 1 || d == 1, "matmul: batch dims of %s, %s and %s do not broadcast",
-                   shape_str(a.shape()), shape_str(b.shape()), shape_str(out.shape()));
-      if (d == 1) d = tb[i];
-    }
-  }
-  return batch;
+  for (size_t i = 0; i < batch.size(); ++i) out[i] = batch_stride(t, batch, i);
 }
 
 void launch_gemm(const GemmArgs& args, Storage* a, Storage* b, Storage* c) {
