@@ -50,6 +50,26 @@ void add_grad(Pending& p, int slot, int num_outputs, Tensor g) {
   dst = dst.defined() ? add(dst, g) : std::move(g);
 }
 
+// NOTE [ Gradients written in place ] (function.h): the leaf gradients the
+// running node may write directly, per input; set around each apply().
+thread_local const std::vector<Tensor>* tls_grad_buffers = nullptr;
+
+// For each input of n: the leaf's zeroed .grad() when n is its only
+// contribution this backward, else undefined.
+void find_grad_buffers(Node* n, const PendingMap& pending, std::vector<Tensor>& out) {
+  out.assign(n->next_edges().size(), Tensor());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Edge& e = n->next_edges()[i];
+    auto* acc = dynamic_cast<AccumulateGrad*>(e.fn.get());
+    if (acc == nullptr || acc->leaf() == nullptr) continue;
+    const AutogradMeta* meta = acc->leaf()->autograd.get();
+    if (meta == nullptr || !meta->grad_zero_pending || !meta->grad.defined()) continue;
+    auto it = pending.find(acc);
+    if (it == pending.end() || it->second.deps != 1) continue;   // another node adds to it too
+    out[i] = meta->grad;
+  }
+}
+
 void check_grad(Node* n, size_t i, const Tensor& g) {
   const InputMeta& m = n->input_meta()[i];
   ENCORE_CHECK_CODE(g.shape() == m.shape && g.dtype() == m.dtype, kInternal,
@@ -76,6 +96,16 @@ Tensor root_grad(const Tensor& root, const Tensor& given) {
 
 }  // namespace
 
+Tensor grad_buffer(size_t input, const Shape& shape, DType dtype, Device device) {
+  if (tls_grad_buffers != nullptr && input < tls_grad_buffers->size()) {
+    const Tensor& g = (*tls_grad_buffers)[input];
+    if (g.defined() && g.is_contiguous() && g.shape() == shape && g.dtype() == dtype && g.device() == device) {
+      return g;
+    }
+  }
+  return empty(shape, dtype, device);
+}
+
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   PhaseScope phase(Phase::kBackward);   // kernels below are tagged "backward" for profilers (src/core/phase.h)
   NoGradGuard no_grad;
@@ -94,6 +124,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   count_dependencies(root_nodes, pending);
   for (auto& [e, g] : seeds) add_grad(pending[e.fn.get()], e.input_nr, e.fn->num_outputs(), std::move(g));
 
+  std::vector<Tensor> buffers;   // NOTE [ Gradients written in place ]
   std::priority_queue<Node*, std::vector<Node*>, Later> ready;
   absl::flat_hash_set<Node*> queued;   // a node may be the root of several tensors
   for (Node* r : root_nodes) {
@@ -105,7 +136,16 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
     Pending& p = pending[n];
     Grads in = std::move(p.grads);
     in.resize(n->num_outputs());
-    Grads out = n->apply(std::move(in));
+    find_grad_buffers(n, pending, buffers);
+    tls_grad_buffers = &buffers;
+    Grads out;
+    try {
+      out = n->apply(std::move(in));
+    } catch (...) {
+      tls_grad_buffers = nullptr;
+      throw;
+    }
+    tls_grad_buffers = nullptr;
     if (!retain_graph) n->release_saved();
     for (size_t i = 0; i < n->next_edges().size(); ++i) {
       Edge& e = n->next_edges()[i];

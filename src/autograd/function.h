@@ -48,6 +48,16 @@ class SavedTensor {
   const char* op_ = "";
 };
 
+// NOTE [ Gradients written in place ]: a buffer for the gradient of input
+// `input` of the node whose backward is running. When that input is a leaf
+// whose .grad() was zeroed by zero_grad() (NOTE [ Lazy zero_grad ]), is this
+// node's only contribution and has this shape, dtype and device, the buffer
+// IS that .grad(): the formula's kernel writes the gradient straight into it
+// and the leaf's accumulator has nothing left to do (no temporary, no copy).
+// Otherwise a fresh empty() tensor. Only for formulas that overwrite every
+// element of the buffer (e.g. a GEMM with beta 0).
+Tensor grad_buffer(size_t input, const Shape& shape, DType dtype, Device device);
+
 // Wires `node` between `inputs` and `outputs`.
 void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs,
              std::initializer_list<Tensor*> outputs);

@@ -200,11 +200,11 @@ struct LinearBackward {
     }
     if (x_rows.defined()) {   // dW = g^T x: [out, N] x [N, in]
       const Tensor& x = x_rows.get();
-      dw = empty({out_features, x.size(1)}, g.dtype(), g.device());
+      dw = autograd::grad_buffer(1, {out_features, x.size(1)}, g.dtype(), g.device());
       ENCORE_KERNEL(dw.device(), matmul, dw, g_rows.t(), x);
     }
     if (need_bias) {          // db = column sums of g
-      db = empty({out_features}, g.dtype(), g.device());
+      db = autograd::grad_buffer(2, {out_features}, g.dtype(), g.device());
       ENCORE_KERNEL(db.device(), column_sum, db, g_rows);
     }
     return {dx, dw, db};

@@ -169,5 +169,35 @@ TEST(EngineTest, LazyZeroGradOverwritesInPlaceAndReadsAsZeros) {
   EXPECT_FALSE(fresh.grad().defined());
 }
 
+// NOTE [ Gradients written in place ]: after zero_grad, linear's backward
+// writes dW and db into the leaves' .grad() buffers; values equal a fresh
+// backward, storages stay, and a second contribution (a weight used twice)
+// is still summed.
+TEST(EngineTest, LinearWritesLeafGradientsInPlaceAfterZeroGrad) {
+  Tensor x = testing::random_tensor({4, 3}, 1);
+  Tensor w = testing::random_tensor({2, 3}, 2).requires_grad_();
+  Tensor b = testing::random_tensor({2}, 3).requires_grad_();
+  linear(x, w, b).sum().backward();
+  const std::vector<double> w_grad = values(w.grad()), b_grad = values(b.grad());
+  const void* w_storage = w.grad().data_ptr();
+  const void* b_storage = b.grad().data_ptr();
+  autograd::zero_grad(w);
+  autograd::zero_grad(b);
+  linear(x, w, b).sum().backward();
+  expect_near(w.grad(), w_grad, 0, 0);
+  expect_near(b.grad(), b_grad, 0, 0);
+  EXPECT_EQ(w.grad().data_ptr(), w_storage);
+  EXPECT_EQ(b.grad().data_ptr(), b_storage);
+  autograd::zero_grad(w);
+  autograd::zero_grad(b);
+  (linear(x, w, b).sum() + linear(x, w, b).sum()).backward();   // two contributions per leaf
+  std::vector<double> twice_w = w_grad, twice_b = b_grad;
+  for (double& v : twice_w) v *= 2;
+  for (double& v : twice_b) v *= 2;
+  expect_near(w.grad(), twice_w, 1e-6, 1e-6);
+  expect_near(b.grad(), twice_b, 1e-6, 1e-6);
+  EXPECT_EQ(w.grad().data_ptr(), w_storage);
+}
+
 }  // namespace
 }  // namespace encore

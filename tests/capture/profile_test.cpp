@@ -122,10 +122,11 @@ TEST(ProfileTest, NodesMapToOpsAndPhases) {
     EXPECT_FALSE(n.write_bytes.empty()) << n.op << " writes nothing?";
     ops_by_phase[n.phase].insert(n.op);
   }
-  // AdamW's update is optimizer; zero_grad launches nothing (NOTE [ Lazy zero_grad ]): the first
-  // gradient of each parameter overwrites .grad() with a copy in backward; the matmuls run in both passes.
+  // AdamW's update is optimizer; zero_grad launches nothing (NOTE [ Lazy zero_grad ]) and linear's
+  // backward writes the weight and bias gradients straight into .grad() (NOTE [ Gradients written in
+  // place ]): no fill, no copy. The matmuls run in both passes.
   EXPECT_FALSE(ops_by_phase["optimizer"].count("fill"));
-  EXPECT_TRUE(ops_by_phase["backward"].count("copy"));
+  EXPECT_FALSE(ops_by_phase["backward"].count("copy"));
   EXPECT_TRUE(ops_by_phase["optimizer"].count("adamw"));
   EXPECT_TRUE(ops_by_phase["forward"].count("gemm"));
   EXPECT_TRUE(ops_by_phase["backward"].count("gemm"));
