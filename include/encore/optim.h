@@ -141,10 +141,22 @@ class AdamW : public Optimizer {
   const AdamWOptions& options() const { return options_; }
 
  private:
+  // True when every parameter has a dense gradient of its dtype, all one
+  // dtype: then step() is one launch over all of them.
+  bool can_fuse() const;
+  void update_table();   // rebuilds table_ when a parameter's storage changed
+
   AdamWOptions options_;
   Tensor step_;                       // i64, 0-d; undefined until the first step()
   std::vector<Tensor> exp_avg_;       // f32, params_[i]'s shape; undefined until needed
   std::vector<Tensor> exp_avg_sq_;
+  // The multi-tensor launch (NOTE [ One AdamW launch ] in adamw.cpp): a
+  // persistent table on the parameters' device, the storages it names, and
+  // the data pointers it was built from.
+  Tensor table_;
+  int64_t table_total_ = 0;
+  std::vector<const void*> table_key_;
+  std::vector<Storage*> table_reads_, table_writes_;
 };
 
 // Scales all existing gradients of params together so that their global L2

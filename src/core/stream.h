@@ -54,11 +54,17 @@ class Stream {
   template <auto Kernel, typename Args>
   void launch(const char* op, const Args& args, std::initializer_list<Storage*> reads,
               std::initializer_list<Storage*> writes) {
+    launch_many<Kernel>(op, args, absl::MakeConstSpan(reads.begin(), reads.size()),
+                        absl::MakeConstSpan(writes.begin(), writes.size()));
+  }
+  // The same with read and write lists built at run time (a kernel over many
+  // tensors, e.g. one optimizer update for every parameter).
+  template <auto Kernel, typename Args>
+  void launch_many(const char* op, const Args& args, absl::Span<Storage* const> reads,
+                   absl::Span<Storage* const> writes) {
     static_assert(std::is_trivially_copyable_v<Args>, "kernel args are copied into graphs");
     if (observer_ != nullptr) [[unlikely]] {
-      LaunchRecord rec{op, device_, &thunk<Kernel, Args>, &args, sizeof(Args),
-                       absl::MakeConstSpan(reads.begin(), reads.size()),
-                       absl::MakeConstSpan(writes.begin(), writes.size())};
+      LaunchRecord rec{op, device_, &thunk<Kernel, Args>, &args, sizeof(Args), reads, writes};
       if (!observer_->on_launch(rec)) return;
     }
     Kernel(args);

@@ -1,10 +1,14 @@
-// AdamW: Adam with decoupled weight decay. The update itself is one fused
+// AdamW: Adam with decoupled weight decay. The update is one launch over every
+// parameter when they allow it (NOTE [ One AdamW launch ]), else one fused
 // kernel per parameter (src/backends/cpu/optim.cpp, adamw_kernel).
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "encore/autograd.h"
 #include "encore/optim.h"
 #include "src/backends/kernels.h"
+#include "src/backends/optim_table.h"
 #include "src/core/phase.h"
 
 namespace encore::optim {
@@ -27,6 +31,56 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions options)
       exp_avg_(params_.size()),
       exp_avg_sq_(params_.size()) {}
 
+// NOTE [ One AdamW launch ]: when every parameter has a dense gradient and
+// all share one dtype, step() issues one kernel over all of them (on CUDA one
+// kernel node in a captured graph instead of one per parameter). The kernel
+// reads a table of the parameters' pointers (backend::AdamWEntry) kept in a
+// persistent tensor on their device; it is rebuilt, with a host write, only
+// when a pointer changed. Gradients keep their storage across steps
+// (NOTE [ Lazy zero_grad ]), so from the second step on it never is, and a
+// captured step never contains the rebuild. The element operations are those
+// of the per-parameter kernel: the same bits either way.
+bool AdamW::can_fuse() const {
+  const DType dtype = params_[0].dtype();
+  for (const Tensor& p : params_) {
+    const Tensor g = p.grad();
+    if (!g.defined() || !p.is_contiguous() || !g.is_contiguous() || p.dtype() != dtype) return false;
+  }
+  return true;
+}
+
+void AdamW::update_table() {
+  std::vector<const void*> key;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    key.insert(key.end(), {params_[i].data_ptr(), params_[i].grad().data_ptr(), exp_avg_[i].data_ptr(),
+                           exp_avg_sq_[i].data_ptr()});
+  }
+  if (key == table_key_ && table_.defined()) return;
+  std::vector<backend::AdamWEntry> rows;
+  table_reads_.clear();
+  table_writes_.clear();
+  int64_t total = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    const Tensor g = p.grad();
+    rows.push_back({static_cast<char*>(p.data_ptr()), static_cast<const char*>(g.data_ptr()),
+                    exp_avg_[i].data<float>(), exp_avg_sq_[i].data<float>(), p.numel(), total});
+    total += p.numel();
+    table_reads_.insert(table_reads_.end(),
+                        {p.storage(), g.storage(), exp_avg_[i].storage(), exp_avg_sq_[i].storage()});
+    table_writes_.insert(table_writes_.end(), {p.storage(), exp_avg_[i].storage(), exp_avg_sq_[i].storage()});
+  }
+  static_assert(sizeof(backend::AdamWEntry) % sizeof(int64_t) == 0, "the table is stored as i64 words");
+  const int64_t words = static_cast<int64_t>(rows.size() * sizeof(backend::AdamWEntry) / sizeof(int64_t));
+  std::vector<int64_t> bits(static_cast<size_t>(words));
+  std::memcpy(bits.data(), rows.data(), rows.size() * sizeof(backend::AdamWEntry));
+  NoGradGuard no_grad;
+  table_ = from_vector<int64_t>(bits, {words}, params_[0].device());   // a host write (see the NOTE)
+  table_total_ = total;
+  table_key_ = std::move(key);
+  table_reads_.insert(table_reads_.end(), {table_.storage(), lr_.storage(), step_.storage()});
+}
+
 void AdamW::step() {
   PhaseScope phase(Phase::kOptimizer);   // tags these kernels for profilers (src/core/phase.h)
   bool any_grad = false;
@@ -37,6 +91,19 @@ void AdamW::step() {
   // t counts this step before any update reads it (t = 1 on the first step).
   step_.storage()->bump_version();
   ENCORE_KERNEL(step_.device(), increment, step_);
+  if (can_fuse()) {
+    init_state();
+    update_table();
+    for (size_t i = 0; i < params_.size(); ++i) {   // NOTE [ Version counter ]: in-place writes
+      params_[i].storage()->bump_version();
+      exp_avg_[i].storage()->bump_version();
+      exp_avg_sq_[i].storage()->bump_version();
+    }
+    ENCORE_KERNEL(device, adamw_update_many, table_, static_cast<int64_t>(params_.size()), table_total_,
+                  params_[0].dtype(), table_reads_, table_writes_, lr_, step_, options_.beta1, options_.beta2,
+                  options_.eps, options_.weight_decay);
+    return;
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     const Tensor& p = params_[i];
     const Tensor g = p.grad();

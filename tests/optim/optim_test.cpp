@@ -660,5 +660,59 @@ TEST(ScheduleTest, RejectsBadOptions) {
   expect_error([&] { (void)sched.lr_at(-1); }, kInvalid, {"WarmupCosine", "lr_at", "-1"});
 }
 
+// NOTE [ One AdamW launch ]: dense parameters of one dtype update in one
+// launch, with the same bits as one launch per parameter (forced here by a
+// non-contiguous parameter), and a gradient whose storage changes is picked up.
+class CountAdamW final : public LaunchObserver {
+ public:
+  bool on_launch(const LaunchRecord& launch) override {
+    if (std::strcmp(launch.op, "adamw") == 0) ++count;
+    return true;
+  }
+  void on_host_access(const char*) override {}
+  int count = 0;
+};
+
+TEST(OptimTest, AdamWUpdatesEveryParameterInOneLaunchWithTheSameBits) {
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    // fused: three dense parameters; split: the same values, the first one a transposed view.
+    std::vector<Tensor> fused, split;
+    for (int i = 0; i < 3; ++i) {
+      Tensor v = random_tensor({i == 0 ? 5 : 300, 7}, 20 + i).to(dtype);
+      fused.push_back(v.clone().requires_grad_());
+      split.push_back(i == 0 ? v.t().contiguous().t().detach().requires_grad_() : v.clone().requires_grad_());
+    }
+    ASSERT_FALSE(split[0].is_contiguous());
+    AdamW a(fused, {.lr = 1e-2, .weight_decay = 0.1}), b(split, {.lr = 1e-2, .weight_decay = 0.1});
+    for (int step = 0; step < 4; ++step) {
+      for (size_t i = 0; i < fused.size(); ++i) {
+        Tensor g = random_tensor(fused[i].shape(), 100 * step + static_cast<int>(i)).to(dtype);
+        if (step == 2 && i == 1) {
+          fused[i].set_grad(g.clone());   // new gradient storage: the table must follow
+          split[i].set_grad(g.clone());
+        } else if (fused[i].grad().defined()) {
+          NoGradGuard no_grad;
+          fused[i].grad().copy_(g);
+          split[i].grad().copy_(g);
+        } else {
+          fused[i].set_grad(g.clone());
+          split[i].set_grad(g.clone());
+        }
+      }
+      CountAdamW count;
+      Stream& stream = current_stream(kCPU);
+      stream.set_observer(&count);
+      a.step();
+      stream.set_observer(nullptr);
+      EXPECT_EQ(count.count, 1) << "step " << step;
+      b.step();
+      for (size_t i = 0; i < fused.size(); ++i) {
+        EXPECT_EQ(testing::values(fused[i]), testing::values(split[i])) << "step " << step << " parameter " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace encore

@@ -11,6 +11,7 @@
 #endif
 
 #include "src/backends/cpu/dispatch.h"
+#include "src/backends/optim_table.h"
 #include "src/backends/cpu/loops.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/core/stream.h"
@@ -116,7 +117,8 @@ struct AdamWCoefs {
   float eps;
 };
 
-AdamWCoefs adamw_coefs(const AdamWArgs& a) {
+template <typename A>   // AdamWArgs or AdamWManyArgs: lr, step, beta1, beta2, eps, weight_decay
+AdamWCoefs adamw_coefs(const A& a) {
   // Step-dependent values come from device memory, never from the host.
   const double lr = *a.lr;
   const double t = static_cast<double>(*a.step);
@@ -235,6 +237,40 @@ void adamw_kernel(const AdamWArgs& a) {
     adamw_element(c, p, static_cast<float>(grad), m, v);
     param = T(p);   // f16/bf16: rounded once, on store
   });
+}
+
+// Operands: the rows of a backend::AdamWEntry table (dense arrays).
+struct AdamWManyArgs {
+  const backend::AdamWEntry* table;
+  int64_t count;
+  const float* lr;
+  const int64_t* step;
+  float beta1, beta2, eps, weight_decay;
+};
+
+// Every parameter of the table in one launch: the same element operations
+// as adamw_kernel's dense path, so the bits equal per-parameter launches.
+template <typename T>
+void adamw_many_kernel(const AdamWManyArgs& a) {
+  const AdamWCoefs c = adamw_coefs(a);
+  for (int64_t k = 0; k < a.count; ++k) {
+    const backend::AdamWEntry& e = a.table[k];
+    T* p = reinterpret_cast<T*>(e.p);
+    const T* g = reinterpret_cast<const T*>(e.g);
+    if constexpr (std::is_same_v<T, float>) {
+      const AdamWDenseFn dense = adamw_dense_fn();
+      parallel_for(e.numel, kGrainTranscendental,
+                   [&](int64_t b, int64_t end) { dense(c, p + b, g + b, e.m + b, e.v + b, end - b); });
+    } else {
+      parallel_for(e.numel, kGrainTranscendental, [&](int64_t b, int64_t end) {
+        for (int64_t i = b; i < end; ++i) {
+          float x = static_cast<float>(p[i]);
+          adamw_element(c, x, static_cast<float>(g[i]), e.m[i], e.v[i]);
+          p[i] = T(x);   // f16/bf16: rounded once, on store
+        }
+      });
+    }
+  }
 }
 
 // ---- step counter ----
@@ -384,6 +420,24 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
         "adamw", args,
         {param.storage(), grad.storage(), exp_avg.storage(), exp_avg_sq.storage(), lr.storage(), step.storage()},
         {param.storage(), exp_avg.storage(), exp_avg_sq.storage()});
+  });
+}
+
+void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType dtype,
+                       absl::Span<Storage* const> reads, absl::Span<Storage* const> writes, const Tensor& lr,
+                       const Tensor& step, double beta1, double beta2, double eps, double weight_decay) {
+  ENCORE_CHECK(table.is_contiguous() && table.numel() * dtype_size(table.dtype()) ==
+                                             count * static_cast<int64_t>(sizeof(backend::AdamWEntry)),
+               "adamw: table %s (%s) does not hold %d entries", shape_str(table.shape()), dtype_name(table.dtype()),
+               count);
+  check_scalar("adamw", lr, kFloat32, "lr");
+  check_scalar("adamw", step, kInt64, "step");
+  const AdamWManyArgs args{static_cast<const backend::AdamWEntry*>(table.data_ptr()), count, lr.data<float>(),
+                           step.data<int64_t>(), static_cast<float>(beta1), static_cast<float>(beta2),
+                           static_cast<float>(eps), static_cast<float>(weight_decay)};
+  dispatch_float(dtype, "adamw", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    current_stream(kCPU).launch_many<&adamw_many_kernel<T>>("adamw", args, reads, writes);
   });
 }
 

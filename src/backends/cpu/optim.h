@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "absl/types/span.h"
 #include "encore/tensor.h"
 
 namespace encore::cpu {
@@ -33,6 +34,14 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
                   double weight_decay);
 
 // counter += 1 (i64, one element).
+// One AdamW update of many parameters in one launch (the same bits as one
+// adamw_update per parameter). `table`: a dense CPU tensor holding `count`
+// backend::AdamWEntry rows (src/backends/optim_table.h) whose arrays are all
+// dense, `total` elements in all; every parameter has `dtype`. `reads` / `writes`: every storage the
+// update reads (table, p, g, m, v, lr, step) / writes (p, m, v).
+void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType dtype,
+                       absl::Span<Storage* const> reads, absl::Span<Storage* const> writes, const Tensor& lr,
+                       const Tensor& step, double beta1, double beta2, double eps, double weight_decay);
 void increment(const Tensor& counter);
 
 // partial[slot] = sum of x^2 (x float, any strides; partial f32 contiguous).

@@ -81,6 +81,30 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
           {param.storage(), exp_avg.storage(), exp_avg_sq.storage()});
 }
 
+void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType dtype,
+                       absl::Span<Storage* const> reads, absl::Span<Storage* const> writes, const Tensor& lr,
+                       const Tensor& step, double beta1, double beta2, double eps, double weight_decay) {
+  ENCORE_CHECK(table.device().is_cuda() && table.is_contiguous() &&
+                   table.numel() * dtype_size(table.dtype()) ==
+                       count * static_cast<int64_t>(sizeof(backend::AdamWEntry)),
+               "adamw: table %s (%s on %s) does not hold %d entries on a CUDA device", shape_str(table.shape()),
+               dtype_name(table.dtype()), table.device().str(), count);
+  check_scalar("adamw", lr, kFloat32, "lr");
+  check_scalar("adamw", step, kInt64, "step");
+  ENCORE_CHECK(is_floating(dtype), "adamw: parameters must be float, got %s", dtype_name(dtype));
+  const AdamWManyArgs args{static_cast<const backend::AdamWEntry*>(table.data_ptr()),
+                     count,
+                     total,
+                     dtype,
+                     lr.data<float>(),
+                     step.data<int64_t>(),
+                     static_cast<float>(beta1),
+                     static_cast<float>(beta2),
+                     static_cast<float>(eps),
+                     static_cast<float>(weight_decay)};
+  current_stream(table.device()).launch_many<&adamw_many_launch>("adamw", args, reads, writes);
+}
+
 void increment(const Tensor& counter) {
   check_scalar("increment", counter, kInt64, "counter");
   current_stream(counter.device())

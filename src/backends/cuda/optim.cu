@@ -37,7 +37,8 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(SgdArgs a) {
 
 struct AdamWCoefs { float decay, b1, c1, b2, c2, step_size, inv_sqrt_bias2, eps; };
 
-__device__ AdamWCoefs adamw_coefs(const AdamWArgs& a) {
+template <typename A>   // AdamWArgs or AdamWManyArgs
+__device__ AdamWCoefs adamw_coefs(const A& a) {
   const double lr = *a.lr;
   const double t = static_cast<double>(*a.step);
   const double bias1 = 1.0 - pow(static_cast<double>(a.beta1), t);
@@ -63,6 +64,45 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(AdamWArgs a) {
     const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), c.inv_sqrt_bias2), c.eps);
     const float param = to_float(*reinterpret_cast<const T*>(p[0]));
     store<T>(p[0], __fsub_rn(__fmul_rn(param, c.decay), __fdiv_rn(__fmul_rn(c.step_size, m), denom)));
+  }
+}
+
+// One element of NOTE [ CUDA AdamW bits ].
+template <typename T>
+__device__ __forceinline__ void adamw_element(const AdamWCoefs& c, T* p, const T* g, float* m, float* v) {
+  const float gi = to_float(*g);
+  *m = __fadd_rn(__fmul_rn(c.b1, *m), __fmul_rn(c.c1, gi));
+  *v = __fadd_rn(__fmul_rn(c.b2, *v), __fmul_rn(__fmul_rn(c.c2, gi), gi));
+  const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(*v), c.inv_sqrt_bias2), c.eps);
+  store<T>(reinterpret_cast<char*>(p), __fsub_rn(__fmul_rn(to_float(*p), c.decay), __fdiv_rn(__fmul_rn(c.step_size, *m), denom)));
+}
+
+constexpr int64_t kManyChunk = 4 * kThreads;   // concatenated elements per block and pass
+
+// Block b takes chunks b, b + gridDim.x, ... of the concatenated elements;
+// each thread walks its elements in increasing order, so the row it is in
+// only moves forward.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) adamw_many_kernel(AdamWManyArgs a) {
+  __shared__ AdamWCoefs c;
+  if (threadIdx.x == 0) c = adamw_coefs(a);
+  __syncthreads();
+  for (int64_t lo = static_cast<int64_t>(blockIdx.x) * kManyChunk; lo < a.total;
+       lo += static_cast<int64_t>(gridDim.x) * kManyChunk) {
+    // The row holding element lo: the last one whose start is <= lo.
+    int64_t left = 0, right = a.count - 1;
+    while (left < right) {
+      const int64_t mid = (left + right + 1) / 2;
+      if (a.table[mid].start <= lo) left = mid; else right = mid - 1;
+    }
+    int64_t k = left;
+    const int64_t hi = lo + kManyChunk < a.total ? lo + kManyChunk : a.total;
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      while (i >= a.table[k].start + a.table[k].numel) ++k;   // skips empty rows too
+      const backend::AdamWEntry& e = a.table[k];
+      const int64_t j = i - e.start;
+      adamw_element<T>(c, reinterpret_cast<T*>(e.p) + j, reinterpret_cast<const T*>(e.g) + j, e.m + j, e.v + j);
+    }
   }
 }
 
@@ -149,6 +189,17 @@ void adamw_launch(const AdamWArgs& a) {
   visit_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     adamw_kernel<T><<<blocks_for(a.l.numel), kThreads, 0, active_stream()>>>(a);
+  });
+  check_launch("adamw");
+}
+
+void adamw_many_launch(const AdamWManyArgs& a) {
+  if (a.total <= 0 || a.count <= 0) return;
+  const int64_t chunks = (a.total + kManyChunk - 1) / kManyChunk;
+  const unsigned blocks = static_cast<unsigned>(chunks < 65535 * 8 ? chunks : 65535 * 8);
+  visit_float(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    adamw_many_kernel<T><<<blocks, kThreads, 0, active_stream()>>>(a);
   });
   check_launch("adamw");
 }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "absl/types/span.h"
 #include "encore/tensor.h"
 
 namespace encore::cuda {
@@ -18,6 +19,10 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                   const Tensor& lr, const Tensor& step, double beta1, double beta2, double eps,
                   double weight_decay);
+// `table` lives on the CUDA device (see cpu::adamw_update_many).
+void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType dtype,
+                       absl::Span<Storage* const> reads, absl::Span<Storage* const> writes, const Tensor& lr,
+                       const Tensor& step, double beta1, double beta2, double eps, double weight_decay);
 void increment(const Tensor& counter);
 void sum_of_squares(const Tensor& x, const Tensor& partial, int64_t slot);
 void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& scale, double max_norm);

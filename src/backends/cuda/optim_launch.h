@@ -6,6 +6,7 @@
 
 #include "encore/dtype.h"
 #include "src/backends/layout.h"
+#include "src/backends/optim_table.h"
 
 namespace encore::cuda {
 
@@ -24,6 +25,18 @@ struct AdamWArgs {
   DType dtype;
   const float* lr;             // device scalar: this step's learning rate
   const int64_t* step;         // device scalar: t, counting this step (t >= 1)
+  float beta1, beta2, eps, weight_decay;
+};
+
+// Every row of a device table of backend::AdamWEntry (dense arrays of
+// `dtype`); `total` = the sum of numel. Blocks take fixed chunks of the
+// concatenated elements, so one launch covers all parameters.
+struct AdamWManyArgs {
+  const backend::AdamWEntry* table;   // device memory
+  int64_t count, total;
+  DType dtype;
+  const float* lr;
+  const int64_t* step;
   float beta1, beta2, eps, weight_decay;
 };
 
@@ -49,6 +62,7 @@ struct ClipScaleArgs {
 
 void sgd_launch(const SgdArgs& a);
 void adamw_launch(const AdamWArgs& a);
+void adamw_many_launch(const AdamWManyArgs& a);
 void increment_launch(const IncrementArgs& a);
 void sum_of_squares_launch(const SumSquaresArgs& a);
 void clip_coefficient_launch(const ClipCoefArgs& a);
