@@ -36,6 +36,20 @@ constexpr bool unary_saves_output(UnaryOp op) {
          op == UnaryOp::kSigmoid || op == UnaryOp::kRelu;
 }
 
+// Op names of the unary kernels (launch records, messages), by UnaryOp.
+inline constexpr int kUnaryOpCount = static_cast<int>(UnaryOp::kClamp) + 1;
+inline constexpr const char* kUnaryNames[kUnaryOpCount] = {
+    "exp", "log", "sqrt", "rsqrt", "pow", "abs", "tanh", "sigmoid", "relu", "gelu_tanh", "gelu", "silu", "clamp"};
+inline constexpr const char* kUnaryBackwardNames[kUnaryOpCount] = {
+    "exp_backward",  "log_backward",  "sqrt_backward",      "rsqrt_backward", "pow_backward",
+    "abs_backward",  "tanh_backward", "sigmoid_backward",   "relu_backward",  "gelu_tanh_backward",
+    "gelu_backward", "silu_backward", "clamp_backward"};
+
+// The unary ops that also take i32/i64 inputs.
+constexpr bool unary_supports_integers(UnaryOp op) {
+  return op == UnaryOp::kAbs || op == UnaryOp::kRelu || op == UnaryOp::kClamp;
+}
+
 enum class RandomKind { kUniform, kNormal };
 
 // The set of reduced dims: bit d set means input dim d is reduced.

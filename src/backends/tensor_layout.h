@@ -23,4 +23,19 @@ void broadcast_strides(const Tensor& t, absl::Span<const int64_t> shape, int64_t
 template <int N>
 Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> inputs);
 
+// Appends a dim (size, stride) to a group of dims, merging it into the
+// group's last dim when the two are contiguous with each other; size-1 dims
+// are dropped. Reductions group their kept and reduced dims with it.
+inline void push_dim(int64_t size, int64_t stride, int32_t& ndim, int64_t* shape, int64_t* strides) {
+  if (size == 1) return;
+  if (ndim > 0 && strides[ndim - 1] == size * stride) {
+    shape[ndim - 1] *= size;
+    strides[ndim - 1] = stride;
+    return;
+  }
+  shape[ndim] = size;
+  strides[ndim] = stride;
+  ++ndim;
+}
+
 }  // namespace encore::backend

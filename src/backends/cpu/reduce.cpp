@@ -7,6 +7,7 @@
 
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
+#include "src/backends/tensor_layout.h"
 #include "src/core/stream.h"
 
 namespace encore::cpu {
@@ -46,18 +47,7 @@ inline constexpr int64_t kColumnBlock = 1024;
 inline constexpr int64_t kColumnRows = 256;      // reduced elements per column lane before it folds
 inline constexpr int64_t kMaxBlocks = 64;        // blocks of a full reduction (partials live on the stack)
 
-// Appends a dim to a group, merging it into the group's last dim when contiguous with it.
-void push_dim(int64_t size, int64_t stride, int32_t& ndim, int64_t* shape, int64_t* strides) {
-  if (size == 1) return;
-  if (ndim > 0 && strides[ndim - 1] == size * stride) {
-    shape[ndim - 1] *= size;
-    strides[ndim - 1] = stride;
-    return;
-  }
-  shape[ndim] = size;
-  strides[ndim] = stride;
-  ++ndim;
-}
+using backend::push_dim;
 
 ReduceGeom make_geom(const char* op, const Tensor& a, DimMask dims) {
   ENCORE_CHECK(a.dim() <= kMaxDims, "%s: %d dims exceed the limit of %d (shape %s)", op, a.dim(), kMaxDims,

@@ -15,17 +15,10 @@
 namespace encore::cpu {
 namespace {
 
-constexpr int kUnaryOpCount = static_cast<int>(UnaryOp::kClamp) + 1;
-constexpr const char* kUnaryNames[kUnaryOpCount] = {"exp",  "log",     "sqrt", "rsqrt",     "pow",  "abs",  "tanh",
-                                                    "sigmoid", "relu", "gelu_tanh", "gelu", "silu", "clamp"};
-constexpr const char* kBackwardNames[kUnaryOpCount] = {
-    "exp_backward",  "log_backward",  "sqrt_backward",      "rsqrt_backward", "pow_backward",
-    "abs_backward",  "tanh_backward", "sigmoid_backward",   "relu_backward",  "gelu_tanh_backward",
-    "gelu_backward", "silu_backward", "clamp_backward"};
-
-constexpr bool supports_integers(UnaryOp op) {
-  return op == UnaryOp::kAbs || op == UnaryOp::kRelu || op == UnaryOp::kClamp;
-}
+using backend::kUnaryNames;
+using backend::kUnaryOpCount;
+constexpr const auto& kBackwardNames = backend::kUnaryBackwardNames;
+constexpr bool supports_integers(UnaryOp op) { return backend::unary_supports_integers(op); }
 
 // Cheap ops split work in bigger chunks than transcendental ones.
 constexpr int64_t grain_of(UnaryOp op) {

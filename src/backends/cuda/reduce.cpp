@@ -7,6 +7,7 @@
 
 #include "encore/error.h"
 #include "src/backends/cuda/reduce_launch.h"
+#include "src/backends/tensor_layout.h"
 #include "src/core/stream.h"
 
 namespace encore::cuda {
@@ -31,18 +32,7 @@ bool is_float_type(ReduceType t) {
   return t == ReduceType::kF32 || t == ReduceType::kF16 || t == ReduceType::kBF16;
 }
 
-// Appends a dim to a group, merging it into the group's last dim when contiguous with it.
-void push_dim(int64_t size, int64_t stride, int32_t& ndim, int64_t* shape, int64_t* strides) {
-  if (size == 1) return;
-  if (ndim > 0 && strides[ndim - 1] == size * stride) {
-    shape[ndim - 1] *= size;
-    strides[ndim - 1] = stride;
-    return;
-  }
-  shape[ndim] = size;
-  strides[ndim] = stride;
-  ++ndim;
-}
+using backend::push_dim;
 
 // NOTE [ CUDA reduction geometry ] in reduce_launch.h.
 ReduceGeom make_geom(const char* op, const Tensor& a, DimMask dims) {
