@@ -5,9 +5,9 @@
 #
 #   bench/gpu-carry.sh BUILD            # copies the libraries into BUILD/carry-lib
 #   bench/gpu-carry.sh BUILD DEST       # also DEST/build.tar.xz: the test binaries, bench/gpu_bench,
-#                                       # tools/encore-plan and carry-lib, stripped and packed (for the
-#                                       # device tool's 64 MiB carry limit: name DEST, a git-ignored
-#                                       # folder such as build-gpu, in `carry`); then, there:
+#                                       # the tools (encore-plan, -prof, -launch) and carry-lib, stripped
+#                                       # and packed (for the device tool's 64 MiB carry limit: name DEST,
+#                                       # a git-ignored folder such as build-gpu, in `carry`); then, there:
 #                                       # bench/gpu-check DEST/build.tar.xz
 #
 # Which libraries: every library `ldd` resolves for those binaries except the
@@ -25,7 +25,7 @@ DEST="${2:-}"
 
 # Binaries gpu-check runs.
 mapfile -t BINS < <(find "$BUILD/tests" -type f -name '*_test' -perm -u+x | sort)
-for b in bench/gpu_bench tools/encore-plan; do
+for b in bench/gpu_bench tools/encore-plan tools/encore-prof tools/encore-launch; do
   [ -x "$BUILD/$b" ] && BINS+=("$BUILD/$b")
 done
 [ "${#BINS[@]}" -gt 0 ] || { echo "gpu-carry: no binaries under $BUILD" >&2; exit 1; }

@@ -37,8 +37,16 @@ ToolRun run_tool(const std::string& binary, const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
 }
 
-ToolRun prof(const std::string& args) { return run_tool(ENCORE_PROF_PATH, args); }
-ToolRun launch(const std::string& args) { return run_tool(ENCORE_LAUNCH_PATH, args); }
+// The built tools: their paths in the build folder, or $ENCORE_PROF_BIN /
+// $ENCORE_LAUNCH_BIN (a build folder moved to another machine, bench/gpu-check).
+std::string tool_path(const char* env, const char* built) {
+  const char* override_path = std::getenv(env);
+  return override_path != nullptr ? override_path : built;
+}
+ToolRun prof(const std::string& args) { return run_tool(tool_path("ENCORE_PROF_BIN", ENCORE_PROF_PATH), args); }
+ToolRun launch(const std::string& args) {
+  return run_tool(tool_path("ENCORE_LAUNCH_BIN", ENCORE_LAUNCH_PATH), args);
+}
 
 void expect_flag_error(const ToolRun& run, const std::string& what) {
   EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
