@@ -32,7 +32,11 @@ Grads AccumulateGrad::apply(Grads&& grads) {
     meta->grad_zero_pending = false;   // NOTE [ Lazy zero_grad ]: overwrite instead of 0 + g
     const bool written_in_place = g.storage() == current.storage() &&
                                   g.storage_offset() == current.storage_offset();   // NOTE [ Gradients written in place ]
-    if (!written_in_place) current.copy_(g);
+    if (written_in_place) {
+      current.storage()->bump_version();   // NOTE [ Version counter ]: the formula's kernel wrote it
+    } else {
+      current.copy_(g);
+    }
   } else if (current.defined()) {
     current.add_(g);   // in place: a persistent .grad() keeps its storage across steps
   } else if (g.impl()->use_count() == 1 && g.storage()->use_count() == 1 && g.is_contiguous()) {
