@@ -15,6 +15,7 @@
 #include "capture/cuda_graph.h"
 #include "capture/recorder.h"
 #include "src/core/allocator.h"
+#include "src/core/kernel_errors.h"
 
 namespace encore {
 
@@ -192,7 +193,14 @@ absl::Status check_guards(const std::vector<Guard>& guards) {
 absl::Status Graph::replay() {
   ENCORE_RETURN_IF_ERROR(check_guards(impl_->guards));
   if (impl_->cuda_graph != nullptr) return impl_->cuda_graph->replay();
+  (void)take_kernel_errors();   // reports from before this replay are not its own
   impl_->graph.replay();
+  if (const uint32_t errors = take_kernel_errors(); errors != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replay: ", describe_kernel_errors(errors),
+        "; this replay's outputs, gradients and parameter updates used bad data: check the batch copied into the "
+        "static inputs"));
+  }
   return absl::OkStatus();
 }
 
@@ -325,10 +333,16 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<st
   const int64_t gpu_in_use_before = gpu.has_value() ? allocator_stats(*gpu).in_use_bytes : 0;
   reset_peak_stats(kCPU);
   if (gpu.has_value()) reset_peak_stats(*gpu);
+  (void)take_kernel_errors();
   {
     ObserverScope observe(&rec, gpu);
     RecordingScope record(&rec, gpu);
     std::vector<Tensor> outs = run_step(step);
+    if (const uint32_t errors = take_kernel_errors(); errors != 0) {   // host index checks are off while recording
+      return absl::InvalidArgumentError(
+          absl::StrCat("capture: in the recorded warm-up step, ", describe_kernel_errors(errors),
+                       "; check the batch in the static inputs"));
+    }
     for (const Tensor& t : outs) rec.mark_output(t.storage());
     if (rec.first_host_access() != nullptr) {
       const int64_t k = rec.kernels_before_host_access();

@@ -306,6 +306,52 @@ TEST(CaptureTest, DumpDotNamesNodesByOp) {
   EXPECT_FALSE(graph->dump_dot("/nonexistent/dir/g.dot").ok());
 }
 
+// NOTE [ Index checks ]: replays cannot stop for host checks, so kernels
+// report bad indices and replay() returns them as a Status.
+TEST(CaptureTest, ReplayReportsOutOfRangeClassesAndEmbeddingIndices) {
+  std::unique_ptr<TrainRig> rig = mlp_setup();
+  TrainRig& s = *rig;
+  s.fill(0);
+  absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  {
+    NoGradGuard no_grad;
+    s.y.copy_(from_vector<int64_t>({0, 1, 2, 3, 4, 7, 1, 2}));   // class 7 of 5
+  }
+  absl::Status st = graph->replay();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("cross_entropy"), absl::string_view::npos) << st;
+  s.fill(1);
+  EXPECT_TRUE(graph->replay().ok());                             // a good batch replays cleanly again
+
+  std::unique_ptr<TrainRig> gpt = gpt_setup();
+  gpt->fill(0);
+  absl::StatusOr<Graph> g = capture([&] { return gpt->step(); });
+  ASSERT_TRUE(g.ok()) << g.status();
+  {
+    NoGradGuard no_grad;
+    gpt->x.copy_(full({2, 8}, 99, kInt64));                       // token 99 of a 13-token vocabulary
+  }
+  st = g->replay();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("embedding"), absl::string_view::npos) << st;
+}
+
+TEST(CaptureTest, BadIndicesInTheRecordedWarmupFailCapture) {
+  std::unique_ptr<TrainRig> rig = mlp_setup();
+  TrainRig& s = *rig;
+  s.fill(0);
+  {
+    NoGradGuard no_grad;
+    s.y.copy_(from_vector<int64_t>({0, 1, 2, 3, 4, -3, 1, 2}));
+  }
+  absl::StatusOr<Graph> graph = capture([&] { return s.step(); }, {.warmup = 1});   // the recorded run is the first
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(graph.status().message().find("recorded warm-up"), absl::string_view::npos) << graph.status();
+  EXPECT_NE(graph.status().message().find("cross_entropy"), absl::string_view::npos) << graph.status();
+}
+
 // ---- The same on CUDA: the capture run goes into a CUDA graph (skips without a GPU) ----
 
 const Device kGpu = Device::cuda(0);

@@ -11,6 +11,7 @@
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/core/philox.h"
+#include "src/core/kernel_errors.h"
 #include "src/core/stream.h"
 
 namespace encore::cpu {
@@ -257,7 +258,10 @@ void cross_entropy_kernel(const CrossEntropyArgs<T, I>& a) {
   int64_t count = 0;
   for (int64_t r = 0; r < a.rows; ++r) {
     const int64_t t = static_cast<int64_t>(a.target[r]);
-    if (!counted(t, a.classes, a.ignore_index)) continue;
+    if (!counted(t, a.classes, a.ignore_index)) {
+      if (t != a.ignore_index) report_kernel_error(KernelError::kClassIndex);   // NOTE [ Index checks ]
+      continue;
+    }
     total += static_cast<double>(a.stats[r]) - ld(a.x[r * a.classes + t]);
     ++count;
   }
@@ -428,6 +432,7 @@ void embedding_kernel(const EmbeddingArgs<T, I>& a) {
         std::memcpy(o, a.w + v * a.dim, a.dim * sizeof(T));
       } else {
         std::fill_n(o, a.dim, T{});   // NOTE [ Index checks ] in nn.h
+        report_kernel_error(KernelError::kEmbeddingIndex);
       }
     }
   });

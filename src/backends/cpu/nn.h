@@ -14,7 +14,9 @@
 // rejected by the ops on the host before launch. The kernels still never
 // touch memory out of bounds: a bad class id counts as ignored and a bad
 // embedding index reads (and scatters) nothing, so a captured graph replayed
-// with bad data stays memory-safe (a device-side error flag is future work).
+// with bad data stays memory-safe; the forward kernels also report the bad
+// index (src/core/kernel_errors.h), which capture() and Graph::replay() turn
+// into a Status. (The CUDA kernels do not report yet.)
 #pragma once
 
 #include <cstdint>
