@@ -75,7 +75,11 @@ class Graph {
 
   // Runs the captured step once. Refuses (FailedPrecondition) when a tensor the
   // graph reads or writes was freed or replaced since capture (e.g. a
-  // parameter reassigned, a static input dropped).
+  // parameter reassigned, a static input dropped). Returns InvalidArgument,
+  // naming the op, when a kernel met bad data the host could not check first
+  // (a class id or embedding index out of range: src/core/kernel_errors.h);
+  // the step has then run with those rows left out. On CUDA replay() only
+  // enqueues the graph: errors show at the next synchronizing read.
   [[nodiscard]] absl::Status replay();
   // The i-th tensor `step` returned: a view into the arena (or a persistent
   // tensor), valid until the next replay() and while the Graph lives; clone()
