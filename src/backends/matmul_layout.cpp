@@ -34,6 +34,18 @@ Shape batch_shape(const Tensor& out, const Tensor& a, const Tensor& b) {
   return batch;
 }
 
+MatmulOperands matmul_operands(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
+  MatmulOperands o{a_in, b_in, matrix_layout(a_in), matrix_layout(b_in), matrix_layout(out), {}};
+  if (!o.la.ok) o.la = matrix_layout(o.a = a_in.detach().contiguous());   // NOTE [ Matmul layouts ]
+  if (!o.lb.ok) o.lb = matrix_layout(o.b = b_in.detach().contiguous());
+  ENCORE_CHECK(o.lc.ok && !o.lc.trans, "matmul: output %s with strides %s needs a unit stride on its last dim",
+               shape_str(out.shape()), shape_str(out.strides()));
+  o.batch = batch_shape(out, o.a, o.b);
+  ENCORE_CHECK(o.batch.size() + 2 <= kMaxDims, "matmul: shapes %s and %s have more than %d dims",
+               shape_str(o.a.shape()), shape_str(o.b.shape()), kMaxDims);
+  return o;
+}
+
 int64_t batch_stride(const Tensor& t, const Shape& batch, size_t i) {
   const int64_t j = static_cast<int64_t>(i) - (static_cast<int64_t>(batch.size()) - (t.dim() - 2));
   return (j < 0 || t.shape()[j] == 1) ? 0 : t.strides()[j];

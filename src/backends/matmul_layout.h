@@ -28,6 +28,17 @@ MatrixLayout matrix_layout(const Tensor& t);
 // throws naming the shapes when they do not broadcast.
 Shape batch_shape(const Tensor& out, const Tensor& a, const Tensor& b);
 
+// The operands of one matmul as BLAS reads them: a and b as given, or dense
+// copies where no unit stride exists (NOTE [ Matmul layouts ]), their layouts,
+// out's layout (checked: unit stride on its last dim) and the broadcast batch
+// (checked: at most kMaxDims dims in all).
+struct MatmulOperands {
+  Tensor a, b;
+  MatrixLayout la, lb, lc;
+  Shape batch;
+};
+MatmulOperands matmul_operands(const Tensor& out, const Tensor& a, const Tensor& b);
+
 // Stride (elements) of t's batch dim aligned with dim i of `batch` (t's batch
 // dims align right); 0 when t lacks it or has size 1 there (broadcast).
 int64_t batch_stride(const Tensor& t, const Shape& batch, size_t i);

@@ -10,6 +10,7 @@
 #include "absl/types/span.h"
 #include "encore/tensor.h"
 #include "src/backends/layout.h"
+#include "src/backends/op_kinds.h"
 
 namespace encore::backend {
 
@@ -36,6 +37,32 @@ inline void push_dim(int64_t size, int64_t stride, int32_t& ndim, int64_t* shape
   shape[ndim] = size;
   strides[ndim] = stride;
   ++ndim;
+}
+
+// Splits a's dims into kept and reduced groups (`dims`), each merged with
+// push_dim, into any geometry struct with the fields in, out_numel,
+// red_numel, kept_ndim/red_ndim and kept_/red_ shape and stride arrays
+// (strides in elements); an empty group becomes one size-1 dim. Throws naming
+// `op` if a has more than kMaxDims dims. The CPU and CUDA reductions share it.
+template <typename Geom>
+void group_reduce_dims(const char* op, const Tensor& a, DimMask dims, Geom& g) {
+  ENCORE_CHECK(a.dim() <= kMaxDims, "%s: %d dims exceed the limit of %d (shape %s)", op, a.dim(), kMaxDims,
+               shape_str(a.shape()));
+  g.in = a.data_ptr();
+  g.out_numel = 1;
+  g.red_numel = 1;
+  for (int64_t d = 0; d < a.dim(); ++d) {
+    const int64_t size = a.shape()[d], stride = a.strides()[d];
+    if (dims & dim_bit(d)) {
+      g.red_numel *= size;
+      push_dim(size, stride, g.red_ndim, g.red_shape, g.red_stride);
+    } else {
+      g.out_numel *= size;
+      push_dim(size, stride, g.kept_ndim, g.kept_shape, g.kept_stride);
+    }
+  }
+  if (g.kept_ndim == 0) { g.kept_shape[0] = 1; g.kept_stride[0] = 0; g.kept_ndim = 1; }
+  if (g.red_ndim == 0) { g.red_shape[0] = 1; g.red_stride[0] = 1; g.red_ndim = 1; }
 }
 
 }  // namespace encore::backend

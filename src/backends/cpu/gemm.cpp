@@ -119,10 +119,7 @@ void column_sum_kernel(const ColumnSumArgs<T>& a) {
 
 // ---- layout helpers ----
 
-using backend::batch_shape;
 using backend::batch_stride;
-using backend::matrix_layout;
-using backend::MatrixLayout;
 
 void check_blas_int(int64_t v, const Tensor& a, const Tensor& b) {
   ENCORE_CHECK(v <= INT_MAX, "matmul: shapes %s and %s are too large for 32-bit BLAS indices",
@@ -144,16 +141,7 @@ void launch_gemm(const GemmArgs& args, Storage* a, Storage* b, Storage* c) {
 
 // The f32 case of matmul() (see gemm.h).
 void matmul_f32(const Tensor& out, const Tensor& a_in, const Tensor& b_in, float alpha, float beta) {
-  Tensor a = a_in, b = b_in;
-  MatrixLayout la = matrix_layout(a), lb = matrix_layout(b);
-  if (!la.ok) la = matrix_layout(a = a_in.detach().contiguous());   // NOTE [ Matmul layouts ]
-  if (!lb.ok) lb = matrix_layout(b = b_in.detach().contiguous());
-  const MatrixLayout lc = matrix_layout(out);
-  ENCORE_CHECK(lc.ok && !lc.trans, "matmul: output %s with strides %s needs a unit stride on its last dim",
-               shape_str(out.shape()), shape_str(out.strides()));
-  const Shape batch = batch_shape(out, a, b);
-  ENCORE_CHECK(batch.size() + 2 <= kMaxDims, "matmul: shapes %s and %s have more than %d dims",
-               shape_str(a.shape()), shape_str(b.shape()), kMaxDims);
+  const auto [a, b, la, lb, lc, batch] = backend::matmul_operands(out, a_in, b_in);
   GemmArgs g{};
   g.a = static_cast<const float*>(a.data_ptr());
   g.b = static_cast<const float*>(b.data_ptr());

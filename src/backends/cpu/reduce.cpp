@@ -47,27 +47,9 @@ inline constexpr int64_t kColumnBlock = 1024;
 inline constexpr int64_t kColumnRows = 256;      // reduced elements per column lane before it folds
 inline constexpr int64_t kMaxBlocks = 64;        // blocks of a full reduction (partials live on the stack)
 
-using backend::push_dim;
-
 ReduceGeom make_geom(const char* op, const Tensor& a, DimMask dims) {
-  ENCORE_CHECK(a.dim() <= kMaxDims, "%s: %d dims exceed the limit of %d (shape %s)", op, a.dim(), kMaxDims,
-               shape_str(a.shape()));
   ReduceGeom g{};
-  g.in = a.data_ptr();
-  g.out_numel = 1;
-  g.red_numel = 1;
-  for (int64_t d = 0; d < a.dim(); ++d) {
-    const int64_t size = a.shape()[d], stride = a.strides()[d];
-    if (dims & dim_bit(d)) {
-      g.red_numel *= size;
-      push_dim(size, stride, g.red_ndim, g.red_shape, g.red_stride);
-    } else {
-      g.out_numel *= size;
-      push_dim(size, stride, g.kept_ndim, g.kept_shape, g.kept_stride);
-    }
-  }
-  if (g.kept_ndim == 0) { g.kept_shape[0] = 1; g.kept_stride[0] = 0; g.kept_ndim = 1; }
-  if (g.red_ndim == 0) { g.red_shape[0] = 1; g.red_stride[0] = 1; g.red_ndim = 1; }
+  backend::group_reduce_dims(op, a, dims, g);
   if (g.out_numel == 1) {
     g.kind = ReduceKind::kFull;
   } else if (g.red_stride[g.red_ndim - 1] != 1 && g.kept_stride[g.kept_ndim - 1] == 1) {

@@ -110,10 +110,8 @@ void gemm_launch(const GemmArgs& g) {
 
 // ---- layout helpers ----
 
-using backend::batch_shape;
 using backend::batch_stride;
 using backend::matrix_layout;
-using backend::MatrixLayout;
 
 struct BatchDim {
   int64_t size;
@@ -206,16 +204,7 @@ void matmul(const Tensor& out, const Tensor& a_in, const Tensor& b_in, float alp
                "matmul: devices %s, %s and output %s differ (shapes %s and %s)", a_in.device().str(),
                b_in.device().str(), out.device().str(), shape_str(a_in.shape()), shape_str(b_in.shape()));
   check_float("matmul", out.dtype(), out);
-  Tensor a = a_in, b = b_in;
-  MatrixLayout la = matrix_layout(a), lb = matrix_layout(b);
-  if (!la.ok) la = matrix_layout(a = a_in.detach().contiguous());   // NOTE [ Matmul layouts ]
-  if (!lb.ok) lb = matrix_layout(b = b_in.detach().contiguous());
-  const MatrixLayout lc = matrix_layout(out);
-  ENCORE_CHECK(lc.ok && !lc.trans, "matmul: output %s with strides %s needs a unit stride on its last dim",
-               shape_str(out.shape()), shape_str(out.strides()));
-  const Shape batch = batch_shape(out, a, b);
-  ENCORE_CHECK(batch.size() + 2 <= kMaxDims, "matmul: shapes %s and %s have more than %d dims",
-               shape_str(a.shape()), shape_str(b.shape()), kMaxDims);
+  const auto [a, b, la, lb, lc, batch] = backend::matmul_operands(out, a_in, b_in);
   const int64_t m = a.size(-2), n = b.size(-1), k = a.size(-1);
   if (m == 0 || n == 0) return;   // out is empty
   if (k == 0 || numel_of(batch) == 0) return scale_out(out, beta);
