@@ -192,10 +192,21 @@ absl::Status check_guards(const std::vector<Guard>& guards) {
 
 absl::Status Graph::replay() {
   ENCORE_RETURN_IF_ERROR(check_guards(impl_->guards));
-  if (impl_->cuda_graph != nullptr) return impl_->cuda_graph->replay();
-  (void)take_kernel_errors();   // reports from before this replay are not its own
+  if (impl_->cuda_graph != nullptr) {
+    // Asynchronous: this replay's reports arrive at the next synchronization,
+    // or here at the next replay if it has finished by then.
+    if (const uint32_t errors = take_kernel_errors(impl_->device, /*wait=*/false); errors != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "replay: an earlier replay or step on ", impl_->device.str(), " met bad data: ",
+          describe_kernel_errors(errors),
+          "; its outputs, gradients and parameter updates used it: check the batches copied into the static "
+          "inputs. This replay was not launched"));
+    }
+    return impl_->cuda_graph->replay();
+  }
+  (void)take_kernel_errors(kCPU);   // reports from before this replay are not its own
   impl_->graph.replay();
-  if (const uint32_t errors = take_kernel_errors(); errors != 0) {
+  if (const uint32_t errors = take_kernel_errors(kCPU); errors != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "replay: ", describe_kernel_errors(errors),
         "; this replay's outputs, gradients and parameter updates used bad data: check the batch copied into the "
@@ -333,12 +344,17 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<st
   const int64_t gpu_in_use_before = gpu.has_value() ? allocator_stats(*gpu).in_use_bytes : 0;
   reset_peak_stats(kCPU);
   if (gpu.has_value()) reset_peak_stats(*gpu);
-  (void)take_kernel_errors();
+  (void)take_kernel_errors(kCPU);
+  // CUDA reports of earlier eager steps (the warm-ups above) surface here as
+  // an error, not in the recorded run (NOTE [ Kernel error words ]).
+  if (gpu.has_value()) current_stream(*gpu).synchronize();
   {
     ObserverScope observe(&rec, gpu);
     RecordingScope record(&rec, gpu);
     std::vector<Tensor> outs = run_step(step);
-    if (const uint32_t errors = take_kernel_errors(); errors != 0) {   // host index checks are off while recording
+    // Host index checks are off while recording; CUDA kernels never check on the host.
+    const uint32_t errors = take_kernel_errors(kCPU) | (gpu.has_value() ? take_kernel_errors(*gpu) : 0u);
+    if (errors != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("capture: in the recorded warm-up step, ", describe_kernel_errors(errors),
                        "; check the batch in the static inputs"));

@@ -31,4 +31,13 @@ bool cuda_available();
 // CUDA:0 when cuda_available(), else the CPU.
 Device default_device();
 
+// Waits until every kernel encore queued on `device` has finished (CPU
+// kernels finish at launch: returns at once). Throws encore::Error when a
+// CUDA kernel failed, or when a kernel queued since the last synchronization
+// met bad data, naming the op (an out-of-range class id in cross_entropy or
+// index in embedding: CUDA ops do not check indices on the host, which would
+// wait for the GPU at every call). Host reads (item(), to_vector(), printing,
+// to(kCPU)) synchronize the same way.
+void synchronize(Device device);
+
 }  // namespace encore

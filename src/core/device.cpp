@@ -1,6 +1,7 @@
 #include "encore/device.h"
 
 #include "absl/strings/str_cat.h"
+#include "src/core/stream.h"
 #if ENCORE_HAVE_CUDA
 #include "src/backends/cuda/runtime.h"
 #endif
@@ -21,5 +22,7 @@ bool cuda_available() { return false; }
 #endif
 
 Device default_device() { return cuda_available() ? Device::cuda(0) : kCPU; }
+
+void synchronize(Device device) { current_stream(device).synchronize(); }
 
 }  // namespace encore

@@ -2,6 +2,12 @@
 
 #include <atomic>
 
+#include "absl/strings/str_cat.h"
+#include "encore/error.h"
+#if ENCORE_HAVE_CUDA
+#include "src/backends/cuda/runtime.h"   // NOTE [ Backends seen from core ] in stream.cpp
+#endif
+
 namespace encore {
 namespace {
 std::atomic<uint32_t> reported{0};
@@ -9,7 +15,16 @@ std::atomic<uint32_t> reported{0};
 
 void report_kernel_error(KernelError e) { reported.fetch_or(static_cast<uint32_t>(e), std::memory_order_relaxed); }
 
-uint32_t take_kernel_errors() { return reported.exchange(0, std::memory_order_relaxed); }
+uint32_t take_kernel_errors(Device device, bool wait) {
+#if ENCORE_HAVE_CUDA
+  if (device.is_cuda()) {
+    if (wait) cuda::synchronize(device.index);
+    return cuda::take_error_word(device.index);
+  }
+#endif
+  ENCORE_CHECK(device.is_cpu(), "take_kernel_errors: no backend for %s in this build", device.str());
+  return reported.exchange(0, std::memory_order_relaxed);
+}
 
 std::string describe_kernel_errors(uint32_t bits) {
   std::string out;
@@ -24,6 +39,15 @@ std::string describe_kernel_errors(uint32_t bits) {
     add("embedding met an index outside [0, num_embeddings) (those rows read as zeros)");
   }
   return out;
+}
+
+void throw_kernel_errors(uint32_t bits, Device device) {
+  if (bits == 0) return;
+  throw_error(absl::StatusCode::kInvalidArgument,
+              absl::StrCat(device.str(), ": a kernel queued since the last synchronization met bad data: ",
+                           describe_kernel_errors(bits),
+                           "; the losses, gradients and parameter updates computed from it are wrong: check the "
+                           "batch (class ids, token ids) and run the step again"));
 }
 
 }  // namespace encore

@@ -1,19 +1,29 @@
-// Errors that kernels find in tensor DATA while no host check runs: in the
-// recorded warm-up and in replays of a captured step, where the host cannot
-// stop to read indices (NOTE [ Index checks ] in src/backends/cpu/nn.h). A
-// kernel that meets a bad index skips it (it never reads or writes out of
-// bounds) and reports it here; capture() and Graph::replay() turn a report
-// into a Status that names the op, so a bad batch is never a silent answer.
+// Errors that kernels find in tensor DATA while no host check runs, where
+// the host cannot stop to read indices (NOTE [ Index checks ] in
+// src/backends/cpu/nn.h): CPU kernels in the recorded warm-up and in replays
+// of a captured step; CUDA kernels always (eager CUDA ops do not read indices
+// on the host: that would wait for the GPU at every call). A kernel that meets
+// a bad index skips it (it never reads or writes out of bounds) and reports
+// it here, so a bad batch is never a silent answer:
+//  - capture() refuses a recorded warm-up with reports, naming the op;
+//  - a CPU Graph::replay() returns InvalidArgument naming the op;
+//  - on CUDA the report is read at the next synchronization of the device
+//    (a host read such as loss.item(), printing, to(kCPU),
+//    encore::synchronize()), which throws encore::Error naming the op: CUDA
+//    kernels and replays are asynchronous, so the error arrives later than
+//    the op, like any CUDA error.
 //
-//   report_kernel_error(KernelError::kClassIndex);   // inside a kernel, any thread
-//   uint32_t seen = take_kernel_errors();            // after the step: bits, then cleared
+//   report_kernel_error(KernelError::kClassIndex);   // inside a CPU kernel, any thread
+//   uint32_t seen = take_kernel_errors(kCPU);        // after the step: bits, then cleared
 //
-// Process-wide, like the streams' observers; CPU kernels only so far (the
-// CUDA kernels skip bad indices but do not report yet).
+// CUDA kernels set the same bits in their device's error word
+// (NOTE [ Kernel error words ] in src/backends/cuda/runtime.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
+
+#include "encore/device.h"
 
 namespace encore {
 
@@ -22,11 +32,18 @@ enum class KernelError : uint32_t {
   kEmbeddingIndex = 1u << 1,   // embedding: an index outside [0, num_embeddings)
 };
 
-// Thread-safe; cheap (one atomic or).
+// CPU kernels: thread-safe; cheap (one atomic or).
 void report_kernel_error(KernelError e);
-// The errors reported since the last call, as a bit set; clears them.
-uint32_t take_kernel_errors();
-// "cross_entropy: a target class out of range; embedding: ..." for a bit set.
+// The errors reported on `device` since the last call, as a bit set; clears
+// them. CUDA: with `wait`, waits for encore's stream of the device first
+// (throws encore::Error if a kernel failed), so the set covers all work
+// queued so far; without, it holds what the kernels finished so far reported
+// (one read of pinned host memory).
+uint32_t take_kernel_errors(Device device, bool wait = true);
+// "cross_entropy met a target class ...; embedding met ..." for a bit set.
 std::string describe_kernel_errors(uint32_t bits);
+// For a synchronization point: throws encore::Error (kInvalidArgument) naming
+// the ops of `bits` and `device` when bits != 0.
+void throw_kernel_errors(uint32_t bits, Device device);
 
 }  // namespace encore

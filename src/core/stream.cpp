@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "encore/error.h"
+#include "src/core/kernel_errors.h"
 #if ENCORE_HAVE_CUDA
 // NOTE [ Backends seen from core ]: core reaches the CUDA runtime (streams,
 // the caching allocator) directly under ENCORE_HAVE_CUDA instead of through
@@ -23,7 +24,11 @@ void Stream::host_access(const char* op) {
 void Stream::synchronize() {
   // CPU streams run each launch to completion.
 #if ENCORE_HAVE_CUDA
-  if (device_.is_cuda()) cuda::synchronize(device_.index);
+  if (device_.is_cuda()) {
+    cuda::synchronize(device_.index);
+    // Reports of the kernels just waited for (NOTE [ Kernel error words ]).
+    throw_kernel_errors(cuda::take_error_word(device_.index), device_);
+  }
 #endif
 }
 

@@ -56,14 +56,19 @@ Tensor softmax_impl(const char* op, const Tensor& a, int64_t dim, bool log) {
   return out;
 }
 
-// NOTE [ Index checks ] (src/backends/cpu/nn.h): ids are read on the host
-// before the launch, in eager steps. While the stream is observed (the
-// recorded warm-up and the capture run of capture()) there is no host read:
-// the captured graph must not stop for the host, and the recorded run must
-// allocate exactly what the capture run does. There the kernels skip
-// out-of-range ids (they never read or write out of bounds); a device-side
-// error flag that replay() reports is the follow-up.
-bool index_checks_on_host(const Tensor& t) { return current_stream(t.device()).observer() == nullptr; }
+// NOTE [ Index checks ] (src/backends/cpu/nn.h): on the CPU, ids are read on
+// the host before the launch, in eager steps, so the error names the bad id
+// and its position. While the stream is observed (the recorded warm-up and
+// the capture run of capture()) there is no host read: the captured graph
+// must not stop for the host, and the recorded run must allocate exactly
+// what the capture run does. On CUDA there is none either: reading ids would
+// wait for the GPU at every call. There the kernels skip out-of-range ids
+// (they never read or write out of bounds) and report them
+// (src/core/kernel_errors.h): capture(), replay() or the next
+// synchronization turns the report into an error naming the op.
+bool index_checks_on_host(const Tensor& t) {
+  return t.device().is_cpu() && current_stream(t.device()).observer() == nullptr;
+}
 
 void check_class_ids(const Tensor& target, int64_t classes, int64_t ignore_index, const Tensor& logits) {
   if (!index_checks_on_host(target)) return;

@@ -7,11 +7,14 @@
 // sums are checked by calling the backends directly. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstdint>
 #include <vector>
 
 #include "src/backends/cpu/nn.h"
 #include "src/backends/cuda/nn.h"
+#include "src/core/kernel_errors.h"
 #include "tests/backends/cuda_test_util.h"
 
 namespace encore {
@@ -123,10 +126,33 @@ TEST(CudaNnTest, CrossEntropyKernelCountsBadClassIdsAsIgnored) {
   Tensor gx_g = empty({rows, classes}, kFloat32, kGpu);
   cuda::cross_entropy(loss_g, stats_g, xg, tg, -100);
   cuda::cross_entropy_backward(gx_g, oneg, xg, tg, stats_g, -100);
+  // The forward kernel reported the bad ids (4, -1, 1000; not -100).
+  EXPECT_EQ(take_kernel_errors(kGpu), static_cast<uint32_t>(KernelError::kClassIndex));
   EXPECT_EQ(values(stats_g.to(kCPU))[rows], 2.0);   // rows 0 and 3 count
   testing::expect_near(loss_g.to(kCPU), values(loss), 1e-6, 1e-6);
   testing::expect_near(stats_g.to(kCPU), values(stats), 1e-6, 1e-6);
   testing::expect_near(gx_g.to(kCPU), values(gx), 1e-6, 1e-6);
+}
+
+// Eager CUDA ops do not read ids on the host (that would wait for the GPU):
+// the kernel reports them, and the next synchronization throws naming the op.
+// The report is cleared by that throw: the next good step runs cleanly.
+TEST(CudaNnTest, EagerBadClassIdsAreReportedAtTheNextSynchronization) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  const Tensor x = random_tensor({4, 3}, 11).to(kGpu);
+  Tensor loss = cross_entropy(x, from_vector<int64_t>({0, 3, 1, 2}).to(kGpu));   // class 3 of 3: no throw here
+  absl::Status st = status_of([&] { (void)loss.item<float>(); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("cross_entropy"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("cuda:0"), absl::string_view::npos) << st;
+  Tensor good = cross_entropy(x, from_vector<int64_t>({0, 2, 1, 2}).to(kGpu));
+  EXPECT_TRUE(std::isfinite(good.item<float>()));
+  EXPECT_NO_THROW(synchronize(kGpu));
+
+  (void)embedding(random_tensor({5, 2}, 12).to(kGpu), from_vector<int32_t>({0, -1}).to(kGpu));
+  st = status_of([&] { synchronize(kGpu); });
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("embedding"), absl::string_view::npos) << st;
 }
 
 // ---- layer norm ----
@@ -223,6 +249,7 @@ TEST(CudaNnTest, EmbeddingKernelsSkipBadIndices) {
   Tensor out_g = empty({7, dim}, kFloat32, kGpu), gw_g = empty({vocab, dim}, kFloat32, kGpu);
   cuda::embedding(out_g, w.to(kGpu), idx.to(kGpu));
   cuda::embedding_backward(gw_g, g.to(kGpu), idx.to(kGpu));
+  EXPECT_EQ(take_kernel_errors(kGpu), static_cast<uint32_t>(KernelError::kEmbeddingIndex));
   testing::expect_near(out_g.to(kCPU), values(out), 0, 0);
   testing::expect_near(gw_g.to(kCPU), values(gw), 0, 0);
 }

@@ -4,9 +4,11 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "encore/device.h"
+#include "encore/error.h"
 #include "encore/tensor.h"
 #include "src/backends/cuda/copy.h"
 #include "src/backends/cuda/runtime.h"
@@ -47,6 +49,35 @@ TEST(CudaRuntimeTest, FillKernelWritesEveryElement) {
   Tensor t = empty({kN}, kFloat32, Device::cuda(0));
   fill(t, 2.5);
   for (float v : t.to(kCPU).to_vector<float>()) EXPECT_EQ(v, 2.5f);
+}
+
+// Events order and time work on encore's stream.
+TEST(CudaRuntimeTest, EventsTimeWorkOnEncoresStream) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  Event start(0), stop(0);
+  Tensor t = empty({1 << 24}, kFloat32, Device::cuda(0));
+  start.record();
+  for (int i = 0; i < 10; ++i) fill(t, 1.0 + i);
+  stop.record();
+  stop.synchronize();
+  EXPECT_TRUE(stop.query());
+  EXPECT_GT(stop.elapsed_ms(start), 0.0f);   // 10 fills of 64 MiB take microseconds at least
+  Event moved = std::move(stop);
+  EXPECT_TRUE(moved.query());
+  Event ordering(0, /*timing=*/false);
+  ordering.record();
+  ordering.synchronize();
+  EXPECT_THROW((void)ordering.elapsed_ms(start), Error);
+  EXPECT_EQ(t.to(kCPU).to_vector<float>()[12345], 10.0f);
+}
+
+// The kernel error word starts clear and is read and cleared on the host.
+TEST(CudaRuntimeTest, ErrorWordIsMappedAndCleared) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  ASSERT_NE(error_word(0), nullptr);
+  synchronize(0);
+  (void)take_error_word(0);
+  EXPECT_EQ(take_error_word(0), 0u);
 }
 
 }  // namespace

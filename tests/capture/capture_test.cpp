@@ -311,49 +311,67 @@ TEST(CaptureTest, DumpDotNamesNodesByOp) {
 }
 
 // NOTE [ Index checks ]: replays cannot stop for host checks, so kernels
-// report bad indices and replay() returns them as a Status.
-TEST(CaptureTest, ReplayReportsOutOfRangeClassesAndEmbeddingIndices) {
-  std::unique_ptr<TrainRig> rig = mlp_setup();
+// report bad indices. A CPU replay() returns them as a Status; a CUDA replay
+// is asynchronous, so the next synchronization throws them (or the next
+// replay() returns them, when the bad one has finished by then).
+absl::Status replay_and_synchronize(Graph& graph, Device dev) {
+  absl::Status st = graph.replay();
+  if (!st.ok()) return st;
+  return status_of([&] { synchronize(dev); });
+}
+
+void expect_replays_report_bad_indices(Device dev) {
+  std::unique_ptr<TrainRig> rig = mlp_setup(dev);
   TrainRig& s = *rig;
   s.fill(0);
   absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
   ASSERT_TRUE(graph.ok()) << graph.status();
   {
     NoGradGuard no_grad;
-    s.y.copy_(from_vector<int64_t>({0, 1, 2, 3, 4, 7, 1, 2}));   // class 7 of 5
+    s.y.copy_(from_vector<int64_t>({0, 1, 2, 3, 4, 7, 1, 2}).to(dev));   // class 7 of 5
   }
-  absl::Status st = graph->replay();
+  absl::Status st = replay_and_synchronize(*graph, dev);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("cross_entropy"), absl::string_view::npos) << st;
   s.fill(1);
-  EXPECT_TRUE(graph->replay().ok());                             // a good batch replays cleanly again
+  EXPECT_TRUE(replay_and_synchronize(*graph, dev).ok());   // a good batch replays cleanly again
 
-  std::unique_ptr<TrainRig> gpt = gpt_setup();
+  std::unique_ptr<TrainRig> gpt = gpt_setup(dev);
   gpt->fill(0);
   absl::StatusOr<Graph> g = capture([&] { return gpt->step(); });
   ASSERT_TRUE(g.ok()) << g.status();
   {
     NoGradGuard no_grad;
-    gpt->x.copy_(full({2, 8}, 99, kInt64));                       // token 99 of a 13-token vocabulary
+    gpt->x.copy_(full({2, 8}, 99, kInt64, dev));   // token 99 of a 13-token vocabulary
   }
-  st = g->replay();
+  st = replay_and_synchronize(*g, dev);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("embedding"), absl::string_view::npos) << st;
+  gpt->fill(1);
+  EXPECT_TRUE(replay_and_synchronize(*g, dev).ok());
 }
 
-TEST(CaptureTest, BadIndicesInTheRecordedWarmupFailCapture) {
-  std::unique_ptr<TrainRig> rig = mlp_setup();
+TEST(CaptureTest, ReplayReportsOutOfRangeClassesAndEmbeddingIndices) { expect_replays_report_bad_indices(kCPU); }
+
+void expect_bad_indices_in_the_recorded_warmup_fail_capture(Device dev) {
+  std::unique_ptr<TrainRig> rig = mlp_setup(dev);
   TrainRig& s = *rig;
   s.fill(0);
   {
     NoGradGuard no_grad;
-    s.y.copy_(from_vector<int64_t>({0, 1, 2, 3, 4, -3, 1, 2}));
+    s.y.copy_(from_vector<int64_t>({0, 1, 2, 3, 4, -3, 1, 2}).to(dev));
   }
   absl::StatusOr<Graph> graph = capture([&] { return s.step(); }, {.warmup = 1});   // the recorded run is the first
   ASSERT_FALSE(graph.ok());
   EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(graph.status().message().find("recorded warm-up"), absl::string_view::npos) << graph.status();
   EXPECT_NE(graph.status().message().find("cross_entropy"), absl::string_view::npos) << graph.status();
+  s.fill(0);
+  EXPECT_TRUE(capture([&] { return s.step(); }).ok());   // nothing left over from the bad batch
+}
+
+TEST(CaptureTest, BadIndicesInTheRecordedWarmupFailCapture) {
+  expect_bad_indices_in_the_recorded_warmup_fail_capture(kCPU);
 }
 
 // ---- The same on CUDA: the capture run goes into a CUDA graph (skips without a GPU) ----
@@ -407,6 +425,34 @@ TEST(CudaCaptureTest, HostReadInsideTheStepFailsAndTheStreamStaysUsable) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->replay().ok());
   EXPECT_TRUE(std::isfinite(again->output(0).item<float>()));
+}
+
+TEST(CudaCaptureTest, ReplayReportsOutOfRangeClassesAndEmbeddingIndices) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_replays_report_bad_indices(kGpu);
+}
+
+TEST(CudaCaptureTest, BadIndicesInTheRecordedWarmupFailCapture) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_bad_indices_in_the_recorded_warmup_fail_capture(kGpu);
+}
+
+// An eager CUDA step with a bad batch before capture (an unrecorded warm-up)
+// fails capture instead of being forgotten.
+TEST(CudaCaptureTest, BadIndicesInAnEarlierWarmupFailCapture) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  std::unique_ptr<TrainRig> rig = mlp_setup(kGpu);
+  TrainRig& s = *rig;
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    NoGradGuard no_grad;
+    if (calls++ == 0) s.y.copy_(from_vector<int64_t>({0, 1, 2, 3, 4, 9, 1, 2}).to(kGpu));
+    else s.fill(0);
+    return std::vector<Tensor>{s.loss()};
+  }, {.warmup = 2});
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(graph.status().message().find("cross_entropy"), absl::string_view::npos) << graph.status();
 }
 
 TEST(CudaCaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {

@@ -11,12 +11,13 @@
 // always f32. Index tensors are i32 or i64.
 //
 // NOTE [ Index checks ]: out-of-range class ids and embedding indices are
-// rejected by the ops on the host before launch. The kernels still never
-// touch memory out of bounds: a bad class id counts as ignored and a bad
-// embedding index reads (and scatters) nothing, so a captured graph replayed
-// with bad data stays memory-safe; the forward kernels also report the bad
-// index (src/core/kernel_errors.h), which capture() and Graph::replay() turn
-// into a Status. (The CUDA kernels do not report yet.)
+// rejected by the ops on the host before launch in eager CPU steps. The
+// kernels (CPU and CUDA) still never touch memory out of bounds: a bad class
+// id counts as ignored and a bad embedding index reads (and scatters)
+// nothing, so a captured graph replayed with bad data stays memory-safe; the
+// forward kernels also report the bad index (src/core/kernel_errors.h), which
+// capture(), Graph::replay() and, on CUDA, the next synchronization turn
+// into an error naming the op.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,8 @@
 
 #include "encore/error.h"
 #include "src/backends/cuda/nn_launch.h"
+#include "src/backends/cuda/runtime.h"
+#include "src/core/kernel_errors.h"
 #include "src/core/stream.h"
 
 namespace encore::cuda {
@@ -80,7 +82,8 @@ void cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits
   check_tensors(kOp, {&loss, &stats, &logits, &target});
   nl::CrossEntropyArgs args{logits.data_ptr(),  target.data_ptr(), loss.data_ptr(),
                             stats.data<float>(), logits.size(0),    logits.size(1),
-                            ignore_index,        float_kind(logits.dtype(), kOp), index_kind(target.dtype(), kOp)};
+                            ignore_index,        float_kind(logits.dtype(), kOp), index_kind(target.dtype(), kOp),
+                            error_word(loss.device().index), static_cast<uint32_t>(KernelError::kClassIndex)};
   current_stream(loss.device()).launch<&nl::cross_entropy>(kOp, args, {logits.storage(), target.storage()},
                                                            {loss.storage(), stats.storage()});
 }
@@ -151,7 +154,8 @@ void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices) {
                shape_str(weight.shape()));
   nl::EmbeddingArgs args{weight.data_ptr(), indices.data_ptr(), out.data_ptr(),
                          indices.numel(),   weight.size(0),     weight.size(1),
-                         static_cast<int>(dtype_size(weight.dtype())), index_kind(indices.dtype(), kOp)};
+                         static_cast<int>(dtype_size(weight.dtype())), index_kind(indices.dtype(), kOp),
+                         error_word(out.device().index), static_cast<uint32_t>(KernelError::kEmbeddingIndex)};
   current_stream(out.device()).launch<&nl::embedding>(kOp, args, {weight.storage(), indices.storage()},
                                                       {out.storage()});
 }

@@ -214,14 +214,18 @@ __global__ void row_logsumexp_kernel(const T* __restrict__ x, float* __restrict_
 template <typename T, typename I>
 __global__ void cross_entropy_mean_kernel(const T* __restrict__ x, const I* __restrict__ target,
                                           float* __restrict__ stats, T* __restrict__ loss, int64_t rows,
-                                          int64_t classes, int64_t ignore_index) {
+                                          int64_t classes, int64_t ignore_index, uint32_t* errors,
+                                          uint32_t error_bit) {
   __shared__ double shm_total[32];
   __shared__ long long shm_count[32];
   double total = 0;
   long long count = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     const int64_t t = static_cast<int64_t>(target[r]);
-    if (!counted(t, classes, ignore_index)) continue;
+    if (!counted(t, classes, ignore_index)) {
+      if (t != ignore_index) atomicOr_system(errors, error_bit);   // NOTE [ Kernel error words ]
+      continue;
+    }
     total += static_cast<double>(stats[r]) - static_cast<double>(ld(x[r * classes + t]));
     ++count;
   }
@@ -357,11 +361,13 @@ __global__ void layer_norm_combine_kernel(const float* __restrict__ partial, T* 
 // E: an unsigned type of the element's size (a row copy is a byte copy).
 template <typename E, typename I>
 __global__ void embedding_kernel(const E* __restrict__ w, const I* __restrict__ idx, E* __restrict__ out,
-                                 int64_t n, int64_t vocab, int64_t dim) {
+                                 int64_t n, int64_t vocab, int64_t dim, uint32_t* errors, uint32_t error_bit) {
   ENCORE_GRID_LOOP(t, n * dim) {
     const int64_t i = t / dim, c = t - i * dim;
     const int64_t v = static_cast<int64_t>(idx[i]);
-    out[t] = v >= 0 && v < vocab ? w[v * dim + c] : E{0};   // NOTE [ Index checks ]
+    const bool ok = v >= 0 && v < vocab;
+    out[t] = ok ? w[v * dim + c] : E{0};   // NOTE [ Index checks ]
+    if (!ok && c == 0) atomicOr_system(errors, error_bit);   // NOTE [ Kernel error words ]
   }
 }
 
@@ -531,7 +537,7 @@ void cross_entropy(const CrossEntropyArgs& a) {
       // Runs even with no rows: it writes the count and a zero loss.
       cross_entropy_mean_kernel<T, I><<<1, kReduceThreads, 0, active_stream()>>>(
           x, static_cast<const I*>(a.target), a.stats, static_cast<T*>(a.loss), a.rows, a.classes,
-          a.ignore_index);
+          a.ignore_index, a.errors, a.error_bit);
     });
   });
   check_launch("cross_entropy");
@@ -606,7 +612,8 @@ void embedding(const EmbeddingArgs& a) {
     with_index(a.index, [&](auto itag) {
       using I = typename decltype(itag)::type;
       embedding_kernel<E, I><<<blocks_for(a.n * a.dim), kThreads, 0, active_stream()>>>(
-          static_cast<const E*>(a.w), static_cast<const I*>(a.idx), static_cast<E*>(a.out), a.n, a.vocab, a.dim);
+          static_cast<const E*>(a.w), static_cast<const I*>(a.idx), static_cast<E*>(a.out), a.n, a.vocab, a.dim,
+          a.errors, a.error_bit);
     });
   };
   switch (a.elem_bytes) {

@@ -32,9 +32,12 @@ void softmax_backward(const SoftmaxBackwardArgs& a);
 
 // x [rows, classes], target [rows], loss 0-d, stats f32 [rows + 1]. Two
 // kernels: logsumexp per row, then the mean in one block in a fixed order.
+// errors: the device's kernel error word (cuda::error_word); a target that
+// is neither in [0, classes) nor ignore_index sets error_bit there.
 struct CrossEntropyArgs {
   const void* x; const void* target; void* loss; float* stats;
   int64_t rows, classes, ignore_index; Float dtype; Index index;
+  uint32_t* errors; uint32_t error_bit;
 };
 void cross_entropy(const CrossEntropyArgs& a);
 
@@ -69,7 +72,11 @@ void layer_norm_backward(const LayerNormBackwardArgs& a);
 
 // w [vocab, dim], idx [n], out [n, dim]: a byte copy of rows, so any dtype
 // works (elem_bytes 1, 2, 4 or 8). Bad indices give zero rows.
-struct EmbeddingArgs { const void* w; const void* idx; void* out; int64_t n, vocab, dim; int elem_bytes; Index index; };
+// errors: as for CrossEntropyArgs; an index outside [0, vocab) sets error_bit.
+struct EmbeddingArgs {
+  const void* w; const void* idx; void* out; int64_t n, vocab, dim; int elem_bytes; Index index;
+  uint32_t* errors; uint32_t error_bit;
+};
 void embedding(const EmbeddingArgs& a);
 
 // NOTE [ Deterministic embedding backward ]: a stable radix sort (CUB) of

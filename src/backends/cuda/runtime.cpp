@@ -14,6 +14,10 @@ thread_local cudaStream_t tls_stream = nullptr;   // encore's stream on tls_devi
 
 std::mutex streams_mu;
 std::array<cudaStream_t, kMaxDevices> streams{};
+// NOTE [ Kernel error words ]: host address of each device's word; the device
+// address is the same under unified addressing, asked for anyway.
+std::array<uint32_t*, kMaxDevices> error_words_host{};
+std::array<uint32_t*, kMaxDevices> error_words_device{};
 
 }  // namespace
 
@@ -48,6 +52,14 @@ void set_device(int index) {
     std::lock_guard<std::mutex> lock(streams_mu);
     if (streams[index] == nullptr) {
       check(cudaStreamCreateWithFlags(&streams[index], cudaStreamNonBlocking), "cudaStreamCreate");
+      void* word = nullptr;
+      check(cudaHostAlloc(&word, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable),
+            "cudaHostAlloc (kernel error word)");
+      *static_cast<uint32_t*>(word) = 0;
+      void* on_device = nullptr;
+      check(cudaHostGetDevicePointer(&on_device, word, 0), "cudaHostGetDevicePointer (kernel error word)");
+      error_words_host[index] = static_cast<uint32_t*>(word);
+      error_words_device[index] = static_cast<uint32_t*>(on_device);
     }
     tls_stream = streams[index];
   }
@@ -69,5 +81,53 @@ cudaStream_t active_stream() {
 }
 
 void synchronize(int index) { check(cudaStreamSynchronize(stream_for(index)), "cudaStreamSynchronize"); }
+
+uint32_t* error_word(int index) {
+  set_device(index);   // creates the stream and the word
+  return error_words_device[index];
+}
+
+uint32_t take_error_word(int index) {
+  set_device(index);
+  return __atomic_exchange_n(error_words_host[index], 0u, __ATOMIC_ACQ_REL);
+}
+
+Event::Event(int device, bool timing) : device_(device) {
+  set_device(device);
+  check(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreate");
+}
+
+Event::~Event() {
+  if (event_ != nullptr) (void)cudaEventDestroy(event_);   // legal on any thread, even before completion
+}
+
+Event::Event(Event&& other) noexcept : device_(other.device_), event_(other.event_) { other.event_ = nullptr; }
+
+Event& Event::operator=(Event&& other) noexcept {
+  if (this != &other) {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+    device_ = other.device_;
+    event_ = other.event_;
+    other.event_ = nullptr;
+  }
+  return *this;
+}
+
+void Event::record() { check(cudaEventRecord(event_, stream_for(device_)), "cudaEventRecord"); }
+
+void Event::synchronize() const { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+
+bool Event::query() const {
+  const cudaError_t err = cudaEventQuery(event_);
+  if (err == cudaErrorNotReady) return false;   // not an error, and not recorded as the last one
+  check(err, "cudaEventQuery");
+  return true;
+}
+
+float Event::elapsed_ms(const Event& start) const {
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start.event_, event_), "cudaEventElapsedTime");
+  return ms;
+}
 
 }  // namespace encore::cuda

@@ -33,6 +33,56 @@ cudaStream_t stream_for(int index);
 // encore::Error if a kernel failed.
 void synchronize(int index);
 
+// NOTE [ Kernel error words ]: kernels that meet bad DATA (an out-of-range
+// class id or embedding index; src/core/kernel_errors.h) cannot throw and
+// must not stop the stream for the host. Each device has one 32-bit word in
+// mapped pinned host memory, allocated with its stream (so never during a
+// stream capture); such a kernel skips the bad item and sets a KernelError
+// bit there with a system-scope atomicOr. Host-side the word holds what the
+// kernels that have finished reported; Stream::synchronize() and
+// take_kernel_errors() read and clear it after waiting for the stream.
+//
+// The word's device-visible address: kernel arguments carry it (stable for
+// the life of the process, so captured graphs may hold it).
+uint32_t* error_word(int index);
+// Reads and clears device `index`'s word (no synchronization: call it after
+// synchronize() to see every report of the work queued before).
+uint32_t take_error_word(int index);
+
+// A CUDA event for timing and ordering work on encore's stream of a device.
+// Owns its cudaEvent_t; movable, not copyable; destroy it on any thread.
+//
+//   cuda::Event start(0), stop(0);
+//   start.record(); ...launches...; stop.record();
+//   stop.synchronize();
+//   float ms = stop.elapsed_ms(start);   // GPU time between the two records
+class Event {
+ public:
+  // timing = false makes a lighter event for ordering only (elapsed_ms then throws).
+  explicit Event(int device, bool timing = true);
+  ~Event();
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  // Records the event on encore's stream of the device (legal during capture:
+  // it becomes an event-record node).
+  void record();
+  // Blocks until the work queued before the last record() finished.
+  void synchronize() const;
+  // True when that work has finished (or record() was never called).
+  bool query() const;
+  // Milliseconds of GPU time from start's last record() to this one's; both
+  // must have completed. Resolution about 0.5 microseconds.
+  float elapsed_ms(const Event& start) const;
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  int device_ = 0;
+  cudaEvent_t event_ = nullptr;
+};
+
 }  // namespace encore::cuda
 
 #define ENCORE_RETURN_IF_CUDA_ERROR(expr, what)                    \
