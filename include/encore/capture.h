@@ -79,7 +79,10 @@ class Graph {
   // naming the op, when a kernel met bad data the host could not check first
   // (a class id or embedding index out of range: src/core/kernel_errors.h);
   // the step has then run with those rows left out. On CUDA replay() only
-  // enqueues the graph: errors show at the next synchronizing read.
+  // enqueues the graph: its bad-data reports show at the next synchronizing
+  // read (loss.item(), encore::synchronize(device): encore::Error naming the
+  // op), or as this InvalidArgument from the next replay() when the bad one
+  // has finished by then (that replay is then not launched).
   [[nodiscard]] absl::Status replay();
   // The i-th tensor `step` returned: a view into the arena (or a persistent
   // tensor), valid until the next replay() and while the Graph lives; clone()
