@@ -120,6 +120,7 @@ class CaptureObserver final : public LaunchObserver {
     }
     for (Storage* s : launch.reads) guard(s, launch.op);
     for (Storage* s : launch.writes) guard(s, launch.op);
+    if (!append_) CudaGraph::mark_launch();   // NOTE [ CUDA graph nodes and encore launches ]
     if (append_) graph.append(launch);
     ops.push_back(launch.op);
     plan_.kernels_so_far = static_cast<int64_t>(ops.size());
@@ -235,6 +236,7 @@ size_t Graph::num_outputs() const { return impl_->outputs.size(); }
 const CaptureStats& Graph::stats() const { return impl_->stats; }
 const std::vector<planner::Buffer>& Graph::buffers() const { return impl_->buffers; }
 const char* Graph::node_op(size_t i) const { return impl_->ops.at(i); }
+CudaGraph* Graph::cuda_graph() const { return impl_->cuda_graph.get(); }
 const char* Graph::node_phase(size_t i) const { return phase_name(impl_->trace.kernels.at(i).phase); }
 const std::vector<int64_t>& Graph::node_read_bytes(size_t i) const { return impl_->trace.kernels.at(i).read_bytes; }
 const std::vector<int64_t>& Graph::node_write_bytes(size_t i) const { return impl_->trace.kernels.at(i).write_bytes; }

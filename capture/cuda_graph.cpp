@@ -1,10 +1,15 @@
 #include "capture/cuda_graph.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 
 #if ENCORE_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "absl/container/flat_hash_map.h"
 #include "src/backends/cuda/runtime.h"
 #endif
 
@@ -13,8 +18,58 @@ namespace encore::capture_internal {
 #if ENCORE_HAVE_CUDA
 
 namespace {
+
 cudaGraph_t as_graph(void* p) { return static_cast<cudaGraph_t>(p); }
 cudaGraphExec_t as_exec(void* p) { return static_cast<cudaGraphExec_t>(p); }
+
+// The launch marks of the capture running on this thread
+// (NOTE [ CUDA graph nodes and encore launches ]).
+struct CaptureMarks {
+  cudaStream_t stream = nullptr;
+  std::vector<void*> leaves;   // every mark's leaf nodes, back to back
+  std::vector<int64_t> ends;   // ends[m]: leaves.size() after mark m
+  bool lost = false;           // a query failed: the marks cannot be trusted
+};
+thread_local std::unique_ptr<CaptureMarks> tls_marks;
+
+void take_mark(CaptureMarks& m) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;   // asked for, so that annotated edges are no "lossy query"
+  size_t n = 0;
+  const cudaError_t err = cudaStreamGetCaptureInfo(m.stream, &status, nullptr, nullptr, &deps, &edges, &n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();   // or the next launch's check would report it as its own
+    m.lost = true;
+    return;
+  }
+  if (status != cudaStreamCaptureStatusActive) {   // capture broke; end() reports it
+    m.lost = true;
+    return;
+  }
+  m.leaves.insert(m.leaves.end(), deps, deps + n);
+  m.ends.push_back(static_cast<int64_t>(m.leaves.size()));
+}
+
+CudaGraphNode::Kind kind_of(cudaGraphNode_t node) {
+  cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+  if (cudaGraphNodeGetType(node, &type) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return CudaGraphNode::Kind::kOther;
+  }
+  switch (type) {
+    case cudaGraphNodeTypeKernel: return CudaGraphNode::Kind::kKernel;
+    case cudaGraphNodeTypeMemset: return CudaGraphNode::Kind::kMemset;
+    case cudaGraphNodeTypeMemcpy: return CudaGraphNode::Kind::kMemcpy;
+    default: return CudaGraphNode::Kind::kOther;
+  }
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
 
 absl::Status CudaGraph::begin(Device device) {
@@ -24,11 +79,19 @@ absl::Status CudaGraph::begin(Device device) {
   // (cudaMalloc, a synchronize) from this thread breaks the capture.
   ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
                               "capture: cudaStreamBeginCapture");
+  tls_marks = std::make_unique<CaptureMarks>();
+  tls_marks->stream = s;
   return absl::OkStatus();
+}
+
+void CudaGraph::mark_launch() {
+  if (tls_marks != nullptr) take_mark(*tls_marks);
 }
 
 absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::end(Device device, absl::Status run) {
   const cudaStream_t s = cuda::stream_for(device.index);
+  std::unique_ptr<CaptureMarks> marks = std::move(tls_marks);   // this capture's, whatever happens next
+  if (marks != nullptr && run.ok()) take_mark(*marks);            // where the last launch ended
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(s, &graph);
   if (!run.ok() || ended != cudaSuccess) {
@@ -43,6 +106,13 @@ absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::end(Device device, absl::S
   std::unique_ptr<CudaGraph> g(new CudaGraph());
   g->device_ = device;
   g->graph_ = graph;
+  if (marks != nullptr) {
+    g->marks_ = std::move(marks->leaves);
+    g->mark_ends_ = std::move(marks->ends);
+    g->marks_lost_ = marks->lost;
+  } else {
+    g->marks_lost_ = true;
+  }
   size_t nodes = 0;
   ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(graph, nullptr, &nodes), "capture: cudaGraphGetNodes");
   g->nodes_ = static_cast<int64_t>(nodes);
@@ -71,12 +141,184 @@ absl::Status CudaGraph::dump_dot(const std::string& path) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<CudaGraphNode>> CudaGraph::launch_nodes() const {
+  if (marks_lost_) {
+    return absl::FailedPreconditionError("CUDA graph: the launch marks taken during capture were lost "
+                                         "(cudaStreamGetCaptureInfo failed): nodes cannot be mapped to ops");
+  }
+  cuda::set_device(device_.index);
+  const cudaGraph_t graph = as_graph(graph_);
+  size_t n = 0, ne = 0;
+  ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(graph, nullptr, &n), "launch_nodes: cudaGraphGetNodes");
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0) ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(graph, nodes.data(), &n), "launch_nodes: cudaGraphGetNodes");
+  nodes.resize(n);
+  ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &ne), "launch_nodes: cudaGraphGetEdges");
+  std::vector<cudaGraphNode_t> from(ne), to(ne);
+  std::vector<cudaGraphEdgeData> edge_data(ne);
+  if (ne > 0) {
+    ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetEdges(graph, from.data(), to.data(), edge_data.data(), &ne),
+                                "launch_nodes: cudaGraphGetEdges");
+  }
+  absl::flat_hash_map<cudaGraphNode_t, int32_t> index;
+  index.reserve(n);
+  for (size_t i = 0; i < n; ++i) index[nodes[i]] = static_cast<int32_t>(i);
+  // Predecessors of each node, compressed rows: preds[first[v] .. first[v + 1]).
+  std::vector<int64_t> first(n + 1, 0);
+  std::vector<int32_t> preds(ne);
+  std::vector<std::pair<int32_t, int32_t>> e;   // (to, from) as indices
+  e.reserve(ne);
+  for (size_t k = 0; k < ne; ++k) {
+    auto f = index.find(from[k]), t = index.find(to[k]);
+    if (f != index.end() && t != index.end()) e.emplace_back(t->second, f->second);
+  }
+  for (const auto& [t, f] : e) ++first[t + 1];
+  for (size_t v = 0; v < n; ++v) first[v + 1] += first[v];
+  std::vector<int64_t> fill(first.begin(), first.end() - 1);
+  for (const auto& [t, f] : e) preds[fill[t]++] = f;
+
+  // Post-order walk back from each mark: a node is emitted after its
+  // predecessors, so each launch's nodes come in dependency order.
+  enum : uint8_t { kNew, kOnStack, kDone };
+  std::vector<uint8_t> state(n, kNew);
+  std::vector<CudaGraphNode> out;
+  out.reserve(n);
+  std::vector<std::pair<int32_t, int64_t>> stack;   // (node, next predecessor position)
+  for (size_t m = 1; m < mark_ends_.size(); ++m) {
+    const int64_t launch = static_cast<int64_t>(m) - 1;
+    for (int64_t j = mark_ends_[m - 1]; j < mark_ends_[m]; ++j) {
+      auto root = index.find(static_cast<cudaGraphNode_t>(marks_[j]));
+      if (root == index.end() || state[root->second] != kNew) continue;
+      state[root->second] = kOnStack;
+      stack.emplace_back(root->second, first[root->second]);
+      while (!stack.empty()) {
+        auto& [v, pos] = stack.back();
+        if (pos < first[v + 1]) {
+          const int32_t u = preds[pos++];
+          if (state[u] == kNew) {
+            state[u] = kOnStack;
+            stack.emplace_back(u, first[u]);   // may move `stack`: v and pos are not used after this
+          }
+          continue;
+        }
+        state[v] = kDone;
+        out.push_back({nodes[v], launch, kind_of(nodes[v])});
+        stack.pop_back();
+      }
+    }
+  }
+  for (size_t v = 0; v < n; ++v) {
+    if (state[v] == kNew) out.push_back({nodes[v], -1, kind_of(nodes[v])});
+  }
+  return out;
+}
+
+namespace {
+
+// A kernel node parameter that holds a given pointer, with a copy of the
+// node's parameters in which it holds another.
+struct PointerParam {
+  cudaGraphNode_t node = nullptr;
+  cudaKernelNodeParams original{};   // the node's own (its argument values are owned by the node)
+  std::vector<std::vector<char>> values;   // copies of every argument, the pointer replaced
+  std::vector<void*> args;                 // into values
+};
+
+// Fills `p` when one of `node`'s kernel arguments holds `from` (aligned
+// 8-byte words of each argument are compared). Returns false otherwise, or
+// when the kernel's parameter layout is unknown (cudaFuncGetParamInfo).
+bool find_pointer_param(cudaGraphNode_t node, const void* from, const void* to, PointerParam& p) {
+  cudaKernelNodeParams params{};
+  if (cudaGraphKernelNodeGetParams(node, &params) != cudaSuccess || params.kernelParams == nullptr) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  std::vector<std::vector<char>> values;
+  bool found = false;
+  for (size_t i = 0; i < 1024; ++i) {
+    size_t offset = 0, size = 0;
+    if (cudaFuncGetParamInfo(params.func, i, &offset, &size) != cudaSuccess) {
+      (void)cudaGetLastError();   // past the last parameter (or an unknown layout: then nothing matched)
+      break;
+    }
+    const char* bytes = static_cast<const char*>(params.kernelParams[i]);
+    std::vector<char> v(bytes, bytes + size);
+    for (size_t b = 0; b + sizeof(void*) <= size; b += sizeof(void*)) {
+      const void* word = nullptr;
+      std::memcpy(&word, v.data() + b, sizeof(word));
+      if (word == from) {
+        std::memcpy(v.data() + b, &to, sizeof(to));
+        found = true;
+      }
+    }
+    values.push_back(std::move(v));
+  }
+  if (!found) return false;
+  p.node = node;
+  p.original = params;
+  p.values = std::move(values);
+  for (std::vector<char>& v : p.values) p.args.push_back(v.data());
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void* from, const void* to, int reps) const {
+  if (reps < 1) return absl::InvalidArgumentError("update_pointer_ns: reps must be >= 1");
+  const cudaStream_t s = cuda::stream_for(device_.index);
+  ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s), "update_pointer_ns: waiting for the stream");
+  absl::StatusOr<std::vector<CudaGraphNode>> nodes = launch_nodes();
+  std::vector<cudaGraphNode_t> kernels;
+  if (nodes.ok()) {
+    for (const CudaGraphNode& n : *nodes) {
+      if (n.kind == CudaGraphNode::Kind::kKernel) kernels.push_back(static_cast<cudaGraphNode_t>(n.handle));
+    }
+  } else {   // no launch order: any order will do to find the pointer
+    size_t n = 0;
+    ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(as_graph(graph_), nullptr, &n), "update_pointer_ns");
+    kernels.resize(n);
+    if (n > 0) ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(as_graph(graph_), kernels.data(), &n), "update_pointer_ns");
+  }
+  PointerParam p;
+  bool found = false;
+  for (cudaGraphNode_t k : kernels) {
+    if (kind_of(k) == CudaGraphNode::Kind::kKernel && find_pointer_param(k, from, to, p)) {
+      found = true;
+      break;
+    }
+  }
+  if (!found) {
+    return absl::NotFoundError("update_pointer_ns: no kernel node of the graph has a parameter holding the given "
+                               "pointer (or cudaFuncGetParamInfo does not know the kernels' parameters)");
+  }
+  cudaKernelNodeParams moved = p.original;
+  moved.kernelParams = p.args.data();
+  moved.extra = nullptr;
+  std::vector<int64_t> ns;
+  ns.reserve(2 * static_cast<size_t>(reps));
+  const cudaGraphExec_t exec = as_exec(exec_);
+  for (int r = 0; r < reps; ++r) {
+    const int64_t t0 = now_ns();
+    const cudaError_t to_err = cudaGraphExecKernelNodeSetParams(exec, p.node, &moved);
+    const int64_t t1 = now_ns();
+    const cudaError_t back_err = cudaGraphExecKernelNodeSetParams(exec, p.node, &p.original);
+    const int64_t t2 = now_ns();
+    ENCORE_RETURN_IF_CUDA_ERROR(to_err, "update_pointer_ns: cudaGraphExecKernelNodeSetParams");
+    ENCORE_RETURN_IF_CUDA_ERROR(back_err, "update_pointer_ns: cudaGraphExecKernelNodeSetParams (restoring)");
+    ns.push_back(t1 - t0);
+    ns.push_back(t2 - t1);
+  }
+  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(ns.size() / 2), ns.end());
+  return ns[ns.size() / 2];
+}
+
 #else  // !ENCORE_HAVE_CUDA
 
 absl::Status CudaGraph::begin(Device device) {
   return absl::UnimplementedError(
       absl::StrCat("capture: the step runs on ", device.str(), ", but encore was built without CUDA"));
 }
+void CudaGraph::mark_launch() {}
 absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::end(Device, absl::Status run) {
   return run.ok() ? absl::UnimplementedError("capture: encore was built without CUDA") : run;
 }
@@ -84,6 +326,12 @@ CudaGraph::~CudaGraph() = default;
 absl::Status CudaGraph::replay() const { return absl::UnimplementedError("replay: built without CUDA"); }
 absl::Status CudaGraph::dump_dot(const std::string&) const {
   return absl::UnimplementedError("dump_dot: built without CUDA");
+}
+absl::StatusOr<std::vector<CudaGraphNode>> CudaGraph::launch_nodes() const {
+  return absl::UnimplementedError("launch_nodes: built without CUDA");
+}
+absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void*, const void*, int) const {
+  return absl::UnimplementedError("update_pointer_ns: built without CUDA");
 }
 
 #endif

@@ -7,8 +7,12 @@
 #include <cstdio>
 #include <fstream>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "capture/cuda_graph.h"
+#include "capture/cuda_profile.h"
 #include "encore/error.h"
 #include "nlohmann/json.hpp"
 #include "src/core/phase.h"
@@ -79,29 +83,77 @@ void fill_medians(const std::vector<std::vector<int64_t>>& durations, StepProfil
 
 // Times every eager launch by running the kernel itself (and telling the
 // stream it took the launch), so the kernel runs exactly as it would have.
+// CPU launches: steady_clock around the kernel. CUDA launches: events around
+// it on the stream (`gpu`), read after the run by finish().
 class EagerTimer final : public LaunchObserver {
  public:
   struct Launch {
     const char* op;
     Phase phase;
-    int64_t start, end;
+    Device device;
+    int64_t start, end;   // ns from the run's start
     std::vector<int64_t> read_bytes, write_bytes;
   };
 
+  explicit EagerTimer(capture_internal::CudaLaunchTimer* gpu) : gpu_(gpu) {}
+
   bool on_launch(const LaunchRecord& launch) override {
-    Launch l{launch.op, current_phase(), 0, 0, {}, {}};
+    Launch l{launch.op, current_phase(), launch.device, 0, 0, {}, {}};
     for (Storage* s : launch.reads) l.read_bytes.push_back(s->nbytes());
     for (Storage* s : launch.writes) l.write_bytes.push_back(s->nbytes());
-    l.start = now_ns();
-    launch.thunk(launch.args);
-    l.end = now_ns();
+    if (launch.device.is_cuda() && gpu_ != nullptr) {
+      if (gpu_anchor_ < 0) gpu_anchor_ = now_ns();
+      gpu_->before_launch();
+      launch.thunk(launch.args);
+      gpu_->after_launch();
+    } else {
+      l.start = now_ns();
+      launch.thunk(launch.args);
+      l.end = now_ns();
+    }
     launches.push_back(std::move(l));
     return false;   // already ran
   }
   void on_host_access(const char* op) override {}
 
+  // After the run (times relative to t0): fills the CUDA launches' times from
+  // their events, placed after the host time of the first CUDA launch.
+  absl::Status finish(int64_t t0) {
+    std::vector<std::pair<int64_t, int64_t>> gpu_times;
+    if (gpu_ != nullptr && gpu_->launches() > 0) {
+      if (absl::Status s = gpu_->read(gpu_times); !s.ok()) return s;
+      gpu_->reset();
+    }
+    size_t g = 0;
+    for (Launch& l : launches) {
+      if (l.device.is_cuda() && gpu_ != nullptr) {
+        if (g >= gpu_times.size()) return absl::InternalError("profile_eager: a CUDA launch lost its events");
+        l.start = gpu_anchor_ + gpu_times[g].first;
+        l.end = gpu_anchor_ + gpu_times[g].second;
+        ++g;
+      }
+      l.start -= t0, l.end -= t0;
+    }
+    return absl::OkStatus();
+  }
+
   std::vector<Launch> launches;
+
+ private:
+  capture_internal::CudaLaunchTimer* gpu_;
+  int64_t gpu_anchor_ = -1;   // host time of the first CUDA launch
 };
+
+// The GPU a step may use: cuda:0 when the CUDA backend is built and a GPU answers.
+std::optional<Device> usable_gpu() {
+  if (!cuda_available()) return std::nullopt;
+  return Device::cuda(0);
+}
+
+// Waits for the GPU's stream (a no-op without one); throws encore::Error.
+void synchronize_gpu(const std::optional<Device>& gpu) {
+  if (gpu.has_value()) current_stream(*gpu).synchronize();
+}
 
 }  // namespace
 
@@ -120,8 +172,19 @@ std::vector<int64_t> arena_bytes_in_use(const Graph& graph) {
   return in_use;
 }
 
+namespace {
+
+// Per-node times of CUDA replays (NOTE [ Profiling a CUDA graph with CUPTI ]).
+absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const capture_internal::CudaGraph& cuda_graph,
+                                                const ProfileOptions& options);
+
+}  // namespace
+
 absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& options) {
   if (absl::Status s = check_options(options); !s.ok()) return s;
+  if (const capture_internal::CudaGraph* cg = graph.cuda_graph(); cg != nullptr) {
+    return profile_cuda_replay(graph, *cg, options);
+  }
   for (int r = 0; r < options.warmup_runs; ++r) {
     if (absl::Status s = graph.replay(); !s.ok()) return s;
   }
@@ -143,8 +206,8 @@ absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& o
   const size_t rep = median_index(totals);
   const std::vector<int64_t>& st = stamps[rep];
   for (size_t i = 0; i + 1 < st.size(); ++i) {
-    p.nodes.push_back({.node = static_cast<int64_t>(i), .op = graph.node_op(i), .phase = graph.node_phase(i),
-                       .stream = 0, .start_ns = st[i] - st[0], .duration_ns = st[i + 1] - st[i],
+    p.nodes.push_back({.node = static_cast<int64_t>(i), .launch = static_cast<int64_t>(i), .op = graph.node_op(i),
+                       .phase = graph.node_phase(i), .stream = 0, .start_ns = st[i] - st[0], .duration_ns = st[i + 1] - st[i],
                        .read_bytes = graph.node_read_bytes(i), .write_bytes = graph.node_write_bytes(i)});
   }
   fill_medians(durations, p);
@@ -158,30 +221,111 @@ absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& o
 
 namespace {
 
-// Installs an observer on a stream for a scope.
+absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const capture_internal::CudaGraph& cuda_graph,
+                                                const ProfileOptions& options) {
+  const Device device = cuda_graph.device();
+  auto replay_synced = [&]() -> absl::Status {
+    if (absl::Status s = graph.replay(); !s.ok()) return s;
+    return status_of([&] { current_stream(device).synchronize(); });
+  };
+  for (int r = 0; r < options.warmup_runs; ++r) {
+    if (absl::Status s = replay_synced(); !s.ok()) return s;
+  }
+  StepProfile p{.mode = "replay", .device = device.str(), .streams = {absl::StrCat(device.str(), " stream")}};
+  std::vector<int64_t> untimed(options.runs);
+  for (int64_t& t : untimed) {
+    const int64_t t0 = now_ns();
+    if (absl::Status s = replay_synced(); !s.ok()) return s;
+    t = now_ns() - t0;
+  }
+  fill_step_stats(untimed, p);
+  p.arena_in_use_bytes = arena_bytes_in_use(graph);
+  p.arena_bytes = graph.stats().arena_bytes;
+  p.runs = options.runs;
+  absl::StatusOr<capture_internal::CudaReplayTimes> times = capture_internal::time_cuda_replays(cuda_graph, options.runs);
+  if (!times.ok()) return times.status();
+  const size_t rep = median_index(times->wall_ns);
+  p.timed_step_ns = times->wall_ns[rep];
+  if (!times->unavailable.empty()) {
+    p.note = absl::StrCat("no per-node GPU times (", times->unavailable, "): each timed replay by wall clock only");
+    return p;
+  }
+  const int64_t kernels = graph.stats().kernels;
+  if (cuda_graph.num_marks() != kernels + 1) {
+    p.note = absl::StrFormat("launch marks (%d) do not match the launches (%d): nodes left unmapped",
+                             cuda_graph.num_marks(), kernels);
+  }
+  // Medians per node and GPU idle time per run.
+  std::vector<std::vector<int64_t>> per_node(times->nodes.size());
+  std::vector<int64_t> idle;
+  for (const std::vector<capture_internal::NodeActivity>& run : times->runs) {
+    if (run.empty()) continue;
+    int64_t busy_until = run.front().start_ns, gaps = 0;
+    for (const capture_internal::NodeActivity& a : run) {
+      per_node[a.node].push_back(a.end_ns - a.start_ns);
+      gaps += std::max<int64_t>(0, a.start_ns - busy_until);
+      busy_until = std::max(busy_until, a.end_ns);
+    }
+    idle.push_back(gaps);
+  }
+  p.gpu_idle_ns = idle.empty() ? -1 : median(idle);
+  const std::vector<capture_internal::NodeActivity>& run = times->runs[rep];
+  const int64_t origin = run.empty() ? 0 : run.front().start_ns;
+  for (const capture_internal::NodeActivity& a : run) {
+    int64_t launch = times->nodes[a.node].launch;
+    if (cuda_graph.num_marks() != kernels + 1 || launch >= kernels) launch = -1;
+    NodeTiming n{.node = a.node, .launch = launch, .op = "(unmapped)", .phase = "unknown", .stream = 0,
+                 .start_ns = a.start_ns - origin, .duration_ns = a.end_ns - a.start_ns,
+                 .median_ns = median(per_node[a.node])};
+    if (launch >= 0) {
+      n.op = graph.node_op(launch);
+      n.phase = graph.node_phase(launch);
+      n.read_bytes = graph.node_read_bytes(launch);
+      n.write_bytes = graph.node_write_bytes(launch);
+    }
+    p.nodes.push_back(std::move(n));
+  }
+  return p;
+}
+
+// Installs an observer on the CPU stream and, when there is one, on the GPU's
+// stream, for a scope.
 class ObserverScope {
  public:
-  ObserverScope(Stream& stream, LaunchObserver* observer) : stream_(stream) { stream_.set_observer(observer); }
-  ~ObserverScope() { stream_.set_observer(nullptr); }
+  ObserverScope(LaunchObserver* observer, const std::optional<Device>& gpu) {
+    streams_[0] = &current_stream(kCPU);
+    if (gpu.has_value()) streams_[1] = &current_stream(*gpu);
+    for (Stream* s : streams_) {
+      if (s != nullptr) s->set_observer(observer);
+    }
+  }
+  ~ObserverScope() {
+    for (Stream* s : streams_) {
+      if (s != nullptr) s->set_observer(nullptr);
+    }
+  }
 
  private:
-  Stream& stream_;
+  Stream* streams_[2] = {nullptr, nullptr};
 };
 
 // One eager run with every launch timed; times relative to the run's start.
-// `expected` launches are reserved up front. Returns the run's wall time (ns).
-int64_t timed_eager_run(const std::function<std::vector<Tensor>()>& step, Stream& stream, size_t expected,
+// `expected` launches are reserved up front. Returns the run's wall time (ns),
+// to the end of a synchronize of the GPU when there is one. Throws like the step.
+int64_t timed_eager_run(const std::function<std::vector<Tensor>()>& step, const std::optional<Device>& gpu,
+                        capture_internal::CudaLaunchTimer* gpu_timer, size_t expected,
                         std::vector<EagerTimer::Launch>& launches) {
-  EagerTimer timer;
+  EagerTimer timer(gpu_timer);
   timer.launches.reserve(expected);
   int64_t t0 = 0, total = 0;
   {
-    ObserverScope observe(stream, &timer);
+    ObserverScope observe(&timer, gpu);
     t0 = now_ns();
     step();
-    total = now_ns() - t0;
   }
-  for (EagerTimer::Launch& l : timer.launches) l.start -= t0, l.end -= t0;
+  synchronize_gpu(gpu);
+  total = now_ns() - t0;
+  if (absl::Status s = timer.finish(t0); !s.ok()) throw Error(s);
   launches = std::move(timer.launches);
   return total;
 }
@@ -191,40 +335,60 @@ int64_t timed_eager_run(const std::function<std::vector<Tensor>()>& step, Stream
 absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor>()>& step,
                                           const ProfileOptions& options) {
   if (absl::Status s = check_options(options); !s.ok()) return s;
-  Stream& stream = current_stream(kCPU);
-  if (stream.observer() != nullptr) {
-    return absl::FailedPreconditionError("profile_eager: the CPU stream already has an observer (inside capture?)");
+  const std::optional<Device> gpu = usable_gpu();
+  for (const std::optional<Device>& d : {std::optional<Device>(kCPU), gpu}) {
+    if (d.has_value() && current_stream(*d).observer() != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat("profile_eager: the ", d->str(),
+                                                        " stream already has an observer (inside capture?)"));
+    }
   }
+  std::optional<capture_internal::CudaLaunchTimer> gpu_timer;
+  if (gpu.has_value()) gpu_timer.emplace(*gpu);
   std::vector<int64_t> untimed(options.runs), totals(options.runs);
   std::vector<std::vector<EagerTimer::Launch>> runs(options.runs);
   absl::Status thrown = status_of([&] {
     for (int r = 0; r < options.warmup_runs; ++r) step();
+    synchronize_gpu(gpu);
     for (int64_t& t : untimed) {
       const int64_t t0 = now_ns();
       step();
+      synchronize_gpu(gpu);
       t = now_ns() - t0;
     }
     for (int r = 0; r < options.runs; ++r) {
-      totals[r] = timed_eager_run(step, stream, r > 0 ? runs[r - 1].size() : 0, runs[r]);
+      totals[r] = timed_eager_run(step, gpu, gpu_timer ? &*gpu_timer : nullptr, r > 0 ? runs[r - 1].size() : 0,
+                                  runs[r]);
     }
   });
   if (!thrown.ok()) return thrown;
-  StepProfile p{.mode = "eager", .device = "cpu", .streams = {"cpu stream"}};
-  fill_step_stats(untimed, p);
   const size_t rep = median_index(totals);
+  // The profile's device: where the representative run's first launch ran.
+  const Device device = runs[rep].empty() ? kCPU : runs[rep].front().device;
+  StepProfile p{.mode = "eager", .device = device.str()};
+  std::vector<Device> stream_devices;
+  auto stream_of = [&](Device d) {
+    auto it = std::find(stream_devices.begin(), stream_devices.end(), d);
+    if (it != stream_devices.end()) return static_cast<int>(it - stream_devices.begin());
+    stream_devices.push_back(d);
+    p.streams.push_back(absl::StrCat(d.str(), " stream"));
+    return static_cast<int>(stream_devices.size()) - 1;
+  };
+  (void)stream_of(device);
+  fill_step_stats(untimed, p);
   std::vector<std::vector<int64_t>> durations(options.runs);
   for (int r = 0; r < options.runs; ++r) {
     for (const EagerTimer::Launch& l : runs[r]) durations[r].push_back(l.end - l.start);
   }
   for (size_t i = 0; i < runs[rep].size(); ++i) {
     EagerTimer::Launch& l = runs[rep][i];
-    p.nodes.push_back({.node = static_cast<int64_t>(i), .op = l.op, .phase = phase_name(l.phase), .stream = 0,
-                       .start_ns = l.start, .duration_ns = l.end - l.start,
-                       .read_bytes = std::move(l.read_bytes), .write_bytes = std::move(l.write_bytes)});
+    p.nodes.push_back({.node = static_cast<int64_t>(i), .launch = static_cast<int64_t>(i), .op = l.op,
+                       .phase = phase_name(l.phase), .stream = stream_of(l.device), .start_ns = l.start,
+                       .duration_ns = l.end - l.start, .read_bytes = std::move(l.read_bytes),
+                       .write_bytes = std::move(l.write_bytes)});
   }
   fill_medians(durations, p);
   p.timed_step_ns = totals[rep];
-  p.timer_ns = timer_cost_ns();
+  p.timer_ns = device.is_cpu() ? timer_cost_ns() : 0;
   p.runs = options.runs;
   return p;
 }
@@ -255,7 +419,8 @@ ProfileSummary summarize(const StepProfile& profile, int top) {
 std::string cuda_profiling_status() {
 #ifdef ENCORE_HAVE_CUDA
   if (!cuda_available()) return "cuda: backend built, no GPU available: nothing to profile on CUDA";
-  return "cuda: GPU available, but CUDA graph profiling (CUPTI / event nodes) is not implemented yet";
+  return "cuda: GPU available: replays timed per graph node with CUPTI activity records (wall clock per replay "
+         "where CUPTI is unavailable), eager launches with CUDA events";
 #else
   return "cuda: not built (CPU profiling only)";
 #endif
@@ -269,11 +434,20 @@ std::string format_summary(const StepProfile& profile, int top) {
       "%s (%s): %d nodes; step %.3f ms (median of %d untimed runs, min %.3f, max %.3f)\n", profile.mode,
       profile.device, profile.nodes.size(), ms(s.step_ns), profile.runs, ms(profile.step_min_ns),
       ms(profile.step_max_ns));
-  absl::StrAppendFormat(&out, "  kernels %.3f ms (sum of node medians, each incl. ~%d ns of timer)\n",
-                        ms(s.kernel_ns), profile.timer_ns);
+  const bool on_gpu = profile.device != "cpu";
+  if (on_gpu) {
+    absl::StrAppendFormat(&out, "  kernels %.3f ms (sum of node medians, GPU time%s)\n", ms(s.kernel_ns),
+                          profile.mode == "eager" ? " between events around each launch" : "");
+  } else {
+    absl::StrAppendFormat(&out, "  kernels %.3f ms (sum of node medians, each incl. ~%d ns of timer)\n",
+                          ms(s.kernel_ns), profile.timer_ns);
+  }
   if (profile.mode == "eager") {
     absl::StrAppendFormat(&out, "  timed run %.3f ms, of which outside kernels %.3f ms (dispatch, autograd, "
                           "allocation, profiler)\n", ms(profile.timed_step_ns), ms(s.outside_kernels_ns));
+  } else if (on_gpu) {
+    absl::StrAppendFormat(&out, "  timed run %.3f ms (launch to end of synchronize), of which outside GPU nodes %.3f ms "
+                          "(launch, idle, synchronize)\n", ms(profile.timed_step_ns), ms(s.outside_kernels_ns));
   } else {
     absl::StrAppendFormat(&out, "  timed run %.3f ms (nodes back to back: the replay loop is inside node times)\n",
                           ms(profile.timed_step_ns));
@@ -291,9 +465,12 @@ std::string format_summary(const StepProfile& profile, int top) {
   for (const OpTime& o : s.top_ops) {
     absl::StrAppendFormat(&out, "  %-22s %6d %10.3f %6.1f%%\n", o.op, o.count, ms(o.total_ns), pct(o.total_ns));
   }
-  const std::string gpu = profile.gpu_idle_ns >= 0 ? absl::StrFormat("gpu idle %.3f ms", ms(profile.gpu_idle_ns))
-                                                   : cuda_profiling_status();
-  absl::StrAppendFormat(&out, "  %s\n", gpu);
+  if (!profile.note.empty()) absl::StrAppendFormat(&out, "  note: %s\n", profile.note);
+  if (profile.gpu_idle_ns >= 0) {
+    absl::StrAppendFormat(&out, "  gpu idle %.3f ms between nodes inside one replay (median of %d runs)\n",
+                          ms(profile.gpu_idle_ns), profile.runs);
+  }
+  absl::StrAppendFormat(&out, "  %s\n", cuda_profiling_status());
   return out;
 }
 
@@ -302,7 +479,7 @@ namespace {
 nlohmann::json node_event(const NodeTiming& n, int pid) {
   return {{"name", n.op}, {"cat", n.phase}, {"ph", "X"}, {"pid", pid}, {"tid", n.stream + 1},
           {"ts", static_cast<double>(n.start_ns) / 1e3}, {"dur", static_cast<double>(n.duration_ns) / 1e3},
-          {"args", {{"phase", n.phase}, {"node", n.node}, {"read_bytes", n.read_bytes},
+          {"args", {{"phase", n.phase}, {"node", n.node}, {"launch", n.launch}, {"read_bytes", n.read_bytes},
                     {"write_bytes", n.write_bytes}, {"median_ns", n.median_ns}}}};
 }
 
@@ -328,18 +505,24 @@ std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles) {
       events.push_back(metadata("thread_name", pid, static_cast<int>(s) + 1, p.streams[s]));
     }
     for (const NodeTiming& n : p.nodes) events.push_back(node_event(n, pid));
-    if (!p.arena_in_use_bytes.empty() && p.arena_in_use_bytes.size() == p.nodes.size() + 1) {
-      for (size_t i = 0; i < p.nodes.size(); ++i) {
-        events.push_back(counter_event(pid, p.nodes[i].start_ns, p.arena_in_use_bytes[i]));
+    if (!p.arena_in_use_bytes.empty()) {
+      // One value per launch, at its first node (a launch may be several nodes on CUDA).
+      const int64_t launches = static_cast<int64_t>(p.arena_in_use_bytes.size()) - 1;
+      int64_t prev = -1, end = 0;
+      for (const NodeTiming& n : p.nodes) {
+        end = std::max(end, n.start_ns + n.duration_ns);
+        if (n.launch < 0 || n.launch >= launches || n.launch == prev) continue;
+        events.push_back(counter_event(pid, n.start_ns, p.arena_in_use_bytes[n.launch]));
+        prev = n.launch;
       }
-      const int64_t end = p.nodes.empty() ? 0 : p.nodes.back().start_ns + p.nodes.back().duration_ns;
-      events.push_back(counter_event(pid, end, p.arena_in_use_bytes.back()));
+      if (!p.nodes.empty()) events.push_back(counter_event(pid, end, p.arena_in_use_bytes.back()));
     }
     const ProfileSummary s = summarize(p);
     nlohmann::json phases = nlohmann::json::object();
     for (const auto& [name, ns] : s.phase_ns) phases[name] = ns;
     summaries.push_back({{"mode", p.mode}, {"device", p.device}, {"step_ns", s.step_ns}, {"kernel_ns", s.kernel_ns},
-                         {"outside_kernels_ns", s.outside_kernels_ns}, {"phase_ns", phases}, {"runs", p.runs}});
+                         {"outside_kernels_ns", s.outside_kernels_ns}, {"phase_ns", phases}, {"runs", p.runs},
+                         {"gpu_idle_ns", p.gpu_idle_ns}, {"note", p.note}});
   }
   nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ns"},
                           {"otherData", {{"encore", summaries}, {"cuda", cuda_profiling_status()}}}};

@@ -51,6 +51,10 @@
 
 namespace encore {
 
+namespace capture_internal {
+class CudaGraph;   // capture/cuda_graph.h
+}  // namespace capture_internal
+
 struct CaptureOptions {
   int warmup = 2;                               // eager runs before capture; the last is recorded (>= 1)
   planner::Algorithm planner = planner::Algorithm::kBest;
@@ -112,6 +116,9 @@ class Graph {
   // stamps gets size stats().kernels + 1, stamps[i + 1] - stamps[i] = node i's
   // wall time in ns (steady_clock). Computes exactly what replay() computes.
   [[nodiscard]] absl::Status replay_timed(std::vector<int64_t>& stamps);
+  // For encore's profilers and tools: the CUDA graph of a step captured on a
+  // GPU (capture/cuda_graph.h), owned by this Graph; nullptr on CPU.
+  capture_internal::CudaGraph* cuda_graph() const;
 
   struct Impl;
   explicit Graph(std::unique_ptr<Impl> impl);

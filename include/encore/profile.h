@@ -17,17 +17,22 @@
 // like any step: every profiled run is a real training step (see the counts
 // on each function).
 //
-// Times are wall-clock nanoseconds (steady_clock). On CPU a node's time is
-// the time between two clock reads around it, so it includes one clock read
+// Times are nanoseconds. On CPU a node's time is wall clock (steady_clock)
+// between two clock reads around it, so it includes one clock read
 // (StepProfile::timer_ns, typically ~20 ns).
 //
-// CUDA: capture and profiling are CPU-only in this build (profile_eager()
-// watches the CPU stream). A CUDA implementation slots in behind the same
-// functions: profile_replay() on a CUDA graph fills NodeTiming from CUPTI
-// activity records (kernels carry their graph node id) or from event nodes in
-// a profiling copy of the graph, one track per stream, and sets
-// StepProfile::device and gpu_idle_ns; profile_eager() times CUDA launches
-// with events. Until then cuda_profiling_status() says what is missing.
+// CUDA (when built and a GPU answers): profile_replay() of a CUDA graph
+// times every kernel, memset and memcpy node on the GPU from CUPTI activity
+// records of a profiling copy of the graph (NOTE [ Profiling a CUDA graph
+// with CUPTI ] in capture/cuda_profile.h); one encore launch may be several
+// nodes (cuBLAS), and NodeTiming::launch names the launch each came from.
+// It also reports the GPU's idle time between nodes (gpu_idle_ns). When
+// CUPTI is unavailable (another profiler holds it), each replay is timed by
+// wall clock only, with no nodes, and StepProfile::note says why.
+// profile_eager() on CUDA brackets each launch with CUDA events on the
+// stream: a node's time is GPU time between its events, which includes
+// launch latency while the GPU waits for the host. cuda_profiling_status()
+// says what this build and machine offer.
 #pragma once
 
 #include <cstdint>
@@ -51,11 +56,14 @@ struct ProfileOptions {
 // One kernel (a graph node, or an eager launch) in the representative run:
 // the timed run whose total time is the median.
 struct NodeTiming {
-  int64_t node = 0;                 // graph node index, or launch order when eager
+  int64_t node = 0;                 // graph node index (CUDA: in CudaGraph::launch_nodes() order), or launch
+                                    // order when eager
+  int64_t launch = 0;               // the encore launch that made it (Graph::node_op(launch)); = node on CPU
+                                    // and when eager
   const char* op = "";              // encore op name (static string), e.g. "matmul"
   const char* phase = "forward";    // "forward", "backward" or "optimizer"
   int stream = 0;                   // index into StepProfile::streams
-  int64_t start_ns = 0;             // from the start of the representative run
+  int64_t start_ns = 0;             // from the start of the representative run (CUDA replay: of its first node)
   int64_t duration_ns = 0;          // in the representative run
   int64_t median_ns = 0;            // median over all timed runs
   std::vector<int64_t> read_bytes;  // bytes of each storage read (whole storages)
@@ -64,8 +72,8 @@ struct NodeTiming {
 
 struct StepProfile {
   std::string mode;                    // "replay" or "eager"
-  std::string device;                  // "cpu"
-  std::vector<std::string> streams;    // one name per track, e.g. {"cpu stream"}
+  std::string device;                  // "cpu" or "cuda:0"
+  std::vector<std::string> streams;    // one name per track, e.g. {"cpu stream"}, {"cuda:0 stream"}
   std::vector<NodeTiming> nodes;       // in launch order
   // Planned arena bytes live while node i runs (replay only; empty when
   // eager): the sum of the sizes of the buffers() with lower <= i < upper.
@@ -73,22 +81,29 @@ struct StepProfile {
   // (the step's outputs).
   std::vector<int64_t> arena_in_use_bytes;
   int64_t arena_bytes = 0;             // the planned arena (replay only)
-  int64_t step_ns = 0;                 // median wall time of one UNtimed run
+  int64_t step_ns = 0;                 // median wall time of one UNtimed run (CUDA: to the end of a synchronize)
   int64_t step_min_ns = 0, step_max_ns = 0;
   int64_t timed_step_ns = 0;           // wall time of the representative timed run
   int64_t timer_ns = 0;                // cost of one clock read, included in each node's time
-  int64_t gpu_idle_ns = -1;            // CUDA only: GPU idle time between kernels; -1 when not measured
+  // CUDA replays: the GPU's idle time inside one replay, from its first
+  // node's start to its last node's end minus the time some node ran
+  // (median over the timed runs); -1 when not measured.
+  int64_t gpu_idle_ns = -1;
   int runs = 0;                        // timed runs behind the medians
+  std::string note;                    // what could not be measured and why; empty when all was
 };
 
 // Replays `graph` warmup_runs + 2 * runs times (warm-up, untimed runs for
-// step_ns, timed runs for the node times). Fails like replay() does (a freed
-// parameter, ...) and with InvalidArgument on bad options.
+// step_ns, timed runs for the node times; on CUDA each one synchronized, the
+// timed runs on a profiling copy of the graph that computes the same). Fails
+// like replay() does (a freed parameter, ...) and with InvalidArgument on
+// bad options.
 [[nodiscard]] absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& options = {});
 
 // Runs `step` eagerly warmup_runs + 2 * runs times, timing each kernel launch
-// in the timed runs; the gap between kernels is eager overhead (dispatch,
-// autograd, allocation). A step must launch the same kernels every run for
+// in the timed runs (on the CPU and, when a GPU is usable, on cuda:0's
+// stream; the profile's device is the one the first launch ran on); the gap
+// between kernels is eager overhead (dispatch, autograd, allocation). A step must launch the same kernels every run for
 // per-node medians; otherwise median_ns is the representative run's time.
 // Errors thrown by the step come back as a Status.
 [[nodiscard]] absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor>()>& step,
@@ -122,13 +137,16 @@ ProfileSummary summarize(const StepProfile& profile, int top = 10);
 // the top ops, and the CUDA status line.
 std::string format_summary(const StepProfile& profile, int top = 10);
 
-// One line on CUDA profiling in this build, e.g. "cuda: not built".
+// One line on CUDA profiling in this build and on this machine, e.g.
+// "cuda: not built (CPU profiling only)".
 std::string cuda_profiling_status();
 
 // The profiles as one Chrome trace (JSON object format): one process per
 // profile, one thread track per stream with an "X" event per node
-// (name = op, args = phase, node, read/write bytes, median_ns), and for
-// replays a counter track "arena bytes in use". Times in microseconds.
+// (name = op, args = phase, node, launch, read/write bytes, median_ns), and
+// for replays a counter track "arena bytes in use" (a value per launch).
+// Times in microseconds. otherData.encore holds each profile's summary
+// (with gpu_idle_ns and note).
 std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles);
 [[nodiscard]] absl::Status write_chrome_trace(const std::string& path,
                                               absl::Span<const StepProfile* const> profiles);
