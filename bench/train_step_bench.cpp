@@ -10,9 +10,10 @@
 //
 // All figures are process CPU time (one thread: the same as wall time on an
 // idle core, steadier on a loaded machine). Counters: "cpu_ms" = mean step
-// CPU time of the benchmark loop; "floor_ms" = median CPU time of the GEMM
-// floor; "vs_floor" = cpu_ms / floor_ms; "eager_ms" (replay rows) = median
-// CPU time of an eager step; "speedup" = eager_ms / cpu_ms.
+// CPU time of the benchmark loop; "step_ms" and "floor_ms" = median CPU times
+// of the step and of its GEMM floor, run alternately after the loop
+// (paired_medians); "vs_floor" = step_ms / floor_ms; "eager_ms" (replay rows)
+// = median CPU time of an eager step; "speedup" = eager_ms / step_ms.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -138,42 +139,70 @@ class GemmRecorder : public LaunchObserver {
   std::vector<Ref<Storage>> keep_;
 };
 
-// Median CPU time of the GEMM launches of one step of w, run alone.
-double gemm_floor_ms(Workload& w, double* gemms = nullptr) {
+// Records the GEMM launches of one steady eager step of w.
+std::unique_ptr<GemmRecorder> record_gemms(Workload& w) {
   w.step();   // lazy state exists: the recorded step is a steady one
-  GemmRecorder rec;
+  auto rec = std::make_unique<GemmRecorder>();
   Stream& stream = current_stream(kCPU);
   LaunchObserver* previous = stream.observer();
-  stream.set_observer(&rec);
+  stream.set_observer(rec.get());
   w.step();
   stream.set_observer(previous);
-  if (gemms != nullptr) *gemms = static_cast<double>(rec.size());
-  return median_cpu_ms([&] { rec.run(); });
+  return rec;
+}
+
+// Median CPU times of `step` and of the GEMM floor, measured alternately
+// (one floor run, one step, ...) for at least 7 pairs and about 0.6 s (at most
+// 300 pairs), so that both see the same machine: a busy neighbour or a
+// frequency change slows both, not one, and the ratio stays put.
+struct Paired {
+  double step_ms = 0, floor_ms = 0;
+};
+template <typename F>
+Paired paired_medians(F&& step, const GemmRecorder& floor) {
+  step();
+  floor.run();
+  std::vector<double> ts, tf;
+  const double start = cpu_now_ms();
+  while (ts.size() < 7 || (cpu_now_ms() - start < 600.0 && ts.size() < 300)) {
+    double t0 = cpu_now_ms();
+    floor.run();
+    tf.push_back(cpu_now_ms() - t0);
+    t0 = cpu_now_ms();
+    step();
+    ts.push_back(cpu_now_ms() - t0);
+  }
+  auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  return {median(ts), median(tf)};
 }
 
 double eager_ms(Workload& w) {
   return median_cpu_ms([&] { w.step(); });
 }
 
-// Runs the benchmark loop and sets cpu_ms, floor_ms and vs_floor.
+// Runs the benchmark loop (cpu_ms: its mean step time), then the paired
+// measurement (step_ms, floor_ms, vs_floor = step_ms / floor_ms).
 template <typename F>
-void timed_loop(benchmark::State& state, F&& step, double floor) {
+void timed_loop(benchmark::State& state, F&& step, const GemmRecorder& floor) {
   const double t0 = cpu_now_ms();
   for (auto _ : state) step();
-  const double cpu = (cpu_now_ms() - t0) / static_cast<double>(state.iterations());
-  state.counters["cpu_ms"] = cpu;
-  state.counters["floor_ms"] = floor;
-  state.counters["vs_floor"] = cpu / floor;
+  state.counters["cpu_ms"] = (cpu_now_ms() - t0) / static_cast<double>(state.iterations());
+  const Paired p = paired_medians(step, floor);
+  state.counters["step_ms"] = p.step_ms;
+  state.counters["floor_ms"] = p.floor_ms;
+  state.counters["vs_floor"] = p.step_ms / p.floor_ms;
 }
 
 using MakeWorkload = std::function<std::unique_ptr<Workload>()>;
 
 void BM_Eager(benchmark::State& state, MakeWorkload make) {
   auto w = make();
-  double gemms = 0;
-  const double floor = gemm_floor_ms(*w, &gemms);
-  state.counters["gemms"] = gemms;
-  timed_loop(state, [&] { w->step(); }, floor);
+  std::unique_ptr<GemmRecorder> floor = record_gemms(*w);
+  state.counters["gemms"] = static_cast<double>(floor->size());
+  timed_loop(state, [&] { w->step(); }, *floor);
 }
 
 void BM_Replay(benchmark::State& state, MakeWorkload make, planner::Algorithm algorithm = planner::Algorithm::kBest) {
@@ -181,11 +210,11 @@ void BM_Replay(benchmark::State& state, MakeWorkload make, planner::Algorithm al
   absl::StatusOr<Graph> g = capture([&] { return w->step(); }, {.planner = algorithm});
   if (!g.ok()) { state.SkipWithError(std::string(g.status().message()).c_str()); return; }
   auto e = make();
-  const double floor = gemm_floor_ms(*e);
-  timed_loop(state, [&] { (void)g->replay(); }, floor);
+  std::unique_ptr<GemmRecorder> floor = record_gemms(*e);
+  timed_loop(state, [&] { (void)g->replay(); }, *floor);
   const double eager = eager_ms(*e);
   state.counters["eager_ms"] = eager;
-  state.counters["speedup"] = eager / state.counters["cpu_ms"];
+  state.counters["speedup"] = eager / state.counters["step_ms"];
   state.counters["arena_MiB"] = g->stats().arena_bytes / 1048576.0;
   state.counters["arena_vs_lb"] = static_cast<double>(g->stats().arena_bytes) / g->stats().lower_bound_bytes;
   state.counters["arena_vs_eager_peak"] = static_cast<double>(g->stats().arena_bytes) / g->stats().eager_peak_bytes;
