@@ -15,8 +15,13 @@
 // machine: it leaves out time the thread was not running). Every backend
 // --backends names and the machine can run: the CPU, and CUDA when built and
 // a GPU answers (each repetition then ends with a synchronize; compare wall
-// times). Otherwise it prints why CUDA was not measured; the CUDA graph update
-// cost when only a pointer changes is not measured yet.
+// times). Otherwise it prints why CUDA was not measured (--backends=cuda on a
+// machine without a GPU measures nothing, says so, and exits 0).
+// CUDA graph update cost when only a pointer changes: for each CUDA chain
+// row, the median ns of one cudaGraphExecKernelNodeSetParams that points the
+// chain's first kernel (which reads x) at another buffer of the same size,
+// and back (CudaGraph::update_pointer_ns); JSON: graph_update_ns per row and,
+// under "cuda", the median over the chain rows (null when not measured).
 // Exits 2 on bad flags, 1 when a measurement or a file write fails (after
 // writing what the other backends measured).
 #include <algorithm>
@@ -41,8 +46,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "encore/encore.h"
 #include "encore/profile.h"
+#include "capture/cuda_graph.h"
 #include "nlohmann/json.hpp"
 #include "src/core/stream.h"
 #include "tools/workloads.h"
@@ -87,6 +94,7 @@ struct Row {
   Stat replay_ns;         // wall ns per kernel
   Stat eager_cpu_ns, replay_cpu_ns;   // thread CPU ns per kernel (steadier on a shared machine)
   double plan_ms = 0, capture_run_ms = 0;   // of the last capture
+  int64_t graph_update_ns = -1;             // CUDA chain: one pointer retargeted in the instantiated graph; -1: not measured
 
   // The cost plotted and compared: thread CPU time on the CPU backend (steady
   // on a shared machine), wall time on CUDA (the host thread waits for the GPU).
@@ -137,7 +145,11 @@ std::vector<double> per_kernel(std::vector<double> ns, int64_t kernels) {
   return ns;
 }
 
-absl::StatusOr<Row> measure(encore::Device device, const std::string& variant, int64_t n, const Step& step) {
+// Called with the captured graph before its replays are timed.
+using AfterCapture = std::function<void(encore::Graph&, Row&)>;
+
+absl::StatusOr<Row> measure(encore::Device device, const std::string& variant, int64_t n, const Step& step,
+                            const AfterCapture& after_capture = nullptr) {
   const int reps = absl::GetFlag(FLAGS_reps);
   const double min_ms = absl::GetFlag(FLAGS_min_rep_ms);
   Row row{.device = device, .variant = variant, .n = n};
@@ -153,6 +165,7 @@ absl::StatusOr<Row> measure(encore::Device device, const std::string& variant, i
   row.capture_ms = stat_of(capture_ms);
   row.plan_ms = graph->stats().plan_ms;
   row.capture_run_ms = graph->stats().capture_ms;
+  if (after_capture) after_capture(*graph, row);
   absl::Status replay_status;
   auto [replay_wall, replay_cpu] = time_reps([&] { replay_status.Update(graph->replay()); }, device, reps, min_ms);
   if (!replay_status.ok()) return replay_status;
@@ -194,15 +207,34 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
+bool cuda_requested() {
+  for (const std::string& b : absl::GetFlag(FLAGS_backends)) {
+    if (b == "cuda") return true;
+  }
+  return false;
+}
+
 // What happened to CUDA in this run, in one line.
 std::string cuda_line(bool measured) {
+  const char* asked = cuda_requested() ? " (--backends=cuda asked for it)" : "";
 #ifdef ENCORE_HAVE_CUDA
   if (measured) return "cuda: measured (rows on cuda:0)";
-  return encore::cuda_available() ? "cuda: GPU available, not requested (--backends): not measured"
-                                  : "cuda: backend built, no GPU available: not measured";
+  if (encore::cuda_available()) return "cuda: GPU available, not requested (--backends): not measured";
+  return absl::StrCat("cuda: backend built, no GPU available: not measured", asked);
 #else
-  return measured ? "cuda: measured" : "cuda: not built: not measured";
+  return measured ? "cuda: measured" : absl::StrCat("cuda: not built: not measured", asked);
 #endif
+}
+
+// The median of the CUDA chain rows' graph update costs (ns), or -1.
+int64_t graph_update_median(const std::vector<Row>& rows) {
+  std::vector<int64_t> v;
+  for (const Row& r : rows) {
+    if (r.graph_update_ns >= 0) v.push_back(r.graph_update_ns);
+  }
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 // The devices --backends names that this build and machine can run.
@@ -361,7 +393,8 @@ absl::Status write_file(const std::string& path, const std::string& text) {
   return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("write to ", path, " failed"));
 }
 
-nlohmann::json results_json(const std::vector<Row>& rows, const std::string& machine, bool cuda_measured) {
+nlohmann::json results_json(const std::vector<Row>& rows, const std::string& machine, bool cuda_measured,
+                            const std::string& update_line) {
   nlohmann::json results = nlohmann::json::array();
   for (const Row& r : rows) {
     results.push_back({{"variant", r.variant}, {"backend", r.device.str()}, {"n", r.n}, {"kernels", r.kernels},
@@ -369,17 +402,37 @@ nlohmann::json results_json(const std::vector<Row>& rows, const std::string& mac
                        {"replay_ns_per_kernel", to_json(r.replay_ns)},
                        {"eager_cpu_ns_per_kernel", to_json(r.eager_cpu_ns)},
                        {"replay_cpu_ns_per_kernel", to_json(r.replay_cpu_ns)}, {"plan_ms", r.plan_ms},
-                       {"capture_run_ms", r.capture_run_ms}});
+                       {"capture_run_ms", r.capture_run_ms},
+                       {"graph_update_ns", r.graph_update_ns >= 0 ? nlohmann::json(r.graph_update_ns) : nullptr}});
   }
+  const int64_t update = graph_update_median(rows);
   return {{"machine", {{"cpu", machine}, {"hardware_threads", std::thread::hardware_concurrency()},
                        {"gpu", encore::cuda_available() ? "present" : "none"}}},
           {"elements", absl::GetFlag(FLAGS_elements)}, {"reps", absl::GetFlag(FLAGS_reps)},
           {"capture_reps", absl::GetFlag(FLAGS_capture_reps)},
-          {"cuda", {{"status", cuda_line(cuda_measured)}, {"graph_update_ns", nullptr}}}, {"results", results}};
+          {"cuda", {{"status", cuda_line(cuda_measured)}, {"graph_update_ns", update >= 0 ? nlohmann::json(update) : nullptr},
+                    {"graph_update", update_line}}},
+          {"results", results}};
+}
+
+// Measures CudaGraph::update_pointer_ns on a CUDA chain's graph: its first
+// kernel retargeted from x to x2 and back. Failures go to `why` (the row stays).
+AfterCapture graph_update(const Tensor& x, const Tensor& x2, std::string& why) {
+  return [&x, &x2, &why](encore::Graph& graph, Row& row) {
+    encore::capture_internal::CudaGraph* cuda = graph.cuda_graph();
+    if (cuda == nullptr) return;
+    absl::StatusOr<int64_t> ns = cuda->update_pointer_ns(x.data_ptr(), x2.data_ptr(), absl::GetFlag(FLAGS_reps));
+    if (ns.ok()) {
+      row.graph_update_ns = *ns;
+    } else if (why.empty()) {
+      why = std::string(ns.status().message());
+    }
+  };
 }
 
 // Every chosen variant on `device`, appended to rows (and printed).
-absl::Status measure_device(encore::Device device, const std::vector<int64_t>& counts, std::vector<Row>& rows) {
+absl::Status measure_device(encore::Device device, const std::vector<int64_t>& counts, std::vector<Row>& rows,
+                            std::string& update_why) {
   auto add = [&](absl::StatusOr<Row> row) -> absl::Status {
     if (!row.ok()) return row.status();
     print_row(*row);
@@ -388,11 +441,14 @@ absl::Status measure_device(encore::Device device, const std::vector<int64_t>& c
     return absl::OkStatus();
   };
   const Tensor x = encore::randn({absl::GetFlag(FLAGS_elements)}).to(device);
+  const Tensor x2 = encore::randn({absl::GetFlag(FLAGS_elements)}).to(device);   // the chain's other input
   for (const std::string variant : {"chain", "wide"}) {
     if (!wants(variant)) continue;
+    const bool chain = variant == std::string("chain");
     for (int64_t n : counts) {
-      const Step step = variant == std::string("chain") ? chain_step(x, n) : wide_step(x, n);
-      if (absl::Status s = add(measure(device, variant, n, step)); !s.ok()) return s;
+      const Step step = chain ? chain_step(x, n) : wide_step(x, n);
+      const AfterCapture after = chain && device.is_cuda() ? graph_update(x, x2, update_why) : nullptr;
+      if (absl::Status s = add(measure(device, variant, n, step, after)); !s.ok()) return s;
     }
   }
   if (!wants("mlp")) return absl::OkStatus();
@@ -401,6 +457,18 @@ absl::Status measure_device(encore::Device device, const std::vector<int64_t>& c
   absl::StatusOr<Row> row = measure(device, "mlp", 0, [&w] { return w->step(); });
   if (row.ok()) row->n = row->kernels;
   return add(std::move(row));
+}
+
+// One line on the CUDA graph update cost: each chain row's, or why none.
+std::string update_summary(const std::vector<Row>& rows, bool cuda_measured, const std::string& why) {
+  std::string line = "cuda graph update (one pointer changed, cudaGraphExecKernelNodeSetParams): ";
+  if (!cuda_measured) return line + (encore::cuda_available() ? "not measured: CUDA not requested" : "not measured: no GPU");
+  if (graph_update_median(rows) < 0) return absl::StrCat(line, "not measured: ", why.empty() ? "no chain rows" : why);
+  std::vector<std::string> parts;
+  for (const Row& r : rows) {
+    if (r.graph_update_ns >= 0) parts.push_back(absl::StrFormat("N=%d %d ns", r.n, r.graph_update_ns));
+  }
+  return absl::StrCat(line, "median ", graph_update_median(rows), " ns (", absl::StrJoin(parts, ", "), ")");
 }
 
 absl::Status run(const std::vector<int64_t>& counts, const std::vector<encore::Device>& devices) {
@@ -412,10 +480,11 @@ absl::Status run(const std::vector<int64_t>& counts, const std::vector<encore::D
                "eager/replay");
   std::vector<Row> rows;
   bool cuda_measured = false;
+  std::string update_why;   // why the CUDA graph update was not measured
   absl::Status failed;   // the first backend that failed; later backends and the files still go ahead
   for (encore::Device device : devices) {
     absl::Status ran;
-    const absl::Status thrown = encore::status_of([&] { ran = measure_device(device, counts, rows); });
+    const absl::Status thrown = encore::status_of([&] { ran = measure_device(device, counts, rows, update_why); });
     const absl::Status& s = thrown.ok() ? ran : thrown;
     if (!s.ok()) {
       failed.Update(absl::Status(s.code(), absl::StrCat(device.str(), ": ", s.message())));
@@ -423,10 +492,11 @@ absl::Status run(const std::vector<int64_t>& counts, const std::vector<encore::D
     }
     cuda_measured = cuda_measured || device.is_cuda();
   }
-  absl::PrintF("%s\ncuda graph update (one pointer changed): not measured (needs cudaGraphExecUpdate in capture/)\n",
-               cuda_line(cuda_measured));
+  const std::string update_line = update_summary(rows, cuda_measured, update_why);
+  absl::PrintF("%s\n%s\n", cuda_line(cuda_measured), update_line);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    if (absl::Status s = write_file(path, results_json(rows, machine, cuda_measured).dump(1) + "\n"); !s.ok()) {
+    if (absl::Status s = write_file(path, results_json(rows, machine, cuda_measured, update_line).dump(1) + "\n");
+        !s.ok()) {
       return s;
     }
   }

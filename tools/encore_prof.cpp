@@ -4,7 +4,10 @@
 //
 //   encore-prof --model=mlp [--hidden=128] [--batch=128] --trace=mlp.json
 //   encore-prof --model=gpt --n_layer=2 --n_embd=64 --seq=32 --trace=gpt.json --dot=gpt.dot
+//   encore-prof --device=cuda --model=gpt      # per-node GPU times (CUPTI), GPU idle time
 //
+// --device=auto (the default) profiles on cuda:0 when a GPU answers, else on
+// the CPU, like examples/train_gpt's --device.
 // A thin main over include/encore/profile.h; your own program can call the
 // same functions around its own captured step. Exits 2 on bad flags, 1 when
 // capture, profiling or writing fails, with a one-line message.
@@ -22,6 +25,8 @@
 #include "encore/profile.h"
 #include "tools/workloads.h"
 
+ABSL_FLAG(std::string, device, "auto",
+          "Where the step runs: cpu, cuda (cuda:0), or auto (cuda when a GPU answers, else cpu).");
 ABSL_FLAG(std::string, model, "mlp",
           "Built-in model to profile: mlp (examples/train_mlp) or gpt (examples/train_gpt).");
 ABSL_FLAG(int64_t, batch, 0, "Examples per step; 0 = the model's default (mlp 128, gpt 16).");
@@ -46,7 +51,18 @@ namespace {
 
 using encore::tools::Workload;
 
-absl::StatusOr<std::unique_ptr<Workload>> build_workload() {
+absl::StatusOr<encore::Device> chosen_device() {
+  const std::string d = absl::GetFlag(FLAGS_device);
+  if (d != "cpu" && d != "cuda" && d != "auto") {
+    return absl::InvalidArgumentError(absl::StrFormat("--device must be cpu, cuda or auto, got '%s'", d));
+  }
+  if (d == "cuda" && !encore::cuda_available()) {
+    return absl::InvalidArgumentError("--device=cuda but no usable GPU (or encore was built without CUDA)");
+  }
+  return d == "cpu" ? encore::kCPU : d == "cuda" ? encore::Device::cuda(0) : encore::default_device();
+}
+
+absl::StatusOr<std::unique_ptr<Workload>> build_workload(encore::Device device) {
   const std::string model = absl::GetFlag(FLAGS_model);
   const int64_t batch = absl::GetFlag(FLAGS_batch);
   if (batch < 0) return absl::InvalidArgumentError(absl::StrFormat("--batch must be >= 0, got %d", batch));
@@ -54,14 +70,15 @@ absl::StatusOr<std::unique_ptr<Workload>> build_workload() {
     const int64_t hidden = absl::GetFlag(FLAGS_hidden);
     if (hidden < 1) return absl::InvalidArgumentError(absl::StrFormat("--hidden must be >= 1, got %d", hidden));
     return encore::tools::make_mlp({.widths = {32, hidden, 10}, .batch = batch > 0 ? batch : 128,
-                                    .lr = absl::GetFlag(FLAGS_lr), .seed = absl::GetFlag(FLAGS_seed)});
+                                    .lr = absl::GetFlag(FLAGS_lr), .seed = absl::GetFlag(FLAGS_seed),
+                                    .device = device});
   }
   if (model == "gpt") {
     encore::tools::GptSpec spec{.batch = batch > 0 ? batch : 16, .lr = absl::GetFlag(FLAGS_lr)};
     spec.config = {.vocab_size = absl::GetFlag(FLAGS_vocab), .block_size = absl::GetFlag(FLAGS_seq),
                    .n_layer = absl::GetFlag(FLAGS_n_layer), .n_head = absl::GetFlag(FLAGS_n_head),
                    .n_embd = absl::GetFlag(FLAGS_n_embd), .dropout = absl::GetFlag(FLAGS_dropout),
-                   .seed = absl::GetFlag(FLAGS_seed)};
+                   .seed = absl::GetFlag(FLAGS_seed), .device = device};
     std::unique_ptr<Workload> w;
     absl::Status s = encore::status_of([&] { w = encore::tools::make_gpt(spec); });   // the model checks its config
     if (!s.ok()) return s;
@@ -115,9 +132,10 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(
       {.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "encore_prof.cpp"); }});
   absl::SetProgramUsageMessage(
-      "Profiles a built-in model's training step eagerly and captured + replayed on the CPU: per-kernel times\n"
-      "mapped to ops and phases (forward, backward, optimizer), a summary, a Chrome trace and a DOT graph.\n"
-      "Usage: encore-prof [--model=mlp|gpt] [model flags] [--runs=N] [--trace=FILE.json] [--dot=FILE.dot]");
+      "Profiles a built-in model's training step eagerly and captured + replayed, on the CPU or a GPU: per-kernel\n"
+      "times mapped to ops and phases (forward, backward, optimizer), a summary, a Chrome trace and a DOT graph.\n"
+      "Usage: encore-prof [--device=cpu|cuda|auto] [--model=mlp|gpt] [model flags] [--runs=N] [--trace=FILE.json]\n"
+      "       [--dot=FILE.dot]");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 1) {
     std::fprintf(stderr, "encore-prof: unexpected argument '%s' (see --help)\n", args[1]);
@@ -127,7 +145,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "encore-prof: --runs must be >= 1, --warmup_runs and --top >= 0\n");
     return 2;
   }
-  absl::StatusOr<std::unique_ptr<Workload>> w = build_workload();
+  absl::StatusOr<encore::Device> device = chosen_device();
+  absl::StatusOr<std::unique_ptr<Workload>> w =
+      device.ok() ? build_workload(*device) : absl::StatusOr<std::unique_ptr<Workload>>(device.status());
   if (!w.ok()) {
     std::fprintf(stderr, "encore-prof: %s\n", std::string(w.status().message()).c_str());
     return 2;

@@ -1,8 +1,11 @@
 // encore-prof and encore-launch, run as a user would: exit status, messages,
 // --help, the Chrome trace, the DOT graph, the launch lab's JSON and SVG.
+// The tools find the GPU themselves; tests that need one ask the tool
+// (--device=cuda) and skip when it has none, or fail with ENCORE_REQUIRE_GPU=1.
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -48,6 +51,11 @@ ToolRun launch(const std::string& args) {
   return run_tool(tool_path("ENCORE_LAUNCH_BIN", ENCORE_LAUNCH_PATH), args);
 }
 
+bool gpu_required() {
+  const char* v = std::getenv("ENCORE_REQUIRE_GPU");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 void expect_flag_error(const ToolRun& run, const std::string& what) {
   EXPECT_EQ(run.exit_code, 2) << run.out << run.err;
   EXPECT_THAT(run.err, HasSubstr(what));
@@ -58,7 +66,7 @@ TEST(EncoreProfTest, ProfilesTheMlpAndWritesTraceAndDot) {
   const std::string trace = temp_path("mlp_trace.json"), dot = temp_path("mlp.dot");
   std::remove(trace.c_str());
   std::remove(dot.c_str());
-  const ToolRun run = prof("--model=mlp --hidden=16 --batch=8 --runs=2 --warmup_runs=1 --trace=" + trace +
+  const ToolRun run = prof("--device=cpu --model=mlp --hidden=16 --batch=8 --runs=2 --warmup_runs=1 --trace=" + trace +
                            " --dot=" + dot);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("eager (cpu)"));
@@ -80,16 +88,45 @@ TEST(EncoreProfTest, ProfilesTheMlpAndWritesTraceAndDot) {
 }
 
 TEST(EncoreProfTest, ProfilesTheGpt) {
-  const ToolRun run = prof("--model=gpt --n_layer=1 --n_embd=16 --n_head=2 --seq=8 --vocab=11 --batch=2 --runs=1 "
-                           "--warmup_runs=0 --eager=false --top=3");
+  const ToolRun run = prof("--device=cpu --model=gpt --n_layer=1 --n_embd=16 --n_head=2 --seq=8 --vocab=11 --batch=2 "
+                           "--runs=1 --warmup_runs=0 --eager=false --top=3");
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("replay (cpu)"));
   EXPECT_THAT(run.out, HasSubstr("top 3 ops"));
   EXPECT_THAT(run.out, ::testing::Not(HasSubstr("eager (cpu)")));
 }
 
+TEST(EncoreProfTest, ProfilesOnCudaWhenAGpuAnswers) {
+  const std::string trace = temp_path("cuda_trace.json");
+  std::remove(trace.c_str());
+  const ToolRun run = prof("--device=cuda --model=gpt --n_layer=1 --n_embd=16 --n_head=2 --seq=8 --vocab=11 "
+                           "--batch=2 --runs=2 --warmup_runs=1 --trace=" + trace);
+  if (run.exit_code == 2 && run.err.find("no usable GPU") != std::string::npos) {
+    if (gpu_required()) FAIL() << "ENCORE_REQUIRE_GPU=1 but encore-prof found no GPU: " << run.err;
+    GTEST_SKIP() << "no usable GPU";
+  }
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("eager (cuda:0)"));
+  EXPECT_THAT(run.out, HasSubstr("replay (cuda:0)"));
+  EXPECT_THAT(run.out, HasSubstr("optimizer"));
+  const nlohmann::json t = nlohmann::json::parse(slurp(trace));
+  const nlohmann::json& summaries = t.at("otherData").at("encore");
+  ASSERT_EQ(summaries.size(), 2u);
+  EXPECT_EQ(summaries[1].at("device"), "cuda:0");
+  if (summaries[1].at("note").get<std::string>().empty()) {   // CUPTI gave per-node times
+    EXPECT_THAT(run.out, HasSubstr("gpu idle"));
+    EXPECT_GE(summaries[1].at("gpu_idle_ns").get<int64_t>(), 0);
+    int replay_events = 0;
+    for (const nlohmann::json& e : t.at("traceEvents")) replay_events += e.at("ph") == "X" && e.at("pid") == 2;
+    EXPECT_GT(replay_events, 20);
+  } else {
+    EXPECT_THAT(run.out, HasSubstr("note: no per-node GPU times"));
+  }
+}
+
 TEST(EncoreProfTest, FlagErrors) {
   expect_flag_error(prof("--model=resnet"), "--model must be mlp or gpt, got 'resnet'");
+  expect_flag_error(prof("--device=tpu"), "--device must be cpu, cuda or auto, got 'tpu'");
   expect_flag_error(prof("--runs=0"), "--runs must be >= 1");
   expect_flag_error(prof("--model=mlp --hidden=0"), "--hidden must be >= 1");
   expect_flag_error(prof("stray"), "unexpected argument 'stray'");
@@ -99,7 +136,7 @@ TEST(EncoreProfTest, FlagErrors) {
 
 TEST(EncoreProfTest, HelpDescribesEveryFlag) {
   const ToolRun run = prof("--help");
-  for (const char* flag : {"--model", "--batch", "--hidden", "--seq", "--n_layer", "--n_head", "--n_embd", "--vocab",
+  for (const char* flag : {"--device", "--model", "--batch", "--hidden", "--seq", "--n_layer", "--n_head", "--n_embd", "--vocab",
                            "--dropout", "--lr", "--seed", "--runs", "--warmup_runs", "--eager", "--top", "--trace",
                            "--dot"}) {
     EXPECT_THAT(run.out + run.err, HasSubstr(std::string(flag) + " (")) << flag;
@@ -116,9 +153,15 @@ TEST(EncoreLaunchTest, SmallRunWritesJsonAndSvg) {
   EXPECT_FALSE(j.at("machine").at("cpu").get<std::string>().empty());
   EXPECT_THAT(j.at("cuda").at("status").get<std::string>(), HasSubstr("cuda"));
   const nlohmann::json& results = j.at("results");
-  ASSERT_EQ(results.size(), 5u);   // chain 1, 10; wide 1, 10; mlp
+  const bool gpu = j.at("machine").at("gpu") == "present";   // --backends=auto measures it too
+  if (gpu_required()) {
+    EXPECT_TRUE(gpu) << "ENCORE_REQUIRE_GPU=1 but encore-launch found no GPU";
+  }
+  ASSERT_EQ(results.size(), gpu ? 10u : 5u);   // per backend: chain 1, 10; wide 1, 10; mlp
   for (const nlohmann::json& r : results) {
     const std::string variant = r.at("variant");
+    const bool cuda_chain = variant == "chain" && r.at("backend") == "cuda:0";
+    EXPECT_EQ(r.at("graph_update_ns").is_null(), !cuda_chain) << variant << " " << r.at("backend");
     if (variant != "mlp") {
       EXPECT_EQ(r.at("kernels"), r.at("n")) << variant << " " << r.at("n");
     }
@@ -136,17 +179,30 @@ TEST(EncoreLaunchTest, SmallRunWritesJsonAndSvg) {
   EXPECT_THAT(picture, HasSubstr("</svg>"));
 }
 
-TEST(EncoreLaunchTest, CudaWithoutAGpuIsReportedNotMeasured) {
+// --backends=cuda: without a GPU, nothing measured, said so, exit 0; with
+// one, only CUDA rows, and the graph update cost of the chain.
+TEST(EncoreLaunchTest, CudaBackendAlone) {
   const std::string json = temp_path("launch_cuda.json");
-  const ToolRun run = launch("--backends=cuda --n=1 --reps=1 --capture_reps=1 --min_rep_ms=0 --json=" + json);
+  const ToolRun run = launch("--backends=cuda --n=1,10 --reps=3 --capture_reps=1 --min_rep_ms=0 --json=" + json);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
+  const nlohmann::json& cuda = j.at("cuda");
   if (j.at("machine").at("gpu") == "none") {
-    EXPECT_THAT(j.at("cuda").at("status").get<std::string>(), HasSubstr("not measured"));
+    if (gpu_required()) FAIL() << "ENCORE_REQUIRE_GPU=1 but encore-launch found no GPU";
+    EXPECT_THAT(cuda.at("status").get<std::string>(), HasSubstr("not measured"));
+    EXPECT_THAT(cuda.at("status").get<std::string>(), HasSubstr("--backends=cuda asked for it"));
+    EXPECT_THAT(run.out, HasSubstr("cuda graph update (one pointer changed, cudaGraphExecKernelNodeSetParams): "
+                                   "not measured: no GPU"));
     EXPECT_TRUE(j.at("results").empty());
-  } else {
-    for (const nlohmann::json& r : j.at("results")) EXPECT_EQ(r.at("backend"), "cuda:0");
+    EXPECT_TRUE(cuda.at("graph_update_ns").is_null());
+    return;
   }
+  EXPECT_THAT(cuda.at("status").get<std::string>(), HasSubstr("cuda: measured"));
+  ASSERT_EQ(j.at("results").size(), 5u);
+  for (const nlohmann::json& r : j.at("results")) EXPECT_EQ(r.at("backend"), "cuda:0");
+  ASSERT_FALSE(cuda.at("graph_update_ns").is_null()) << cuda.at("graph_update");
+  EXPECT_GT(cuda.at("graph_update_ns").get<int64_t>(), 0);
+  EXPECT_THAT(run.out, HasSubstr("cuda graph update (one pointer changed, cudaGraphExecKernelNodeSetParams): median"));
 }
 
 TEST(EncoreLaunchTest, FlagErrors) {
