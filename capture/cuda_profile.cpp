@@ -219,16 +219,27 @@ absl::Status wall_only(const CudaGraph& graph, cudaStream_t s, int runs, CudaRep
   return absl::OkStatus();
 }
 
-// Record node id -> index into `nodes`: the clones' ids first, then the
-// captured nodes' own ids.
+// Record node id -> index into `nodes`: the ids of each captured node's
+// clones (followed through clones of clones, should instantiation clone
+// twice) first, then the captured nodes' own ids.
 absl::flat_hash_map<uint64_t, int64_t> node_ids(const std::vector<CudaGraphNode>& nodes,
                                                 const absl::flat_hash_map<uint64_t, uint64_t>& clones) {
+  constexpr int kMaxCloneDepth = 8;
   absl::flat_hash_map<uint64_t, int64_t> ids;
   std::vector<uint64_t> own(nodes.size(), 0);
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (nodes[i].kind == CudaGraphNode::Kind::kOther) continue;
-    if (cuptiGetGraphNodeId(static_cast<CUgraphNode>(nodes[i].handle), &own[i]) != CUPTI_SUCCESS) continue;
-    if (auto it = clones.find(own[i]); it != clones.end()) ids[it->second] = static_cast<int64_t>(i);
+    if (cuptiGetGraphNodeId(static_cast<CUgraphNode>(nodes[i].handle), &own[i]) != CUPTI_SUCCESS) {
+      own[i] = 0;
+      continue;
+    }
+    uint64_t id = own[i];
+    for (int depth = 0; depth < kMaxCloneDepth; ++depth) {
+      auto it = clones.find(id);
+      if (it == clones.end() || it->second == id) break;
+      id = it->second;
+      ids[id] = static_cast<int64_t>(i);
+    }
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (own[i] != 0) ids.try_emplace(own[i], static_cast<int64_t>(i));
@@ -264,13 +275,14 @@ size_t assign_records(const absl::flat_hash_map<uint64_t, int64_t>& ids,
     if (rec.node_id == 0 || (rec.start == 0 && rec.end == 0) || rec.end < rec.start) continue;
     auto id = ids.find(rec.node_id);
     if (id == ids.end()) continue;
-    for (size_t r = 0; r < windows.size(); ++r) {   // windows are few (the runs) and sorted
-      if (rec.start >= windows[r].first && rec.start <= windows[r].second) {
-        out.runs[r].push_back({id->second, static_cast<int64_t>(rec.start), static_cast<int64_t>(rec.end)});
-        ++mapped;
-        break;
-      }
-    }
+    // The last window opened at or before the record's start (windows are in time order).
+    auto after = std::upper_bound(windows.begin(), windows.end(), rec.start,
+                                  [](uint64_t t, const std::pair<uint64_t, uint64_t>& w) { return t < w.first; });
+    if (after == windows.begin()) continue;
+    const size_t r = static_cast<size_t>(after - windows.begin()) - 1;
+    if (rec.start > windows[r].second) continue;
+    out.runs[r].push_back({id->second, static_cast<int64_t>(rec.start), static_cast<int64_t>(rec.end)});
+    ++mapped;
   }
   for (std::vector<NodeActivity>& run : out.runs) {
     std::sort(run.begin(), run.end(), [](const NodeActivity& a, const NodeActivity& b) {
@@ -278,6 +290,37 @@ size_t assign_records(const absl::flat_hash_map<uint64_t, int64_t>& ids,
     });
   }
   return mapped;
+}
+
+// Fallback when no record carries a known node id: a graph captured from one
+// stream is a chain, so in each run the k-th activity (by start time) is the
+// k-th kernel/memset/memcpy node in launch order. Used only when every run
+// has exactly that many activities. Returns whether it applied.
+bool assign_by_order(const std::vector<std::pair<uint64_t, uint64_t>>& windows, CudaReplayTimes& out) {
+  std::vector<int64_t> work;
+  for (size_t i = 0; i < out.nodes.size(); ++i) {
+    if (out.nodes[i].kind != CudaGraphNode::Kind::kOther) work.push_back(static_cast<int64_t>(i));
+  }
+  if (work.empty()) return false;
+  Collected& c = collected();
+  std::lock_guard<std::mutex> lock(c.mu);
+  std::vector<std::vector<NodeActivity>> runs(windows.size());
+  for (const Collected::Record& rec : c.records) {
+    if ((rec.start == 0 && rec.end == 0) || rec.end < rec.start) continue;
+    for (size_t r = 0; r < windows.size(); ++r) {
+      if (rec.start >= windows[r].first && rec.start <= windows[r].second) {
+        runs[r].push_back({-1, static_cast<int64_t>(rec.start), static_cast<int64_t>(rec.end)});
+        break;
+      }
+    }
+  }
+  for (std::vector<NodeActivity>& run : runs) {
+    if (run.size() != work.size()) return false;
+    std::sort(run.begin(), run.end(), [](const NodeActivity& a, const NodeActivity& b) { return a.start_ns < b.start_ns; });
+    for (size_t k = 0; k < run.size(); ++k) run[k].node = work[k];
+  }
+  out.runs = std::move(runs);
+  return true;
 }
 
 size_t records_seen() {
@@ -328,10 +371,14 @@ absl::StatusOr<CudaReplayTimes> time_cuda_replays(const CudaGraph& graph, int ru
     std::lock_guard<std::mutex> lock(c.mu);
     clones = c.clones;
   }
-  if (assign_records(node_ids(out.nodes, clones), windows, out) == 0) {
-    out.unavailable = absl::StrFormat(
-        "CUPTI delivered %d activity records, none with a node id of this graph's timed replays%s",
-        records_seen(), clone_why.empty() ? "" : absl::StrCat(" (", clone_why, ")"));
+  if (assign_records(node_ids(out.nodes, clones), windows, out) > 0) return out;
+  const std::string why = absl::StrFormat(
+      "CUPTI delivered %d activity records (%d clones seen), none with a node id of this graph's timed replays%s",
+      records_seen(), clones.size(), clone_why.empty() ? "" : absl::StrCat("; ", clone_why));
+  if (assign_by_order(windows, out)) {
+    out.note = absl::StrCat(why, ": nodes matched to records by order instead (one-stream chain)");
+  } else {
+    out.unavailable = why;
     out.runs.clear();
   }
   return out;

@@ -49,6 +49,7 @@ struct CudaReplayTimes {
   std::vector<std::vector<NodeActivity>> runs;   // per timed run, sorted by start; empty when unavailable
   std::vector<int64_t> wall_ns;                  // per timed run: launch to end of synchronize (steady clock)
   std::string unavailable;                       // why there are no per-node times; empty when there are
+  std::string note;                              // a caveat on the per-node times (empty: none)
 };
 
 // Replays `graph` `runs` times (>= 1), each launch followed by a

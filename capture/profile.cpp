@@ -250,6 +250,7 @@ absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const capture_inte
     p.note = absl::StrCat("no per-node GPU times (", times->unavailable, "): each timed replay by wall clock only");
     return p;
   }
+  p.note = times->note;
   const int64_t kernels = graph.stats().kernels;
   if (cuda_graph.num_marks() != kernels + 1) {
     p.note = absl::StrFormat("launch marks (%d) do not match the launches (%d): nodes left unmapped",
