@@ -3,6 +3,9 @@
 //  - the GEMM floor: the "gemm" launches of one eager step of the same model
 //    (the same sgemm calls, shapes, transposes, betas and buffers), recorded
 //    and then run alone;
+//  - the optimizer's own launches (update, lazy zero_grad), recorded and run
+//    alone the same way: step / (floor + optimizer) is what the step costs
+//    beyond the work no framework can skip;
 //  - for replay rows, an eager step of a second instance of the model.
 //
 //   export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -10,10 +13,12 @@
 //
 // All figures are process CPU time (one thread: the same as wall time on an
 // idle core, steadier on a loaded machine). Counters: "cpu_ms" = mean step
-// CPU time of the benchmark loop; "step_ms" and "floor_ms" = median CPU times
-// of the step and of its GEMM floor, run alternately after the loop
-// (paired_medians); "vs_floor" = step_ms / floor_ms; "eager_ms" (replay rows)
-// = median CPU time of an eager step; "speedup" = eager_ms / step_ms.
+// CPU time of the benchmark loop; "step_ms", "floor_ms", "optimizer_ms" =
+// median CPU times of the step, its GEMM floor and its optimizer launches,
+// run in turn after the loop (paired_medians); "vs_floor" = step_ms /
+// floor_ms; "vs_floor_and_optimizer" = step_ms / (floor_ms + optimizer_ms);
+// "eager_ms" (replay rows) = median CPU time of an eager step; "speedup" =
+// eager_ms / step_ms.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -24,6 +29,7 @@
 #include <vector>
 
 #include "encore/encore.h"
+#include "src/core/phase.h"
 #include "src/core/stream.h"
 
 namespace encore {
@@ -106,17 +112,24 @@ std::unique_ptr<Workload> gpt(int64_t layers, int64_t width, int64_t heads, int6
   return w;
 }
 
-// Records the "gemm" launches of one eager step (kernel, argument bytes, and a
-// reference on every storage they touch, so the buffers outlive the step).
-class GemmRecorder : public LaunchObserver {
+// Records some launches of one eager step: the "gemm" launches (the GEMM
+// floor), or the optimizer's (launched in Phase::kOptimizer: the update and
+// the lazy zero_grad) — kernel, argument bytes, and a reference on every
+// storage they touch, so the buffers outlive the step.
+class LaunchRecorder : public LaunchObserver {
  public:
+  enum class Kind { kGemm, kOptimizer };
+  explicit LaunchRecorder(Kind kind) : kind_(kind) {}
+
   struct Launch {
     KernelThunk thunk;
     std::vector<std::max_align_t> args;   // aligned copy of the argument bytes
   };
 
   bool on_launch(const LaunchRecord& r) override {
-    if (std::strcmp(r.op, "gemm") == 0) {
+    const bool wanted = kind_ == Kind::kGemm ? std::strcmp(r.op, "gemm") == 0
+                                             : current_phase() == Phase::kOptimizer;
+    if (wanted) {
       Launch l{r.thunk, std::vector<std::max_align_t>((r.args_size + sizeof(std::max_align_t) - 1) /
                                                       sizeof(std::max_align_t))};
       std::memcpy(l.args.data(), r.args, r.args_size);
@@ -135,14 +148,16 @@ class GemmRecorder : public LaunchObserver {
   size_t size() const { return launches_.size(); }
 
  private:
+  Kind kind_;
   std::vector<Launch> launches_;
   std::vector<Ref<Storage>> keep_;
 };
 
-// Records the GEMM launches of one steady eager step of w.
-std::unique_ptr<GemmRecorder> record_gemms(Workload& w) {
+// Records the chosen launches of one steady eager step of w. Running the
+// optimizer's alone keeps updating w's parameters: use a model of its own.
+std::unique_ptr<LaunchRecorder> record_launches(Workload& w, LaunchRecorder::Kind kind) {
   w.step();   // lazy state exists: the recorded step is a steady one
-  auto rec = std::make_unique<GemmRecorder>();
+  auto rec = std::make_unique<LaunchRecorder>(kind);
   Stream& stream = current_stream(kCPU);
   LaunchObserver* previous = stream.observer();
   stream.set_observer(rec.get());
@@ -151,32 +166,48 @@ std::unique_ptr<GemmRecorder> record_gemms(Workload& w) {
   return rec;
 }
 
-// Median CPU times of `step` and of the GEMM floor, measured alternately
-// (one floor run, one step, ...) for at least 7 pairs and about 0.6 s (at most
-// 300 pairs), so that both see the same machine: a busy neighbour or a
-// frequency change slows both, not one, and the ratio stays put.
+// The baselines of one model, recorded from its own instance.
+struct Baselines {
+  std::unique_ptr<Workload> model;
+  std::unique_ptr<LaunchRecorder> gemms, optimizer;
+};
+Baselines baselines(const std::function<std::unique_ptr<Workload>()>& make) {
+  Baselines b{make(), nullptr, nullptr};
+  b.gemms = record_launches(*b.model, LaunchRecorder::Kind::kGemm);
+  b.optimizer = record_launches(*b.model, LaunchRecorder::Kind::kOptimizer);
+  return b;
+}
+
+// Median CPU times of `step`, of the GEMM floor and of the optimizer's
+// launches alone, measured in turn (floor, optimizer, step, floor, ... for at
+// least 7 rounds and about 0.6 s, at most 300 rounds), so that all three see
+// the same machine: a busy neighbour or a frequency change slows all of
+// them, not one, and the ratios stay put.
 struct Paired {
-  double step_ms = 0, floor_ms = 0;
+  double step_ms = 0, floor_ms = 0, optimizer_ms = 0;
 };
 template <typename F>
-Paired paired_medians(F&& step, const GemmRecorder& floor) {
+Paired paired_medians(F&& step, const Baselines& b) {
   step();
-  floor.run();
-  std::vector<double> ts, tf;
+  b.gemms->run();
+  b.optimizer->run();
+  std::vector<double> ts, tf, to;
+  auto time = [](auto&& fn, std::vector<double>& out) {
+    const double t0 = cpu_now_ms();
+    fn();
+    out.push_back(cpu_now_ms() - t0);
+  };
   const double start = cpu_now_ms();
   while (ts.size() < 7 || (cpu_now_ms() - start < 600.0 && ts.size() < 300)) {
-    double t0 = cpu_now_ms();
-    floor.run();
-    tf.push_back(cpu_now_ms() - t0);
-    t0 = cpu_now_ms();
-    step();
-    ts.push_back(cpu_now_ms() - t0);
+    time([&] { b.gemms->run(); }, tf);
+    time([&] { b.optimizer->run(); }, to);
+    time(step, ts);
   }
   auto median = [](std::vector<double>& v) {
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     return v[v.size() / 2];
   };
-  return {median(ts), median(tf)};
+  return {median(ts), median(tf), median(to)};
 }
 
 double eager_ms(Workload& w) {
@@ -184,34 +215,38 @@ double eager_ms(Workload& w) {
 }
 
 // Runs the benchmark loop (cpu_ms: its mean step time), then the paired
-// measurement (step_ms, floor_ms, vs_floor = step_ms / floor_ms).
+// measurement: step_ms, floor_ms, optimizer_ms; vs_floor = step_ms /
+// floor_ms; vs_floor_and_optimizer = step_ms / (floor_ms + optimizer_ms),
+// what the step costs beyond its GEMMs and its optimizer's own kernels.
 template <typename F>
-void timed_loop(benchmark::State& state, F&& step, const GemmRecorder& floor) {
+void timed_loop(benchmark::State& state, F&& step, const Baselines& b) {
   const double t0 = cpu_now_ms();
   for (auto _ : state) step();
   state.counters["cpu_ms"] = (cpu_now_ms() - t0) / static_cast<double>(state.iterations());
-  const Paired p = paired_medians(step, floor);
+  const Paired p = paired_medians(step, b);
   state.counters["step_ms"] = p.step_ms;
   state.counters["floor_ms"] = p.floor_ms;
+  state.counters["optimizer_ms"] = p.optimizer_ms;
   state.counters["vs_floor"] = p.step_ms / p.floor_ms;
+  state.counters["vs_floor_and_optimizer"] = p.step_ms / (p.floor_ms + p.optimizer_ms);
 }
 
 using MakeWorkload = std::function<std::unique_ptr<Workload>()>;
 
 void BM_Eager(benchmark::State& state, MakeWorkload make) {
   auto w = make();
-  std::unique_ptr<GemmRecorder> floor = record_gemms(*w);
-  state.counters["gemms"] = static_cast<double>(floor->size());
-  timed_loop(state, [&] { w->step(); }, *floor);
+  const Baselines b = baselines(make);
+  state.counters["gemms"] = static_cast<double>(b.gemms->size());
+  timed_loop(state, [&] { w->step(); }, b);
 }
 
 void BM_Replay(benchmark::State& state, MakeWorkload make, planner::Algorithm algorithm = planner::Algorithm::kBest) {
   auto w = make();
   absl::StatusOr<Graph> g = capture([&] { return w->step(); }, {.planner = algorithm});
   if (!g.ok()) { state.SkipWithError(std::string(g.status().message()).c_str()); return; }
+  const Baselines b = baselines(make);
+  timed_loop(state, [&] { (void)g->replay(); }, b);
   auto e = make();
-  std::unique_ptr<GemmRecorder> floor = record_gemms(*e);
-  timed_loop(state, [&] { (void)g->replay(); }, *floor);
   const double eager = eager_ms(*e);
   state.counters["eager_ms"] = eager;
   state.counters["speedup"] = eager / state.counters["step_ms"];

@@ -10,6 +10,7 @@
 
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
+#include "src/backends/cpu/simd.h"
 #include "src/core/philox.h"
 #include "src/core/kernel_errors.h"
 #include "src/core/stream.h"
@@ -130,7 +131,7 @@ struct SoftmaxBackwardArgs { const T* g; const T* y; T* gx; int64_t outer, n, in
 // One contiguous row. f32 keeps exp(x - max) in y between passes; 16-bit
 // types recompute it rather than round it twice.
 template <typename T, bool kLog>
-void softmax_row(const T* x, T* y, int64_t n) {
+ENCORE_SIMD_CLONES void softmax_row(const T* x, T* y, int64_t n) {
   constexpr bool kKeepExp = !kLog && std::is_same_v<T, float>;
   const float m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
   float s;
@@ -183,7 +184,7 @@ inline float softmax_grad(float g, float y, float s) {
 }
 
 template <typename T, bool kLog>
-void softmax_backward_row(const T* g, const T* y, T* gx, int64_t n) {
+ENCORE_SIMD_CLONES void softmax_backward_row(const T* g, const T* y, T* gx, int64_t n) {
   const float s = lane_sum(n, [&](int64_t k) { return kLog ? ld(g[k]) : ld(g[k]) * ld(y[k]); });
   for (int64_t k = 0; k < n; ++k) gx[k] = T(softmax_grad<kLog>(ld(g[k]), ld(y[k]), s));
 }
@@ -243,7 +244,7 @@ inline bool counted(int64_t t, int64_t classes, int64_t ignore_index) {
 }
 
 template <typename T>
-float row_logsumexp(const T* x, int64_t n) {
+ENCORE_SIMD_CLONES float row_logsumexp(const T* x, int64_t n) {
   const float m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
   return m + std::log(lane_sum(n, [&](int64_t k) { return exp_softmax(ld(x[k]) - m); }));
 }
@@ -328,7 +329,7 @@ void with_flags(bool a, bool b, F&& f) {
 }
 
 template <typename T, bool kWeight, bool kBias>
-void layer_norm_row(const LayerNormArgs<T>& a, int64_t r) {
+ENCORE_SIMD_CLONES void layer_norm_row(const LayerNormArgs<T>& a, int64_t r) {
   const T* x = a.x + r * a.cols;
   T* y = a.y + r * a.cols;
   const float inv_n = 1.0f / static_cast<float>(a.cols);
@@ -359,7 +360,7 @@ void layer_norm_kernel(const LayerNormArgs<T>& a) {
 // dx = rstd * (gw - mean(gw) - xh * mean(gw * xh)); dw += g * xh; db += g.
 // part: this row block's partial sums, [2, cols] = {dw, db} (null when not wanted).
 template <typename T, bool kWeight>
-void layer_norm_backward_row(const LayerNormBackwardArgs<T>& a, int64_t r, float* part) {
+ENCORE_SIMD_CLONES void layer_norm_backward_row(const LayerNormBackwardArgs<T>& a, int64_t r, float* part) {
   const T* g = a.g + r * a.cols;
   const T* x = a.x + r * a.cols;
   const float mean = a.stats[2 * r], rstd = a.stats[2 * r + 1];
