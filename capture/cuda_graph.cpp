@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 #if ENCORE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -227,18 +228,37 @@ struct PointerParam {
 // Fills `p` when one of `node`'s kernel arguments holds `from` (aligned
 // 8-byte words of each argument are compared). Returns false otherwise, or
 // when the kernel's parameter layout is unknown (cudaFuncGetParamInfo).
-bool find_pointer_param(cudaGraphNode_t node, const void* from, const void* to, PointerParam& p) {
+// What a fruitless search saw, for its error message (the first GPU run must
+// say why, not only that, it found nothing).
+struct PointerScan {
+  int kernels = 0;                                  // kernel nodes looked at
+  int without_params = 0;                           // of which GetParams failed or gave no kernelParams
+  int unknown_layout = 0;                           // of which cudaFuncGetParamInfo refused parameter 0
+  cudaError_t get_params_error = cudaSuccess;       // the first such error
+  cudaError_t param_info_error = cudaSuccess;
+};
+
+bool find_pointer_param(cudaGraphNode_t node, const void* from, const void* to, PointerParam& p, PointerScan& scan) {
+  ++scan.kernels;
   cudaKernelNodeParams params{};
-  if (cudaGraphKernelNodeGetParams(node, &params) != cudaSuccess || params.kernelParams == nullptr) {
+  const cudaError_t got = cudaGraphKernelNodeGetParams(node, &params);
+  if (got != cudaSuccess || params.kernelParams == nullptr) {
     (void)cudaGetLastError();
+    ++scan.without_params;
+    if (scan.get_params_error == cudaSuccess) scan.get_params_error = got;
     return false;
   }
   std::vector<std::vector<char>> values;
   bool found = false;
   for (size_t i = 0; i < 1024; ++i) {
     size_t offset = 0, size = 0;
-    if (cudaFuncGetParamInfo(params.func, i, &offset, &size) != cudaSuccess) {
+    const cudaError_t info = cudaFuncGetParamInfo(params.func, i, &offset, &size);
+    if (info != cudaSuccess) {
       (void)cudaGetLastError();   // past the last parameter (or an unknown layout: then nothing matched)
+      if (i == 0) {
+        ++scan.unknown_layout;
+        if (scan.param_info_error == cudaSuccess) scan.param_info_error = info;
+      }
       break;
     }
     const char* bytes = static_cast<const char*>(params.kernelParams[i]);
@@ -280,16 +300,21 @@ absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void* from, const voi
     if (n > 0) ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(as_graph(graph_), kernels.data(), &n), "update_pointer_ns");
   }
   PointerParam p;
+  PointerScan scan;
   bool found = false;
   for (cudaGraphNode_t k : kernels) {
-    if (kind_of(k) == CudaGraphNode::Kind::kKernel && find_pointer_param(k, from, to, p)) {
+    if (kind_of(k) == CudaGraphNode::Kind::kKernel && find_pointer_param(k, from, to, p, scan)) {
       found = true;
       break;
     }
   }
   if (!found) {
-    return absl::NotFoundError("update_pointer_ns: no kernel node of the graph has a parameter holding the given "
-                               "pointer (or cudaFuncGetParamInfo does not know the kernels' parameters)");
+    return absl::NotFoundError(absl::StrFormat(
+        "update_pointer_ns: no kernel node of the graph has a parameter holding the given pointer: %d kernel "
+        "nodes scanned, %d without parameters (first cudaGraphKernelNodeGetParams error: %s), %d whose layout "
+        "cudaFuncGetParamInfo refused (first error: %s)",
+        scan.kernels, scan.without_params, cudaGetErrorName(scan.get_params_error), scan.unknown_layout,
+        cudaGetErrorName(scan.param_info_error)));
   }
   cudaKernelNodeParams moved = p.original;
   moved.kernelParams = p.args.data();

@@ -65,36 +65,39 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 }
 
 void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
-  Collected& c = collected();
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    CUpti_Activity* rec = nullptr;
-    while (buffer != nullptr && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
-      switch (rec->kind) {
-        case CUPTI_ACTIVITY_KIND_KERNEL:
-        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-          const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-          c.records.push_back({k->graphNodeId, k->start, k->end});
-          break;
-        }
-        case CUPTI_ACTIVITY_KIND_MEMSET: {
-          const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-          c.records.push_back({m->graphNodeId, m->start, m->end});
-          break;
-        }
-        case CUPTI_ACTIVITY_KIND_MEMCPY: {
-          const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-          c.records.push_back({m->graphNodeId, m->start, m->end});
-          break;
-        }
-        default:
-          break;
+  // Parsed without the lock (CUPTI calls may run while on_resource holds it
+  // on another thread), appended under it.
+  std::vector<Collected::Record> parsed;
+  CUpti_Activity* rec = nullptr;
+  while (buffer != nullptr && cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    switch (rec->kind) {
+      case CUPTI_ACTIVITY_KIND_KERNEL:
+      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+        parsed.push_back({k->graphNodeId, k->start, k->end});
+        break;
       }
+      case CUPTI_ACTIVITY_KIND_MEMSET: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+        parsed.push_back({m->graphNodeId, m->start, m->end});
+        break;
+      }
+      case CUPTI_ACTIVITY_KIND_MEMCPY: {
+        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+        parsed.push_back({m->graphNodeId, m->start, m->end});
+        break;
+      }
+      default:
+        break;
     }
-    size_t dropped = 0;
-    if (cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == CUPTI_SUCCESS) c.dropped += dropped;
   }
+  size_t dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) != CUPTI_SUCCESS) dropped = 0;
   std::free(buffer);
+  Collected& c = collected();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.records.insert(c.records.end(), parsed.begin(), parsed.end());
+  c.dropped += dropped;
 }
 
 // Resource callback: a node of a graph being instantiated was cloned.

@@ -326,7 +326,7 @@ TEST(CudaProfileTest, ReplayNodesMapToLaunchesOpsAndPhases) {
   EXPECT_GE(static_cast<int64_t>(p->nodes.size()), launches) << "every launch is at least one node";
   std::map<std::string, std::set<std::string>> ops_by_phase;
   std::set<int64_t> seen_nodes;
-  int64_t prev_launch = 0, prev_end = 0;
+  int64_t prev_launch = 0, prev_start = 0;
   for (const NodeTiming& n : p->nodes) {
     ASSERT_GE(n.launch, 0) << "node " << n.node << " maps to no launch";
     ASSERT_LT(n.launch, launches);
@@ -337,11 +337,13 @@ TEST(CudaProfileTest, ReplayNodesMapToLaunchesOpsAndPhases) {
     EXPECT_GE(n.start_ns, 0);
     EXPECT_GE(n.duration_ns, 0);
     EXPECT_GE(n.median_ns, 0);
-    // One stream captured as a chain: nodes run one after another, in launch order.
+    // One stream captured as a chain: nodes start in launch order. (They may
+    // overlap a little: a cuBLAS kernel may use programmatic dependent launch
+    // on sm_90, which lets the next kernel start before it ends.)
     EXPECT_GE(n.launch, prev_launch) << "node " << n.node << " (" << n.op << ") runs before an earlier launch's";
-    EXPECT_GE(n.start_ns, prev_end) << "node " << n.node << " overlaps the one before";
+    EXPECT_GE(n.start_ns, prev_start) << "node " << n.node << " starts before the one before";
     prev_launch = n.launch;
-    prev_end = n.start_ns + n.duration_ns;
+    prev_start = n.start_ns;
     ops_by_phase[n.phase].insert(n.op);
   }
   EXPECT_TRUE(ops_by_phase["optimizer"].count("adamw"));

@@ -113,14 +113,16 @@ TEST(EncoreProfTest, ProfilesOnCudaWhenAGpuAnswers) {
   const nlohmann::json& summaries = t.at("otherData").at("encore");
   ASSERT_EQ(summaries.size(), 2u);
   EXPECT_EQ(summaries[1].at("device"), "cuda:0");
-  if (summaries[1].at("note").get<std::string>().empty()) {   // CUPTI gave per-node times
+  // CUPTI gave per-node times (a note may still add a caveat, e.g. nodes
+  // matched to records by order); otherwise the note says why not.
+  if (summaries[1].at("gpu_idle_ns").get<int64_t>() >= 0) {
     EXPECT_THAT(run.out, HasSubstr("gpu idle"));
     EXPECT_GE(summaries[1].at("gpu_idle_ns").get<int64_t>(), 0);
     int replay_events = 0;
     for (const nlohmann::json& e : t.at("traceEvents")) replay_events += e.at("ph") == "X" && e.at("pid") == 2;
     EXPECT_GT(replay_events, 20);
   } else {
-    EXPECT_THAT(run.out, HasSubstr("note: no per-node GPU times"));
+    EXPECT_THAT(run.out, HasSubstr("note: "));
   }
 }
 

@@ -41,6 +41,11 @@ void synchronize(int index);
 // bit there with a system-scope atomicOr. Host-side the word holds what the
 // kernels that have finished reported; Stream::synchronize() and
 // take_kernel_errors() read and clear it after waiting for the stream.
+// Graph::replay() also reads it without waiting, to refuse a replay after a
+// bad one that has finished; there a kernel still running could set its bit
+// between the host's read and clear (host and device atomics on mapped
+// memory are not atomic with each other), so a report can be seen twice —
+// never lost, since reports are only ever set.
 //
 // The word's device-visible address: kernel arguments carry it (stable for
 // the life of the process, so captured graphs may hold it).
