@@ -89,8 +89,8 @@ std::vector<Tensor> run_step(const std::function<std::vector<Tensor>()>& step) {
 // A step that reads device data on the host cannot be one graph.
 absl::Status host_read_error(const char* op, int64_t kernels_before, const char* last_op) {
   return absl::FailedPreconditionError(
-      absl::StrFormat("capture: %s reads tensor data on the host inside the captured step (after kernel #%d, "
-                      "'%s'); a captured step cannot stop for the host: move the read out of the step and read "
+      absl::StrFormat("capture: %s stops for the host inside the captured step (after kernel #%d, '%s'); a "
+                      "captured step cannot stop for the host: move the read (or wait) out of the step and read "
                       "graph.output(i) after replay()",
                       op, kernels_before, last_op));
 }

@@ -37,7 +37,8 @@ Device default_device();
 // met bad data, naming the op (an out-of-range class id in cross_entropy or
 // index in embedding: CUDA ops do not check indices on the host, which would
 // wait for the GPU at every call). Host reads (item(), to_vector(), printing,
-// to(kCPU)) synchronize the same way.
+// to(kCPU)) synchronize the same way. Inside a step given to capture() it
+// makes capture() fail naming it, like a host read.
 void synchronize(Device device);
 
 }  // namespace encore

@@ -212,6 +212,26 @@ TEST(CaptureTest, HostReadInsideTheStepFailsCapture) {
   EXPECT_NE(graph.status().message().find("move the read"), absl::string_view::npos) << graph.status();
 }
 
+// A replay is one launch: waiting for the device inside the step is refused
+// by name, like a host read.
+void expect_synchronize_inside_the_step_fails_capture(Device dev) {
+  std::unique_ptr<TrainRig> rig = mlp_setup(dev);
+  TrainRig& s = *rig;
+  s.fill(0);
+  absl::StatusOr<Graph> graph = capture([&] {
+    std::vector<Tensor> out = s.step();
+    synchronize(dev);
+    return out;
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(graph.status().message().find("synchronize"), absl::string_view::npos) << graph.status();
+  EXPECT_NE(graph.status().message().find("move the read (or wait) out"), absl::string_view::npos) << graph.status();
+  EXPECT_TRUE(capture([&] { return s.step(); }).ok());   // the model and the stream are still usable
+}
+
+TEST(CaptureTest, SynchronizeInsideTheStepFailsCapture) { expect_synchronize_inside_the_step_fails_capture(kCPU); }
+
 TEST(CaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {
   std::unique_ptr<TrainRig> rig = mlp_setup();
   TrainRig& s = *rig;
@@ -453,6 +473,11 @@ TEST(CudaCaptureTest, BadIndicesInAnEarlierWarmupFailCapture) {
   ASSERT_FALSE(graph.ok());
   EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(graph.status().message().find("cross_entropy"), absl::string_view::npos) << graph.status();
+}
+
+TEST(CudaCaptureTest, SynchronizeInsideTheStepFailsCapture) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_synchronize_inside_the_step_fails_capture(kGpu);
 }
 
 TEST(CudaCaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {
