@@ -33,14 +33,14 @@ int64_t grain_for(int64_t work_per_unit, int64_t grain) {
 }
 
 template <typename T>
-inline float ld(T v) { return static_cast<float>(v); }
+ENCORE_SIMD_INLINE float ld(T v) { return static_cast<float>(v); }
 
 // Sum / max of f(k) over k in [0, n) in kAcc independent accumulators: one
 // float accumulator is a serial chain that GCC keeps in order (no -ffast-math),
 // kAcc of them vectorize. (max ignores NaN; a NaN still poisons the exp sum.)
 constexpr int kAcc = 8;
 template <typename F>
-inline float lane_sum(int64_t n, F&& f) {
+ENCORE_SIMD_INLINE float lane_sum(int64_t n, F&& f) {
   float acc[kAcc] = {};
   int64_t k = 0;
   for (; k + kAcc <= n; k += kAcc) {
@@ -52,7 +52,7 @@ inline float lane_sum(int64_t n, F&& f) {
   return s;
 }
 template <typename F>
-inline float lane_max(int64_t n, F&& f) {
+ENCORE_SIMD_INLINE float lane_max(int64_t n, F&& f) {
   float acc[kAcc];
   std::fill_n(acc, kAcc, kNegInf);
   int64_t k = 0;
@@ -70,7 +70,7 @@ inline float lane_max(int64_t n, F&& f) {
 // call and no float compare, so the loops around it vectorize (std::exp is a
 // scalar libm call). Outside that range: 0 below -87 (true results there are
 // below 2^-125, subnormal), +inf above 87, NaN stays NaN.
-inline float exp_softmax(float x) {
+ENCORE_SIMD_INLINE float exp_softmax(float x) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   const uint32_t mag = bits & 0x7fffffffu, sign = bits & 0x80000000u;
   constexpr uint32_t kLimit = std::bit_cast<uint32_t>(87.0f);
@@ -179,7 +179,7 @@ void softmax_kernel(const SoftmaxArgs<T>& a) {
 
 // softmax: gx = y * (g - sum(g * y)); log_softmax: gx = g - exp(y) * sum(g).
 template <bool kLog>
-inline float softmax_grad(float g, float y, float s) {
+ENCORE_SIMD_INLINE float softmax_grad(float g, float y, float s) {
   return kLog ? g - exp_softmax(y) * s : y * (g - s);
 }
 

@@ -42,7 +42,7 @@ constexpr double kInvSqrt2Pi = 0.3989422804014327;    // 1/sqrt(2 pi)
 // std::tanh is a scalar libm call that took 45% of a transformer block's
 // training step. f64 keeps std::tanh.
 template <typename C>
-inline C gelu_inner_tanh(C u) {
+ENCORE_SIMD_INLINE C gelu_inner_tanh(C u) {
   if constexpr (std::is_same_v<C, float>) {
     // Clamp |u| on the bit pattern (integer order = float order for |u|): a
     // float compare would stop GCC vectorizing under -ftrapping-math. NaN
@@ -70,7 +70,7 @@ inline C gelu_inner_tanh(C u) {
 }
 
 template <typename C>
-inline C abs_value(C x) {
+ENCORE_SIMD_INLINE C abs_value(C x) {
   if constexpr (std::is_integral_v<C>) {
     using U = std::make_unsigned_t<C>;   // -INT_MIN wraps to INT_MIN instead of overflowing
     return x < 0 ? static_cast<C>(U{0} - static_cast<U>(x)) : x;
@@ -80,7 +80,7 @@ inline C abs_value(C x) {
 }
 
 template <UnaryOp kOp, typename C>
-inline C unary_fn(C x, C p0, C p1) {
+ENCORE_SIMD_INLINE C unary_fn(C x, C p0, C p1) {
   if constexpr (kOp == UnaryOp::kExp) return std::exp(x);
   if constexpr (kOp == UnaryOp::kLog) return std::log(x);
   if constexpr (kOp == UnaryOp::kSqrt) return std::sqrt(x);
@@ -101,7 +101,7 @@ inline C unary_fn(C x, C p0, C p1) {
 
 // d(op)/dx times g; s is the saved forward output y or input x (see unary.h).
 template <UnaryOp kOp, typename C>
-inline C unary_grad_fn(C g, C s, C p0, C p1) {
+ENCORE_SIMD_INLINE C unary_grad_fn(C g, C s, C p0, C p1) {
   if constexpr (kOp == UnaryOp::kExp) return g * s;
   if constexpr (kOp == UnaryOp::kLog) return g / s;
   if constexpr (kOp == UnaryOp::kSqrt) return g * C(0.5) / s;
