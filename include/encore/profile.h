@@ -33,6 +33,10 @@
 // stream: a node's time is GPU time between its events, which includes
 // launch latency while the GPU waits for the host. cuda_profiling_status()
 // says what this build and machine offer.
+//
+// These functions live in libencore_profile (meson: encore_profile_dep), not
+// in libencore: with CUDA they use CUPTI, so only programs that profile need
+// libcupti at run time.
 #pragma once
 
 #include <cstdint>
