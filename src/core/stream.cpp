@@ -21,6 +21,10 @@ void Stream::host_access(const char* op) {
   synchronize();
 }
 
+void Stream::host_write(const char* op) {
+  if (observer_ != nullptr) observer_->on_host_access(op);
+}
+
 void Stream::synchronize() {
   // CPU streams run each launch to completion.
 #if ENCORE_HAVE_CUDA

@@ -73,6 +73,12 @@ class Stream {
   // Call before the host touches device data: lets observers refuse it, and
   // waits for queued work on asynchronous devices.
   void host_access(const char* op);
+  // Call before a write whose value comes from the host but which runs as a
+  // kernel on this stream (set_lr's fill): lets observers refuse it (a
+  // captured graph would freeze the value) and does NOT wait: stream order
+  // already puts the write after the queued work, so a replay loop that sets
+  // the learning rate every step stays asynchronous.
+  void host_write(const char* op);
   void synchronize();
 
   LaunchObserver* observer() const { return observer_; }

@@ -58,9 +58,9 @@ void Optimizer::zero_grad() {
 
 void Optimizer::set_lr(double lr) {
   check_lr(name_, lr);
-  // A host-to-device write: observers (capture) may refuse it inside a step,
-  // where a recorded fill would freeze this value.
-  current_stream(lr_.device()).host_access("set_lr");
+  // A host value written by a kernel: observers (capture) refuse it inside a
+  // step, where a recorded fill would freeze this value; no wait for the GPU.
+  current_stream(lr_.device()).host_write("set_lr");
   NoGradGuard no_grad;
   lr_.fill_(lr);
 }

@@ -232,6 +232,25 @@ void expect_synchronize_inside_the_step_fails_capture(Device dev) {
 
 TEST(CaptureTest, SynchronizeInsideTheStepFailsCapture) { expect_synchronize_inside_the_step_fails_capture(kCPU); }
 
+// set_lr inside the step would freeze one value into the graph: refused by
+// name. Between replays it is the way to change the rate (see
+// expect_learning_rate_changes_take_effect).
+void expect_set_lr_inside_the_step_fails_capture(Device dev) {
+  std::unique_ptr<TrainRig> rig = mlp_setup(dev);
+  TrainRig& s = *rig;
+  s.fill(0);
+  absl::StatusOr<Graph> graph = capture([&] {
+    s.opt->set_lr(1e-3);
+    return s.step();
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(graph.status().message().find("set_lr"), absl::string_view::npos) << graph.status();
+  EXPECT_TRUE(capture([&] { return s.step(); }).ok());
+}
+
+TEST(CaptureTest, SetLrInsideTheStepFailsCapture) { expect_set_lr_inside_the_step_fails_capture(kCPU); }
+
 TEST(CaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {
   std::unique_ptr<TrainRig> rig = mlp_setup();
   TrainRig& s = *rig;
@@ -473,6 +492,11 @@ TEST(CudaCaptureTest, BadIndicesInAnEarlierWarmupFailCapture) {
   ASSERT_FALSE(graph.ok());
   EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(graph.status().message().find("cross_entropy"), absl::string_view::npos) << graph.status();
+}
+
+TEST(CudaCaptureTest, SetLrInsideTheStepFailsCapture) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_set_lr_inside_the_step_fails_capture(kGpu);
 }
 
 TEST(CudaCaptureTest, SynchronizeInsideTheStepFailsCapture) {
