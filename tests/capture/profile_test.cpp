@@ -78,18 +78,23 @@ Result train(std::unique_ptr<Workload> (*make)(), const ProfileOptions* profile,
   return {snapshot(*w), g.output(0).item<float>()};
 }
 
-class ProfileEquivalenceTest : public ::testing::TestWithParam<std::unique_ptr<Workload> (*)()> {};
-
-TEST_P(ProfileEquivalenceTest, ProfiledReplayEqualsPlainReplaysBitForBit) {
+// A profiled replay trains exactly like as many plain replays.
+void expect_profiled_replays_equal_plain_ones(std::unique_ptr<Workload> (*make)()) {
   const ProfileOptions options{.warmup_runs = 1, .runs = 3};
   const int replays = options.warmup_runs + 2 * options.runs;   // as profile.h documents
-  const Result profiled = train(GetParam(), &options, 0);
-  const Result plain = train(GetParam(), nullptr, replays);
+  const Result profiled = train(make, &options, 0);
+  const Result plain = train(make, nullptr, replays);
   EXPECT_TRUE(same_bits(profiled.params, plain.params));
   EXPECT_EQ(std::memcmp(&profiled.loss, &plain.loss, sizeof(float)), 0) << profiled.loss << " vs " << plain.loss;
   // One replay more must differ (the comparison can fail).
-  const Result more = train(GetParam(), nullptr, replays + 1);
+  const Result more = train(make, nullptr, replays + 1);
   EXPECT_FALSE(same_bits(profiled.params, more.params));
+}
+
+class ProfileEquivalenceTest : public ::testing::TestWithParam<std::unique_ptr<Workload> (*)()> {};
+
+TEST_P(ProfileEquivalenceTest, ProfiledReplayEqualsPlainReplaysBitForBit) {
+  expect_profiled_replays_equal_plain_ones(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ProfileEquivalenceTest, ::testing::Values(&small_mlp, &small_gpt));
@@ -99,14 +104,7 @@ class CudaProfileEquivalenceTest : public ProfileEquivalenceTest {};
 
 TEST_P(CudaProfileEquivalenceTest, ProfiledReplayEqualsPlainReplaysBitForBit) {
   ENCORE_SKIP_WITHOUT_GPU();
-  const ProfileOptions options{.warmup_runs = 1, .runs = 3};
-  const int replays = options.warmup_runs + 2 * options.runs;
-  const Result profiled = train(GetParam(), &options, 0);
-  const Result plain = train(GetParam(), nullptr, replays);
-  EXPECT_TRUE(same_bits(profiled.params, plain.params));
-  EXPECT_EQ(std::memcmp(&profiled.loss, &plain.loss, sizeof(float)), 0) << profiled.loss << " vs " << plain.loss;
-  const Result more = train(GetParam(), nullptr, replays + 1);
-  EXPECT_FALSE(same_bits(profiled.params, more.params));
+  expect_profiled_replays_equal_plain_ones(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaProfileEquivalenceTest, ::testing::Values(&cuda_mlp, &cuda_gpt));
