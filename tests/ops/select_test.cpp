@@ -170,6 +170,8 @@ TEST(SelectTest, MaskedFillMatchesHostReference) {
   Tensor big = random_tensor({300, 130}, 32), big_mask = random_mask({130}, 33), full_mask = random_mask({300, 130}, 36);
   expect_exact(masked_fill(big.t().contiguous().t(), big_mask, -1e9), masked_fill_reference(big, big_mask, -1e9));
   expect_exact(masked_fill(big, full_mask, -1e9), masked_fill_reference(big, full_mask, -1e9));
+  // Dense rows with a broadcast mask (the attention mask's case), split mid-row between chunks.
+  expect_exact(masked_fill(big, big_mask, -1e9), masked_fill_reference(big, big_mask, -1e9));
   expect_exact(masked_fill(zeros({2, 0, 3}), random_mask({0, 1}, 34), 1.0), {});
   expect_exact(masked_fill(random_tensor({}, 35), from_vector<bool>({true}).reshape({}), 7.0), {7.0});
 }

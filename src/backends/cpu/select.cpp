@@ -45,6 +45,16 @@ void masked_fill_kernel(const MaskedFillArgs<T>& a) {
       const T* x = reinterpret_cast<const T*>(l.ptr[1]);
       const uint8_t* m = reinterpret_cast<const uint8_t*>(l.ptr[2]);
       for (int64_t i = b; i < e; ++i) o[i] = (m[i] != 0) == kFillWhen ? v : x[i];
+    } else if (l.stride[0][l.ndim - 1] == sizeof(T) && l.stride[1][l.ndim - 1] == sizeof(T) &&
+               l.stride[2][l.ndim - 1] == 1) {
+      // Rows dense in every operand (an attention mask [T, T] broadcast over
+      // batch and heads): one flat loop per row.
+      for_each_run(l, b, e, [v](char** p, int64_t n) {
+        T* o = reinterpret_cast<T*>(p[0]);
+        const T* x = reinterpret_cast<const T*>(p[1]);
+        const uint8_t* m = reinterpret_cast<const uint8_t*>(p[2]);
+        for (int64_t i = 0; i < n; ++i) o[i] = (m[i] != 0) == kFillWhen ? v : x[i];
+      });
     } else {
       for_each_element(l, b, e, [v](char** p) {
         const bool fill = (*reinterpret_cast<const uint8_t*>(p[2]) != 0) == kFillWhen;
