@@ -9,6 +9,7 @@
 // first --eager_steps steps are timed and kept; the captured run starts from
 // the same seed, so its replayed steps must give the same losses bit for bit.
 // Prints progress lines, the figures, and a text sample at the end.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -148,6 +149,15 @@ double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// The headline figures are medians of the per-step times: one step slowed by
+// another process on a shared machine (or the first, cold step) does not
+// move them, where it would move a mean.
+double median_ms(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 void progress(const char* mode, int64_t step, double loss, double ms, int64_t tokens) {
   std::printf("%-6s step %5lld  loss %.4f  %.2f ms/step  %.0f tokens/s\n", mode, static_cast<long long>(step), loss,
               ms, tokens / ms * 1000.0);
@@ -159,10 +169,11 @@ struct Figures {
   CaptureStats stats;
 };
 
-// Eager: the first `steps` steps of a run, timed.
+// Eager: the first `steps` steps of a run, timed; returns the median step time.
 double train_eager(Run& run, int64_t steps, std::vector<float>& losses) {
   const int64_t B = run.x.size(0), T = run.x.size(1), every = absl::GetFlag(FLAGS_log_every);
   double total_ms = 0;
+  std::vector<double> step_ms;
   for (int64_t s = 1; s <= steps; ++s) {
     if (s > 2) next_batch(run.corpus, run.rng, run.x, run.y);   // steps 1 and 2 mirror capture's warm-ups
     auto t0 = std::chrono::steady_clock::now();
@@ -170,10 +181,11 @@ double train_eager(Run& run, int64_t steps, std::vector<float>& losses) {
     if (s >= 2) run.schedule.step();
     if (s == 2) run.schedule.step();   // capture's two warm-ups share one learning rate; catch up after them
     losses.push_back(loss.item<float>());   // timed: on a GPU it waits for the step
-    total_ms += ms_between(t0, std::chrono::steady_clock::now());
+    step_ms.push_back(ms_between(t0, std::chrono::steady_clock::now()));
+    total_ms += step_ms.back();
     if (s % every == 0) progress("eager", s, losses.back(), total_ms / s, B * T);
   }
-  return total_ms / steps;
+  return median_ms(std::move(step_ms));
 }
 
 }  // namespace
@@ -231,6 +243,7 @@ int main(int argc, char** argv) {
     fig.stats = graph->stats();
     fig.bitwise_equal = true;
     double replay_total = 0;
+    std::vector<double> replay_ms;
     for (int64_t s = 3; s <= steps; ++s) {
       next_batch(*corpus, run.rng, run.x, run.y);
       auto t0 = std::chrono::steady_clock::now();
@@ -238,12 +251,13 @@ int main(int argc, char** argv) {
       if (!st.ok()) throw Error(st);
       run.schedule.step();
       const float loss = graph->output(0).item<float>();   // timed: on a GPU it waits for the replay
-      replay_total += ms_between(t0, std::chrono::steady_clock::now());
+      replay_ms.push_back(ms_between(t0, std::chrono::steady_clock::now()));
+      replay_total += replay_ms.back();
       if (s <= eager_steps) fig.bitwise_equal &= std::memcmp(&loss, &eager_losses[s - 1], sizeof(float)) == 0;
       fig.loss_last = loss;
       if (s % absl::GetFlag(FLAGS_log_every) == 0) progress("replay", s, loss, replay_total / (s - 2), B * T);
     }
-    fig.replay_ms = replay_total / std::max<int64_t>(1, steps - 2);
+    fig.replay_ms = median_ms(std::move(replay_ms));
     if (absl::GetFlag(FLAGS_sample_chars) > 0) {
       run.gpt.eval();
       std::printf("sample:\n%s\n", sample(run.gpt, *corpus, absl::GetFlag(FLAGS_sample_chars), run.rng).c_str());
@@ -254,8 +268,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const CaptureStats& st = fig.stats;
-  std::printf("\neager   %.3f ms/step   replay %.3f ms/step   speedup %.2fx\n", fig.eager_ms, fig.replay_ms,
-              fig.eager_ms / fig.replay_ms);
+  std::printf("\neager   %.3f ms/step   replay %.3f ms/step   speedup %.2fx   (medians of %lld and %lld steps)\n",
+              fig.eager_ms, fig.replay_ms, fig.eager_ms / fig.replay_ms, static_cast<long long>(eager_steps),
+              static_cast<long long>(std::max<int64_t>(0, steps - 2)));
   std::printf("graph   %lld kernels, %lld temporaries; captured in %.1f ms (plan %.1f ms)\n",
               static_cast<long long>(st.kernels), static_cast<long long>(st.temporaries), st.capture_ms, st.plan_ms);
   std::printf("memory  arena %lld bytes = %.4f x lower bound (%lld), %.3f x eager peak (%lld)\n",
