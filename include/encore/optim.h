@@ -152,10 +152,10 @@ class AdamW : public Optimizer {
   std::vector<Tensor> exp_avg_sq_;
   // The multi-tensor launch (NOTE [ One AdamW launch ] in adamw.cpp): a
   // persistent table on the parameters' device, the storages it names, and
-  // the data pointers it was built from.
+  // the storage ids and data addresses it was built from.
   Tensor table_;
   int64_t table_total_ = 0;
-  std::vector<const void*> table_key_;
+  std::vector<uint64_t> table_key_;
   std::vector<Storage*> table_reads_, table_writes_;
 };
 

@@ -36,10 +36,10 @@ Tensor Tensor::grad() const {
 }
 
 void Tensor::set_grad(const Tensor& g) {
-  ENCORE_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype()),
-               "set_grad: gradient %s (%s) does not match tensor %s (%s)",
+  ENCORE_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype() && g.device() == device()),
+               "set_grad: gradient %s (%s on %s) does not match tensor %s (%s on %s)",
                g.defined() ? shape_str(g.shape()) : "undefined", g.defined() ? dtype_name(g.dtype()) : "-",
-               shape_str(shape()), dtype_name(dtype()));
+               g.defined() ? g.device().str() : "-", shape_str(shape()), dtype_name(dtype()), device().str());
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
   impl_->autograd->grad = g;
   impl_->autograd->grad_zero_pending = false;

@@ -44,16 +44,24 @@ bool AdamW::can_fuse() const {
   const DType dtype = params_[0].dtype();
   for (const Tensor& p : params_) {
     const Tensor g = p.grad();
-    if (!g.defined() || !p.is_contiguous() || !g.is_contiguous() || p.dtype() != dtype) return false;
+    // A gradient on another device than its parameter takes the per-parameter
+    // path, which refuses it by name (set_grad checks shape and dtype only).
+    if (!g.defined() || !p.is_contiguous() || !g.is_contiguous() || p.dtype() != dtype || g.device() != p.device()) {
+      return false;
+    }
   }
   return true;
 }
 
 void AdamW::update_table() {
-  std::vector<const void*> key;
+  // Storage ids as well as addresses: a gradient freed and replaced by a new
+  // storage at the same address (the caching allocator hands the block
+  // straight back) must rebuild the read/write lists, which name storages.
+  std::vector<uint64_t> key;
   for (size_t i = 0; i < params_.size(); ++i) {
-    key.insert(key.end(), {params_[i].data_ptr(), params_[i].grad().data_ptr(), exp_avg_[i].data_ptr(),
-                           exp_avg_sq_[i].data_ptr()});
+    for (const Tensor& t : {params_[i], params_[i].grad(), exp_avg_[i], exp_avg_sq_[i]}) {
+      key.insert(key.end(), {t.storage()->id(), reinterpret_cast<uintptr_t>(t.data_ptr())});
+    }
   }
   if (key == table_key_ && table_.defined()) return;
   std::vector<backend::AdamWEntry> rows;

@@ -123,6 +123,12 @@ TEST(EngineTest, ErrorsNameTheProblem) {
   expect_error([] { arange(3).requires_grad_(); }, absl::StatusCode::kInvalidArgument, {"float", "i64"});
   expect_error([&] { (x * 2.0).requires_grad_(false); }, absl::StatusCode::kInvalidArgument, {"leaf"});
   expect_error([&] { x.add_(ones({2})); }, absl::StatusCode::kInvalidArgument, {"add_", "NoGradGuard"});
+  expect_error([&] { x.set_grad(ones({3})); }, absl::StatusCode::kInvalidArgument, {"set_grad", "[3]", "[2]"});
+  expect_error([&] { x.set_grad(ones({2}, kBFloat16)); }, absl::StatusCode::kInvalidArgument, {"set_grad", "bf16"});
+  if (cuda_available()) {   // a gradient on another device than its tensor (the optimizers would read it there)
+    expect_error([&] { x.set_grad(ones({2}).to(Device::cuda(0))); }, absl::StatusCode::kInvalidArgument,
+                 {"set_grad", "cuda:0", "cpu"});
+  }
 }
 
 TEST(EngineTest, InPlaceChangeOfASavedTensorIsRefused) {

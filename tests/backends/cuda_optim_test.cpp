@@ -21,13 +21,18 @@ const Device kGpu = Device::cuda(0);
 using MakeOptimizer = std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>;
 
 // The same parameters and gradient sequence on CPU and CUDA; after every step
-// the CUDA parameters, brought back, must be within atol of the CPU's.
-void expect_steps_match(const MakeOptimizer& make, DType dtype, double atol) {
+// the CUDA parameters, brought back, must be within atol of the CPU's. With
+// strided_first, parameter 0 is a transposed (non-contiguous) view on both,
+// which sends AdamW down its per-parameter kernels instead of the one launch
+// over all parameters (NOTE [ One AdamW launch ]).
+void expect_steps_match(const MakeOptimizer& make, DType dtype, double atol, bool strided_first = false) {
   std::vector<Tensor> cpu, gpu;
   for (int i = 0; i < 3; ++i) {
     Tensor p = testing::random_tensor({i == 0 ? 257 : 7, 5}, 10 + i).to(dtype);
-    cpu.push_back(p.clone().requires_grad_());
-    gpu.push_back(p.to(kGpu).requires_grad_());
+    const bool strided = strided_first && i == 0;
+    cpu.push_back((strided ? p.t().contiguous().t() : p.clone()).detach().requires_grad_());
+    gpu.push_back((strided ? p.to(kGpu).t().contiguous().t() : p.to(kGpu)).detach().requires_grad_());
+    if (strided) EXPECT_FALSE(cpu.back().is_contiguous() || gpu.back().is_contiguous());
   }
   std::unique_ptr<optim::Optimizer> opt_cpu = make(cpu), opt_gpu = make(gpu);
   for (int step = 0; step < 5; ++step) {
@@ -51,9 +56,12 @@ void expect_steps_match(const MakeOptimizer& make, DType dtype, double atol) {
 
 TEST(CudaOptimTest, AdamWMatchesTheCpuBitForBitInF32) {
   ENCORE_SKIP_WITHOUT_GPU();
-  expect_steps_match([](std::vector<Tensor> p) {
-    return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
-  }, kFloat32, 0.0);
+  for (bool strided_first : {false, true}) {   // the one launch over all parameters, then per parameter
+    SCOPED_TRACE(strided_first ? "per-parameter kernels" : "one launch");
+    expect_steps_match([](std::vector<Tensor> p) {
+      return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
+    }, kFloat32, 0.0, strided_first);
+  }
 }
 
 TEST(CudaOptimTest, AdamWOnBFloat16ParametersRoundsLikeTheCpu) {

@@ -365,10 +365,10 @@ void check_scalar(const char* op, const Tensor& t, DType dtype, const char* what
 }
 
 void check_like(const char* op, const Tensor& param, const Tensor& t, DType dtype, const char* what) {
-  ENCORE_CHECK(t.defined() && t.shape() == param.shape() && t.dtype() == dtype,
-               "%s: %s must be %s %s like the parameter, got %s %s", op, what, shape_str(param.shape()),
-               dtype_name(dtype), t.defined() ? shape_str(t.shape()) : "undefined",
-               t.defined() ? dtype_name(t.dtype()) : "-");
+  ENCORE_CHECK(t.defined() && t.shape() == param.shape() && t.dtype() == dtype && t.device().is_cpu(),
+               "%s: %s must be %s %s on the cpu like the parameter, got %s %s on %s", op, what,
+               shape_str(param.shape()), dtype_name(dtype), t.defined() ? shape_str(t.shape()) : "undefined",
+               t.defined() ? dtype_name(t.dtype()) : "-", t.defined() ? t.device().str() : "-");
 }
 
 }  // namespace
