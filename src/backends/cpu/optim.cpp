@@ -14,6 +14,7 @@
 #include "src/backends/optim_table.h"
 #include "src/backends/cpu/loops.h"
 #include "src/backends/cpu/parallel.h"
+#include "src/backends/optim_checks.h"
 #include "src/core/stream.h"
 
 namespace encore::cpu {
@@ -356,29 +357,14 @@ void scale_kernel(const ScaleArgs& a) {
   for_each_typed<T>(a.l, kGrainElementwise, [s](T& x) { x = T(static_cast<float>(x) * s); });
 }
 
-// ---- checks shared by the launchers ----
-
-void check_scalar(const char* op, const Tensor& t, DType dtype, const char* what) {
-  ENCORE_CHECK(t.defined() && t.numel() == 1 && t.dtype() == dtype,
-               "%s: %s must be a %s tensor with one element, got %s %s", op, what, dtype_name(dtype),
-               t.defined() ? shape_str(t.shape()) : "undefined", t.defined() ? dtype_name(t.dtype()) : "-");
-}
-
-void check_like(const char* op, const Tensor& param, const Tensor& t, DType dtype, const char* what) {
-  ENCORE_CHECK(t.defined() && t.shape() == param.shape() && t.dtype() == dtype && t.device().is_cpu(),
-               "%s: %s must be %s %s on the cpu like the parameter, got %s %s on %s", op, what,
-               shape_str(param.shape()), dtype_name(dtype), t.defined() ? shape_str(t.shape()) : "undefined",
-               t.defined() ? dtype_name(t.dtype()) : "-", t.defined() ? t.device().str() : "-");
-}
-
 }  // namespace
 
 // ---- launchers ----
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
                 double momentum, bool nesterov, double weight_decay) {
-  check_like("sgd", param, grad, param.dtype(), "grad");
-  check_scalar("sgd", lr, kFloat32, "lr");
+  backend::check_like("sgd", param, grad, param.dtype(), "grad");
+  backend::check_scalar("sgd", lr, kFloat32, "lr", DeviceType::kCPU);
   const float mu = static_cast<float>(momentum), wd = static_cast<float>(weight_decay);
   Stream& stream = current_stream(kCPU);
   dispatch_float(param.dtype(), "sgd", [&](auto tag) {
@@ -389,7 +375,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
                                                       {param.storage()});
       return;
     }
-    check_like("sgd", param, momentum_buf, kFloat32, "momentum buffer");
+    backend::check_like("sgd", param, momentum_buf, kFloat32, "momentum buffer");
     SgdArgs<3> args{make_layout<3>(param, {&grad, &momentum_buf}), lr.data<float>(), mu, wd};
     std::initializer_list<Storage*> reads = {param.storage(), grad.storage(), momentum_buf.storage(),
                                              lr.storage()};
@@ -406,11 +392,11 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
 void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                   const Tensor& lr, const Tensor& step, double beta1, double beta2, double eps,
                   double weight_decay) {
-  check_like("adamw", param, grad, param.dtype(), "grad");
-  check_like("adamw", param, exp_avg, kFloat32, "exp_avg");
-  check_like("adamw", param, exp_avg_sq, kFloat32, "exp_avg_sq");
-  check_scalar("adamw", lr, kFloat32, "lr");
-  check_scalar("adamw", step, kInt64, "step");
+  backend::check_like("adamw", param, grad, param.dtype(), "grad");
+  backend::check_like("adamw", param, exp_avg, kFloat32, "exp_avg");
+  backend::check_like("adamw", param, exp_avg_sq, kFloat32, "exp_avg_sq");
+  backend::check_scalar("adamw", lr, kFloat32, "lr", DeviceType::kCPU);
+  backend::check_scalar("adamw", step, kInt64, "step", DeviceType::kCPU);
   AdamWArgs args{make_layout<4>(param, {&grad, &exp_avg, &exp_avg_sq}), lr.data<float>(), step.data<int64_t>(),
                  static_cast<float>(beta1), static_cast<float>(beta2), static_cast<float>(eps),
                  static_cast<float>(weight_decay)};
@@ -430,8 +416,8 @@ void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType 
                                              count * static_cast<int64_t>(sizeof(backend::AdamWEntry)),
                "adamw: table %s (%s) does not hold %d entries", shape_str(table.shape()), dtype_name(table.dtype()),
                count);
-  check_scalar("adamw", lr, kFloat32, "lr");
-  check_scalar("adamw", step, kInt64, "step");
+  backend::check_scalar("adamw", lr, kFloat32, "lr", DeviceType::kCPU);
+  backend::check_scalar("adamw", step, kInt64, "step", DeviceType::kCPU);
   const AdamWManyArgs args{static_cast<const backend::AdamWEntry*>(table.data_ptr()), count, lr.data<float>(),
                            step.data<int64_t>(), static_cast<float>(beta1), static_cast<float>(beta2),
                            static_cast<float>(eps), static_cast<float>(weight_decay)};
@@ -442,7 +428,7 @@ void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType 
 }
 
 void increment(const Tensor& counter) {
-  check_scalar("increment", counter, kInt64, "counter");
+  backend::check_scalar("increment", counter, kInt64, "counter", DeviceType::kCPU);
   current_stream(kCPU).launch<&increment_kernel>("increment", IncrementArgs{counter.data<int64_t>()},
                                                  {counter.storage()}, {counter.storage()});
 }
@@ -464,15 +450,15 @@ void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& s
   ENCORE_CHECK(partial.dtype() == kFloat32 && partial.is_contiguous(),
                "clip_coefficient: partial sums must be contiguous f32, got %s %s", shape_str(partial.shape()),
                dtype_name(partial.dtype()));
-  check_scalar("clip_coefficient", norm, kFloat32, "norm");
-  check_scalar("clip_coefficient", scale, kFloat32, "scale");
+  backend::check_scalar("clip_coefficient", norm, kFloat32, "norm", DeviceType::kCPU);
+  backend::check_scalar("clip_coefficient", scale, kFloat32, "scale", DeviceType::kCPU);
   ClipCoefArgs args{partial.data<float>(), partial.numel(), norm.data<float>(), scale.data<float>(), max_norm};
   current_stream(kCPU).launch<&clip_coefficient_kernel>("clip_coefficient", args, {partial.storage()},
                                                         {norm.storage(), scale.storage()});
 }
 
 void scale_in_place(const Tensor& x, const Tensor& scale) {
-  check_scalar("scale_in_place", scale, kFloat32, "scale");
+  backend::check_scalar("scale_in_place", scale, kFloat32, "scale", DeviceType::kCPU);
   ScaleArgs args{make_layout<1>(x, {}), scale.data<float>()};
   dispatch_float(x.dtype(), "scale_in_place", [&](auto tag) {
     using T = typename decltype(tag)::type;

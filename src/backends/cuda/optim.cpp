@@ -2,6 +2,7 @@
 
 #include "encore/error.h"
 #include "src/backends/cuda/optim_launch.h"
+#include "src/backends/optim_checks.h"
 #include "src/backends/tensor_layout.h"
 #include "src/core/stream.h"
 
@@ -16,27 +17,13 @@ void check_float_param(const char* op, const Tensor& param) {
                shape_str(param.shape()), dtype_name(param.dtype()), param.device().str());
 }
 
-void check_scalar(const char* op, const Tensor& t, DType dtype, const char* what) {
-  ENCORE_CHECK(t.defined() && t.numel() == 1 && t.dtype() == dtype && t.device().is_cuda(),
-               "%s: %s must be a %s tensor with one element on a CUDA device, got %s %s", op, what,
-               dtype_name(dtype), t.defined() ? shape_str(t.shape()) : "undefined",
-               t.defined() ? dtype_name(t.dtype()) : "-");
-}
-
-void check_like(const char* op, const Tensor& param, const Tensor& t, DType dtype, const char* what) {
-  ENCORE_CHECK(t.defined() && t.shape() == param.shape() && t.dtype() == dtype && t.device() == param.device(),
-               "%s: %s must be %s %s like the parameter on %s, got %s %s", op, what, shape_str(param.shape()),
-               dtype_name(dtype), param.device().str(), t.defined() ? shape_str(t.shape()) : "undefined",
-               t.defined() ? dtype_name(t.dtype()) : "-");
-}
-
 }  // namespace
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
                 double momentum, bool nesterov, double weight_decay) {
   check_float_param("sgd", param);
-  check_like("sgd", param, grad, param.dtype(), "grad");
-  check_scalar("sgd", lr, kFloat32, "lr");
+  backend::check_like("sgd", param, grad, param.dtype(), "grad");
+  backend::check_scalar("sgd", lr, kFloat32, "lr", DeviceType::kCUDA);
   SgdArgs args{};
   args.dtype = param.dtype();
   args.lr = lr.data<float>();
@@ -48,7 +35,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
     stream.launch<&sgd_launch>("sgd", args, {param.storage(), grad.storage(), lr.storage()}, {param.storage()});
     return;
   }
-  check_like("sgd", param, momentum_buf, kFloat32, "momentum buffer");
+  backend::check_like("sgd", param, momentum_buf, kFloat32, "momentum buffer");
   args.l = make_layout<3>(param, {&grad, &momentum_buf});
   args.has_momentum = true;
   args.nesterov = nesterov;
@@ -61,11 +48,11 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
                   const Tensor& lr, const Tensor& step, double beta1, double beta2, double eps,
                   double weight_decay) {
   check_float_param("adamw", param);
-  check_like("adamw", param, grad, param.dtype(), "grad");
-  check_like("adamw", param, exp_avg, kFloat32, "exp_avg");
-  check_like("adamw", param, exp_avg_sq, kFloat32, "exp_avg_sq");
-  check_scalar("adamw", lr, kFloat32, "lr");
-  check_scalar("adamw", step, kInt64, "step");
+  backend::check_like("adamw", param, grad, param.dtype(), "grad");
+  backend::check_like("adamw", param, exp_avg, kFloat32, "exp_avg");
+  backend::check_like("adamw", param, exp_avg_sq, kFloat32, "exp_avg_sq");
+  backend::check_scalar("adamw", lr, kFloat32, "lr", DeviceType::kCUDA);
+  backend::check_scalar("adamw", step, kInt64, "step", DeviceType::kCUDA);
   const AdamWArgs args{make_layout<4>(param, {&grad, &exp_avg, &exp_avg_sq}),
                        param.dtype(),
                        lr.data<float>(),
@@ -89,8 +76,8 @@ void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType 
                        count * static_cast<int64_t>(sizeof(backend::AdamWEntry)),
                "adamw: table %s (%s on %s) does not hold %d entries on a CUDA device", shape_str(table.shape()),
                dtype_name(table.dtype()), table.device().str(), count);
-  check_scalar("adamw", lr, kFloat32, "lr");
-  check_scalar("adamw", step, kInt64, "step");
+  backend::check_scalar("adamw", lr, kFloat32, "lr", DeviceType::kCUDA);
+  backend::check_scalar("adamw", step, kInt64, "step", DeviceType::kCUDA);
   ENCORE_CHECK(is_floating(dtype), "adamw: parameters must be float, got %s", dtype_name(dtype));
   const AdamWManyArgs args{static_cast<const backend::AdamWEntry*>(table.data_ptr()),
                      count,
@@ -106,7 +93,7 @@ void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType 
 }
 
 void increment(const Tensor& counter) {
-  check_scalar("increment", counter, kInt64, "counter");
+  backend::check_scalar("increment", counter, kInt64, "counter", DeviceType::kCUDA);
   current_stream(counter.device())
       .launch<&increment_launch>("increment", IncrementArgs{counter.data<int64_t>()}, {counter.storage()},
                                  {counter.storage()});
@@ -132,8 +119,8 @@ void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& s
   ENCORE_CHECK(partial.dtype() == kFloat32 && partial.is_contiguous() && partial.device().is_cuda(),
                "clip_coefficient: partial sums must be contiguous f32 on a CUDA device, got %s %s",
                shape_str(partial.shape()), dtype_name(partial.dtype()));
-  check_scalar("clip_coefficient", norm, kFloat32, "norm");
-  check_scalar("clip_coefficient", scale, kFloat32, "scale");
+  backend::check_scalar("clip_coefficient", norm, kFloat32, "norm", DeviceType::kCUDA);
+  backend::check_scalar("clip_coefficient", scale, kFloat32, "scale", DeviceType::kCUDA);
   const ClipCoefArgs args{partial.data<float>(), partial.numel(), norm.data<float>(), scale.data<float>(), max_norm};
   current_stream(partial.device())
       .launch<&clip_coefficient_launch>("clip_coefficient", args, {partial.storage()},
@@ -142,7 +129,7 @@ void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& s
 
 void scale_in_place(const Tensor& x, const Tensor& scale) {
   check_float_param("scale_in_place", x);
-  check_scalar("scale_in_place", scale, kFloat32, "scale");
+  backend::check_scalar("scale_in_place", scale, kFloat32, "scale", DeviceType::kCUDA);
   const ClipScaleArgs args{make_layout<1>(x, {}), x.dtype(), scale.data<float>()};
   current_stream(x.device())
       .launch<&clip_scale_launch>("scale_in_place", args, {x.storage(), scale.storage()}, {x.storage()});
