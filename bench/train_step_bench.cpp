@@ -31,6 +31,7 @@
 #include "encore/encore.h"
 #include "src/core/phase.h"
 #include "src/core/stream.h"
+#include "tools/workloads.h"
 
 namespace encore {
 namespace {
@@ -58,19 +59,7 @@ double median_cpu_ms(F&& fn) {
 
 // A model with an optimizer step (AdamW, or plain SGD for the rows named
 // _sgd) on fixed static inputs.
-struct Workload {
-  std::unique_ptr<nn::Module> model;
-  std::unique_ptr<optim::Optimizer> opt;
-  Tensor x, y;
-  std::function<Tensor()> loss;
-  std::vector<Tensor> step() {
-    opt->zero_grad();
-    Tensor l = loss();
-    l.backward();
-    opt->step();
-    return {l};
-  }
-};
+using tools::Workload;
 
 std::unique_ptr<Workload> mlp(std::vector<int64_t> widths, int64_t batch, bool sgd) {
   auto w = std::make_unique<Workload>();

@@ -15,6 +15,7 @@
 #include "encore/optim.h"
 #include "tests/backends/cuda_test_util.h"
 #include "tests/test_util.h"
+#include "tools/workloads.h"
 
 namespace encore {
 namespace {
@@ -32,21 +33,11 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// A model, its optimizer and static inputs: everything a step closes over.
+// A model, its optimizer and static inputs, everything a step closes over
+// (tools::Workload), that can also refill its static inputs with batch i.
 // Held by unique_ptr: its lambdas capture its address.
-struct TrainRig {
-  std::unique_ptr<nn::Module> model;
-  std::unique_ptr<optim::Optimizer> opt;
-  Tensor x, y;
-  std::function<Tensor()> loss;                      // forward + loss on x, y
-  std::function<void(int)> fill;                     // writes batch i into x, y
-  std::vector<Tensor> step() {
-    opt->zero_grad();
-    Tensor l = loss();
-    l.backward();
-    opt->step();
-    return {l};
-  }
+struct TrainRig : tools::Workload {
+  std::function<void(int)> fill;   // writes batch i into x, y
 };
 
 std::unique_ptr<TrainRig> mlp_setup(Device dev = kCPU) {
