@@ -2,8 +2,6 @@
 // without a GPU, unless ENCORE_REQUIRE_GPU=1 makes a missing GPU a failure.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -12,14 +10,12 @@
 #include "encore/tensor.h"
 #include "src/backends/cuda/copy.h"
 #include "src/backends/cuda/runtime.h"
+#include "tests/gpu_required.h"
 
 namespace encore::cuda {
 namespace {
 
-bool gpu_required() {
-  const char* v = std::getenv("ENCORE_REQUIRE_GPU");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
+using testing::gpu_required;
 
 #define ENCORE_SKIP_WITHOUT_GPU()                                                        \
   do {                                                                                   \

@@ -17,20 +17,14 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <vector>
 
 #include "encore/encore.h"
+#include "tests/gpu_required.h"
 #include "tests/test_util.h"
 
 namespace encore::testing {
-
-inline bool gpu_required() {
-  const char* v = std::getenv("ENCORE_REQUIRE_GPU");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
 
 // Runs fn on CPU copies and on CUDA copies of `inputs` (their values and
 // dtypes kept) and expects the CUDA output, brought back, to be near the CPU

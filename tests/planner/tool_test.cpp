@@ -1,43 +1,27 @@
 // encore-plan, run as a user would: exit status, messages, --out and --svg.
-#include <sys/wait.h>
-
-#include <cstdlib>
+#include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "encore/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/tool_run.h"
 
 namespace encore::planner {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct ToolRun {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
+using testing::slurp;
+using testing::ToolRun;
 
-std::string slurp(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/encore_plan_" + name; }
+std::string temp_path(const std::string& name) { return testing::temp_path("encore_plan_", name); }
 
 // Runs the built encore-plan (path from the build, or $ENCORE_PLAN_BIN).
 ToolRun run_tool(const std::string& args) {
-  const char* override_path = std::getenv("ENCORE_PLAN_BIN");
-  const std::string binary = override_path != nullptr ? override_path : ENCORE_PLAN_PATH;
-  const std::string out = temp_path("stdout"), err = temp_path("stderr");
-  const int status = std::system((binary + " " + args + " >" + out + " 2>" + err).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  return testing::run_tool(testing::tool_path("ENCORE_PLAN_BIN", ENCORE_PLAN_PATH), args, "encore_plan_");
 }
 
 std::string write_temp(const std::string& name, const std::string& contents) {

@@ -2,58 +2,34 @@
 // --help, the Chrome trace, the DOT graph, the launch lab's JSON and SVG.
 // The tools find the GPU themselves; tests that need one ask the tool
 // (--device=cuda) and skip when it has none, or fail with ENCORE_REQUIRE_GPU=1.
-#include <sys/wait.h>
-
-#include <cstdlib>
-#include <cstring>
+#include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/gpu_required.h"
+#include "tests/tool_run.h"
 
 namespace encore {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct ToolRun {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
+using testing::gpu_required;
+using testing::slurp;
+using testing::ToolRun;
 
-std::string slurp(const std::string& path) {
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  return text.str();
-}
-
-std::string temp_path(const std::string& name) { return ::testing::TempDir() + "/encore_tools_" + name; }
-
-ToolRun run_tool(const std::string& binary, const std::string& args) {
-  const std::string out = temp_path("stdout"), err = temp_path("stderr");
-  const int status = std::system((binary + " " + args + " >" + out + " 2>" + err).c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-}
+std::string temp_path(const std::string& name) { return testing::temp_path("encore_tools_", name); }
 
 // The built tools: their paths in the build folder, or $ENCORE_PROF_BIN /
 // $ENCORE_LAUNCH_BIN (a build folder moved to another machine, bench/gpu-check).
-std::string tool_path(const char* env, const char* built) {
-  const char* override_path = std::getenv(env);
-  return override_path != nullptr ? override_path : built;
+ToolRun prof(const std::string& args) {
+  return testing::run_tool(testing::tool_path("ENCORE_PROF_BIN", ENCORE_PROF_PATH), args, "encore_tools_");
 }
-ToolRun prof(const std::string& args) { return run_tool(tool_path("ENCORE_PROF_BIN", ENCORE_PROF_PATH), args); }
 ToolRun launch(const std::string& args) {
-  return run_tool(tool_path("ENCORE_LAUNCH_BIN", ENCORE_LAUNCH_PATH), args);
-}
-
-bool gpu_required() {
-  const char* v = std::getenv("ENCORE_REQUIRE_GPU");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  return testing::run_tool(testing::tool_path("ENCORE_LAUNCH_BIN", ENCORE_LAUNCH_PATH), args, "encore_tools_");
 }
 
 void expect_flag_error(const ToolRun& run, const std::string& what) {
