@@ -484,12 +484,11 @@ void softmax(const SoftmaxArgs& a) {
       if (a.inner > 1) {
         softmax_cols_kernel<T, decltype(log)::value><<<blocks_for(a.outer * a.inner), kThreads, 0, active_stream()>>>(
             x, y, a.outer, a.n, a.inner);
-      } else if (warp_rows(a.n)) {
-        softmax_rows_kernel<T, decltype(log)::value, true>
-            <<<team_blocks(a.outer, true), kTeamThreads, 0, active_stream()>>>(x, y, a.outer, a.n);
       } else {
-        softmax_rows_kernel<T, decltype(log)::value, false>
-            <<<team_blocks(a.outer, false), kTeamThreads, 0, active_stream()>>>(x, y, a.outer, a.n);
+        with_flag(warp_rows(a.n), [&](auto warp) {
+          softmax_rows_kernel<T, decltype(log)::value, decltype(warp)::value>
+              <<<team_blocks(a.outer, decltype(warp)::value), kTeamThreads, 0, active_stream()>>>(x, y, a.outer, a.n);
+        });
       }
     });
   });
@@ -507,12 +506,12 @@ void softmax_backward(const SoftmaxBackwardArgs& a) {
       if (a.inner > 1) {
         softmax_backward_cols_kernel<T, decltype(log)::value>
             <<<blocks_for(a.outer * a.inner), kThreads, 0, active_stream()>>>(g, y, gx, a.outer, a.n, a.inner);
-      } else if (warp_rows(a.n)) {
-        softmax_backward_rows_kernel<T, decltype(log)::value, true>
-            <<<team_blocks(a.outer, true), kTeamThreads, 0, active_stream()>>>(g, y, gx, a.outer, a.n);
       } else {
-        softmax_backward_rows_kernel<T, decltype(log)::value, false>
-            <<<team_blocks(a.outer, false), kTeamThreads, 0, active_stream()>>>(g, y, gx, a.outer, a.n);
+        with_flag(warp_rows(a.n), [&](auto warp) {
+          softmax_backward_rows_kernel<T, decltype(log)::value, decltype(warp)::value>
+              <<<team_blocks(a.outer, decltype(warp)::value), kTeamThreads, 0, active_stream()>>>(g, y, gx, a.outer,
+                                                                                                  a.n);
+        });
       }
     });
   });
@@ -526,13 +525,11 @@ void cross_entropy(const CrossEntropyArgs& a) {
       using I = typename decltype(itag)::type;
       const T* x = static_cast<const T*>(a.x);
       if (a.rows > 0) {
-        if (warp_rows(a.classes)) {
-          row_logsumexp_kernel<T, true>
-              <<<team_blocks(a.rows, true), kTeamThreads, 0, active_stream()>>>(x, a.stats, a.rows, a.classes);
-        } else {
-          row_logsumexp_kernel<T, false>
-              <<<team_blocks(a.rows, false), kTeamThreads, 0, active_stream()>>>(x, a.stats, a.rows, a.classes);
-        }
+        with_flag(warp_rows(a.classes), [&](auto warp) {
+          row_logsumexp_kernel<T, decltype(warp)::value>
+              <<<team_blocks(a.rows, decltype(warp)::value), kTeamThreads, 0, active_stream()>>>(x, a.stats, a.rows,
+                                                                                                 a.classes);
+        });
       }
       // Runs even with no rows: it writes the count and a zero loss.
       cross_entropy_mean_kernel<T, I><<<1, kReduceThreads, 0, active_stream()>>>(
@@ -565,13 +562,11 @@ void layer_norm(const LayerNormArgs& a) {
     const T* w = static_cast<const T*>(a.w);
     const T* b = static_cast<const T*>(a.b);
     T* y = static_cast<T*>(a.y);
-    if (warp_rows(a.cols)) {
-      layer_norm_kernel<T, true><<<team_blocks(a.rows, true), kTeamThreads, 0, active_stream()>>>(
-          x, w, b, y, a.stats, a.rows, a.cols, a.eps);
-    } else {
-      layer_norm_kernel<T, false><<<team_blocks(a.rows, false), kTeamThreads, 0, active_stream()>>>(
-          x, w, b, y, a.stats, a.rows, a.cols, a.eps);
-    }
+    with_flag(warp_rows(a.cols), [&](auto warp) {
+      layer_norm_kernel<T, decltype(warp)::value>
+          <<<team_blocks(a.rows, decltype(warp)::value), kTeamThreads, 0, active_stream()>>>(x, w, b, y, a.stats,
+                                                                                            a.rows, a.cols, a.eps);
+    });
   });
   check_launch("layer_norm");
 }
@@ -585,13 +580,11 @@ void layer_norm_backward(const LayerNormBackwardArgs& a) {
     const T* w = static_cast<const T*>(a.w);
     if (a.dx != nullptr && a.rows > 0) {
       T* dx = static_cast<T*>(a.dx);
-      if (warp_rows(a.cols)) {
-        layer_norm_dx_kernel<T, true><<<team_blocks(a.rows, true), kTeamThreads, 0, active_stream()>>>(
-            g, x, w, a.stats, dx, a.rows, a.cols);
-      } else {
-        layer_norm_dx_kernel<T, false><<<team_blocks(a.rows, false), kTeamThreads, 0, active_stream()>>>(
-            g, x, w, a.stats, dx, a.rows, a.cols);
-      }
+      with_flag(warp_rows(a.cols), [&](auto warp) {
+        layer_norm_dx_kernel<T, decltype(warp)::value>
+            <<<team_blocks(a.rows, decltype(warp)::value), kTeamThreads, 0, active_stream()>>>(g, x, w, a.stats, dx,
+                                                                                              a.rows, a.cols);
+      });
     }
     if (a.partial == nullptr) return;
     if (a.chunks > 0) {

@@ -42,22 +42,22 @@ template <typename C> __device__ __forceinline__ bool is_nan(C v) {
 
 // ---- geometry ----
 
-__device__ __forceinline__ int64_t kept_offset(const ReduceGeom& g, int64_t o) {
+// Element offset of row-major index i over `ndim` dims of shape / stride.
+__device__ __forceinline__ int64_t strided_offset(int64_t i, int ndim, const int64_t* shape, const int64_t* stride) {
   int64_t off = 0;
-  for (int d = g.kept_ndim - 1; d >= 0; --d) {
-    off += (o % g.kept_shape[d]) * g.kept_stride[d];
-    o /= g.kept_shape[d];
+  for (int d = ndim - 1; d >= 0; --d) {
+    off += (i % shape[d]) * stride[d];
+    i /= shape[d];
   }
   return off;
 }
 
+__device__ __forceinline__ int64_t kept_offset(const ReduceGeom& g, int64_t o) {
+  return strided_offset(o, g.kept_ndim, g.kept_shape, g.kept_stride);
+}
+
 __device__ __forceinline__ int64_t red_offset(const ReduceGeom& g, int64_t r) {
-  int64_t off = 0;
-  for (int d = g.red_ndim - 1; d >= 0; --d) {
-    off += (r % g.red_shape[d]) * g.red_stride[d];
-    r /= g.red_shape[d];
-  }
-  return off;
+  return strided_offset(r, g.red_ndim, g.red_shape, g.red_stride);
 }
 
 // ---- reducers ----
