@@ -1,6 +1,7 @@
 #include "src/backends/optim_checks.h"
 
 #include "encore/error.h"
+#include "src/backends/optim_table.h"
 
 namespace encore::backend {
 
@@ -18,6 +19,14 @@ void check_like(const char* op, const Tensor& param, const Tensor& t, DType dtyp
                shape_str(param.shape()), dtype_name(dtype), param.device().str(),
                t.defined() ? shape_str(t.shape()) : "undefined", t.defined() ? dtype_name(t.dtype()) : "-",
                t.defined() ? t.device().str() : "-");
+}
+
+void check_adamw_table(const Tensor& table, int64_t count, DeviceType type) {
+  ENCORE_CHECK(table.device().type == type && table.is_contiguous() &&
+                   table.numel() * dtype_size(table.dtype()) == count * static_cast<int64_t>(sizeof(AdamWEntry)),
+               "adamw: table %s (%s on %s) does not hold %d entries on %s", shape_str(table.shape()),
+               dtype_name(table.dtype()), table.device().str(), count,
+               type == DeviceType::kCUDA ? "a CUDA device" : "the cpu");
 }
 
 }  // namespace encore::backend

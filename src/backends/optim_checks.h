@@ -19,4 +19,8 @@ void check_scalar(const char* op, const Tensor& t, DType dtype, const char* what
 // state read beside the parameter).
 void check_like(const char* op, const Tensor& param, const Tensor& t, DType dtype, const char* what);
 
+// AdamW's parameter table (backend::AdamWEntry rows, NOTE [ One AdamW launch ]
+// in src/optim/adamw.cpp): contiguous, exactly `count` rows, on a device of `type`.
+void check_adamw_table(const Tensor& table, int64_t count, DeviceType type);
+
 }  // namespace encore::backend

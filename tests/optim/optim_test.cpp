@@ -732,6 +732,9 @@ TEST(OptimTest, BackendLaunchersNameBadArguments) {
   expect_error([&] { cpu::sgd_update(p, g, zeros({4}), lr, 0.9, false, 0.0); }, kInvalid,
                {"sgd", "momentum buffer", "[4]"});
   expect_error([&] { cpu::increment(zeros({})); }, kInvalid, {"increment", "counter", "i64"});
+  const Tensor table = zeros({5}, kInt64);   // 40 bytes: not one 48-byte row
+  expect_error([&] { cpu::adamw_update_many(table, 1, 6, kFloat32, {}, {}, lr, step, 0.9, 0.999, 1e-8, 0.0); },
+               kInvalid, {"adamw", "table", "[5]", "1 entries"});
 }
 
 }  // namespace

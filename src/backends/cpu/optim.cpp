@@ -412,10 +412,7 @@ void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg
 void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType dtype,
                        absl::Span<Storage* const> reads, absl::Span<Storage* const> writes, const Tensor& lr,
                        const Tensor& step, double beta1, double beta2, double eps, double weight_decay) {
-  ENCORE_CHECK(table.is_contiguous() && table.numel() * dtype_size(table.dtype()) ==
-                                             count * static_cast<int64_t>(sizeof(backend::AdamWEntry)),
-               "adamw: table %s (%s) does not hold %d entries", shape_str(table.shape()), dtype_name(table.dtype()),
-               count);
+  backend::check_adamw_table(table, count, DeviceType::kCPU);
   backend::check_scalar("adamw", lr, kFloat32, "lr", DeviceType::kCPU);
   backend::check_scalar("adamw", step, kInt64, "step", DeviceType::kCPU);
   const AdamWManyArgs args{static_cast<const backend::AdamWEntry*>(table.data_ptr()), count, lr.data<float>(),
