@@ -33,7 +33,7 @@ void Stream::synchronize() {
     // Reports of the kernels just waited for (NOTE [ Kernel error words ]).
     // While observed (capture()'s recorded warm-up) they stay in the word:
     // capture() takes them after the run and names the recorded step.
-    if (observer_ == nullptr) throw_kernel_errors(cuda::take_error_word(device_.index), device_);
+    if (observer_ == nullptr) throw_kernel_errors(take_kernel_errors(device_, /*wait=*/false), device_);
   }
 #endif
 }
