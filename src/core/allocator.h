@@ -25,7 +25,8 @@ class Allocator {
   virtual void deallocate(void* p, int64_t nbytes) = 0;
 };
 
-// Byte counters of an allocator; "in use" counts requested bytes.
+// Byte counters of an allocator; "in use" counts the blocks handed out
+// (requests rounded up to the allocator's size classes).
 struct AllocatorStats {
   int64_t in_use_bytes = 0;
   int64_t peak_in_use_bytes = 0;

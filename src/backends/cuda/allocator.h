@@ -1,6 +1,7 @@
 // Device memory for the CUDA backend: a caching allocator per device (size
-// classes, block splitting and merging, stream-ordered reuse), and pinned host
-// memory for transfers. core/allocator.cpp routes CUDA devices here.
+// classes, block splitting and merging, stream-ordered reuse: core's
+// BlockCache over cudaMalloc segments), and pinned host memory for transfers.
+// core/allocator.cpp routes CUDA devices here.
 //
 //   Allocator& a = encore::cuda::caching_allocator(0);   // cuda:0
 //   void* p = a.allocate(1 << 20);                        // device bytes, 512-byte aligned
