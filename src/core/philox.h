@@ -7,17 +7,13 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define ENCORE_HD __host__ __device__ __forceinline__
-#else
-#define ENCORE_HD inline
-#endif
+#include "src/core/host_device.h"
 
 namespace encore::philox {
 
 struct Block { uint32_t x[4]; };
 
-ENCORE_HD Block philox4x32(uint64_t counter, uint64_t key) {
+ENCORE_HOST_DEVICE Block philox4x32(uint64_t counter, uint64_t key) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
@@ -39,10 +35,10 @@ ENCORE_HD Block philox4x32(uint64_t counter, uint64_t key) {
 }
 
 // Uniform on [0, 1) with 24 random bits.
-ENCORE_HD float uniform(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+ENCORE_HOST_DEVICE float uniform(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
 
 // Standard normal by Box-Muller from two words.
-ENCORE_HD float normal(uint32_t a, uint32_t b) {
+ENCORE_HOST_DEVICE float normal(uint32_t a, uint32_t b) {
   const float u1 = (static_cast<float>(a >> 8) + 1.0f) * (1.0f / 16777216.0f);   // (0, 1]
   const float u2 = static_cast<float>(b >> 8) * (1.0f / 16777216.0f);
   return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);

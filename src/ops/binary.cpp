@@ -31,9 +31,7 @@ Tensor scalar_forward(const char* name, ScalarOp op, const Tensor& a, double s) 
   ops::check_defined(name, a, "input");
   ENCORE_CHECK(a.dtype() != kBool, "%s: bool tensor %s does not support arithmetic", name,
                shape_str(a.shape()));
-  ENCORE_CHECK(is_floating(a.dtype()) || s == static_cast<double>(static_cast<int64_t>(s)),
-               "%s: scalar %g is not an integer, and tensor %s is %s; convert it with .to(kFloat32) first", name, s,
-               shape_str(a.shape()), dtype_name(a.dtype()));
+  ops::check_scalar_fits(name, s, a.dtype(), a.shape());
   ENCORE_CHECK(op != ScalarOp::kRdiv || is_floating(a.dtype()),
                "%s: integer tensor %s (%s) is not supported; convert with .to(kFloat32)", name,
                shape_str(a.shape()), dtype_name(a.dtype()));

@@ -42,14 +42,6 @@ void check_inplace_write(const char* op, const Tensor& self, const Tensor* src) 
   }
 }
 
-// A tensor whose scalar argument must be integral for an integer dtype: no
-// silent truncation of 0.5 to 0.
-void check_integral_scalar(const char* op, const Tensor& t, double s) {
-  ENCORE_CHECK(is_floating(t.dtype()) || s == static_cast<double>(static_cast<int64_t>(s)),
-               "%s: scalar %g is not an integer, and tensor %s is %s; convert it with .to(kFloat32) first", op, s,
-               shape_str(t.shape()), dtype_name(t.dtype()));
-}
-
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src) {
@@ -64,6 +56,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::fill_(double value) {
   check_inplace_write("fill_", *this, nullptr);
+  ops::check_scalar_fits("fill_", value, dtype(), shape(), /*truncates=*/true);
   ENCORE_KERNEL(device(), fill, *this, value);
   storage()->bump_version();
   return *this;
@@ -72,7 +65,7 @@ Tensor& Tensor::fill_(double value) {
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_inplace_write("add_", *this, &other);
   ops::check_same("add_", *this, other);
-  check_integral_scalar("add_", *this, alpha);
+  ops::check_scalar_fits("add_", alpha, dtype(), shape());
   ENCORE_KERNEL(device(), binary, cpu::BinaryOp::kAdd, *this, *this, other, alpha);
   storage()->bump_version();
   return *this;
@@ -80,7 +73,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 
 Tensor& Tensor::mul_(double value) {
   check_inplace_write("mul_", *this, nullptr);
-  check_integral_scalar("mul_", *this, value);
+  ops::check_scalar_fits("mul_", value, dtype(), shape());
   ENCORE_KERNEL(device(), binary_scalar, cpu::ScalarOp::kMul, *this, *this, value);
   storage()->bump_version();
   return *this;

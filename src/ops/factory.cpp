@@ -13,6 +13,7 @@ Tensor zeros(Shape shape, DType dtype, Device device) { return full(std::move(sh
 Tensor ones(Shape shape, DType dtype, Device device) { return full(std::move(shape), 1.0, dtype, device); }
 
 Tensor full(Shape shape, double value, DType dtype, Device device) {
+  ops::check_scalar_fits("full", value, dtype, shape, /*truncates=*/true);
   Tensor t = empty(std::move(shape), dtype, device);
   ENCORE_KERNEL(t.device(), fill, t, value);
   return t;

@@ -1,6 +1,7 @@
 #include "src/ops/op_utils.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "encore/autograd.h"
 
@@ -53,6 +54,18 @@ void check_same(const char* op, const Tensor& a, const Tensor& b) {
 void check_float(const char* op, const Tensor& t) {
   ENCORE_CHECK(is_floating(t.dtype()), "%s: needs a float tensor (f32, f16, bf16), got %s %s", op,
                shape_str(t.shape()), dtype_name(t.dtype()));
+}
+
+void check_scalar_fits(const char* op, double value, DType dtype, const Shape& shape, bool truncates) {
+  if (dtype != kInt32 && dtype != kInt64) return;
+  const double lo = dtype == kInt32 ? -2147483648.0 : -9223372036854775808.0;   // exact
+  const double hi = dtype == kInt32 ? 2147483648.0 : 9223372036854775808.0;     // one past the largest
+  const double whole = std::trunc(value);
+  ENCORE_CHECK(whole >= lo && whole < hi, "%s: value %g does not fit the %s tensor %s (out of its range)", op,
+               value, dtype_name(dtype), shape_str(shape));   // NaN fails both comparisons
+  ENCORE_CHECK(truncates || whole == value,
+               "%s: value %g does not fit the %s tensor %s (not a whole number); convert the tensor with "
+               ".to(kFloat32) first", op, value, dtype_name(dtype), shape_str(shape));
 }
 
 int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim) {

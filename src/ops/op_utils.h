@@ -18,6 +18,13 @@ void check_same(const char* op, const Tensor& a, const Tensor& b);
 void check_defined(const char* op, const Tensor& t, const char* what);
 void check_float(const char* op, const Tensor& t);
 
+// A scalar for a tensor of `dtype`: for i32/i64 within the type's range (NaN
+// and infinities are refused: no value is silently saturated) and, unless
+// `truncates` (fill_ and full truncate toward zero, as PyTorch does), a whole
+// number; any value for float and bool tensors. Throws naming op, the value,
+// the dtype and the shape.
+void check_scalar_fits(const char* op, double value, DType dtype, const Shape& shape, bool truncates = false);
+
 // dim in [-ndim, ndim) -> [0, ndim).
 int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim);
 

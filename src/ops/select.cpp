@@ -38,12 +38,6 @@ void check_mask(const char* op, const char* what, const Tensor& mask, const Tens
 
 // A masked-fill value must be representable in an integer dtype (double ->
 // integer outside the range is undefined behaviour); floats take anything.
-bool value_fits(double v, DType t) {
-  if (t == kInt32) return v == std::trunc(v) && v >= -2147483648.0 && v <= 2147483647.0;
-  if (t == kInt64) return v == std::trunc(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
-  return true;
-}
-
 // g with zeros where the gradient does not flow ((mask == fill_when)), summed
 // back to `shape` when the input was broadcast.
 Tensor masked_grad(const Tensor& g, const Tensor& mask, bool fill_when, DType dtype, const Shape& shape) {
@@ -83,8 +77,7 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
   ENCORE_CHECK(broadcast_into(shape, mask.shape()) && shape == a.shape(),
                "masked_fill: mask %s cannot be broadcast to the input's shape %s (%s)", shape_str(mask.shape()),
                shape_str(a.shape()), dtype_name(a.dtype()));
-  ENCORE_CHECK(value_fits(value, a.dtype()), "masked_fill: value %g does not fit the %s tensor %s", value,
-               dtype_name(a.dtype()), shape_str(a.shape()));
+  ops::check_scalar_fits("masked_fill", value, a.dtype(), a.shape());
   Tensor out = ops::empty_like(a);
   ENCORE_KERNEL(out.device(), masked_fill, out, a, mask, value);
   if (autograd::any_requires_grad(a)) {

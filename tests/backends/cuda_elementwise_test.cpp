@@ -410,6 +410,21 @@ TEST(CudaCopyTest, CopyEveryDtypePairMatchesCpuConvert) {
   }
 }
 
+// NaN, infinities and floats beyond an integer type's range convert as on the
+// CPU (backend::float_to_int: NaN -> 0, saturate), not as the GPU's own cast.
+TEST(CudaCopyTest, FloatToIntegerEdgesMatchCpu) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  const Kernel kernel = [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), copy, x[0], x[1]); };
+  const Tensor edges = from_vector<float>({NAN, -NAN, INFINITY, -INFINITY, 3e9f, -3e9f, 2147483520.f, -2147483648.f,
+                                          1e19f, -1e19f, 9.3e18f, -0.f, 2.99f, -2.99f});
+  for (DType from : {kFloat32, kFloat16, kBFloat16}) {
+    for (DType to : {kInt32, kInt64}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(from) << " -> " << dtype_name(to));
+      expect_backends_agree(kernel, {{zeros({14}, to)}, {edges.to(from)}});
+    }
+  }
+}
+
 TEST(CudaCopyTest, ArangeEveryNumericDtype) {
   ENCORE_SKIP_WITHOUT_GPU();
   struct Case { double start, step; };

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "encore/encore.h"
@@ -225,6 +226,68 @@ TEST(CopyTest, ToDtypeRoundTrips) {
   expect_near(make_exact(kFloat32, {-1.9, -0.5, 0.5, 1.9}, {4}).to(kInt32), {-1, 0, 0, 1}, 0, 0);
   Tensor strided = non_contiguous(random_tensor({3, 4}, 3));
   expect_near(strided.to(kFloat16), values(strided), 1e-7, std::ldexp(1.0, -11));
+}
+
+// A float element that an integer type cannot hold converts the same way on
+// every backend (copy / .to): NaN -> 0, beyond the range -> the type's limit,
+// else truncated toward zero (backend::float_to_int).
+TEST(CopyTest, FloatToIntegerSaturatesAndMapsNanToZero) {
+  const std::vector<float> edges = {NAN, -NAN, INFINITY, -INFINITY, 3e9f, -3e9f, 2147483520.f, -2147483648.f,
+                                    1e19f, -1e19f, 9.3e18f, -0.f, 2.99f, -2.99f};
+  constexpr int32_t kMax32 = std::numeric_limits<int32_t>::max(), kMin32 = std::numeric_limits<int32_t>::min();
+  constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max(), kMin64 = std::numeric_limits<int64_t>::min();
+  const std::vector<int32_t> want32 = {0, 0, kMax32, kMin32, kMax32, kMin32, 2147483520, kMin32,
+                                       kMax32, kMin32, kMax32, 0, 2, -2};
+  const std::vector<int64_t> want64 = {0, 0, kMax64, kMin64, 3000000000, -3000000000, 2147483520, -2147483648,
+                                       kMax64, kMin64, kMax64, 0, 2, -2};
+  const Tensor f = from_vector<float>(edges);
+  EXPECT_EQ(f.to(kInt32).to_vector<int32_t>(), want32);
+  EXPECT_EQ(f.to(kInt64).to_vector<int64_t>(), want64);
+  // f16 holds none of the large values (they become inf): the same limits.
+  EXPECT_EQ(f.to(kFloat16).to(kInt32).to_vector<int32_t>(),
+            (std::vector<int32_t>{0, 0, kMax32, kMin32, kMax32, kMin32, kMax32, kMin32, kMax32, kMin32, kMax32, 0, 2,
+                                  -2}));
+  EXPECT_EQ(f.to(kBFloat16).to(kInt64).to_vector<int64_t>()[10], kMax64);
+}
+
+// A scalar beyond an integer tensor's range (or NaN) is refused by every op
+// that takes one, and a fraction by every op but fill_ and full (which
+// truncate, as PyTorch does), naming the op and the value.
+TEST(CopyTest, ScalarsThatDoNotFitAnIntegerTensorAreRefused) {
+  const Tensor i32 = zeros({3}, kInt32), i64 = zeros({2}, kInt64);
+  const Tensor mask = from_vector<bool>({true, false, true});
+  const struct {
+    const char* op;
+    std::function<void()> call;
+  } cases[] = {
+      {"full", [] { full({2}, 1e20, kInt64); }},
+      {"full", [] { full({1}, std::nan(""), kInt32); }},
+      {"fill_", [&] { zeros({3}, kInt32).fill_(2147483648.0); }},
+      {"add_", [&] { zeros({3}, kInt32).add_(i32, 0.5); }},
+      {"mul_", [&] { zeros({2}, kInt64).mul_(9.3e18); }},
+      {"masked_fill", [&] { masked_fill(i32, mask, -1e10); }},
+      {"add_scalar", [&] { add(i64, INFINITY); }},
+      {"mul_scalar", [&] { mul(i32, 1.5); }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.op);
+    try {
+      c.call();
+      ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+      const std::string msg(e.status().message());
+      EXPECT_EQ(msg.rfind(std::string(c.op) + ": value ", 0), 0u) << msg;
+      EXPECT_NE(msg.find("does not fit the i"), std::string::npos) << msg;
+    }
+  }
+  // The limits themselves fit; fill_ and full truncate fractions.
+  EXPECT_EQ(full({1}, -2.9, kInt64).to_vector<int64_t>(), std::vector<int64_t>{-2});
+  EXPECT_EQ(zeros({1}, kInt32).fill_(2147483647.9).to_vector<int32_t>(), std::vector<int32_t>{2147483647});
+  EXPECT_EQ(full({1}, -2147483648.0, kInt32).to_vector<int32_t>(), std::vector<int32_t>{std::numeric_limits<int32_t>::min()});
+  EXPECT_EQ(masked_fill(i64, from_vector<bool>({true, false}), -9223372036854775808.0).to_vector<int64_t>()[0],
+            std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(add(i32, 2147483647.0).to_vector<int32_t>()[0], 2147483647);
 }
 
 // ---- host access ----

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #endif
 
+#include "src/backends/adamw_coefs.h"
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/optim_table.h"
 #include "src/backends/cpu/loops.h"
@@ -109,29 +110,12 @@ struct AdamWArgs {
   float beta1, beta2, eps, weight_decay;
 };
 
-// The per-launch constants of one AdamW update, derived once from lr and t.
-struct AdamWCoefs {
-  float decay;            // 1 - lr * weight_decay: decoupled weight decay shrinks p directly
-  float b1, c1, b2, c2;   // beta1, 1 - beta1, beta2, 1 - beta2
-  float step_size;        // lr / (1 - beta1^t)
-  float inv_sqrt_bias2;   // 1 / sqrt(1 - beta2^t)
-  float eps;
-};
+using backend::AdamWCoefs;
 
 template <typename A>   // AdamWArgs or AdamWManyArgs: lr, step, beta1, beta2, eps, weight_decay
 AdamWCoefs adamw_coefs(const A& a) {
   // Step-dependent values come from device memory, never from the host.
-  const double lr = *a.lr;
-  const double t = static_cast<double>(*a.step);
-  // Bias corrections: m and v start at 0, so early averages are too small by
-  // these factors. In double: beta2^t is close to 1.
-  const double bias1 = 1.0 - std::pow(static_cast<double>(a.beta1), t);
-  const double bias2 = 1.0 - std::pow(static_cast<double>(a.beta2), t);
-  return {.decay = static_cast<float>(1.0 - lr * a.weight_decay),
-          .b1 = a.beta1, .c1 = 1.0f - a.beta1, .b2 = a.beta2, .c2 = 1.0f - a.beta2,
-          .step_size = static_cast<float>(lr / bias1),
-          .inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2)),
-          .eps = a.eps};
+  return backend::adamw_coefs(*a.lr, *a.step, a.beta1, a.beta2, a.eps, a.weight_decay);
 }
 
 // NOTE [ AdamW arithmetic ]: one element of the update, PyTorch's AdamW in

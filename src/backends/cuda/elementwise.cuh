@@ -1,7 +1,7 @@
 // Device-side building blocks of the CUDA elementwise kernels: element
 // addresses from a Layout, one grid-stride kernel template that applies a
-// functor to every element, and dtype conversions that round exactly like the
-// CPU backend (cpu::convert). nvcc-safe: CUDA and standard headers only.
+// functor to every element, and loads/stores through the dtype conversions of
+// convert.cuh. nvcc-safe: CUDA and standard headers only.
 //
 //   struct Twice {
 //     __device__ void operator()(char* const* p) const {   // p[k]: operand k's element
@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "encore/dtype.h"
+#include "src/backends/cuda/convert.cuh"
 #include "src/backends/cuda/launch.h"
 #include "src/backends/layout.h"
 
@@ -100,58 +101,12 @@ decltype(auto) visit_dtype(DType t, F&& f) {
   return f(Tag<bool>{});
 }
 
-template <typename T>
-inline constexpr bool is_half_v = std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
-
-template <typename T>
-using compute_t = std::conditional_t<is_half_v<T>, float, T>;
-
-template <typename T>
-__device__ __forceinline__ float to_float(T x) {
-  if constexpr (std::is_same_v<T, __half>) return __half2float(x);
-  else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
-  else return static_cast<float>(x);
-}
-
-// float -> f16/bf16, round to nearest even, bit for bit like encore::Half /
-// encore::BFloat16 (include/encore/dtype.h), NaNs included (CUDA's own
-// conversions would return a different NaN pattern).
-__device__ __forceinline__ __half float_to_half(float f) {
-  if (isnan(f)) {
-    __half_raw r;
-    r.x = static_cast<unsigned short>(((__float_as_uint(f) >> 16) & 0x8000u) | 0x7e00u);
-    return __half(r);
-  }
-  return __float2half_rn(f);
-}
-
-__device__ __forceinline__ __nv_bfloat16 float_to_bfloat16(float f) {
-  if (isnan(f)) {
-    __nv_bfloat16_raw r;
-    r.x = static_cast<unsigned short>((__float_as_uint(f) >> 16) | 0x40u);
-    return __nv_bfloat16(r);
-  }
-  return __float2bfloat16_rn(f);
-}
-
-// One element between storage types, exactly as cpu::convert: f16/bf16
-// through float; to bool: (float)x != 0.
-template <typename To, typename From>
-__device__ __forceinline__ To convert(From x) {
-  if constexpr (std::is_same_v<To, bool>) return to_float(x) != 0.0f;
-  else if constexpr (std::is_same_v<To, __half>) return float_to_half(to_float(x));
-  else if constexpr (std::is_same_v<To, __nv_bfloat16>) return float_to_bfloat16(to_float(x));
-  else if constexpr (is_half_v<From>) return static_cast<To>(to_float(x));
-  else return static_cast<To>(x);
-}
 
 // Loads an element of storage type T as its compute type; stores one back
 // (f16/bf16 rounded like the CPU).
 template <typename T>
 __device__ __forceinline__ compute_t<T> load(const char* p) {
-  const T x = *reinterpret_cast<const T*>(p);
-  if constexpr (is_half_v<T>) return to_float(x);
-  else return x;
+  return to_compute(*reinterpret_cast<const T*>(p));
 }
 
 template <typename T>

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "src/backends/cuda/convert.cuh"
 #include "src/backends/cuda/gemm_launch.h"
 #include "src/backends/cuda/launch.h"
 
@@ -12,19 +13,6 @@ namespace encore::cuda {
 namespace {
 
 // ---- kernels ----
-
-__device__ inline float to_float(float v) { return v; }
-__device__ inline float to_float(__half v) { return __half2float(v); }
-__device__ inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T>
-__device__ inline T from_float(float v);
-template <>
-__device__ inline float from_float<float>(float v) { return v; }
-template <>
-__device__ inline __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // Pass 1. Block (blockIdx.x, blockIdx.y) covers columns [32 bx, 32 bx + 32)
 // and rows [by * chunk_rows, (by + 1) * chunk_rows). Thread (tx, ty) sums
@@ -49,7 +37,7 @@ __global__ void column_sum_kernel(ColumnSumArgs a) {
   float sum = 0.f;
   for (int l = 0; l < kColumnSumLanes; ++l) sum += lanes[l][tx];
   if (a.chunks == 1) {
-    static_cast<T*>(a.out)[col] = from_float<T>(sum);
+    static_cast<T*>(a.out)[col] = convert<T>(sum);
   } else {
     a.partial[static_cast<int64_t>(blockIdx.y) * a.cols + col] = sum;
   }
@@ -62,7 +50,7 @@ __global__ void column_sum_chunks_kernel(ColumnSumArgs a) {
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sum = 0.f;
     for (int c = 0; c < a.chunks; ++c) sum += a.partial[c * a.cols + j];
-    static_cast<T*>(a.out)[j] = from_float<T>(sum);
+    static_cast<T*>(a.out)[j] = convert<T>(sum);
   }
 }
 
@@ -77,7 +65,7 @@ __global__ void scale_kernel(backend::Layout<1> out, float beta) {
       rem /= out.shape[d];
     }
     T* p = reinterpret_cast<T*>(out.ptr[0] + offset);
-    *p = beta == 0.f ? from_float<T>(0.f) : from_float<T>(beta * to_float(*p));
+    *p = beta == 0.f ? convert<T>(0.f) : convert<T>(beta * to_float(*p));
   }
 }
 

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "src/backends/cuda/convert.cuh"
 #include "src/backends/cuda/launch.h"
 #include "src/backends/cuda/nn_launch.h"
 #include "src/core/philox.h"
@@ -27,17 +28,6 @@ constexpr int64_t kWarpRowMax = 1024;   // rows up to this long: one warp per ro
 constexpr int kTeamThreads = 256;       // threads per block of the row kernels
 constexpr int kWarpsPerBlock = kTeamThreads / 32;
 constexpr int kReduceThreads = 1024;    // the one-block cross-entropy mean
-
-// ---- element access: storage type <-> f32 ----
-
-__device__ __forceinline__ float ld(float v) { return v; }
-__device__ __forceinline__ float ld(__half v) { return __half2float(v); }
-__device__ __forceinline__ float ld(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T st(float v);
-template <> __device__ __forceinline__ float st<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half st<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 st<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // ---- reductions ----
 
@@ -112,17 +102,17 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
     const T* xr = x + r * n;
     T* yr = y + r * n;
     float m = -INFINITY;
-    for (int64_t k = team.rank; k < n; k += team.size) m = fmaxf(m, ld(xr[k]));
+    for (int64_t k = team.rank; k < n; k += team.size) m = fmaxf(m, to_float(xr[k]));
     m = team.max(m);
     float s = 0;
-    for (int64_t k = team.rank; k < n; k += team.size) s += expf(ld(xr[k]) - m);
+    for (int64_t k = team.rank; k < n; k += team.size) s += expf(to_float(xr[k]) - m);
     s = team.sum(s);
     if (kLog) {
       const float lse = m + logf(s);
-      for (int64_t k = team.rank; k < n; k += team.size) yr[k] = st<T>(ld(xr[k]) - lse);
+      for (int64_t k = team.rank; k < n; k += team.size) yr[k] = convert<T>(to_float(xr[k]) - lse);
     } else {
       const float inv = 1.0f / s;
-      for (int64_t k = team.rank; k < n; k += team.size) yr[k] = st<T>(expf(ld(xr[k]) - m) * inv);
+      for (int64_t k = team.rank; k < n; k += team.size) yr[k] = convert<T>(expf(to_float(xr[k]) - m) * inv);
     }
   }
 }
@@ -137,12 +127,12 @@ __global__ void softmax_cols_kernel(const T* __restrict__ x, T* __restrict__ y, 
     const T* xc = x + o * n * inner + j;
     T* yc = y + o * n * inner + j;
     float m = -INFINITY, s = 0;
-    for (int64_t k = 0; k < n; ++k) m = fmaxf(m, ld(xc[k * inner]));
-    for (int64_t k = 0; k < n; ++k) s += expf(ld(xc[k * inner]) - m);
+    for (int64_t k = 0; k < n; ++k) m = fmaxf(m, to_float(xc[k * inner]));
+    for (int64_t k = 0; k < n; ++k) s += expf(to_float(xc[k * inner]) - m);
     const float lse = m + logf(s), inv = 1.0f / s;
     for (int64_t k = 0; k < n; ++k) {
-      const float v = ld(xc[k * inner]);
-      yc[k * inner] = st<T>(kLog ? v - lse : expf(v - m) * inv);
+      const float v = to_float(xc[k * inner]);
+      yc[k * inner] = convert<T>(kLog ? v - lse : expf(v - m) * inv);
     }
   }
 }
@@ -162,9 +152,9 @@ __global__ void softmax_backward_rows_kernel(const T* __restrict__ g, const T* _
     const T* gr = g + r * n;
     const T* yr = y + r * n;
     float s = 0;
-    for (int64_t k = team.rank; k < n; k += team.size) s += kLog ? ld(gr[k]) : ld(gr[k]) * ld(yr[k]);
+    for (int64_t k = team.rank; k < n; k += team.size) s += kLog ? to_float(gr[k]) : to_float(gr[k]) * to_float(yr[k]);
     s = team.sum(s);
-    for (int64_t k = team.rank; k < n; k += team.size) gx[r * n + k] = st<T>(softmax_grad<kLog>(ld(gr[k]), ld(yr[k]), s));
+    for (int64_t k = team.rank; k < n; k += team.size) gx[r * n + k] = convert<T>(softmax_grad<kLog>(to_float(gr[k]), to_float(yr[k]), s));
   }
 }
 
@@ -176,11 +166,11 @@ __global__ void softmax_backward_cols_kernel(const T* __restrict__ g, const T* _
     float s = 0;
     for (int64_t k = 0; k < n; ++k) {
       const int64_t i = base + k * inner;
-      s += kLog ? ld(g[i]) : ld(g[i]) * ld(y[i]);
+      s += kLog ? to_float(g[i]) : to_float(g[i]) * to_float(y[i]);
     }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t i = base + k * inner;
-      gx[i] = st<T>(softmax_grad<kLog>(ld(g[i]), ld(y[i]), s));
+      gx[i] = convert<T>(softmax_grad<kLog>(to_float(g[i]), to_float(y[i]), s));
     }
   }
 }
@@ -200,10 +190,10 @@ __global__ void row_logsumexp_kernel(const T* __restrict__ x, float* __restrict_
   for (int64_t r = team.row; r < rows; r += team.rows_step) {
     const T* xr = x + r * n;
     float m = -INFINITY;
-    for (int64_t k = team.rank; k < n; k += team.size) m = fmaxf(m, ld(xr[k]));
+    for (int64_t k = team.rank; k < n; k += team.size) m = fmaxf(m, to_float(xr[k]));
     m = team.max(m);
     float s = 0;
-    for (int64_t k = team.rank; k < n; k += team.size) s += expf(ld(xr[k]) - m);
+    for (int64_t k = team.rank; k < n; k += team.size) s += expf(to_float(xr[k]) - m);
     s = team.sum(s);
     if (team.rank == 0) stats[r] = m + logf(s);
   }
@@ -226,14 +216,14 @@ __global__ void cross_entropy_mean_kernel(const T* __restrict__ x, const I* __re
       if (t != ignore_index) atomicOr_system(errors, error_bit);   // NOTE [ Kernel error words ]
       continue;
     }
-    total += static_cast<double>(stats[r]) - static_cast<double>(ld(x[r * classes + t]));
+    total += static_cast<double>(stats[r]) - static_cast<double>(to_float(x[r * classes + t]));
     ++count;
   }
   total = block_reduce(total, 0.0, shm_total, SumOp{});
   count = block_reduce(count, 0LL, shm_count, SumOp{});
   if (threadIdx.x == 0) {
     stats[rows] = static_cast<float>(count);
-    loss[0] = st<T>(count > 0 ? static_cast<float>(total / static_cast<double>(count)) : 0.0f);
+    loss[0] = convert<T>(count > 0 ? static_cast<float>(total / static_cast<double>(count)) : 0.0f);
   }
 }
 
@@ -244,17 +234,17 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const I* 
                                               T* __restrict__ gx, int64_t rows, int64_t classes,
                                               int64_t ignore_index) {
   const float count = stats[rows];
-  const float scale = count > 0 ? ld(grad_loss[0]) / count : 0.0f;
+  const float scale = count > 0 ? to_float(grad_loss[0]) / count : 0.0f;
   ENCORE_GRID_LOOP(i, rows * classes) {
     const int64_t r = i / classes, c = i - r * classes;
     const int64_t t = static_cast<int64_t>(target[r]);
     float v = 0;
     if (counted(t, classes, ignore_index)) {
-      v = expf(ld(x[i]) - stats[r]);
+      v = expf(to_float(x[i]) - stats[r]);
       if (c == t) v -= 1.0f;
       v *= scale;
     }
-    gx[i] = st<T>(v);
+    gx[i] = convert<T>(v);
   }
 }
 
@@ -271,19 +261,19 @@ __global__ void layer_norm_kernel(const T* __restrict__ x, const T* __restrict__
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
     float s = 0;
-    for (int64_t c = team.rank; c < cols; c += team.size) s += ld(xr[c]);
+    for (int64_t c = team.rank; c < cols; c += team.size) s += to_float(xr[c]);
     const float mean = team.sum(s) * inv_n;
     float q = 0;   // two passes: no cancellation when |mean| >> std
     for (int64_t c = team.rank; c < cols; c += team.size) {
-      const float d = ld(xr[c]) - mean;
+      const float d = to_float(xr[c]) - mean;
       q += d * d;
     }
     const float rstd = 1.0f / sqrtf(team.sum(q) * inv_n + eps);
     for (int64_t c = team.rank; c < cols; c += team.size) {
-      float v = (ld(xr[c]) - mean) * rstd;
-      if (w != nullptr) v *= ld(w[c]);
-      if (b != nullptr) v += ld(b[c]);
-      yr[c] = st<T>(v);
+      float v = (to_float(xr[c]) - mean) * rstd;
+      if (w != nullptr) v *= to_float(w[c]);
+      if (b != nullptr) v += to_float(b[c]);
+      yr[c] = convert<T>(v);
     }
     if (team.rank == 0) {
       stats[2 * r] = mean;
@@ -307,16 +297,16 @@ __global__ void layer_norm_dx_kernel(const T* __restrict__ g, const T* __restric
     const float mean = stats[2 * r], rstd = stats[2 * r + 1];
     float s1 = 0, s2 = 0;
     for (int64_t c = team.rank; c < cols; c += team.size) {
-      const float gw = w != nullptr ? ld(gr[c]) * ld(w[c]) : ld(gr[c]);
+      const float gw = w != nullptr ? to_float(gr[c]) * to_float(w[c]) : to_float(gr[c]);
       s1 += gw;
-      s2 += gw * (ld(xr[c]) - mean) * rstd;
+      s2 += gw * (to_float(xr[c]) - mean) * rstd;
     }
     const float m1 = team.sum(s1) * inv_n;
     const float m2 = team.sum(s2) * inv_n;
     for (int64_t c = team.rank; c < cols; c += team.size) {
-      const float gw = w != nullptr ? ld(gr[c]) * ld(w[c]) : ld(gr[c]);
-      const float xh = (ld(xr[c]) - mean) * rstd;
-      dx[r * cols + c] = st<T>(rstd * (gw - m1 - xh * m2));
+      const float gw = w != nullptr ? to_float(gr[c]) * to_float(w[c]) : to_float(gr[c]);
+      const float xh = (to_float(xr[c]) - mean) * rstd;
+      dx[r * cols + c] = convert<T>(rstd * (gw - m1 - xh * m2));
     }
   }
 }
@@ -334,8 +324,8 @@ __global__ void layer_norm_partial_kernel(const T* __restrict__ g, const T* __re
   const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
   float sw = 0, sb = 0;
   for (int64_t r = r0; r < r1; ++r) {
-    const float gv = ld(g[r * cols + c]);
-    sw += gv * (ld(x[r * cols + c]) - stats[2 * r]) * stats[2 * r + 1];
+    const float gv = to_float(g[r * cols + c]);
+    sw += gv * (to_float(x[r * cols + c]) - stats[2 * r]) * stats[2 * r + 1];
     sb += gv;
   }
   partial[chunk * 2 * cols + c] = sw;
@@ -351,8 +341,8 @@ __global__ void layer_norm_combine_kernel(const float* __restrict__ partial, T* 
       sw += partial[k * 2 * cols + c];
       sb += partial[(k * 2 + 1) * cols + c];
     }
-    if (dw != nullptr) dw[c] = st<T>(sw);
-    if (db != nullptr) db[c] = st<T>(sb);
+    if (dw != nullptr) dw[c] = convert<T>(sw);
+    if (db != nullptr) db[c] = convert<T>(sb);
   }
 }
 
@@ -407,9 +397,9 @@ __global__ void embedding_sum_kernel(const T* __restrict__ g, const int32_t* __r
     const int32_t end = row_start[v + 1];
     float acc = 0;
     for (int32_t j = row_start[v]; j < end; ++j) {
-      acc = ld(st<T>(acc + ld(g[static_cast<int64_t>(pos_sorted[j]) * dim + c])));
+      acc = to_float(convert<T>(acc + to_float(g[static_cast<int64_t>(pos_sorted[j]) * dim + c])));
     }
-    gw[t] = st<T>(acc);
+    gw[t] = convert<T>(acc);
   }
 }
 
@@ -425,7 +415,7 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, bool*
   ENCORE_GRID_LOOP(i, n) {
     const philox::Block r = philox::philox4x32(offset + static_cast<uint64_t>(i), seed);
     const bool keep = philox::uniform(r.x[0]) >= p;
-    y[i] = st<T>(ld(x[i]) * (keep ? scale : 0.0f));
+    y[i] = convert<T>(to_float(x[i]) * (keep ? scale : 0.0f));
     if (mask != nullptr) mask[i] = keep;
   }
 }
@@ -438,7 +428,7 @@ __global__ void advance_offset_kernel(int64_t* state, int64_t n) {
 template <typename T>
 __global__ void dropout_backward_kernel(const T* __restrict__ g, const bool* __restrict__ mask, T* __restrict__ gx,
                                         int64_t n, float scale) {
-  ENCORE_GRID_LOOP(i, n) gx[i] = st<T>(ld(g[i]) * (mask[i] ? scale : 0.0f));
+  ENCORE_GRID_LOOP(i, n) gx[i] = convert<T>(to_float(g[i]) * (mask[i] ? scale : 0.0f));
 }
 
 // ---- dispatch helpers ----

@@ -5,6 +5,7 @@
 // __fmul_rn/__fadd_rn/__fdiv_rn/__fsqrt_rn, which nvcc never contracts into
 // FMAs, and the per-step constants are computed in double like the CPU's. So
 // a CUDA AdamW step gives the CPU's bits for the same inputs.
+#include "src/backends/adamw_coefs.h"
 #include "src/backends/cuda/elementwise.cuh"
 #include "src/backends/cuda/optim_launch.h"
 
@@ -35,16 +36,11 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(SgdArgs a) {
 
 // ---- AdamW ----
 
-struct AdamWCoefs { float decay, b1, c1, b2, c2, step_size, inv_sqrt_bias2, eps; };
+using backend::AdamWCoefs;
 
 template <typename A>   // AdamWArgs or AdamWManyArgs
 __device__ AdamWCoefs adamw_coefs(const A& a) {
-  const double lr = *a.lr;
-  const double t = static_cast<double>(*a.step);
-  const double bias1 = 1.0 - pow(static_cast<double>(a.beta1), t);
-  const double bias2 = 1.0 - pow(static_cast<double>(a.beta2), t);
-  return {static_cast<float>(1.0 - lr * a.weight_decay), a.beta1, 1.0f - a.beta1, a.beta2, 1.0f - a.beta2,
-          static_cast<float>(lr / bias1), static_cast<float>(1.0 / sqrt(bias2)), a.eps};
+  return backend::adamw_coefs(*a.lr, *a.step, a.beta1, a.beta2, a.eps, a.weight_decay);
 }
 
 template <typename T>

@@ -9,28 +9,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "src/backends/cuda/convert.cuh"
 #include "src/backends/cuda/launch.h"
 #include "src/backends/cuda/reduce_launch.h"
 
 namespace encore::cuda {
 namespace {
-
-// ---- element conversions (f16/bf16 compute in f32) ----
-
-template <typename T> struct ComputeOf { using type = T; };
-template <> struct ComputeOf<__half> { using type = float; };
-template <> struct ComputeOf<__nv_bfloat16> { using type = float; };
-template <typename T> using compute_t = typename ComputeOf<T>::type;
-
-template <typename T> __device__ __forceinline__ compute_t<T> load(T x) { return x; }
-__device__ __forceinline__ float load(__half x) { return __half2float(x); }
-__device__ __forceinline__ float load(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <typename T> __device__ __forceinline__ T from_f32(float x) { return static_cast<T>(x); }
-template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 template <typename C> __device__ __forceinline__ bool is_nan(C v) {
   if constexpr (std::is_floating_point_v<C>) {
@@ -100,7 +84,7 @@ struct SumReducer {
   }
   __device__ void add(State& s, T x, int64_t, int64_t) const {
     if constexpr (kFloat) {
-      float v = load(x);
+      float v = to_compute(x);
       if constexpr (kMode == SumMode::kSquaredDeviation) {
         const float d = v - s.mean;
         v = d * d;
@@ -123,9 +107,9 @@ struct SumReducer {
     if constexpr (!kFloat) {
       out[o] = static_cast<TOut>(static_cast<long long>(p));
     } else if constexpr (kMode == SumMode::kSum) {
-      out[o] = from_f32<TOut>(p);
+      out[o] = convert<TOut>(p);
     } else {
-      out[o] = from_f32<TOut>(static_cast<float>(static_cast<double>(p) / divisor));
+      out[o] = convert<TOut>(static_cast<float>(static_cast<double>(p) / divisor));
     }
   }
 };
@@ -146,7 +130,7 @@ struct MaxReducer {
   __device__ static Part identity() { return Part{C(0), -1}; }
   // Elements arrive in increasing r: strictly better keeps the first of equals.
   __device__ void add(State& s, T x, int64_t, int64_t r) const {
-    const C v = load(x);
+    const C v = to_compute(x);
     if (s.i < 0 || v > s.v || (is_nan(v) && !is_nan(s.v))) s = Part{v, r};
   }
   __device__ static Part finish(const State& s) { return s; }
@@ -164,9 +148,9 @@ struct MaxReducer {
   __device__ void store(int64_t o, const Part& p) const {
     if (values != nullptr) {
       if constexpr (std::is_integral_v<T>) {
-        values[o] = p.v;   // from_f32 would round large integers
+        values[o] = p.v;   // through float would round large integers
       } else {
-        values[o] = from_f32<T>(p.v);
+        values[o] = convert<T>(p.v);
       }
     }
     indices[o] = p.i;
@@ -259,7 +243,7 @@ __global__ void max_backward_kernel(T* grad_in, const T* grad_out, const int64_t
     const int64_t i = e % inner, rest = e / inner;
     const int64_t k = rest % n, p = rest / n;
     const int64_t j = p * inner + i;
-    grad_in[e] = indices[j] == k ? grad_out[j] : from_f32<T>(0.0f);
+    grad_in[e] = indices[j] == k ? grad_out[j] : convert<T>(0.0f);
   }
 }
 
