@@ -12,6 +12,8 @@
 //   eager_us_per_kernel   one eager chain's wall time / N
 //   replay_us_per_kernel  one replay()'s wall time / N (replay + synchronize)
 //   speedup               eager / replay
+//   pdl_us_per_kernel     the same as replay_us_per_kernel for the chain captured with
+//                         CaptureOptions::programmatic_launch
 //   capture_ms            wall time of encore::capture() (2 eager warm-ups, plan, stream capture,
 //                         cudaGraphInstantiate, upload); instantiate_ms = its capture phase alone
 //                         (stream capture + instantiate + upload), instantiate_us_per_node = that / N
@@ -26,6 +28,8 @@
 //                                (union of their CUPTI activity intervals), from a separate traced batch
 //   eager_busy, replay_busy      gpu_ms / wall ms of the untraced batches (issue target: replay >= 0.95)
 //   kernels                      GPU activities per replayed step (CUPTI records / steps)
+//   pdl_ms, pdl_busy             the same for a graph captured with CaptureOptions::programmatic_launch;
+//                                pdl_gain = replay_ms / pdl_ms (> 1: programmatic launch helps)
 //   nodes                        nodes of the captured graph; capture_ms as above
 // The traced batches replay a second graph captured after tracing began, so
 // the figures do not depend on whether CUPTI sees graphs instantiated before
@@ -47,6 +51,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "encore/encore.h"
 #include "src/backends/cuda/runtime.h"
 #include "src/core/stream.h"
@@ -212,6 +217,15 @@ void BM_LaunchChain(benchmark::State& state) {
   if (got != static_cast<float>(n)) {
     return state.SkipWithError(absl::StrFormat("replayed chain gave %g, expected %d", got, n).c_str());
   }
+  // The chain captured with programmatic dependent launch: each kernel launches
+  // while the one before it finishes. Checked the same way.
+  absl::StatusOr<Graph> pdl = capture(chain, {.programmatic_launch = true});
+  if (!pdl.ok()) return state.SkipWithError(("capture (programmatic launch): " + pdl.status().ToString()).c_str());
+  const double pdl_ms = median_ms([&] { (void)pdl->replay(); sync(); });
+  const float pdl_got = pdl->output(0).to_vector<float>()[0];
+  if (pdl_got != static_cast<float>(n)) {
+    return state.SkipWithError(absl::StrFormat("programmatic-launch chain gave %g, expected %d", pdl_got, n).c_str());
+  }
   for (auto _ : state) {
     absl::Status s = g->replay();
     sync();
@@ -219,6 +233,7 @@ void BM_LaunchChain(benchmark::State& state) {
   }
   state.counters["eager_us_per_kernel"] = eager_ms * 1e3 / n;
   state.counters["replay_us_per_kernel"] = replay_ms * 1e3 / n;
+  state.counters["pdl_us_per_kernel"] = pdl_ms * 1e3 / n;
   state.counters["speedup"] = eager_ms / replay_ms;
   state.counters["capture_ms"] = capture_ms;
   state.counters["instantiate_ms"] = g->stats().capture_ms;
@@ -271,29 +286,37 @@ absl::StatusOr<ActivityTotals> traced_per_step(F&& step) {
   return t;
 }
 
-// CUPTI figures of eager and replayed steps, on a graph captured after tracing
-// began; sets the _gpu_ms, _busy and kernels counters, or the label.
-void traced_counters(benchmark::State& state, tools::Workload& w, double eager_ms, double replay_ms) {
-  std::string why;
-  absl::StatusOr<ActivityTotals> eager = traced_per_step([&] { w.step(); });
-  absl::StatusOr<ActivityTotals> replay = absl::UnavailableError("not run");
+// CUPTI figures of replays of a graph captured after tracing began (so they
+// do not depend on whether CUPTI sees graphs instantiated before it was enabled).
+absl::StatusOr<ActivityTotals> traced_replays(tools::Workload& w, const CaptureOptions& options) {
   absl::Status started = GpuActivity::start();
-  if (started.ok()) {
-    absl::StatusOr<Graph> g = capture([&] { return w.step(); });
-    (void)GpuActivity::stop();
-    if (!g.ok()) return state.SkipWithError(("traced capture: " + g.status().ToString()).c_str());
-    replay = traced_per_step([&] { (void)g->replay(); });
-  } else {
-    replay = started;
-  }
-  if (!eager.ok() || !replay.ok()) {
-    state.SetLabel("no CUPTI: " + std::string((eager.ok() ? replay.status() : eager.status()).message()));
+  if (!started.ok()) return started;
+  absl::StatusOr<Graph> g = capture([&] { return w.step(); }, options);
+  (void)GpuActivity::stop();
+  if (!g.ok()) return absl::Status(g.status().code(), "traced capture: " + std::string(g.status().message()));
+  return traced_per_step([&] { (void)g->replay(); });
+}
+
+// Sets the _gpu_ms, _busy and kernels counters of eager steps, replays and
+// programmatic-launch replays, or the label saying why there are none.
+void traced_counters(benchmark::State& state, tools::Workload& w, double eager_ms, double replay_ms,
+                     double pdl_ms) {
+  absl::StatusOr<ActivityTotals> eager = traced_per_step([&] { w.step(); });
+  absl::StatusOr<ActivityTotals> replay = traced_replays(w, {});
+  absl::StatusOr<ActivityTotals> pdl = traced_replays(w, {.programmatic_launch = true});
+  for (const absl::StatusOr<ActivityTotals>* t : {&eager, &replay, &pdl}) {
+    if (t->ok()) continue;
+    if (absl::StartsWith(t->status().message(), "traced capture")) {
+      return state.SkipWithError(t->status().ToString().c_str());
+    }
+    state.SetLabel("no CUPTI: " + std::string(t->status().message()));
     return;
   }
   state.counters["eager_gpu_ms"] = eager->busy_ms;
   state.counters["replay_gpu_ms"] = replay->busy_ms;
   state.counters["eager_busy"] = eager->busy_ms / eager_ms;
   state.counters["replay_busy"] = replay->busy_ms / replay_ms;
+  state.counters["pdl_busy"] = pdl->busy_ms / pdl_ms;
   state.counters["kernels"] = static_cast<double>(replay->records);
 }
 
@@ -312,6 +335,10 @@ void BM_TrainStep(benchmark::State& state, MakeWorkload make) {
   const double replay_ms = ms_per_step([&] { (void)g->replay(); });
   const float loss = g->output(0).item<float>();
   if (!std::isfinite(loss)) return state.SkipWithError(absl::StrFormat("replayed loss is %g", loss).c_str());
+  // The same step captured with programmatic dependent launch, timed right after.
+  absl::StatusOr<Graph> pdl = capture([&] { return w->step(); }, {.programmatic_launch = true});
+  if (!pdl.ok()) return state.SkipWithError(("capture (programmatic launch): " + pdl.status().ToString()).c_str());
+  const double pdl_ms = ms_per_step([&] { (void)pdl->replay(); });
   for (auto _ : state) {
     for (int i = 0; i < kStepsPerBatch; ++i) (void)g->replay();
     sync();
@@ -322,7 +349,9 @@ void BM_TrainStep(benchmark::State& state, MakeWorkload make) {
   state.counters["capture_ms"] = capture_ms;
   state.counters["nodes"] = static_cast<double>(g->stats().kernels);
   state.counters["loss"] = loss;
-  traced_counters(state, *w, eager_ms, replay_ms);
+  state.counters["pdl_ms"] = pdl_ms;
+  state.counters["pdl_gain"] = replay_ms / pdl_ms;
+  traced_counters(state, *w, eager_ms, replay_ms, pdl_ms);
 }
 
 MakeWorkload mlp_of(std::vector<int64_t> widths, int64_t batch) {

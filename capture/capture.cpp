@@ -403,7 +403,7 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<st
     ArenaScope scope(&arena, impl->device);
     impl->outputs = run_step(step);
   } else {
-    ENCORE_RETURN_IF_ERROR(CudaGraph::begin(impl->device));
+    ENCORE_RETURN_IF_ERROR(CudaGraph::begin(impl->device, options.programmatic_launch));
     absl::Status run = status_of([&] {
       ObserverScope observe(&cap, gpu);
       ArenaScope scope(&arena, impl->device);

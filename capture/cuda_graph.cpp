@@ -73,15 +73,21 @@ int64_t now_ns() {
 
 }  // namespace
 
-absl::Status CudaGraph::begin(Device device) {
+absl::Status CudaGraph::begin(Device device, bool programmatic_launch) {
   const cudaStream_t s = cuda::stream_for(device.index);
   ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s), "capture: waiting for the warm-up");
+  int major = 0;
+  if (programmatic_launch) {
+    ENCORE_RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index),
+                                "capture: cudaDeviceGetAttribute(compute capability)");
+  }
   // Thread-local mode: other threads may keep using CUDA, but an unsafe call
   // (cudaMalloc, a synchronize) from this thread breaks the capture.
   ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
                               "capture: cudaStreamBeginCapture");
   tls_marks = std::make_unique<CaptureMarks>();
   tls_marks->stream = s;
+  cuda::set_programmatic_launch(programmatic_launch && major >= 9);   // until end()
   return absl::OkStatus();
 }
 
@@ -92,6 +98,7 @@ void CudaGraph::mark_launch() {
 absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::end(Device device, absl::Status run) {
   const cudaStream_t s = cuda::stream_for(device.index);
   std::unique_ptr<CaptureMarks> marks = std::move(tls_marks);   // this capture's, whatever happens next
+  cuda::set_programmatic_launch(false);
   if (marks != nullptr && run.ok()) take_mark(*marks);            // where the last launch ended
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(s, &graph);
@@ -339,7 +346,7 @@ absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void* from, const voi
 
 #else  // !ENCORE_HAVE_CUDA
 
-absl::Status CudaGraph::begin(Device device) {
+absl::Status CudaGraph::begin(Device device, bool) {
   return absl::UnimplementedError(
       absl::StrCat("capture: the step runs on ", device.str(), ", but encore was built without CUDA"));
 }

@@ -42,8 +42,11 @@ struct CudaGraphNode {
 class CudaGraph {
  public:
   // Begins capturing encore's stream of `device` after waiting for the work
-  // already queued on it (the warm-up's).
-  [[nodiscard]] static absl::Status begin(Device device);
+  // already queued on it (the warm-up's). With `programmatic_launch` (and a
+  // GPU of compute capability >= 9.0) encore's kernels are captured with
+  // programmatic edges (NOTE [ Programmatic dependent launch ] in
+  // src/backends/cuda/launch.h) until end().
+  [[nodiscard]] static absl::Status begin(Device device, bool programmatic_launch = false);
   // Records where the previous encore launch ended in the graph being
   // captured on this thread (NOTE [ CUDA graph nodes and encore launches ]).
   // Call before each launch of the captured step; a no-op when this thread

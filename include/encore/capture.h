@@ -59,6 +59,12 @@ struct CaptureOptions {
   int warmup = 2;                               // eager runs before capture; the last is recorded (>= 1)
   planner::Algorithm planner = planner::Algorithm::kBest;
   double planner_time_limit_s = 0.5;
+  // CUDA, compute capability >= 9.0 (Hopper): the graph's kernels launch
+  // while the kernel before them finishes and wait for its results at their
+  // start (programmatic dependent launch), hiding the launch latency between
+  // small kernels; results are the same bits. Off by default until measured
+  // on a GPU (bench/gpu_bench "pdl" rows). Ignored on CPU and older GPUs.
+  bool programmatic_launch = false;
 };
 
 struct CaptureStats {

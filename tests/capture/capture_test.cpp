@@ -3,12 +3,18 @@
 // Status instead of a silent wrong answer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
 
+#if ENCORE_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "capture/cuda_graph.h"
 #include "encore/capture.h"
 #include "encore/encore.h"
 #include "encore/nn.h"
@@ -90,7 +96,8 @@ std::unique_ptr<TrainRig> gpt_setup(Device dev = kCPU) {
 // Runs the eager reference (two warm-up-equivalent steps on batch 0, then
 // kSteps on batches 1..kSteps), then the captured version from the same seed,
 // and compares losses and parameters after every step, bit for bit.
-void expect_replay_matches_eager(const std::function<std::unique_ptr<TrainRig>()>& make) {
+void expect_replay_matches_eager(const std::function<std::unique_ptr<TrainRig>()>& make,
+                                 const CaptureOptions& options = {}) {
   std::vector<float> eager_losses;
   std::vector<std::vector<std::vector<float>>> eager_params;
   {
@@ -108,7 +115,7 @@ void expect_replay_matches_eager(const std::function<std::unique_ptr<TrainRig>()
   std::unique_ptr<TrainRig> rig = make();
   TrainRig& s = *rig;
   s.fill(0);
-  absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
+  absl::StatusOr<Graph> graph = capture([&] { return s.step(); }, options);
   ASSERT_TRUE(graph.ok()) << graph.status();
   EXPECT_GT(graph->stats().kernels, 10);
   for (int i = 1; i <= kSteps; ++i) {
@@ -128,6 +135,11 @@ TEST(CaptureTest, MlpReplaysEqualEagerStepsBitForBit) { expect_replay_matches_ea
 
 TEST(CaptureTest, GptWithDropoutAndTiedWeightsReplaysEqualEagerSteps) {
   expect_replay_matches_eager([] { return gpt_setup(); });
+}
+
+// A CUDA-only option; on CPU it changes nothing.
+TEST(CaptureTest, ProgrammaticLaunchIsIgnoredOnCpu) {
+  expect_replay_matches_eager([] { return mlp_setup(); }, {.programmatic_launch = true});
 }
 
 // The arena plan validates, and every node's temporaries are live and
@@ -416,6 +428,44 @@ TEST(CudaCaptureTest, MlpReplaysEqualEagerStepsBitForBit) {
 TEST(CudaCaptureTest, GptWithDropoutAndTiedWeightsReplaysEqualEagerSteps) {
   ENCORE_SKIP_WITHOUT_GPU();
   expect_replay_matches_eager([] { return gpt_setup(kGpu); });
+}
+
+#if ENCORE_HAVE_CUDA
+// Edges of the captured CUDA graph of type programmatic (kernel to kernel,
+// NOTE [ Programmatic dependent launch ] in src/backends/cuda/launch.h).
+int64_t programmatic_edges(const Graph& g) {
+  cudaGraph_t graph = static_cast<cudaGraph_t>(g.cuda_graph()->graph_handle());
+  size_t n = 0;
+  EXPECT_EQ(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n), cudaSuccess);
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
+  EXPECT_EQ(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n), cudaSuccess);
+  return std::count_if(data.begin(), data.end(),
+                       [](const cudaGraphEdgeData& e) { return e.type == cudaGraphDependencyTypeProgrammatic; });
+}
+#endif
+
+// Kernels launched early wait for their predecessor's results at their start:
+// the same bits as eager steps, over many replays. On compute capability >= 9
+// the graph really holds programmatic edges (more than cuBLAS's own, if any).
+TEST(CudaCaptureTest, ProgrammaticLaunchReplaysEqualEagerSteps) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_replay_matches_eager([] { return gpt_setup(kGpu); }, {.programmatic_launch = true});
+#if ENCORE_HAVE_CUDA
+  std::unique_ptr<TrainRig> rig = gpt_setup(kGpu);
+  rig->fill(0);
+  absl::StatusOr<Graph> plain = capture([&] { return rig->step(); });
+  absl::StatusOr<Graph> early = capture([&] { return rig->step(); }, {.programmatic_launch = true});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(early.ok()) << early.status();
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  if (major >= 9) {
+    EXPECT_GT(programmatic_edges(*early), programmatic_edges(*plain));
+  } else {
+    EXPECT_EQ(programmatic_edges(*early), programmatic_edges(*plain));
+  }
+#endif
 }
 
 TEST(CudaCaptureTest, ArenaPlanIsSoundAndTheGraphHasEveryKernel) {

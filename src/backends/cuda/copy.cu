@@ -38,6 +38,7 @@ struct CopyFn {   // operands dst, src
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) arange_kernel(T* out, int64_t n, double start, double step) {
+  kernel_prologue();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     // Rounded multiply then add (no FMA): the CPU's double arithmetic exactly.
@@ -53,6 +54,7 @@ template <> inline constexpr float kBelowOne<__nv_bfloat16> = 0.99609375f;      
 // Draw i uses the Philox block at counter offset + i (as on the CPU).
 template <typename T, RandomKind kKind>
 __global__ void __launch_bounds__(kThreads) random_kernel(T* out, int64_t n, const int64_t* state) {
+  kernel_prologue();
   const uint64_t seed = static_cast<uint64_t>(state[0]);
   const uint64_t offset = static_cast<uint64_t>(state[1]);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -68,6 +70,7 @@ __global__ void __launch_bounds__(kThreads) random_kernel(T* out, int64_t n, con
 
 // Runs after random_kernel on the same stream, so no draw reads the new offset.
 __global__ void advance_offset_kernel(int64_t* state, int64_t n) {
+  kernel_prologue();
   state[1] = static_cast<int64_t>(static_cast<uint64_t>(state[1]) + static_cast<uint64_t>(n));
 }
 
@@ -107,7 +110,7 @@ void arange_launch(const ArangeArgs& a) {
   visit_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<T, bool>) {
-      arange_kernel<T><<<blocks_for(a.n), kThreads, 0, active_stream()>>>(static_cast<T*>(a.out), a.n, a.start,
+      launch_kernel(arange_kernel<T>, blocks_for(a.n), kThreads, 0, active_stream(), static_cast<T*>(a.out), a.n, a.start,
                                                                           a.step);
       check_launch("arange");
     }
@@ -122,12 +125,12 @@ void random_launch(const RandomArgs& a) {
       const cudaStream_t s = active_stream();
       T* out = static_cast<T*>(a.out);
       if (a.kind == RandomKind::kUniform) {
-        random_kernel<T, RandomKind::kUniform><<<blocks_for(a.n), kThreads, 0, s>>>(out, a.n, a.state);
+        launch_kernel(random_kernel<T, RandomKind::kUniform>, blocks_for(a.n), kThreads, 0, s, out, a.n, a.state);
       } else {
-        random_kernel<T, RandomKind::kNormal><<<blocks_for(a.n), kThreads, 0, s>>>(out, a.n, a.state);
+        launch_kernel(random_kernel<T, RandomKind::kNormal>, blocks_for(a.n), kThreads, 0, s, out, a.n, a.state);
       }
       check_launch(a.kind == RandomKind::kUniform ? "rand" : "randn");
-      advance_offset_kernel<<<1, 1, 0, s>>>(a.state, a.n);
+      launch_kernel(advance_offset_kernel, 1, 1, 0, s, a.state, a.n);
       check_launch("rng_advance");
     }
   });

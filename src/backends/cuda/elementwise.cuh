@@ -61,6 +61,7 @@ __device__ __forceinline__ void element_ptrs(const Layout<N>& l, Index i, char* 
 // With Index = uint32_t, numel < 2^31 keeps i + grid stride below 2^32.
 template <typename Index, int N, typename F>
 __global__ void __launch_bounds__(kThreads) elementwise_kernel(Layout<N> l, F f) {
+  kernel_prologue();
   const Index n = static_cast<Index>(l.numel);
   const Index step = static_cast<Index>(gridDim.x) * blockDim.x;
   for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
@@ -76,9 +77,9 @@ template <int N, typename F>
 void launch_elementwise(const Layout<N>& l, const F& f, const char* op) {
   if (l.numel <= 0) return;
   if (l.numel < (int64_t{1} << 31)) {
-    elementwise_kernel<uint32_t, N, F><<<blocks_for(l.numel), kThreads, 0, active_stream()>>>(l, f);
+    launch_kernel(elementwise_kernel<uint32_t, N, F>, blocks_for(l.numel), kThreads, 0, active_stream(), l, f);
   } else {
-    elementwise_kernel<int64_t, N, F><<<blocks_for(l.numel), kThreads, 0, active_stream()>>>(l, f);
+    launch_kernel(elementwise_kernel<int64_t, N, F>, blocks_for(l.numel), kThreads, 0, active_stream(), l, f);
   }
   check_launch(op);
 }

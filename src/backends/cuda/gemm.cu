@@ -21,6 +21,7 @@ namespace {
 // then added in lane order. The order depends on the shape only.
 template <typename T>
 __global__ void column_sum_kernel(ColumnSumArgs a) {
+  kernel_prologue();
   __shared__ float lanes[kColumnSumLanes][kColumnSumTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * kColumnSumTile + tx;
@@ -46,6 +47,7 @@ __global__ void column_sum_kernel(ColumnSumArgs a) {
 // Pass 2: out[j] = sum over chunks c, in order, of partial[c, j].
 template <typename T>
 __global__ void column_sum_chunks_kernel(ColumnSumArgs a) {
+  kernel_prologue();
   for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < a.cols;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float sum = 0.f;
@@ -57,6 +59,7 @@ __global__ void column_sum_chunks_kernel(ColumnSumArgs a) {
 // out = beta * out over a strided layout (grid-stride loop over elements).
 template <typename T>
 __global__ void scale_kernel(backend::Layout<1> out, float beta) {
+  kernel_prologue();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < out.numel;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t offset = 0, rem = i;
@@ -74,17 +77,17 @@ void column_sum_typed(const ColumnSumArgs& a) {
   const dim3 block(kColumnSumTile, kColumnSumLanes);
   const dim3 grid(static_cast<unsigned>((a.cols + kColumnSumTile - 1) / kColumnSumTile),
                   static_cast<unsigned>(a.chunks));
-  column_sum_kernel<T><<<grid, block, 0, active_stream()>>>(a);
+  launch_kernel(column_sum_kernel<T>, grid, block, 0, active_stream(), a);
   check_launch("column_sum");
   if (a.chunks > 1) {
-    column_sum_chunks_kernel<T><<<blocks_for(a.cols), kThreads, 0, active_stream()>>>(a);
+    launch_kernel(column_sum_chunks_kernel<T>, blocks_for(a.cols), kThreads, 0, active_stream(), a);
     check_launch("column_sum (chunks)");
   }
 }
 
 template <typename T>
 void scale_typed(const ScaleArgs& a) {
-  scale_kernel<T><<<blocks_for(a.out.numel), kThreads, 0, active_stream()>>>(a.out, a.beta);
+  launch_kernel(scale_kernel<T>, blocks_for(a.out.numel), kThreads, 0, active_stream(), a.out, a.beta);
   check_launch("gemm (beta * out)");
 }
 

@@ -96,6 +96,7 @@ unsigned team_blocks(int64_t rows, bool warp_rows) {
 // Last-dim rows (inner == 1): max, sum of exp, then write.
 template <typename T, bool kLog, bool kWarp>
 __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n) {
+  kernel_prologue();
   __shared__ float shm[32];
   Team<kWarp> team(shm);
   for (int64_t r = team.row; r < rows; r += team.rows_step) {
@@ -122,6 +123,7 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
 template <typename T, bool kLog>
 __global__ void softmax_cols_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t outer, int64_t n,
                                     int64_t inner) {
+  kernel_prologue();
   ENCORE_GRID_LOOP(t, outer * inner) {
     const int64_t o = t / inner, j = t - o * inner;
     const T* xc = x + o * n * inner + j;
@@ -146,6 +148,7 @@ __device__ __forceinline__ float softmax_grad(float g, float y, float s) {
 template <typename T, bool kLog, bool kWarp>
 __global__ void softmax_backward_rows_kernel(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ gx,
                                              int64_t rows, int64_t n) {
+  kernel_prologue();
   __shared__ float shm[32];
   Team<kWarp> team(shm);
   for (int64_t r = team.row; r < rows; r += team.rows_step) {
@@ -161,6 +164,7 @@ __global__ void softmax_backward_rows_kernel(const T* __restrict__ g, const T* _
 template <typename T, bool kLog>
 __global__ void softmax_backward_cols_kernel(const T* __restrict__ g, const T* __restrict__ y, T* __restrict__ gx,
                                              int64_t outer, int64_t n, int64_t inner) {
+  kernel_prologue();
   ENCORE_GRID_LOOP(t, outer * inner) {
     const int64_t o = t / inner, j = t - o * inner, base = o * n * inner + j;
     float s = 0;
@@ -185,6 +189,7 @@ __device__ __forceinline__ bool counted(int64_t t, int64_t classes, int64_t igno
 // stats[r] = logsumexp of row r.
 template <typename T, bool kWarp>
 __global__ void row_logsumexp_kernel(const T* __restrict__ x, float* __restrict__ stats, int64_t rows, int64_t n) {
+  kernel_prologue();
   __shared__ float shm[32];
   Team<kWarp> team(shm);
   for (int64_t r = team.row; r < rows; r += team.rows_step) {
@@ -206,6 +211,7 @@ __global__ void cross_entropy_mean_kernel(const T* __restrict__ x, const I* __re
                                           float* __restrict__ stats, T* __restrict__ loss, int64_t rows,
                                           int64_t classes, int64_t ignore_index, uint32_t* errors,
                                           uint32_t error_bit) {
+  kernel_prologue();
   __shared__ double shm_total[32];
   __shared__ long long shm_count[32];
   double total = 0;
@@ -233,6 +239,7 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const I* 
                                               const float* __restrict__ stats, const T* __restrict__ grad_loss,
                                               T* __restrict__ gx, int64_t rows, int64_t classes,
                                               int64_t ignore_index) {
+  kernel_prologue();
   const float count = stats[rows];
   const float scale = count > 0 ? to_float(grad_loss[0]) / count : 0.0f;
   ENCORE_GRID_LOOP(i, rows * classes) {
@@ -254,6 +261,7 @@ template <typename T, bool kWarp>
 __global__ void layer_norm_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                                   T* __restrict__ y, float* __restrict__ stats, int64_t rows, int64_t cols,
                                   float eps) {
+  kernel_prologue();
   __shared__ float shm[32];
   Team<kWarp> team(shm);
   const float inv_n = 1.0f / static_cast<float>(cols);
@@ -288,6 +296,7 @@ template <typename T, bool kWarp>
 __global__ void layer_norm_dx_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w,
                                      const float* __restrict__ stats, T* __restrict__ dx, int64_t rows,
                                      int64_t cols) {
+  kernel_prologue();
   __shared__ float shm[32];
   Team<kWarp> team(shm);
   const float inv_n = 1.0f / static_cast<float>(cols);
@@ -317,6 +326,7 @@ template <typename T>
 __global__ void layer_norm_partial_kernel(const T* __restrict__ g, const T* __restrict__ x,
                                           const float* __restrict__ stats, float* __restrict__ partial,
                                           int64_t rows, int64_t cols, int64_t rows_per_chunk) {
+  kernel_prologue();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   const int64_t chunk = blockIdx.y;
@@ -335,6 +345,7 @@ __global__ void layer_norm_partial_kernel(const T* __restrict__ g, const T* __re
 template <typename T>
 __global__ void layer_norm_combine_kernel(const float* __restrict__ partial, T* __restrict__ dw,
                                           T* __restrict__ db, int64_t cols, int64_t chunks) {
+  kernel_prologue();
   ENCORE_GRID_LOOP(c, cols) {
     float sw = 0, sb = 0;
     for (int64_t k = 0; k < chunks; ++k) {
@@ -352,6 +363,7 @@ __global__ void layer_norm_combine_kernel(const float* __restrict__ partial, T* 
 template <typename E, typename I>
 __global__ void embedding_kernel(const E* __restrict__ w, const I* __restrict__ idx, E* __restrict__ out,
                                  int64_t n, int64_t vocab, int64_t dim, uint32_t* errors, uint32_t error_bit) {
+  kernel_prologue();
   ENCORE_GRID_LOOP(t, n * dim) {
     const int64_t i = t / dim, c = t - i * dim;
     const int64_t v = static_cast<int64_t>(idx[i]);
@@ -365,6 +377,7 @@ __global__ void embedding_kernel(const E* __restrict__ w, const I* __restrict__ 
 template <typename I>
 __global__ void embedding_keys_kernel(const I* __restrict__ idx, uint32_t* __restrict__ keys,
                                       int32_t* __restrict__ pos, int64_t n, int64_t vocab) {
+  kernel_prologue();
   ENCORE_GRID_LOOP(i, n) {
     const int64_t v = static_cast<int64_t>(idx[i]);
     keys[i] = static_cast<uint32_t>(v >= 0 && v < vocab ? v : vocab);
@@ -375,6 +388,7 @@ __global__ void embedding_keys_kernel(const I* __restrict__ idx, uint32_t* __res
 // row_start[v] = first sorted position whose key >= v, for v in [0, vocab].
 __global__ void embedding_row_start_kernel(const uint32_t* __restrict__ keys_sorted,
                                            int32_t* __restrict__ row_start, int64_t n, int64_t vocab) {
+  kernel_prologue();
   ENCORE_GRID_LOOP(v, vocab + 1) {
     int64_t lo = 0, hi = n;
     while (lo < hi) {
@@ -392,6 +406,7 @@ template <typename T>
 __global__ void embedding_sum_kernel(const T* __restrict__ g, const int32_t* __restrict__ pos_sorted,
                                      const int32_t* __restrict__ row_start, T* __restrict__ gw, int64_t vocab,
                                      int64_t dim) {
+  kernel_prologue();
   ENCORE_GRID_LOOP(t, vocab * dim) {
     const int64_t v = t / dim, c = t - v * dim;
     const int32_t end = row_start[v + 1];
@@ -410,6 +425,7 @@ __global__ void embedding_sum_kernel(const T* __restrict__ g, const int32_t* __r
 template <typename T>
 __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, bool* __restrict__ mask,
                                const int64_t* __restrict__ state, int64_t n, float p, float scale) {
+  kernel_prologue();
   const uint64_t seed = static_cast<uint64_t>(state[0]);
   const uint64_t offset = static_cast<uint64_t>(state[1]);
   ENCORE_GRID_LOOP(i, n) {
@@ -422,12 +438,14 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, bool*
 
 // Runs after dropout_kernel on the same stream: every draw has read the offset.
 __global__ void advance_offset_kernel(int64_t* state, int64_t n) {
+  kernel_prologue();
   state[1] = static_cast<int64_t>(static_cast<uint64_t>(state[1]) + static_cast<uint64_t>(n));
 }
 
 template <typename T>
 __global__ void dropout_backward_kernel(const T* __restrict__ g, const bool* __restrict__ mask, T* __restrict__ gx,
                                         int64_t n, float scale) {
+  kernel_prologue();
   ENCORE_GRID_LOOP(i, n) gx[i] = convert<T>(to_float(g[i]) * (mask[i] ? scale : 0.0f));
 }
 
@@ -472,12 +490,12 @@ void softmax(const SoftmaxArgs& a) {
     T* y = static_cast<T*>(a.y);
     with_flag(a.log, [&](auto log) {
       if (a.inner > 1) {
-        softmax_cols_kernel<T, decltype(log)::value><<<blocks_for(a.outer * a.inner), kThreads, 0, active_stream()>>>(
+        launch_kernel(softmax_cols_kernel<T, decltype(log)::value>, blocks_for(a.outer * a.inner), kThreads, 0, active_stream(),
             x, y, a.outer, a.n, a.inner);
       } else {
         with_flag(warp_rows(a.n), [&](auto warp) {
-          softmax_rows_kernel<T, decltype(log)::value, decltype(warp)::value>
-              <<<team_blocks(a.outer, decltype(warp)::value), kTeamThreads, 0, active_stream()>>>(x, y, a.outer, a.n);
+          launch_kernel(softmax_rows_kernel<T, decltype(log)::value, decltype(warp)::value>,
+              team_blocks(a.outer, decltype(warp)::value), kTeamThreads, 0, active_stream(), x, y, a.outer, a.n);
         });
       }
     });
@@ -494,12 +512,12 @@ void softmax_backward(const SoftmaxBackwardArgs& a) {
     T* gx = static_cast<T*>(a.gx);
     with_flag(a.log, [&](auto log) {
       if (a.inner > 1) {
-        softmax_backward_cols_kernel<T, decltype(log)::value>
-            <<<blocks_for(a.outer * a.inner), kThreads, 0, active_stream()>>>(g, y, gx, a.outer, a.n, a.inner);
+        launch_kernel(softmax_backward_cols_kernel<T, decltype(log)::value>,
+            blocks_for(a.outer * a.inner), kThreads, 0, active_stream(), g, y, gx, a.outer, a.n, a.inner);
       } else {
         with_flag(warp_rows(a.n), [&](auto warp) {
-          softmax_backward_rows_kernel<T, decltype(log)::value, decltype(warp)::value>
-              <<<team_blocks(a.outer, decltype(warp)::value), kTeamThreads, 0, active_stream()>>>(g, y, gx, a.outer,
+          launch_kernel(softmax_backward_rows_kernel<T, decltype(log)::value, decltype(warp)::value>,
+              team_blocks(a.outer, decltype(warp)::value), kTeamThreads, 0, active_stream(), g, y, gx, a.outer,
                                                                                                   a.n);
         });
       }
@@ -516,13 +534,13 @@ void cross_entropy(const CrossEntropyArgs& a) {
       const T* x = static_cast<const T*>(a.x);
       if (a.rows > 0) {
         with_flag(warp_rows(a.classes), [&](auto warp) {
-          row_logsumexp_kernel<T, decltype(warp)::value>
-              <<<team_blocks(a.rows, decltype(warp)::value), kTeamThreads, 0, active_stream()>>>(x, a.stats, a.rows,
+          launch_kernel(row_logsumexp_kernel<T, decltype(warp)::value>,
+              team_blocks(a.rows, decltype(warp)::value), kTeamThreads, 0, active_stream(), x, a.stats, a.rows,
                                                                                                  a.classes);
         });
       }
       // Runs even with no rows: it writes the count and a zero loss.
-      cross_entropy_mean_kernel<T, I><<<1, kReduceThreads, 0, active_stream()>>>(
+      launch_kernel(cross_entropy_mean_kernel<T, I>, 1, kReduceThreads, 0, active_stream(),
           x, static_cast<const I*>(a.target), a.stats, static_cast<T*>(a.loss), a.rows, a.classes,
           a.ignore_index, a.errors, a.error_bit);
     });
@@ -536,7 +554,7 @@ void cross_entropy_backward(const CrossEntropyBackwardArgs& a) {
     with_index(a.index, [&](auto itag) {
       using T = typename decltype(tag)::type;
       using I = typename decltype(itag)::type;
-      cross_entropy_backward_kernel<T, I><<<blocks_for(a.rows * a.classes), kThreads, 0, active_stream()>>>(
+      launch_kernel(cross_entropy_backward_kernel<T, I>, blocks_for(a.rows * a.classes), kThreads, 0, active_stream(),
           static_cast<const T*>(a.x), static_cast<const I*>(a.target), a.stats,
           static_cast<const T*>(a.grad_loss), static_cast<T*>(a.gx), a.rows, a.classes, a.ignore_index);
     });
@@ -553,8 +571,8 @@ void layer_norm(const LayerNormArgs& a) {
     const T* b = static_cast<const T*>(a.b);
     T* y = static_cast<T*>(a.y);
     with_flag(warp_rows(a.cols), [&](auto warp) {
-      layer_norm_kernel<T, decltype(warp)::value>
-          <<<team_blocks(a.rows, decltype(warp)::value), kTeamThreads, 0, active_stream()>>>(x, w, b, y, a.stats,
+      launch_kernel(layer_norm_kernel<T, decltype(warp)::value>,
+          team_blocks(a.rows, decltype(warp)::value), kTeamThreads, 0, active_stream(), x, w, b, y, a.stats,
                                                                                             a.rows, a.cols, a.eps);
     });
   });
@@ -571,18 +589,18 @@ void layer_norm_backward(const LayerNormBackwardArgs& a) {
     if (a.dx != nullptr && a.rows > 0) {
       T* dx = static_cast<T*>(a.dx);
       with_flag(warp_rows(a.cols), [&](auto warp) {
-        layer_norm_dx_kernel<T, decltype(warp)::value>
-            <<<team_blocks(a.rows, decltype(warp)::value), kTeamThreads, 0, active_stream()>>>(g, x, w, a.stats, dx,
+        launch_kernel(layer_norm_dx_kernel<T, decltype(warp)::value>,
+            team_blocks(a.rows, decltype(warp)::value), kTeamThreads, 0, active_stream(), g, x, w, a.stats, dx,
                                                                                               a.rows, a.cols);
       });
     }
     if (a.partial == nullptr) return;
     if (a.chunks > 0) {
       const dim3 grid(static_cast<unsigned>((a.cols + kThreads - 1) / kThreads), static_cast<unsigned>(a.chunks));
-      layer_norm_partial_kernel<T><<<grid, kThreads, 0, active_stream()>>>(g, x, a.stats, a.partial, a.rows,
+      launch_kernel(layer_norm_partial_kernel<T>, grid, kThreads, 0, active_stream(), g, x, a.stats, a.partial, a.rows,
                                                                             a.cols, a.rows_per_chunk);
     }
-    layer_norm_combine_kernel<T><<<blocks_for(a.cols), kThreads, 0, active_stream()>>>(
+    launch_kernel(layer_norm_combine_kernel<T>, blocks_for(a.cols), kThreads, 0, active_stream(),
         a.partial, static_cast<T*>(a.dw), static_cast<T*>(a.db), a.cols, a.chunks);
   });
   check_launch("layer_norm_backward");
@@ -594,7 +612,7 @@ void embedding(const EmbeddingArgs& a) {
     using E = typename decltype(etag)::type;
     with_index(a.index, [&](auto itag) {
       using I = typename decltype(itag)::type;
-      embedding_kernel<E, I><<<blocks_for(a.n * a.dim), kThreads, 0, active_stream()>>>(
+      launch_kernel(embedding_kernel<E, I>, blocks_for(a.n * a.dim), kThreads, 0, active_stream(),
           static_cast<const E*>(a.w), static_cast<const I*>(a.idx), static_cast<E*>(a.out), a.n, a.vocab, a.dim,
           a.errors, a.error_bit);
     });
@@ -629,7 +647,7 @@ void embedding_backward(const EmbeddingBackwardArgs& a) {
   if (a.n > 0) {
     with_index(a.index, [&](auto itag) {
       using I = typename decltype(itag)::type;
-      embedding_keys_kernel<I><<<blocks_for(a.n), kThreads, 0, s>>>(static_cast<const I*>(a.idx), a.keys, a.pos,
+      launch_kernel(embedding_keys_kernel<I>, blocks_for(a.n), kThreads, 0, s, static_cast<const I*>(a.idx), a.keys, a.pos,
                                                                     a.n, a.vocab);
     });
     size_t temp_bytes = a.sort_temp_bytes;
@@ -637,11 +655,11 @@ void embedding_backward(const EmbeddingBackwardArgs& a) {
                                           static_cast<int>(a.n), 0, a.end_bit, s),
           "embedding_backward: CUB sort");
   }
-  embedding_row_start_kernel<<<blocks_for(a.vocab + 1), kThreads, 0, s>>>(a.keys_sorted, a.row_start, a.n,
+  launch_kernel(embedding_row_start_kernel, blocks_for(a.vocab + 1), kThreads, 0, s, a.keys_sorted, a.row_start, a.n,
                                                                           a.vocab);
   with_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    embedding_sum_kernel<T><<<blocks_for(a.vocab * a.dim), kThreads, 0, s>>>(
+    launch_kernel(embedding_sum_kernel<T>, blocks_for(a.vocab * a.dim), kThreads, 0, s,
         static_cast<const T*>(a.g), a.pos_sorted, a.row_start, static_cast<T*>(a.gw), a.vocab, a.dim);
   });
   check_launch("embedding_backward");
@@ -651,10 +669,10 @@ void dropout(const DropoutArgs& a) {
   if (a.n == 0) return;
   with_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dropout_kernel<T><<<blocks_for(a.n), kThreads, 0, active_stream()>>>(
+    launch_kernel(dropout_kernel<T>, blocks_for(a.n), kThreads, 0, active_stream(),
         static_cast<const T*>(a.x), static_cast<T*>(a.y), a.mask, a.state, a.n, a.p, a.scale);
   });
-  advance_offset_kernel<<<1, 1, 0, active_stream()>>>(a.state, a.n);
+  launch_kernel(advance_offset_kernel, 1, 1, 0, active_stream(), a.state, a.n);
   check_launch("dropout");
 }
 
@@ -662,7 +680,7 @@ void dropout_backward(const DropoutBackwardArgs& a) {
   if (a.n == 0) return;
   with_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dropout_backward_kernel<T><<<blocks_for(a.n), kThreads, 0, active_stream()>>>(
+    launch_kernel(dropout_backward_kernel<T>, blocks_for(a.n), kThreads, 0, active_stream(),
         static_cast<const T*>(a.g), a.mask, static_cast<T*>(a.gx), a.n, a.scale);
   });
   check_launch("dropout_backward");

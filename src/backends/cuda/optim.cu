@@ -16,6 +16,7 @@ namespace {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) sgd_kernel(SgdArgs a) {
+  kernel_prologue();
   const float lr = *a.lr, mu = a.momentum, wd = a.weight_decay;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.l.numel; i += stride) {
@@ -45,6 +46,7 @@ __device__ AdamWCoefs adamw_coefs(const A& a) {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) adamw_kernel(AdamWArgs a) {
+  kernel_prologue();
   __shared__ AdamWCoefs c;   // one thread per block derives the per-step constants
   if (threadIdx.x == 0) c = adamw_coefs(a);
   __syncthreads();
@@ -80,6 +82,7 @@ constexpr int64_t kManyChunk = 4 * kThreads;   // concatenated elements per bloc
 // only moves forward.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) adamw_many_kernel(AdamWManyArgs a) {
+  kernel_prologue();
   __shared__ AdamWCoefs c;
   if (threadIdx.x == 0) c = adamw_coefs(a);
   __syncthreads();
@@ -104,7 +107,10 @@ __global__ void __launch_bounds__(kThreads) adamw_many_kernel(AdamWManyArgs a) {
 
 // ---- step counter ----
 
-__global__ void increment_kernel(int64_t* counter) { *counter += 1; }
+__global__ void increment_kernel(int64_t* counter) {
+  kernel_prologue();
+  *counter += 1;
+}
 
 // ---- gradient-norm clipping ----
 
@@ -114,6 +120,7 @@ constexpr int kMaxSumBlocks = 256;
 // shared-memory tree: the order depends only on n and the block count.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) sum_squares_partial_kernel(backend::Layout<1> l, double* scratch) {
+  kernel_prologue();
   __shared__ double lanes[kThreads];
   double s = 0.0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -133,12 +140,14 @@ __global__ void __launch_bounds__(kThreads) sum_squares_partial_kernel(backend::
 }
 
 __global__ void sum_squares_final_kernel(const double* scratch, int blocks, float* out) {
+  kernel_prologue();
   double total = 0.0;
   for (int b = 0; b < blocks; ++b) total += scratch[b];
   *out = static_cast<float>(total);
 }
 
 __global__ void clip_coefficient_kernel(ClipCoefArgs a) {
+  kernel_prologue();
   double total = 0.0;
   for (int64_t i = 0; i < a.n; ++i) total += a.partial[i];
   const double norm = sqrt(total);
@@ -149,6 +158,7 @@ __global__ void clip_coefficient_kernel(ClipCoefArgs a) {
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) scale_kernel(ClipScaleArgs a) {
+  kernel_prologue();
   const float s = *a.scale;
   if (!(s < 1.0f)) return;   // 1 (below max_norm) or NaN: leave the values as they are
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -175,7 +185,7 @@ void sgd_launch(const SgdArgs& a) {
   if (a.l.numel <= 0) return;
   visit_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    sgd_kernel<T><<<blocks_for(a.l.numel), kThreads, 0, active_stream()>>>(a);
+    launch_kernel(sgd_kernel<T>, blocks_for(a.l.numel), kThreads, 0, active_stream(), a);
   });
   check_launch("sgd");
 }
@@ -184,7 +194,7 @@ void adamw_launch(const AdamWArgs& a) {
   if (a.l.numel <= 0) return;
   visit_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    adamw_kernel<T><<<blocks_for(a.l.numel), kThreads, 0, active_stream()>>>(a);
+    launch_kernel(adamw_kernel<T>, blocks_for(a.l.numel), kThreads, 0, active_stream(), a);
   });
   check_launch("adamw");
 }
@@ -195,13 +205,13 @@ void adamw_many_launch(const AdamWManyArgs& a) {
   const unsigned blocks = static_cast<unsigned>(chunks < 65535 * 8 ? chunks : 65535 * 8);
   visit_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    adamw_many_kernel<T><<<blocks, kThreads, 0, active_stream()>>>(a);
+    launch_kernel(adamw_many_kernel<T>, blocks, kThreads, 0, active_stream(), a);
   });
   check_launch("adamw");
 }
 
 void increment_launch(const IncrementArgs& a) {
-  increment_kernel<<<1, 1, 0, active_stream()>>>(a.counter);
+  launch_kernel(increment_kernel, 1, 1, 0, active_stream(), a.counter);
   check_launch("increment");
 }
 
@@ -213,15 +223,15 @@ int sum_of_squares_blocks(int64_t n) {
 void sum_of_squares_launch(const SumSquaresArgs& a) {
   visit_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    sum_squares_partial_kernel<T><<<a.blocks, kThreads, 0, active_stream()>>>(a.l, a.scratch);
+    launch_kernel(sum_squares_partial_kernel<T>, a.blocks, kThreads, 0, active_stream(), a.l, a.scratch);
   });
   check_launch("sum_of_squares");
-  sum_squares_final_kernel<<<1, 1, 0, active_stream()>>>(a.scratch, a.blocks, a.out);
+  launch_kernel(sum_squares_final_kernel, 1, 1, 0, active_stream(), a.scratch, a.blocks, a.out);
   check_launch("sum_of_squares");
 }
 
 void clip_coefficient_launch(const ClipCoefArgs& a) {
-  clip_coefficient_kernel<<<1, 1, 0, active_stream()>>>(a);
+  launch_kernel(clip_coefficient_kernel, 1, 1, 0, active_stream(), a);
   check_launch("clip_coefficient");
 }
 
@@ -229,7 +239,7 @@ void clip_scale_launch(const ClipScaleArgs& a) {
   if (a.l.numel <= 0) return;
   visit_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    scale_kernel<T><<<blocks_for(a.l.numel), kThreads, 0, active_stream()>>>(a);
+    launch_kernel(scale_kernel<T>, blocks_for(a.l.numel), kThreads, 0, active_stream(), a);
   });
   check_launch("scale_in_place");
 }

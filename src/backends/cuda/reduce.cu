@@ -175,6 +175,7 @@ __device__ __forceinline__ void block_tree(typename R::Part* sh, int x, int y, i
 template <typename R>
 __global__ void __launch_bounds__(kReduceThreads)
     reduce_kernel(R r, const ReduceGeom g, const ReducePlan p, typename R::Part* partials) {
+  kernel_prologue();
   using Part = typename R::Part;
   __shared__ Part sh[kReduceThreads];
   const int t = threadIdx.x;
@@ -219,6 +220,7 @@ __global__ void __launch_bounds__(kReduceThreads)
 template <typename R>
 __global__ void __launch_bounds__(kReduceThreads)
     combine_kernel(R r, const typename R::Part* partials, int64_t m, int32_t splits) {
+  kernel_prologue();
   using Part = typename R::Part;
   __shared__ Part sh[kReduceThreads];
   const int y = threadIdx.x;
@@ -237,6 +239,7 @@ __global__ void __launch_bounds__(kReduceThreads)
 template <typename T>
 __global__ void max_backward_kernel(T* grad_in, const T* grad_out, const int64_t* indices, int64_t outer, int64_t n,
                                     int64_t inner) {
+  kernel_prologue();
   const int64_t total = outer * n * inner;
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -257,10 +260,10 @@ void launch_reduce(const R& r, const ReduceGeom& g, const ReducePlan& p, void* p
   const int64_t groups = (m + p.tx - 1) / p.tx;
   const dim3 grid(blocks_for(groups, 1), static_cast<unsigned>(p.splits));
   auto* part = static_cast<Part*>(partials);
-  reduce_kernel<R><<<grid, kReduceThreads, 0, active_stream()>>>(r, g, p, part);
+  launch_kernel(reduce_kernel<R>, grid, kReduceThreads, 0, active_stream(), r, g, p, part);
   check_launch(op);
   if (p.splits > 1) {
-    combine_kernel<R><<<blocks_for(m, 1), kReduceThreads, 0, active_stream()>>>(r, part, m, p.splits);
+    launch_kernel(combine_kernel<R>, blocks_for(m, 1), kReduceThreads, 0, active_stream(), r, part, m, p.splits);
     check_launch(op);
   }
 }
@@ -307,7 +310,7 @@ template <typename T>
 void launch_max_backward_typed(const MaxBackwardLaunchArgs& a) {
   const int64_t total = a.outer * a.n * a.inner;
   if (total == 0) return;
-  max_backward_kernel<T><<<blocks_for(total), kThreads, 0, active_stream()>>>(
+  launch_kernel(max_backward_kernel<T>, blocks_for(total), kThreads, 0, active_stream(),
       static_cast<T*>(a.grad_in), static_cast<const T*>(a.grad_out), a.indices, a.outer, a.n, a.inner);
   check_launch("max_backward");
 }

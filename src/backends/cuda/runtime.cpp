@@ -2,6 +2,7 @@
 
 #include <array>
 #include <mutex>
+#include <utility>
 
 #include "encore/error.h"
 
@@ -42,7 +43,22 @@ void check(cudaError_t err, const char* what) {
   throw_error(s.code(), std::string(s.message()));
 }
 
-void check_launch(const char* op) { check(cudaGetLastError(), op); }
+namespace {
+thread_local bool tls_programmatic_launch = false;
+thread_local cudaError_t tls_launch_error = cudaSuccess;   // from launch_kernel, for the next check_launch
+}  // namespace
+
+bool programmatic_launch() { return tls_programmatic_launch; }
+void set_programmatic_launch(bool on) { tls_programmatic_launch = on; }
+void note_launch_error(cudaError_t err) {
+  if (tls_launch_error == cudaSuccess) tls_launch_error = err;
+}
+
+void check_launch(const char* op) {
+  cudaError_t err = cudaGetLastError();
+  if (tls_launch_error != cudaSuccess) err = std::exchange(tls_launch_error, cudaSuccess);
+  check(err, op);
+}
 
 void set_device(int index) {
   if (tls_device == index) return;
