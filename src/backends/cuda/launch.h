@@ -62,14 +62,14 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
                    Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = programmatic_launch() ? 1 : 0;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.numAttrs = programmatic_launch() ? 1 : 0;   // without it: exactly a <<<...>>> launch
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) [[unlikely]] note_launch_error(err);
 }
