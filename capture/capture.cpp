@@ -111,7 +111,10 @@ class CaptureObserver final : public LaunchObserver {
 
   bool on_launch(const LaunchRecord& launch) override {
     const size_t k = ops.size();
-    if (k >= trace_.kernels.size() || trace_.kernels[k].thunk != launch.thunk) {
+    // The op name too: on CUDA one launcher serves a family of ops (relu and
+    // tanh both launch unary_launch, the op travels in the arguments).
+    if (k >= trace_.kernels.size() || trace_.kernels[k].thunk != launch.thunk ||
+        std::strcmp(trace_.kernels[k].op, launch.op) != 0) {
       throw_error(absl::StatusCode::kFailedPrecondition,
                   absl::StrFormat("capture: kernel #%d differs from the recorded warm-up: the warm-up ran '%s', "
                                   "the capture run issued '%s'; the step must issue the same kernels every time "

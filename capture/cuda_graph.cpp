@@ -105,11 +105,17 @@ absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::end(Device device, absl::S
   if (!run.ok() || ended != cudaSuccess) {
     if (graph != nullptr) cudaGraphDestroy(graph);
     (void)cudaGetLastError();   // an invalidated capture leaves a non-sticky error behind
+    constexpr const char* kBroken =
+        "something in the step broke stream capture: a synchronize, a cudaMalloc or a call on the legacy default "
+        "stream";
+    if (!run.ok() && ended == cudaErrorStreamCaptureInvalidated) {
+      // The step's error is then most likely the first launch after the break, not its cause.
+      return absl::Status(run.code(), absl::StrCat(run.message(), " (stream capture had been invalidated: ",
+                                                   kBroken, ")"));
+    }
     if (!run.ok()) return run;
-    return absl::Status(cuda::cuda_status(ended, "capture: cudaStreamEndCapture").code(),
-                        absl::StrCat(cuda::cuda_status(ended, "capture: cudaStreamEndCapture").message(),
-                                     " (something in the step broke stream capture: a synchronize, a "
-                                     "cudaMalloc or a call on the legacy default stream)"));
+    const absl::Status end_status = cuda::cuda_status(ended, "capture: cudaStreamEndCapture");
+    return absl::Status(end_status.code(), absl::StrCat(end_status.message(), " (", kBroken, ")"));
   }
   std::unique_ptr<CudaGraph> g(new CudaGraph());
   g->device_ = device;

@@ -34,7 +34,8 @@ class Error : public std::exception {
 [[noreturn]] void throw_error(absl::StatusCode code, std::string message);
 
 // Runs fn(); returns OK, or the Status of the encore::Error it threw (other
-// std::exceptions become kInternal). Never lets an exception escape.
+// std::exceptions, and anything else thrown, become kInternal). Never lets an
+// exception escape.
 template <typename F>
 [[nodiscard]] absl::Status status_of(F&& fn) {
   try {
@@ -44,6 +45,8 @@ template <typename F>
     return e.status();
   } catch (const std::exception& e) {
     return absl::InternalError(e.what());
+  } catch (...) {
+    return absl::InternalError("an exception of a type not derived from std::exception");
   }
 }
 

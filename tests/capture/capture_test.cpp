@@ -19,6 +19,7 @@
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
+#include "src/core/stream.h"
 #include "tests/backends/cuda_test_util.h"
 #include "tests/test_util.h"
 #include "tools/workloads.h"
@@ -269,6 +270,26 @@ TEST(CaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {
   EXPECT_NE(graph.status().message().find("tanh"), absl::string_view::npos) << graph.status();
 }
 
+// One kernel serving several ops under different names (as CUDA's unary_launch
+// does for relu and tanh): the capture run must issue the same op, not only
+// the same kernel function.
+void scale_in_place(const float* const& p) { (void)p; }
+
+TEST(CaptureTest, SameKernelUnderAnotherOpNameFailsCapture) {
+  Tensor x = zeros({4});
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    Tensor y = add(x, 1.0);
+    const float* p = y.data<float>();
+    current_stream(kCPU).launch<&scale_in_place>(++calls == 3 ? "tanh" : "relu", p, {}, {y.storage()});
+    return std::vector<Tensor>{y};
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(graph.status().message().find("the warm-up ran 'relu', the capture run issued 'tanh'"),
+            absl::string_view::npos) << graph.status();
+}
+
 TEST(CaptureTest, ExceptionInTheStepBecomesAStatusAndLeavesTheModelUsable) {
   std::unique_ptr<TrainRig> rig = mlp_setup();
   TrainRig& s = *rig;
@@ -291,6 +312,42 @@ TEST(CaptureTest, ExceptionInTheStepBecomesAStatusAndLeavesTheModelUsable) {
   EXPECT_TRUE(std::isfinite(loss));
   absl::StatusOr<Graph> again = capture([&] { return s.step(); });
   EXPECT_TRUE(again.ok()) << again.status();
+}
+
+// An exception after the step's kernels went into the graph (on CUDA: into a
+// stream capture in progress), of any type, ends the capture cleanly: a
+// Status naming it, the partial graph dropped, the stream and model usable.
+void expect_exception_after_the_kernels_ends_capture_cleanly(Device dev) {
+  std::unique_ptr<TrainRig> rig = mlp_setup(dev);
+  TrainRig& s = *rig;
+  s.fill(0);
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    std::vector<Tensor> out = s.step();
+    if (++calls == 3) throw std::runtime_error("late failure");   // the capture run, after its kernels
+    return out;
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(graph.status().message().find("late failure"), absl::string_view::npos) << graph.status();
+  graph = capture([&] {
+    std::vector<Tensor> out = s.step();
+    if (++calls == 6) throw 42;   // not a std::exception
+    return out;
+  });
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(graph.status().message().find("not derived from std::exception"), absl::string_view::npos)
+      << graph.status();
+  EXPECT_TRUE(std::isfinite(s.step()[0].item<float>()));   // eager training still works
+  absl::StatusOr<Graph> again = capture([&] { return s.step(); });
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(again->replay().ok());
+  EXPECT_TRUE(std::isfinite(again->output(0).item<float>()));
+}
+
+TEST(CaptureTest, ExceptionAfterTheKernelsEndsCaptureCleanly) {
+  expect_exception_after_the_kernels_ends_capture_cleanly(kCPU);
 }
 
 TEST(CaptureTest, TensorEscapingTheStepFailsCapture) {
@@ -466,6 +523,11 @@ TEST(CudaCaptureTest, ProgrammaticLaunchReplaysEqualEagerSteps) {
     EXPECT_EQ(programmatic_edges(*early), programmatic_edges(*plain));
   }
 #endif
+}
+
+TEST(CudaCaptureTest, ExceptionAfterTheKernelsEndsCaptureCleanly) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_exception_after_the_kernels_ends_capture_cleanly(kGpu);
 }
 
 TEST(CudaCaptureTest, ArenaPlanIsSoundAndTheGraphHasEveryKernel) {
