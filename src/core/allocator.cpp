@@ -126,6 +126,7 @@ CpuCachingAllocator& cpu_allocator() {
 // capturing thread; one slot per device type (one CUDA device per process).
 thread_local Allocator* tls_cpu_override = nullptr;
 thread_local Allocator* tls_cuda_override = nullptr;
+thread_local int tls_cuda_override_index = 0;   // the CUDA device tls_cuda_override serves
 
 Allocator*& override_slot(Device device) { return device.is_cpu() ? tls_cpu_override : tls_cuda_override; }
 
@@ -173,14 +174,26 @@ void empty_cache(Device device) {
 
 Allocator& current_allocator(Device device) {
   Allocator* o = override_slot(device);
-  return o != nullptr ? *o : default_allocator(device);
+  if (o == nullptr) return default_allocator(device);
+  ENCORE_CHECK_CODE(device.is_cpu() || device.index == tls_cuda_override_index, kFailedPrecondition,
+                    "an allocation on %s while this thread's CUDA allocations are routed for cuda:%d (inside "
+                    "capture(), whose step runs on one GPU): keep the step's tensors on one device",
+                    device.str(), tls_cuda_override_index);
+  return *o;
 }
 
 AllocatorOverride::AllocatorOverride(Device device, Allocator* allocator) : device_(device) {
   Allocator*& slot = override_slot(device);
   prev_ = slot;
   slot = allocator;
+  if (device.is_cuda()) {
+    prev_index_ = tls_cuda_override_index;
+    tls_cuda_override_index = device.index;
+  }
 }
-AllocatorOverride::~AllocatorOverride() { override_slot(device_) = prev_; }
+AllocatorOverride::~AllocatorOverride() {
+  override_slot(device_) = prev_;
+  if (device_.is_cuda()) tls_cuda_override_index = prev_index_;
+}
 
 }  // namespace encore

@@ -43,7 +43,9 @@ void reset_peak_stats(Device device);   // peak := current in-use
 void empty_cache(Device device);
 
 // The allocator that Storage::allocate uses on this thread for `device`:
-// an override if one is installed, else default_allocator(device).
+// an override if one is installed, else default_allocator(device). Throws
+// encore::Error(kFailedPrecondition) for a CUDA device other than the one the
+// installed CUDA override serves (one slot per device type).
 Allocator& current_allocator(Device device);
 
 // Installs an allocator for one device on this thread for its scope.
@@ -57,6 +59,7 @@ class AllocatorOverride {
  private:
   Device device_;
   Allocator* prev_;
+  int prev_index_ = 0;
 };
 
 }  // namespace encore

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
 #include "encore/encore.h"
 #include "src/core/allocator.h"
@@ -62,6 +63,32 @@ TEST(AllocatorTest, OverrideRoutesThisThreadsAllocations) {
   }
   Tensor u = zeros({16});
   EXPECT_EQ(counting.count, 1);
+}
+
+// One CUDA slot per thread: an override serves the CUDA device it was
+// installed for, and a request for another one is refused, not routed there
+// (no device is touched, so this runs without a GPU).
+TEST(AllocatorTest, ACudaOverrideServesOnlyItsOwnDevice) {
+  CountingAllocator counting;
+  {
+    AllocatorOverride scope(Device::cuda(0), &counting);
+    EXPECT_EQ(&current_allocator(Device::cuda(0)), &counting);
+    try {
+      (void)current_allocator(Device::cuda(1));
+      ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition);
+      EXPECT_NE(std::string(e.what()).find("an allocation on cuda:1 while this thread's CUDA allocations are routed "
+                                           "for cuda:0"), std::string::npos) << e.what();
+    }
+    {
+      AllocatorOverride inner(Device::cuda(1), &counting);   // nested: cuda:1 now, restored after
+      EXPECT_EQ(&current_allocator(Device::cuda(1)), &counting);
+      EXPECT_THROW((void)current_allocator(Device::cuda(0)), Error);
+    }
+    EXPECT_EQ(&current_allocator(Device::cuda(0)), &counting);
+  }
+  EXPECT_EQ(&current_allocator(kCPU), &default_allocator(kCPU));
 }
 
 }  // namespace
