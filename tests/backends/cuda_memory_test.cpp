@@ -3,6 +3,7 @@
 // devices, and host reads of device tensors. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -78,6 +79,34 @@ TEST(CudaTransferTest, LargeTensorsCrossInChunks) {
   ENCORE_SKIP_WITHOUT_GPU();
   Tensor h = arange(0, 9 << 20, 1, kInt32);                // 36 MiB: three staging chunks
   EXPECT_EQ(testing::values(h.to(kGpu).to(kCPU)), testing::values(h));
+}
+
+// Host-to-device copies return before the GPU ran them (NOTE [ Staged
+// host-to-device copies ]): behind a long kernel, more copies than there are
+// staging blocks of each size, each host source overwritten right after its
+// copy returned, must all land intact and in order.
+TEST(CudaTransferTest, CopiesQueuedBehindWorkLandIntactWhileTheHostReusesItsBuffers) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  Tensor a = testing::random_tensor({2048, 2048}, 5).to(kGpu);
+  Tensor busy = matmul(matmul(a, a), a);                   // keeps the stream busy while copies queue
+  std::vector<Tensor> small, large;
+  Tensor h = zeros({1000});
+  for (int i = 0; i < 20; ++i) {                           // 1 MiB blocks: 8 at most, so blocks are reused
+    h.fill_(i);
+    small.push_back(h.to(kGpu));
+    h.fill_(-1);                                           // the staged copy must not see this
+  }
+  Tensor big = zeros({3 << 20});                           // 12 MiB: one large block each
+  for (int i = 0; i < 6; ++i) {                            // 4 large blocks at most
+    big.fill_(i);
+    large.push_back(big.to(kGpu));
+  }
+  Tensor d = zeros({1000}, kGpu);
+  for (int i = 0; i < 5; ++i) d.copy_(full({1000}, 100.0 + i));   // the last copy into d wins
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(small[i].sum().item<float>(), 1000.0f * i) << "small copy " << i;
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(max(large[i]).item<float>(), static_cast<float>(i)) << "large copy " << i;
+  EXPECT_EQ(d.to(kCPU).to_vector<float>(), std::vector<float>(1000, 104.0f));
+  EXPECT_TRUE(std::isfinite(busy.sum().item<float>()));
 }
 
 TEST(CudaTransferTest, NonContiguousSourcesAndDestinations) {

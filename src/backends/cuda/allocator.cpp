@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <array>
+#include <deque>
 #include <mutex>
 
 #include "absl/strings/str_format.h"
@@ -70,6 +71,94 @@ Allocator& caching_allocator(int index) { return get(index); }
 AllocatorStats caching_allocator_stats(int index) { return get(index).cache().stats(); }
 void reset_caching_allocator_peak(int index) { get(index).cache().reset_peak(); }
 void empty_caching_allocator(int index) { get(index).cache().empty_cache(); }
+
+namespace {
+
+struct StagingSlot : StagingBlock {
+  explicit StagingSlot(int device) : done(device, /*timing=*/false) {}
+  Event done;              // recorded after the copy queued from this block
+  bool in_flight = false;  // recorded, and not yet seen completed
+};
+
+// NOTE [ Staged host-to-device copies ] in allocator.h.
+class StagingPool {
+ public:
+  explicit StagingPool(int device) : device_(device) {}
+
+  StagingBlock* take(int64_t nbytes) {
+    ENCORE_CHECK(nbytes > 0 && nbytes <= kStagingChunk, "take_staging_block: %d bytes (at most %d)", nbytes,
+                 kStagingChunk);
+    const bool small = nbytes <= kSmallBlock;
+    Size& size = small ? small_ : large_;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (auto it = size.free.begin(); it != size.free.end(); ++it) {   // oldest first
+      StagingSlot* b = *it;
+      if (!b->in_flight || b->done.query()) {
+        size.free.erase(it);
+        b->in_flight = false;
+        return b;
+      }
+    }
+    if (size.made < (small ? kMaxSmall : kMaxLarge) || size.free.empty()) {
+      ++size.made;
+      return make(small ? kSmallBlock : kStagingChunk);
+    }
+    StagingSlot* b = size.free.front();   // every block of this size in flight: wait for the oldest
+    size.free.pop_front();
+    lock.unlock();
+    b->done.synchronize();
+    b->in_flight = false;
+    return b;
+  }
+
+  void give_back(StagingBlock* block, bool queued) {
+    auto* b = static_cast<StagingSlot*>(block);
+    if (queued) {
+      b->done.record();
+      b->in_flight = true;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    (b->bytes == kSmallBlock ? small_ : large_).free.push_back(b);
+  }
+
+ private:
+  static constexpr int64_t kSmallBlock = int64_t{1} << 20;
+  static constexpr int kMaxSmall = 8, kMaxLarge = 4;
+
+  struct Size {
+    std::deque<StagingSlot*> free;   // handed back, oldest first
+    int made = 0;
+  };
+
+  StagingSlot* make(int64_t bytes) {   // never freed: reused by every copy of the process
+    set_device(device_);
+    auto* b = new StagingSlot(device_);
+    b->bytes = bytes;
+    ENCORE_CUDA_CHECK(cudaMallocHost(&b->data, bytes), "cudaMallocHost (pinned staging block)");
+    return b;
+  }
+
+  const int device_;
+  std::mutex mu_;
+  Size small_, large_;
+};
+
+std::mutex staging_pools_mu;
+std::array<StagingPool*, kMaxDevices> staging_pools{};
+
+StagingPool& staging_pool(int index) {
+  ENCORE_CHECK(index >= 0 && index < kMaxDevices, "cuda:%d: device index out of range", index);
+  std::lock_guard<std::mutex> lock(staging_pools_mu);
+  if (staging_pools[index] == nullptr) staging_pools[index] = new StagingPool(index);   // never destroyed
+  return *staging_pools[index];
+}
+
+}  // namespace
+
+StagingBlock* take_staging_block(int index, int64_t nbytes) { return staging_pool(index).take(nbytes); }
+void give_back_staging_block(int index, StagingBlock* block, bool queued) {
+  staging_pool(index).give_back(block, queued);
+}
 
 std::mutex& pinned_staging_mutex() {
   static std::mutex mu;

@@ -9,29 +9,32 @@
 namespace encore::cuda {
 namespace {
 
-constexpr int64_t kChunk = int64_t{16} << 20;   // bytes staged at a time
+constexpr int64_t kChunk = kStagingChunk;   // bytes staged at a time
 
 struct TransferArgs {
   char* dst;
   const char* src;
   int64_t nbytes;
+  int device;   // the CUDA side's index
 };
 
-// Pageable host memory goes through the pinned staging buffer in chunks, so
-// the DMA engine reads or writes page-locked memory; each chunk waits for its
-// copy before the buffer is refilled.
+// Pageable host memory is staged through pinned blocks (NOTE [ Staged
+// host-to-device copies ] in allocator.h): no wait for the GPU unless every
+// block is still in flight.
 void host_to_device(const TransferArgs& a) {
-  std::lock_guard<std::mutex> lock(pinned_staging_mutex());
-  const PinnedBuffer buf = pinned_staging(std::min(a.nbytes, kChunk));
   const cudaStream_t s = active_stream();
   for (int64_t done = 0; done < a.nbytes; done += kChunk) {
     const int64_t n = std::min(kChunk, a.nbytes - done);
-    std::memcpy(buf.data, a.src + done, n);
-    check(cudaMemcpyAsync(a.dst + done, buf.data, n, cudaMemcpyHostToDevice, s), "copy to cuda");
-    check(cudaStreamSynchronize(s), "copy to cuda");
+    StagingBlock* block = take_staging_block(a.device, n);
+    std::memcpy(block->data, a.src + done, n);
+    const cudaError_t err = cudaMemcpyAsync(a.dst + done, block->data, n, cudaMemcpyHostToDevice, s);
+    give_back_staging_block(a.device, block, /*queued=*/err == cudaSuccess);
+    check(err, "copy to cuda");
   }
 }
 
+// The copy must have landed before the host reads it: one chunk at a time
+// through the shared pinned buffer, waiting for each.
 void device_to_host(const TransferArgs& a) {
   std::lock_guard<std::mutex> lock(pinned_staging_mutex());
   const PinnedBuffer buf = pinned_staging(std::min(a.nbytes, kChunk));
@@ -58,7 +61,8 @@ void copy_host_device(const Tensor& dst, const Tensor& src) {
   const bool to_device = dst.device().is_cuda();
   Stream& s = current_stream(to_device ? dst.device() : src.device());
   s.host_access(to_device ? "copy to cuda" : "copy to cpu");   // refused inside a captured step
-  const TransferArgs args{static_cast<char*>(dst.data_ptr()), static_cast<const char*>(src.data_ptr()), nbytes};
+  const TransferArgs args{static_cast<char*>(dst.data_ptr()), static_cast<const char*>(src.data_ptr()), nbytes,
+                          to_device ? dst.device().index : src.device().index};
   if (to_device) {
     s.launch<&host_to_device>("copy_to_cuda", args, {src.storage()}, {dst.storage()});
   } else {
