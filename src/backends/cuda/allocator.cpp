@@ -56,15 +56,20 @@ class CachingAllocator final : public Allocator {
 
 namespace {
 constexpr int kMaxDevices = 64;
-std::mutex allocators_mu;
-std::array<CachingAllocator*, kMaxDevices> allocators{};
 
-CachingAllocator& get(int index) {
+// Device `index`'s T (constructed from the index on first use, never
+// destroyed: tensors and copies may outlive main), one array per T.
+template <typename T>
+T& per_device(int index) {
+  static std::mutex mu;
+  static std::array<T*, kMaxDevices> objects{};
   ENCORE_CHECK(index >= 0 && index < kMaxDevices, "cuda:%d: device index out of range", index);
-  std::lock_guard<std::mutex> lock(allocators_mu);
-  if (allocators[index] == nullptr) allocators[index] = new CachingAllocator(index);   // never destroyed
-  return *allocators[index];
+  std::lock_guard<std::mutex> lock(mu);
+  if (objects[index] == nullptr) objects[index] = new T(index);
+  return *objects[index];
 }
+
+CachingAllocator& get(int index) { return per_device<CachingAllocator>(index); }
 }  // namespace
 
 Allocator& caching_allocator(int index) { return get(index); }
@@ -143,15 +148,7 @@ class StagingPool {
   Size small_, large_;
 };
 
-std::mutex staging_pools_mu;
-std::array<StagingPool*, kMaxDevices> staging_pools{};
-
-StagingPool& staging_pool(int index) {
-  ENCORE_CHECK(index >= 0 && index < kMaxDevices, "cuda:%d: device index out of range", index);
-  std::lock_guard<std::mutex> lock(staging_pools_mu);
-  if (staging_pools[index] == nullptr) staging_pools[index] = new StagingPool(index);   // never destroyed
-  return *staging_pools[index];
-}
+StagingPool& staging_pool(int index) { return per_device<StagingPool>(index); }
 
 }  // namespace
 
