@@ -87,7 +87,8 @@ absl::Status CudaGraph::begin(Device device, bool programmatic_launch) {
                               "capture: cudaStreamBeginCapture");
   tls_marks = std::make_unique<CaptureMarks>();
   tls_marks->stream = s;
-  cuda::set_programmatic_launch(programmatic_launch && major >= 9);   // until end()
+  // Until end(); only where the GPU supports it and the kernels were built to wait.
+  cuda::set_programmatic_launch(programmatic_launch && major >= 9 && cuda::kernels_wait_for_predecessors());
   return absl::OkStatus();
 }
 

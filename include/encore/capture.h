@@ -63,7 +63,8 @@ struct CaptureOptions {
   // while the kernel before them finishes and wait for its results at their
   // start (programmatic dependent launch), hiding the launch latency between
   // small kernels; results are the same bits. Off by default until measured
-  // on a GPU (bench/gpu_bench "pdl" rows). Ignored on CPU and older GPUs.
+  // on a GPU (bench/gpu_bench "pdl" rows). Ignored on CPU, on older GPUs and
+  // when encore was built for an older architecture (-Dgpu_arch below sm_90).
   bool programmatic_launch = false;
 };
 

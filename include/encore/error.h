@@ -15,6 +15,10 @@
 #include <string>
 #include <utility>
 
+#if defined(__GLIBCXX__)   // set by the standard headers above
+#include <cxxabi.h>     // abi::__forced_unwind
+#endif
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
@@ -45,6 +49,10 @@ template <typename F>
     return e.status();
   } catch (const std::exception& e) {
     return absl::InternalError(e.what());
+#if defined(__GLIBCXX__)
+  } catch (abi::__forced_unwind&) {   // thread cancellation: must go on unwinding
+    throw;
+#endif
   } catch (...) {
     return absl::InternalError("an exception of a type not derived from std::exception");
   }

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <deque>
+#include <memory>
 #include <mutex>
 
 #include "absl/strings/str_format.h"
@@ -105,13 +106,19 @@ class StagingPool {
       }
     }
     if (size.made < (small ? kMaxSmall : kMaxLarge) || size.free.empty()) {
+      StagingSlot* b = make(small ? kSmallBlock : kStagingChunk);   // may throw: counted only once made
       ++size.made;
-      return make(small ? kSmallBlock : kStagingChunk);
+      return b;
     }
     StagingSlot* b = size.free.front();   // every block of this size in flight: wait for the oldest
     size.free.pop_front();
     lock.unlock();
-    b->done.synchronize();
+    try {
+      b->done.synchronize();
+    } catch (...) {
+      give_back(b, /*queued=*/false);   // still in flight as far as anyone knows: back to the pool
+      throw;
+    }
     b->in_flight = false;
     return b;
   }
@@ -119,7 +126,13 @@ class StagingPool {
   void give_back(StagingBlock* block, bool queued) {
     auto* b = static_cast<StagingSlot*>(block);
     if (queued) {
-      b->done.record();
+      try {
+        b->done.record();
+      } catch (...) {   // the copy may still read the block, with no event to say when it is done
+        std::lock_guard<std::mutex> lock(mu_);
+        --(b->bytes == kSmallBlock ? small_ : large_).made;   // left out of the pool for good
+        throw;
+      }
       b->in_flight = true;
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -137,10 +150,10 @@ class StagingPool {
 
   StagingSlot* make(int64_t bytes) {   // never freed: reused by every copy of the process
     set_device(device_);
-    auto* b = new StagingSlot(device_);
+    auto b = std::make_unique<StagingSlot>(device_);
     b->bytes = bytes;
     ENCORE_CUDA_CHECK(cudaMallocHost(&b->data, bytes), "cudaMallocHost (pinned staging block)");
-    return b;
+    return b.release();
   }
 
   const int device_;

@@ -136,4 +136,14 @@ void random_launch(const RandomArgs& a) {
   });
 }
 
+// One kernel stands for all: every .cu file is compiled for the same -arch.
+bool kernels_wait_for_predecessors() {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, advance_offset_kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attributes.ptxVersion >= 90;
+}
+
 }  // namespace encore::cuda

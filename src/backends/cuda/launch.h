@@ -49,9 +49,13 @@ void check(cudaError_t err, const char* what);
 bool programmatic_launch();
 // Turns it on or off for launches from this thread (capture does this).
 void set_programmatic_launch(bool on);
+// True when encore's kernels were compiled for compute capability >= 9.0
+// (-Dgpu_arch), i.e. their kernel_prologue() really waits: only then may a
+// GPU that supports it launch them early.
+bool kernels_wait_for_predecessors();
 
 // Records a launch's error for the next check_launch (launch_kernel returns
-// nothing, like <<<...>>>).
+// nothing, like <<<...>>>); check() and check_launch() clear it.
 void note_launch_error(cudaError_t err);
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), with the

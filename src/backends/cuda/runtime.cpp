@@ -9,6 +9,11 @@
 namespace encore::cuda {
 namespace {
 
+thread_local bool tls_programmatic_launch = false;
+thread_local cudaError_t tls_launch_error = cudaSuccess;   // from launch_kernel, for the next check_launch
+
+void clear_noted_launch_error() { tls_launch_error = cudaSuccess; }
+
 constexpr int kMaxDevices = 64;
 thread_local int tls_device = -1;                 // the device this thread selected through set_device
 thread_local cudaStream_t tls_stream = nullptr;   // encore's stream on tls_device
@@ -39,14 +44,11 @@ absl::StatusOr<int> device_count() {
 void check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return;
   (void)cudaGetLastError();   // clear a non-sticky error so the stream stays usable
+  clear_noted_launch_error();   // and a launch error noted before it: reported now or never
   const absl::Status s = cuda_status(err, what);
   throw_error(s.code(), std::string(s.message()));
 }
 
-namespace {
-thread_local bool tls_programmatic_launch = false;
-thread_local cudaError_t tls_launch_error = cudaSuccess;   // from launch_kernel, for the next check_launch
-}  // namespace
 
 bool programmatic_launch() { return tls_programmatic_launch; }
 void set_programmatic_launch(bool on) { tls_programmatic_launch = on; }
@@ -56,7 +58,8 @@ void note_launch_error(cudaError_t err) {
 
 void check_launch(const char* op) {
   cudaError_t err = cudaGetLastError();
-  if (tls_launch_error != cudaSuccess) err = std::exchange(tls_launch_error, cudaSuccess);
+  const cudaError_t noted = std::exchange(tls_launch_error, cudaSuccess);
+  if (err == cudaSuccess) err = noted;
   check(err, op);
 }
 

@@ -60,7 +60,12 @@ void copy_host_device(const Tensor& dst, const Tensor& src) {
   if (nbytes == 0) return;
   const bool to_device = dst.device().is_cuda();
   Stream& s = current_stream(to_device ? dst.device() : src.device());
-  s.host_access(to_device ? "copy to cuda" : "copy to cpu");   // refused inside a captured step
+  // Refused inside a captured step either way; only the read back waits for the GPU.
+  if (to_device) {
+    s.host_write("copy to cuda");
+  } else {
+    s.host_access("copy to cpu");
+  }
   const TransferArgs args{static_cast<char*>(dst.data_ptr()), static_cast<const char*>(src.data_ptr()), nbytes,
                           to_device ? dst.device().index : src.device().index};
   if (to_device) {
