@@ -96,15 +96,18 @@ TEST(CudaTransferTest, CopiesQueuedBehindWorkLandIntactWhileTheHostReusesItsBuff
     return x;
   };
   Tensor h = zeros({1000});
+  {   // warm-up: device blocks, cuBLAS workspace and one staging block exist before the measured part,
+      // whose calls then cannot synchronize implicitly (cudaMalloc and cudaMallocHost may)
+    Tensor w = keep_busy(), d0 = h.to(kGpu);
+    synchronize(kGpu);
+  }
   std::vector<Tensor> small;
   Tensor busy = keep_busy();
-  for (int i = 0; i < 8; ++i) {                            // as many 1 MiB blocks as the pool makes
-    h.fill_(i);
-    small.push_back(h.to(kGpu));
-    h.fill_(-1);                                           // the staged copy must not see this
-  }
-  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "the copies waited for the GPU";
-  for (int i = 8; i < 20; ++i) {                           // now blocks are reused once their copies ran
+  h.fill_(0);
+  small.push_back(h.to(kGpu));
+  h.fill_(-1);                                             // the staged copy must not see this
+  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "the copy waited for the GPU";
+  for (int i = 1; i < 20; ++i) {                           // more than the 8 small blocks: reused once their copies ran
     h.fill_(i);
     small.push_back(h.to(kGpu));
     h.fill_(-1);
