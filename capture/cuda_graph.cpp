@@ -76,19 +76,21 @@ int64_t now_ns() {
 absl::Status CudaGraph::begin(Device device, bool programmatic_launch) {
   const cudaStream_t s = cuda::stream_for(device.index);
   ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s), "capture: waiting for the warm-up");
+  // Programmatic launch only where the GPU supports it and the kernels were
+  // built to wait (asked before capture begins: no API call inside it).
   int major = 0;
   if (programmatic_launch) {
     ENCORE_RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index),
                                 "capture: cudaDeviceGetAttribute(compute capability)");
   }
+  const bool programmatic = programmatic_launch && major >= 9 && cuda::kernels_wait_for_predecessors();
   // Thread-local mode: other threads may keep using CUDA, but an unsafe call
   // (cudaMalloc, a synchronize) from this thread breaks the capture.
   ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
                               "capture: cudaStreamBeginCapture");
   tls_marks = std::make_unique<CaptureMarks>();
   tls_marks->stream = s;
-  // Until end(); only where the GPU supports it and the kernels were built to wait.
-  cuda::set_programmatic_launch(programmatic_launch && major >= 9 && cuda::kernels_wait_for_predecessors());
+  cuda::set_programmatic_launch(programmatic);   // until end()
   return absl::OkStatus();
 }
 

@@ -49,7 +49,6 @@ void check(cudaError_t err, const char* what) {
   throw_error(s.code(), std::string(s.message()));
 }
 
-
 bool programmatic_launch() { return tls_programmatic_launch; }
 void set_programmatic_launch(bool on) { tls_programmatic_launch = on; }
 void note_launch_error(cudaError_t err) {
