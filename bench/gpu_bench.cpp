@@ -3,8 +3,9 @@
 // run. Built only with the CUDA backend; without a usable GPU it prints
 // "no GPU" and exits 0 (1 with ENCORE_REQUIRE_GPU=1).
 //
-//   build/bench/gpu_bench --benchmark_counters_tabular=true
-//   bench/gpu-check build          # runs this beside the CUDA tests and the PyTorch peers
+//   build/bench/gpu_bench --benchmark_counters_tabular=true --benchmark_filter='^BM_(LaunchChain|TrainStep)/'
+//   build/bench/gpu_bench --benchmark_filter='^BM_TrainStepBusy/'   # CUPTI: a process of its own
+//   bench/gpu-check build          # runs both beside the CUDA tests and the PyTorch peers
 //
 // BM_LaunchChain/N: x = add(x, 1) N times on a 256-element f32 CUDA tensor
 // under NoGradGuard. Every timed run ends with a synchronize. Counters (medians
@@ -22,22 +23,26 @@
 // BM_TrainStep/<model>: bf16 parameters (Module::to(kBFloat16)), AdamW, static
 // inputs on the GPU; the models of tools/workloads.h. A step's time is the wall
 // time of 20 back-to-back steps ended by one synchronize, / 20 (a training loop
-// that does not read the loss every step); median of 7 such batches.
+// that does not read the loss every step); median of at least 5 such batches
+// (about 0.2 s of them, at most 50) after an untimed one.
 //   eager_ms, replay_ms, speedup = eager_ms / replay_ms
-//   eager_gpu_ms, replay_gpu_ms  time per step the GPU spent in kernels, memsets and memcpys
-//                                (union of their CUPTI activity intervals), from a separate traced batch
-//   eager_busy, replay_busy      gpu_ms / wall ms of the untraced batches (issue target: replay >= 0.95)
-//   kernels                      GPU activities per replayed step (CUPTI records / steps)
+//   pdl_ms                       the same for a graph captured with CaptureOptions::programmatic_launch;
+//                                pdl_gain = replay_ms / pdl_ms (> 1: programmatic launch helps)
 //   fed_ms                       a replay preceded by host-to-device copies of the batch (x, y), as a
 //                                training loop feeding batches from host memory does; fed_ms / replay_ms
 //                                is what feeding costs (the copies are staged: no wait for the GPU)
-//   pdl_ms, pdl_busy             the same for a graph captured with CaptureOptions::programmatic_launch;
-//                                pdl_gain = replay_ms / pdl_ms (> 1: programmatic launch helps)
 //   nodes                        nodes of the captured graph; capture_ms as above
-// The traced batches replay a second graph captured after tracing began, so
-// the figures do not depend on whether CUPTI sees graphs instantiated before
-// it was enabled. Without CUPTI (e.g. a sandbox that refuses it) the _gpu_ms
-// and _busy counters are absent and the label says why.
+//
+// BM_TrainStepBusy/<model>: GPU ms per step from CUPTI activity records (union
+// of kernel, memset and memcpy intervals) of one traced batch each:
+// eager_gpu_ms, replay_gpu_ms, pdl_gpu_ms, and kernels (activities per
+// replayed step). The replayed graphs are captured after tracing began, so the
+// figures do not depend on whether CUPTI sees graphs instantiated before it
+// was enabled. Run it in a process of its own, after BM_TrainStep: CUPTI, once
+// attached, slows every later timing of its process. bench/gpu-check does, and
+// divides: busy = gpu ms / the untraced wall ms of BM_TrainStep (issue target:
+// replay >= 0.95). Without CUPTI (a sandbox that refuses it) the benchmark
+// reports the error instead.
 #include <benchmark/benchmark.h>
 #include <cupti.h>
 
@@ -50,6 +55,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,8 +102,10 @@ struct ActivityTotals {
 };
 
 // Collects kernel, memset and memcpy activity records through CUPTI. One
-// collection at a time; start() and stop() are called from the benchmark thread,
-// the buffer callbacks from CUPTI's.
+// collection at a time; start(), reset() and stop() are called from the
+// benchmark thread, the buffer callbacks from CUPTI's. Only BM_TrainStepBusy
+// uses it, in its own process (bench/gpu-check runs it apart): CUPTI, once
+// attached, slows everything after it.
 class GpuActivity {
  public:
   [[nodiscard]] static absl::Status start() {
@@ -105,13 +113,27 @@ class GpuActivity {
         cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed), "cuptiActivityRegisterCallbacks");
     if (!registered.ok()) return registered;
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      intervals_.clear();
+      std::lock_guard<std::mutex> lock(state().mu);
+      state().intervals.clear();
     }
-    for (CUpti_ActivityKind kind : kKinds) {
-      absl::Status s = check(cuptiActivityEnable(kind), "cuptiActivityEnable");
-      if (!s.ok()) return s;
+    for (size_t i = 0; i < std::size(kKinds); ++i) {
+      absl::Status s = check(cuptiActivityEnable(kKinds[i]), "cuptiActivityEnable");
+      if (!s.ok()) {
+        for (size_t j = 0; j < i; ++j) (void)cuptiActivityDisable(kKinds[j]);
+        return s;
+      }
     }
+    return absl::OkStatus();
+  }
+
+  // Synchronizes the GPU, flushes the records and drops them, still collecting
+  // (e.g. after a capture, whose graph CUPTI saw instantiated, before its replays).
+  [[nodiscard]] static absl::Status reset() {
+    sync();
+    absl::Status flushed = check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    if (!flushed.ok()) return flushed;
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().intervals.clear();
     return absl::OkStatus();
   }
 
@@ -121,14 +143,24 @@ class GpuActivity {
     absl::Status flushed = check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     for (CUpti_ActivityKind kind : kKinds) (void)cuptiActivityDisable(kind);
     if (!flushed.ok()) return flushed;
-    std::lock_guard<std::mutex> lock(mu_);
-    return totals(intervals_);
+    std::lock_guard<std::mutex> lock(state().mu);
+    return totals(state().intervals);
   }
 
  private:
   static constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMSET,
                                                    CUPTI_ACTIVITY_KIND_MEMCPY};
   static constexpr size_t kBufferBytes = 8 << 20;
+
+  struct State {
+    std::mutex mu;
+    std::vector<std::pair<uint64_t, uint64_t>> intervals;   // [start, end) ns of each record
+  };
+  // Never destroyed: CUPTI may deliver a last buffer while the process exits.
+  static State& state() {
+    static State* s = new State();
+    return *s;
+  }
 
   static absl::Status check(CUptiResult r, const char* what) {
     if (r == CUPTI_SUCCESS) return absl::OkStatus();
@@ -144,24 +176,24 @@ class GpuActivity {
   }
 
   static void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(state().mu);
     CUpti_Activity* rec = nullptr;
     while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
       switch (rec->kind) {
         case CUPTI_ACTIVITY_KIND_KERNEL:
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
           const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-          intervals_.emplace_back(k->start, k->end);
+          state().intervals.emplace_back(k->start, k->end);
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
           const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-          intervals_.emplace_back(m->start, m->end);
+          state().intervals.emplace_back(m->start, m->end);
           break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
           const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-          intervals_.emplace_back(m->start, m->end);
+          state().intervals.emplace_back(m->start, m->end);
           break;
         }
         default:
@@ -190,14 +222,11 @@ class GpuActivity {
     t.busy_ms = static_cast<double>(covered) * 1e-6;
     return t;
   }
-
-  static inline std::mutex mu_;
-  static inline std::vector<std::pair<uint64_t, uint64_t>> intervals_;
 };
 
 // ---- launch overhead ----
 
-void BM_LaunchChain(benchmark::State& state) {
+void launch_chain(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor x0 = zeros({256}, kFloat32, kGpu);
   auto chain = [&] {
@@ -243,6 +272,10 @@ void BM_LaunchChain(benchmark::State& state) {
   state.counters["instantiate_us_per_node"] = g->stats().capture_ms * 1e3 / n;
   state.counters["nodes"] = static_cast<double>(g->stats().kernels);
 }
+void BM_LaunchChain(benchmark::State& state) {
+  const absl::Status s = status_of([&] { launch_chain(state); });
+  if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+}
 BENCHMARK(BM_LaunchChain)->Arg(10)->Arg(100)->Arg(1000)->Arg(10000)->Iterations(20)->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
@@ -275,85 +308,44 @@ double ms_per_step(F&& step) {
          kStepsPerBatch;
 }
 
-// GPU busy ms per step and activity records per step of one traced batch.
-template <typename F>
-absl::StatusOr<ActivityTotals> traced_per_step(F&& step) {
-  sync();
-  absl::Status started = GpuActivity::start();
-  if (!started.ok()) return started;
-  for (int i = 0; i < kStepsPerBatch; ++i) step();
-  absl::StatusOr<ActivityTotals> t = GpuActivity::stop();
-  if (!t.ok()) return t;
-  t->busy_ms /= kStepsPerBatch;
-  t->records /= kStepsPerBatch;
-  return t;
-}
-
-// CUPTI figures of replays of a graph captured after tracing began (so they
-// do not depend on whether CUPTI sees graphs instantiated before it was enabled).
-absl::StatusOr<ActivityTotals> traced_replays(tools::Workload& w, const CaptureOptions& options) {
-  absl::Status started = GpuActivity::start();
-  if (!started.ok()) return started;
-  absl::StatusOr<Graph> g = capture([&] { return w.step(); }, options);
-  (void)GpuActivity::stop();
-  if (!g.ok()) return absl::Status(g.status().code(), "traced capture: " + std::string(g.status().message()));
-  return traced_per_step([&] { (void)g->replay(); });
-}
-
-// Sets the _gpu_ms, _busy and kernels counters of eager steps, replays and
-// programmatic-launch replays, or the label saying why there are none.
-void traced_counters(benchmark::State& state, tools::Workload& w, double eager_ms, double replay_ms,
-                     double pdl_ms) {
-  absl::StatusOr<ActivityTotals> eager = traced_per_step([&] { w.step(); });
-  absl::StatusOr<ActivityTotals> replay = traced_replays(w, {});
-  absl::StatusOr<ActivityTotals> pdl = traced_replays(w, {.programmatic_launch = true});
-  for (const absl::StatusOr<ActivityTotals>* t : {&eager, &replay, &pdl}) {
-    if (t->ok()) continue;
-    if (absl::StartsWith(t->status().message(), "traced capture")) {
-      return state.SkipWithError(t->status().ToString().c_str());
-    }
-    state.SetLabel("no CUPTI: " + std::string(t->status().message()));
-    return;
+// A replay inside a timed batch that keeps the first refusal: a refused
+// replay launches nothing and would make the step look free.
+struct Replays {
+  absl::Status refused;
+  void operator()(Graph& g) {
+    absl::Status s = g.replay();
+    if (!s.ok() && refused.ok()) refused = s;
   }
-  state.counters["eager_gpu_ms"] = eager->busy_ms;
-  state.counters["replay_gpu_ms"] = replay->busy_ms;
-  state.counters["eager_busy"] = eager->busy_ms / eager_ms;
-  state.counters["replay_busy"] = replay->busy_ms / replay_ms;
-  state.counters["pdl_busy"] = pdl->busy_ms / pdl_ms;
-  state.counters["kernels"] = static_cast<double>(replay->records);
-}
+};
 
-void BM_TrainStep(benchmark::State& state, MakeWorkload make) {
-  std::unique_ptr<tools::Workload> w;
-  double eager_ms = 0;
-  absl::Status eager = status_of([&] {
-    w = on_gpu_bf16(make());
-    eager_ms = ms_per_step([&] { w->step(); });
-  });
-  if (!eager.ok()) return state.SkipWithError(("eager step: " + eager.ToString()).c_str());
+void train_step(benchmark::State& state, const MakeWorkload& make) {
+  std::unique_ptr<tools::Workload> w = on_gpu_bf16(make());
+  const double eager_ms = ms_per_step([&] { w->step(); });
   const double t0 = now_ms();
   absl::StatusOr<Graph> g = capture([&] { return w->step(); });
   const double capture_ms = now_ms() - t0;
   if (!g.ok()) return state.SkipWithError(("capture: " + g.status().ToString()).c_str());
-  const double replay_ms = ms_per_step([&] { (void)g->replay(); });
+  Replays replay;
+  const double replay_ms = ms_per_step([&] { replay(*g); });
   const float loss = g->output(0).item<float>();
   if (!std::isfinite(loss)) return state.SkipWithError(absl::StrFormat("replayed loss is %g", loss).c_str());
   // The same step captured with programmatic dependent launch, timed right after.
   absl::StatusOr<Graph> pdl = capture([&] { return w->step(); }, {.programmatic_launch = true});
   if (!pdl.ok()) return state.SkipWithError(("capture (programmatic launch): " + pdl.status().ToString()).c_str());
-  const double pdl_ms = ms_per_step([&] { (void)pdl->replay(); });
+  const double pdl_ms = ms_per_step([&] { replay(*pdl); });
   // A training loop that feeds each step a batch from host memory (the same
   // one each time here): two host-to-device copies, then the replay.
   const Tensor host_x = w->x.to(kCPU), host_y = w->y.to(kCPU);
   const double fed_ms = ms_per_step([&] {
     w->x.copy_(host_x);
     w->y.copy_(host_y);
-    (void)g->replay();
+    replay(*g);
   });
   for (auto _ : state) {
-    for (int i = 0; i < kStepsPerBatch; ++i) (void)g->replay();
+    for (int i = 0; i < kStepsPerBatch; ++i) replay(*g);
     sync();
   }
+  if (!replay.refused.ok()) return state.SkipWithError(("replay: " + replay.refused.ToString()).c_str());
   state.counters["eager_ms"] = eager_ms;
   state.counters["replay_ms"] = replay_ms;
   state.counters["speedup"] = eager_ms / replay_ms;
@@ -363,7 +355,74 @@ void BM_TrainStep(benchmark::State& state, MakeWorkload make) {
   state.counters["pdl_ms"] = pdl_ms;
   state.counters["pdl_gain"] = replay_ms / pdl_ms;
   state.counters["fed_ms"] = fed_ms;
-  traced_counters(state, *w, eager_ms, replay_ms, pdl_ms);
+}
+
+void BM_TrainStep(benchmark::State& state, MakeWorkload make) {
+  const absl::Status s = status_of([&] { train_step(state, make); });
+  if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+}
+
+// GPU ms per step (union of activity intervals) and records per step of one
+// traced batch of `step`, which `prepare` (run while tracing, then dropped)
+// may set up, e.g. a capture whose graph CUPTI must see instantiated.
+absl::StatusOr<ActivityTotals> traced_per_step(const std::function<void()>& prepare,
+                                               const std::function<void()>& step) {
+  sync();
+  absl::Status s = GpuActivity::start();
+  if (!s.ok()) return s;
+  absl::Status run = status_of(prepare);
+  if (run.ok()) run = GpuActivity::reset();
+  if (run.ok()) run = status_of([&] {
+    for (int i = 0; i < kStepsPerBatch; ++i) step();
+  });
+  absl::StatusOr<ActivityTotals> t = GpuActivity::stop();
+  if (!run.ok()) return run;
+  if (!t.ok()) return t;
+  t->busy_ms /= kStepsPerBatch;
+  t->records /= kStepsPerBatch;
+  return t;
+}
+
+// GPU time per step from CUPTI of eager steps, replays and programmatic-launch
+// replays; the wall times to divide by come from BM_TrainStep of the same
+// model, which bench/gpu-check runs in another process (CUPTI slows a process
+// it is attached to for good).
+void train_step_busy(benchmark::State& state, const MakeWorkload& make) {
+  std::unique_ptr<tools::Workload> w = on_gpu_bf16(make());
+  for (int i = 0; i < 3; ++i) w->step();   // lazy state, cuBLAS, the caching allocator
+  std::optional<Graph> graph;
+  Replays replay;
+  auto traced_replays = [&](const CaptureOptions& options) {
+    return traced_per_step(
+        [&] {
+          absl::StatusOr<Graph> g = capture([&] { return w->step(); }, options);
+          if (!g.ok()) throw Error(g.status());
+          graph = std::move(*g);
+        },
+        [&] { replay(*graph); });
+  };
+  const absl::StatusOr<ActivityTotals> eager = traced_per_step([] {}, [&] { w->step(); });
+  const absl::StatusOr<ActivityTotals> plain = traced_replays({});
+  const absl::StatusOr<ActivityTotals> pdl = traced_replays({.programmatic_launch = true});
+  for (auto _ : state) {
+  }
+  for (const absl::StatusOr<ActivityTotals>* t : {&eager, &plain, &pdl}) {
+    if (!t->ok()) return state.SkipWithError(t->status().ToString().c_str());
+  }
+  if (!replay.refused.ok()) return state.SkipWithError(("replay: " + replay.refused.ToString()).c_str());
+  if (plain->records == 0 || pdl->records == 0) {
+    state.SetLabel("CUPTI saw no activity in the replays: no busy figures");
+    return;
+  }
+  state.counters["eager_gpu_ms"] = eager->busy_ms;
+  state.counters["replay_gpu_ms"] = plain->busy_ms;
+  state.counters["pdl_gpu_ms"] = pdl->busy_ms;
+  state.counters["kernels"] = static_cast<double>(plain->records);
+}
+
+void BM_TrainStepBusy(benchmark::State& state, MakeWorkload make) {
+  const absl::Status s = status_of([&] { train_step_busy(state, make); });
+  if (!s.ok()) state.SkipWithError(s.ToString().c_str());
 }
 
 MakeWorkload mlp_of(std::vector<int64_t> widths, int64_t batch) {
@@ -381,13 +440,18 @@ MakeWorkload gpt_of(nn::GptConfig config, int64_t batch) {
 // block of width 256, 4 heads, MLP 1024, B 8, T 64, with vocab-64 embeddings
 // and tied head around it) and the demo GPT of examples/train_gpt.cpp
 // (tools::GptSpec's defaults: vocab 65, T 32, 2 layers, 4 heads, width 64, B 16).
+const nn::GptConfig kBlock{.vocab_size = 64, .block_size = 64, .n_layer = 1, .n_head = 4, .n_embd = 256};
 BENCHMARK_CAPTURE(BM_TrainStep, mlp_784_128_10_b32, mlp_of({784, 128, 10}, 32))
     ->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_TrainStep, block_b8_t64_c256_h4,
-                  gpt_of({.vocab_size = 64, .block_size = 64, .n_layer = 1, .n_head = 4, .n_embd = 256}, 8))
+BENCHMARK_CAPTURE(BM_TrainStep, block_b8_t64_c256_h4, gpt_of(kBlock, 8))
     ->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_TrainStep, demo_gpt_2x64_b16_t32, gpt_of(tools::GptSpec{}.config, tools::GptSpec{}.batch))
     ->Iterations(5)->UseRealTime()->Unit(benchmark::kMillisecond);
+// Registered last, and run by bench/gpu-check in a process of their own.
+BENCHMARK_CAPTURE(BM_TrainStepBusy, mlp_784_128_10_b32, mlp_of({784, 128, 10}, 32))->Iterations(1)->UseRealTime();
+BENCHMARK_CAPTURE(BM_TrainStepBusy, block_b8_t64_c256_h4, gpt_of(kBlock, 8))->Iterations(1)->UseRealTime();
+BENCHMARK_CAPTURE(BM_TrainStepBusy, demo_gpt_2x64_b16_t32, gpt_of(tools::GptSpec{}.config, tools::GptSpec{}.batch))
+    ->Iterations(1)->UseRealTime();
 
 }  // namespace
 }  // namespace encore

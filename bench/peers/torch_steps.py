@@ -21,9 +21,10 @@ Models match encore's (src/nn/, tools/workloads.h):
     AdamW is torch's fused one (fused=True; capturable=True for graphs). One
     difference stays: torch keeps AdamW moments in the parameter dtype (bf16),
     encore in f32.
-  - The graph variant captures the whole step (zero_grad, forward, backward,
-    optimizer) with torch.cuda.graph after 3 warm-up steps on a side stream,
-    with static inputs, as in PyTorch's "whole network capture" recipe.
+  - The graph variant captures the whole step (forward, backward, optimizer;
+    gradients set to None just before capture, so backward allocates them in
+    the graph's pool) with torch.cuda.graph after 3 warm-up steps on a side
+    stream, with static inputs, as in PyTorch's "whole network capture" recipe.
 
 Timing as in gpu_bench: a step's time is the wall time of 20 back-to-back steps
 ended by one torch.cuda.synchronize(), / 20; median of 7 such batches after one
@@ -270,29 +271,47 @@ def run(args):
     dev = torch.device("cuda")
     result = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(0),
               "steps_per_batch": STEPS_PER_BATCH, "batches": BATCHES, "steps": {}, "chain": {}}
+    failed = False
     for name, make in make_workloads(torch, dev).items():
         if args.only and args.only not in name:
             continue
-        eager_ms, eager_loss = time_eager(torch, make)
-        graph_ms, graph_loss, capture_ms = time_graph(torch, make)
+        try:   # one model's failure must not cost the others' figures
+            eager_ms, eager_loss = time_eager(torch, make)
+            graph_ms, graph_loss, capture_ms = time_graph(torch, make)
+        except Exception as e:   # noqa: BLE001 - reported, and the exit status says so
+            print(f"torch_steps: {name}: {type(e).__name__}: {e}", file=sys.stderr)
+            result["steps"][name] = {"error": f"{type(e).__name__}: {e}"}
+            failed = True
+            continue
         result["steps"][name] = {"eager_ms": eager_ms, "graph_ms": graph_ms, "speedup": eager_ms / graph_ms,
                                  "capture_ms": capture_ms, "eager_loss": eager_loss, "graph_loss": graph_loss}
     for n in args.chain:
-        result["chain"][str(n)] = time_chain(torch, dev, n)
+        try:
+            result["chain"][str(n)] = time_chain(torch, dev, n)
+        except Exception as e:   # noqa: BLE001
+            print(f"torch_steps: chain {n}: {type(e).__name__}: {e}", file=sys.stderr)
+            result["chain"][str(n)] = {"error": f"{type(e).__name__}: {e}"}
+            failed = True
     if args.json:
         print(json.dumps(result))
-        return 0
+        return 1 if failed else 0
     print(f"torch {result['torch']} on {result['gpu']}; ms per step = median of {BATCHES} batches of "
           f"{STEPS_PER_BATCH} steps / {STEPS_PER_BATCH}")
     print(f"{'benchmark':<40}{'eager_ms':>12}{'graph_ms':>12}{'speedup':>10}{'capture_ms':>12}{'loss':>10}")
     for name, r in result["steps"].items():
+        if "error" in r:
+            print(f"{'torch_step/' + name:<40}error: {r['error']}")
+            continue
         print(f"{'torch_step/' + name:<40}{r['eager_ms']:>12.4f}{r['graph_ms']:>12.4f}{r['speedup']:>10.2f}"
               f"{r['capture_ms']:>12.2f}{r['graph_loss']:>10.4f}")
     print(f"{'benchmark':<40}{'eager_us/k':>12}{'replay_us/k':>12}{'speedup':>10}{'capture_ms':>12}")
     for n, r in result["chain"].items():
+        if "error" in r:
+            print(f"{'torch_chain/' + n:<40}error: {r['error']}")
+            continue
         print(f"{'torch_chain/' + n:<40}{r['eager_us_per_kernel']:>12.3f}{r['replay_us_per_kernel']:>12.3f}"
               f"{r['speedup']:>10.2f}{r['capture_ms']:>12.2f}")
-    return 0
+    return 1 if failed else 0
 
 
 def main():
