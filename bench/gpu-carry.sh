@@ -5,7 +5,7 @@
 #
 #   bench/gpu-carry.sh BUILD            # copies the libraries into BUILD/carry-lib
 #   bench/gpu-carry.sh BUILD DEST       # also DEST/build.tar.xz: the test binaries, bench/gpu_bench,
-#                                       # the tools (encore-plan, -prof, -launch) and carry-lib, stripped
+#                                       # the tools (encore-plan, -prof, -launch), examples/train_gpt and carry-lib, stripped
 #                                       # and packed (for the device tool's 64 MiB carry limit: name DEST,
 #                                       # a git-ignored folder such as build-gpu, in `carry`); then, there:
 #                                       # bench/gpu-check DEST/build.tar.xz
@@ -25,7 +25,7 @@ DEST="${2:-}"
 
 # Binaries gpu-check runs.
 mapfile -t BINS < <(find "$BUILD/tests" -type f -name '*_test' -perm -u+x | sort)
-for b in bench/gpu_bench tools/encore-plan tools/encore-prof tools/encore-launch; do
+for b in bench/gpu_bench tools/encore-plan tools/encore-prof tools/encore-launch examples/train_gpt; do
   [ -x "$BUILD/$b" ] && BINS+=("$BUILD/$b")
 done
 [ "${#BINS[@]}" -gt 0 ] || { echo "gpu-carry: no binaries under $BUILD" >&2; exit 1; }
