@@ -128,21 +128,26 @@ class GpuActivity {
 
   // Synchronizes the GPU, flushes the records and drops them, still collecting
   // (e.g. after a capture, whose graph CUPTI saw instantiated, before its replays).
+  // On failure collection stops: stop() need not follow.
   [[nodiscard]] static absl::Status reset() {
-    sync();
-    absl::Status flushed = check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-    if (!flushed.ok()) return flushed;
+    absl::Status s = status_of([] { sync(); });
+    if (s.ok()) s = check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    if (!s.ok()) {
+      disable();
+      return s;
+    }
     std::lock_guard<std::mutex> lock(state().mu);
     state().intervals.clear();
     return absl::OkStatus();
   }
 
-  // Synchronizes the GPU, flushes the records and stops collecting.
+  // Synchronizes the GPU, flushes the records and stops collecting (also when
+  // the synchronize or the flush fails).
   [[nodiscard]] static absl::StatusOr<ActivityTotals> stop() {
-    sync();
-    absl::Status flushed = check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-    for (CUpti_ActivityKind kind : kKinds) (void)cuptiActivityDisable(kind);
-    if (!flushed.ok()) return flushed;
+    absl::Status s = status_of([] { sync(); });
+    if (s.ok()) s = check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
+    disable();
+    if (!s.ok()) return s;
     std::lock_guard<std::mutex> lock(state().mu);
     return totals(state().intervals);
   }
@@ -160,6 +165,10 @@ class GpuActivity {
   static State& state() {
     static State* s = new State();
     return *s;
+  }
+
+  static void disable() {
+    for (CUpti_ActivityKind kind : kKinds) (void)cuptiActivityDisable(kind);
   }
 
   static absl::Status check(CUptiResult r, const char* what) {
@@ -371,7 +380,10 @@ absl::StatusOr<ActivityTotals> traced_per_step(const std::function<void()>& prep
   absl::Status s = GpuActivity::start();
   if (!s.ok()) return s;
   absl::Status run = status_of(prepare);
-  if (run.ok()) run = GpuActivity::reset();
+  if (run.ok()) {
+    run = GpuActivity::reset();
+    if (!run.ok()) return run;   // reset() stopped collecting
+  }
   if (run.ok()) run = status_of([&] {
     for (int i = 0; i < kStepsPerBatch; ++i) step();
   });

@@ -28,7 +28,7 @@ Models match encore's (src/nn/, tools/workloads.h):
 
 Timing as in gpu_bench: a step's time is the wall time of 20 back-to-back steps
 ended by one torch.cuda.synchronize(), / 20; median of 7 such batches after one
-untimed batch. The launch chain (x = x + 1 on a 256-element f32 tensor under
+untimed batch (gpu_bench: median of at least 5, about 0.2 s of them). The launch chain (x = x + 1 on a 256-element f32 tensor under
 no_grad) is timed per run with a synchronize at its end.
 """
 import argparse

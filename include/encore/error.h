@@ -38,8 +38,8 @@ class Error : public std::exception {
 [[noreturn]] void throw_error(absl::StatusCode code, std::string message);
 
 // Runs fn(); returns OK, or the Status of the encore::Error it threw (other
-// std::exceptions, and anything else thrown, become kInternal). Never lets an
-// exception escape.
+// std::exceptions, and anything else thrown, become kInternal). Lets no
+// exception escape except thread-cancellation unwinding, which must go on.
 template <typename F>
 [[nodiscard]] absl::Status status_of(F&& fn) {
   try {

@@ -106,7 +106,9 @@ TEST(CudaTransferTest, CopiesQueuedBehindWorkLandIntactWhileTheHostReusesItsBuff
   h.fill_(0);
   small.push_back(h.to(kGpu));
   h.fill_(-1);                                             // the staged copy must not see this
-  EXPECT_EQ(cudaStreamQuery(stream), cudaErrorNotReady) << "the copy waited for the GPU";
+  const cudaError_t queued = cudaStreamQuery(stream);
+  (void)cudaGetLastError();   // NotReady must not linger as the next launch's error
+  EXPECT_EQ(queued, cudaErrorNotReady) << "the copy waited for the GPU";
   for (int i = 1; i < 20; ++i) {                           // more than the 8 small blocks: reused once their copies ran
     h.fill_(i);
     small.push_back(h.to(kGpu));
