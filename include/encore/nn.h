@@ -178,6 +178,8 @@ class Gpt : public Module {
   Tensor forward(const Tensor& ids) const;
   // Mean cross-entropy of forward(ids) against targets [B, T].
   Tensor loss(const Tensor& ids, const Tensor& targets) const;
+  // The configuration it was built with; `device` stays the one it was built
+  // on after to(Device) (ask a parameter for where it is now).
   const GptConfig& config() const { return cfg_; }
  private:
   GptConfig cfg_;

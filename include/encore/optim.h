@@ -62,8 +62,9 @@ class Optimizer {
   // The learning rate: an f32 0-d tensor on the parameters' device, read by
   // the update kernels at every step.
   const Tensor& lr() const { return lr_; }
-  // Host write into lr() (synchronous). Call it between steps, not inside a
-  // captured step: capture refuses it like any host transfer.
+  // Writes lr() in stream order (does not wait for the GPU: earlier steps
+  // still read the old rate). Call it between steps, not inside a captured
+  // step: capture refuses it like any host transfer.
   void set_lr(double lr);
   // Host read of lr() (synchronises; refused inside capture).
   double get_lr() const;

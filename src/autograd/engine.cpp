@@ -86,7 +86,14 @@ Tensor root_grad(const Tensor& root, const Tensor& given) {
   if (given.defined()) {
     ENCORE_CHECK(given.shape() == root.shape(), "backward: gradient shape %s does not match tensor shape %s",
                  shape_str(given.shape()), shape_str(root.shape()));
-    return given;
+    // A backward formula takes its device from the gradient or from a saved
+    // tensor: both must agree, or a kernel would read memory of the wrong kind.
+    ENCORE_CHECK(given.device() == root.device(),
+                 "backward: gradient on %s but the tensor %s is on %s; move it with .to(%s)", given.device().str(),
+                 shape_str(root.shape()), root.device().str(), root.device().str());
+    ENCORE_CHECK(is_floating(given.dtype()), "backward: gradient of dtype %s; it must be a float tensor",
+                 dtype_name(given.dtype()));
+    return given.dtype() == root.dtype() ? given : given.to(root.dtype());   // as the tensor's own gradient would be
   }
   ENCORE_CHECK(root.numel() == 1,
                "backward: a gradient must be given for a non-scalar tensor (shape %s, dtype %s)",

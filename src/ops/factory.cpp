@@ -1,5 +1,6 @@
 // Creation functions and random draws.
 #include <cstring>
+#include <mutex>
 
 #include "encore/autograd.h"
 #include "encore/ops.h"
@@ -75,6 +76,7 @@ uint64_t Generator::seed() const { return static_cast<uint64_t>(state_.to_vector
 uint64_t Generator::offset() const { return static_cast<uint64_t>(state_.to_vector<int64_t>()[1]); }
 
 namespace {
+std::mutex default_generators_mu;   // guards the two below (first draws or manual_seed from several threads)
 uint64_t last_manual_seed = 0;     // seeds the CUDA generator when it is first created
 Generator* cuda_generator = nullptr;   // created on first use, so manual_seed never starts CUDA; never destroyed
 }  // namespace
@@ -87,11 +89,13 @@ Generator& default_generator(Device device) {
   ENCORE_CHECK_CODE(device.index == 0, kUnimplemented,
                     "default_generator: only cuda:0 has a default generator (asked for %s); pass a Generator",
                     device.str());
+  std::lock_guard<std::mutex> lock(default_generators_mu);
   if (cuda_generator == nullptr) cuda_generator = new Generator(last_manual_seed, device);
   return *cuda_generator;
 }
 
 void manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(default_generators_mu);
   last_manual_seed = seed;
   default_generator(kCPU).manual_seed(seed);
   if (cuda_generator != nullptr) cuda_generator->manual_seed(seed);

@@ -125,10 +125,24 @@ TEST(EngineTest, ErrorsNameTheProblem) {
   expect_error([&] { x.add_(ones({2})); }, absl::StatusCode::kInvalidArgument, {"add_", "NoGradGuard"});
   expect_error([&] { x.set_grad(ones({3})); }, absl::StatusCode::kInvalidArgument, {"set_grad", "[3]", "[2]"});
   expect_error([&] { x.set_grad(ones({2}, kBFloat16)); }, absl::StatusCode::kInvalidArgument, {"set_grad", "bf16"});
+  expect_error([&] { (x * 2.0).backward(ones({2}, kInt32)); }, absl::StatusCode::kInvalidArgument,
+               {"backward", "i32", "float"});
   if (cuda_available()) {   // a gradient on another device than its tensor (the optimizers would read it there)
     expect_error([&] { x.set_grad(ones({2}).to(Device::cuda(0))); }, absl::StatusCode::kInvalidArgument,
                  {"set_grad", "cuda:0", "cpu"});
+    // backward formulas take their device from the gradient or a saved tensor: refused before any kernel runs
+    expect_error([&] { tanh(x).backward(ones({2}).to(Device::cuda(0))); }, absl::StatusCode::kInvalidArgument,
+                 {"backward", "gradient on cuda:0", "is on cpu"});
   }
+}
+
+// A root gradient of another float dtype is converted to the tensor's, as the
+// tensor's own gradient would be.
+TEST(EngineTest, AGivenGradientOfAnotherFloatDtypeIsConverted) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  (x * 3.0).backward(full({2}, 0.5, kBFloat16));
+  EXPECT_EQ(x.grad().dtype(), kFloat32);
+  expect_near(x.grad(), {1.5, 1.5});
 }
 
 TEST(EngineTest, InPlaceChangeOfASavedTensorIsRefused) {
