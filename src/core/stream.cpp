@@ -16,13 +16,33 @@
 
 namespace encore {
 
+void Stream::set_observer(LaunchObserver* observer) {
+  observer_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  observer_.store(observer, std::memory_order_release);
+}
+
+bool Stream::observed_here() const {
+  return observer_.load(std::memory_order_acquire) != nullptr &&
+         observer_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+}
+
+LaunchObserver* Stream::watching(const char* op) {
+  LaunchObserver* o = observer_.load(std::memory_order_acquire);
+  if (o == nullptr || observer_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return o;
+  ENCORE_CHECK_CODE(!device_.is_cuda(), kFailedPrecondition,
+                    "%s on %s from another thread while capture() (or a profiler) on its own thread watches this "
+                    "device's stream: the work would join the captured step. Keep other threads off %s until it "
+                    "returns", op, device_.str(), device_.str());
+  return nullptr;   // CPU: runs in this thread, outside the observed step
+}
+
 void Stream::host_access(const char* op) {
-  if (observer_ != nullptr) observer_->on_host_access(op);
+  if (LaunchObserver* o = watching(op); o != nullptr) o->on_host_access(op);
   synchronize();
 }
 
 void Stream::host_write(const char* op) {
-  if (observer_ != nullptr) observer_->on_host_access(op);
+  if (LaunchObserver* o = watching(op); o != nullptr) o->on_host_access(op);
 }
 
 void Stream::synchronize() {
@@ -33,7 +53,9 @@ void Stream::synchronize() {
     // Reports of the kernels just waited for (NOTE [ Kernel error words ]).
     // While observed (capture()'s recorded warm-up) they stay in the word:
     // capture() takes them after the run and names the recorded step.
-    if (observer_ == nullptr) throw_kernel_errors(take_kernel_errors(device_, /*wait=*/false), device_);
+    if (observer_.load(std::memory_order_acquire) == nullptr) {
+      throw_kernel_errors(take_kernel_errors(device_, /*wait=*/false), device_);
+    }
   }
 #endif
 }

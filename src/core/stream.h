@@ -13,8 +13,10 @@
 // On CPU a stream is synchronous: launch() returns after the kernel ran.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
+#include <thread>
 #include <type_traits>
 
 #include "absl/types/span.h"
@@ -63,9 +65,11 @@ class Stream {
   void launch_many(const char* op, const Args& args, absl::Span<Storage* const> reads,
                    absl::Span<Storage* const> writes) {
     static_assert(std::is_trivially_copyable_v<Args>, "kernel args are copied into graphs");
-    if (observer_ != nullptr) [[unlikely]] {
-      LaunchRecord rec{op, device_, &thunk<Kernel, Args>, &args, sizeof(Args), reads, writes};
-      if (!observer_->on_launch(rec)) return;
+    if (observer_.load(std::memory_order_acquire) != nullptr) [[unlikely]] {
+      if (LaunchObserver* o = watching(op); o != nullptr) {
+        LaunchRecord rec{op, device_, &thunk<Kernel, Args>, &args, sizeof(Args), reads, writes};
+        if (!o->on_launch(rec)) return;
+      }
     }
     Kernel(args);
   }
@@ -81,15 +85,29 @@ class Stream {
   void host_write(const char* op);
   void synchronize();
 
-  LaunchObserver* observer() const { return observer_; }
-  void set_observer(LaunchObserver* observer) { observer_ = observer; }
+  // NOTE [ Observers belong to a thread ]: an observer sees the launches and
+  // host accesses of the thread that installed it. Another thread's work on
+  // the same stream meanwhile (a data loader, say) runs unobserved on CPU,
+  // where a launch runs in its caller and so stays out of the observed step;
+  // on CUDA it is refused (encore::Error, FailedPrecondition), because it
+  // would join the stream capture or the recording of the observing thread.
+  LaunchObserver* observer() const { return observer_.load(std::memory_order_acquire); }
+  // Installs `observer` for the calling thread's work (nullptr removes it).
+  void set_observer(LaunchObserver* observer);
+  // True when an observer installed by the calling thread is watching.
+  bool observed_here() const;
 
  private:
   template <auto Kernel, typename Args>
   static void thunk(const void* args) { Kernel(*static_cast<const Args*>(args)); }
 
+  // The observer for the calling thread's launch or host access `op`:
+  // NOTE [ Observers belong to a thread ].
+  LaunchObserver* watching(const char* op);
+
   Device device_;
-  LaunchObserver* observer_ = nullptr;
+  std::atomic<LaunchObserver*> observer_{nullptr};
+  std::atomic<std::thread::id> observer_thread_{};   // the thread that installed observer_
 };
 
 // The stream encore's ops use on `device` (one per device).

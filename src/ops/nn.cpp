@@ -67,7 +67,7 @@ Tensor softmax_impl(const char* op, const Tensor& a, int64_t dim, bool log) {
 // (src/core/kernel_errors.h): capture(), replay() or the next
 // synchronization turns the report into an error naming the op.
 bool index_checks_on_host(const Tensor& t) {
-  return t.device().is_cpu() && current_stream(t.device()).observer() == nullptr;
+  return t.device().is_cpu() && !current_stream(t.device()).observed_here();
 }
 
 void check_class_ids(const Tensor& target, int64_t classes, int64_t ignore_index, const Tensor& logits) {

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <string>
+#include <thread>
 
 #if ENCORE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -352,6 +354,30 @@ TEST(CaptureTest, ExceptionAfterTheKernelsEndsCaptureCleanly) {
   expect_exception_after_the_kernels_ends_capture_cleanly(kCPU);
 }
 
+// NOTE [ Observers belong to a thread ]: another thread's CPU work while
+// capture() watches the CPU stream (a data loader, say), host reads included,
+// runs as usual and stays out of the graph.
+TEST(CaptureTest, AnotherThreadsCpuWorkDuringCaptureRunsAndStaysOutOfTheGraph) {
+  std::unique_ptr<TrainRig> rig = mlp_setup();
+  TrainRig& s = *rig;
+  s.fill(0);
+  absl::StatusOr<Graph> alone = capture([&] { return s.step(); });
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  std::vector<float> side;
+  absl::StatusOr<Graph> graph = capture([&] {
+    std::thread loader([&] {
+      Tensor a = full({8}, 1.0);
+      side.push_back((a * 3.0).sum().item<float>());   // kernels and a host read, on another thread
+    });
+    loader.join();
+    return s.step();
+  });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(side, std::vector<float>(3, 24.0f));   // two warm-ups and the capture run
+  EXPECT_EQ(graph->stats().kernels, alone->stats().kernels);
+  EXPECT_TRUE(graph->replay().ok());
+}
+
 TEST(CaptureTest, TensorEscapingTheStepFailsCapture) {
   std::unique_ptr<TrainRig> rig = mlp_setup();
   TrainRig& s = *rig;
@@ -531,6 +557,32 @@ TEST(CudaCaptureTest, ProgrammaticLaunchReplaysEqualEagerSteps) {
 TEST(CudaCaptureTest, ExceptionAfterTheKernelsEndsCaptureCleanly) {
   ENCORE_SKIP_WITHOUT_GPU();
   expect_exception_after_the_kernels_ends_capture_cleanly(kGpu);
+}
+
+// On CUDA another thread's launch on the watched stream would join the
+// stream capture: it is refused in that thread, and the capture goes on.
+TEST(CudaCaptureTest, AnotherThreadsLaunchDuringCaptureIsRefusedThere) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  std::unique_ptr<TrainRig> rig = mlp_setup(kGpu);
+  TrainRig& s = *rig;
+  s.fill(0);
+  std::vector<std::string> refusals;
+  absl::StatusOr<Graph> graph = capture([&] {
+    std::thread loader([&] {
+      absl::Status st = status_of([] { (void)full({8}, 1.0, kFloat32, kGpu); });
+      refusals.push_back(st.ToString());
+    });
+    loader.join();
+    return s.step();
+  });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_EQ(refusals.size(), 3u);
+  EXPECT_EQ(refusals[0], "OK");   // the first warm-up is not watched
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_NE(refusals[i].find("from another thread while capture()"), std::string::npos) << refusals[i];
+  }
+  EXPECT_TRUE(graph->replay().ok());
+  EXPECT_TRUE(std::isfinite(graph->output(0).item<float>()));
 }
 
 TEST(CudaCaptureTest, ArenaPlanIsSoundAndTheGraphHasEveryKernel) {
