@@ -82,8 +82,7 @@ namespace {
 
 struct StagingSlot : StagingBlock {
   explicit StagingSlot(int device) : done(device, /*timing=*/false) {}
-  Event done;              // recorded after the copy queued from this block
-  bool in_flight = false;  // recorded, and not yet seen completed
+  Event done;   // recorded after the copy queued from this block; query() is true before any record
 };
 
 // NOTE [ Staged host-to-device copies ] in allocator.h.
@@ -99,9 +98,8 @@ class StagingPool {
     std::unique_lock<std::mutex> lock(mu_);
     for (auto it = size.free.begin(); it != size.free.end(); ++it) {   // oldest first
       StagingSlot* b = *it;
-      if (!b->in_flight || b->done.query()) {
+      if (b->done.query()) {   // its last copy has run
         size.free.erase(it);
-        b->in_flight = false;
         return b;
       }
     }
@@ -116,10 +114,9 @@ class StagingPool {
     try {
       b->done.synchronize();
     } catch (...) {
-      give_back(b, /*queued=*/false);   // still in flight as far as anyone knows: back to the pool
+      give_back(b, /*queued=*/false);   // back to the pool; its event still says when its copy ran
       throw;
     }
-    b->in_flight = false;
     return b;
   }
 
@@ -133,7 +130,6 @@ class StagingPool {
         --(b->bytes == kSmallBlock ? small_ : large_).made;   // left out of the pool for good
         throw;
       }
-      b->in_flight = true;
     }
     std::lock_guard<std::mutex> lock(mu_);
     (b->bytes == kSmallBlock ? small_ : large_).free.push_back(b);
