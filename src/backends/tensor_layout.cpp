@@ -26,6 +26,9 @@ bool all_dense_same_shape(const Tensor& out, std::initializer_list<const Tensor*
 
 template <int N>
 Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
+  // Operand 0 is out, so N - 1 inputs fill the layout (a caller bug otherwise).
+  ENCORE_CHECK(static_cast<int>(inputs.size()) == N - 1, "make_layout<%d>: %d inputs, expected %d", N,
+               static_cast<int>(inputs.size()), N - 1);
   Layout<N> l;
   if (all_dense_same_shape(out, inputs)) {
     l.ndim = 1;
@@ -34,10 +37,10 @@ Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> in
     l.contiguous = true;
     l.ptr[0] = static_cast<char*>(out.data_ptr());
     l.stride[0][0] = dtype_size(out.dtype());
-    int k = 1;
-    for (const Tensor* t : inputs) {
+    for (int k = 1; k < N; ++k) {
+      const Tensor* t = inputs.begin()[k - 1];
       l.ptr[k] = static_cast<char*>(t->data_ptr());
-      l.stride[k++][0] = dtype_size(t->dtype());
+      l.stride[k][0] = dtype_size(t->dtype());
     }
     return l;
   }
@@ -49,11 +52,10 @@ Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> in
   int64_t full[N][kMaxDims];
   l.ptr[0] = static_cast<char*>(out.data_ptr());
   broadcast_strides(out, shape, full[0]);
-  int k = 1;
-  for (const Tensor* t : inputs) {
+  for (int k = 1; k < N; ++k) {
+    const Tensor* t = inputs.begin()[k - 1];
     l.ptr[k] = static_cast<char*>(t->data_ptr());
     broadcast_strides(*t, shape, full[k]);
-    ++k;
   }
   // Merge dim d into the run below it when every operand steps contiguously.
   int m = 0;
