@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "encore/tensor.h"
 #include "src/core/allocator.h"
+#include "src/core/tensor_internal.h"
 
 namespace encore {
 namespace {
@@ -118,11 +119,13 @@ Shape contiguous_strides(absl::Span<const int64_t> shape) {
   return strides;
 }
 
-Tensor empty(Shape shape, DType dtype, Device device) {
+Tensor empty(Shape shape, DType dtype, Device device) { return empty_for("empty", std::move(shape), dtype, device); }
+
+Tensor empty_for(const char* op, Shape shape, DType dtype, Device device) {
   for (int64_t s : shape) {
-    ENCORE_CHECK(s >= 0, "empty: negative size in shape %s (%s)", shape_str(shape), dtype_name(dtype));
+    ENCORE_CHECK(s >= 0, "%s: negative size in shape %s (%s)", op, shape_str(shape), dtype_name(dtype));
   }
-  ENCORE_CHECK(static_cast<int64_t>(shape.size()) <= kMaxDims, "empty: shape %s has more than %d dims",
+  ENCORE_CHECK(static_cast<int64_t>(shape.size()) <= kMaxDims, "%s: shape %s has more than %d dims", op,
                shape_str(shape), kMaxDims);
   auto impl = make_ref<TensorImpl>();
   impl->storage = Storage::allocate(numel_of(shape) * dtype_size(dtype), device);

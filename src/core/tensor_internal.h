@@ -5,6 +5,9 @@
 
 namespace encore {
 
+// empty() for op: a shape with a negative size or too many dims is refused
+// naming op ("full", "randn", ...) instead of "empty".
+Tensor empty_for(const char* op, Shape shape, DType dtype, Device device);
 // Row-major strides (elements) for shape.
 Shape contiguous_strides(absl::Span<const int64_t> shape);
 // A tensor sharing base's storage (and version counter) with the given

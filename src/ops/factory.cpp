@@ -5,6 +5,7 @@
 #include "encore/autograd.h"
 #include "encore/ops.h"
 #include "src/core/stream.h"
+#include "src/core/tensor_internal.h"
 #include "src/backends/kernels.h"
 #include "src/ops/op_utils.h"
 
@@ -15,7 +16,7 @@ Tensor ones(Shape shape, DType dtype, Device device) { return full(std::move(sha
 
 Tensor full(Shape shape, double value, DType dtype, Device device) {
   ops::check_scalar_fits("full", value, dtype, shape, /*truncates=*/true);
-  Tensor t = empty(std::move(shape), dtype, device);
+  Tensor t = empty_for("full", std::move(shape), dtype, device);
   ENCORE_KERNEL(t.device(), fill, t, value);
   return t;
 }
@@ -43,7 +44,7 @@ Tensor from_vector(const std::vector<T>& values, Shape shape, Device device) {
                "from_vector: %d values do not fill shape %s (%s)", values.size(), shape_str(shape),
                dtype_name(dtype_of<T>));
   if (!device.is_cpu()) return from_vector<T>(values, std::move(shape), kCPU).to(device);
-  Tensor t = empty(std::move(shape), dtype_of<T>, device);
+  Tensor t = empty_for("from_vector", std::move(shape), dtype_of<T>, device);
   Stream& s = current_stream(device);
   s.host_access("from_vector");
   s.launch<&host_copy_kernel<T>>("from_vector", HostCopyArgs<T>{t.data<T>(), values.data(), t.numel()}, {},
@@ -108,7 +109,7 @@ Tensor draw(const char* op, Shape shape, DType dtype, Device device, Generator* 
   Generator& g = gen != nullptr ? *gen : default_generator(device);
   ENCORE_CHECK(g.device() == device, "%s: generator on %s cannot draw on %s", op, g.device().str(),
                device.str());
-  Tensor t = empty(std::move(shape), dtype, device);
+  Tensor t = empty_for(op, std::move(shape), dtype, device);
   ENCORE_KERNEL(t.device(), random, t, g.state(), kind);
   return t;
 }

@@ -1,0 +1,452 @@
+// Bad input gets a clear error, never a crash: every op is called many
+// thousand times with seeded random arguments, most of them wrong (shapes that
+// do not broadcast, dims out of range, integer or bool tensors where floats
+// belong, empty and 0-d tensors, non-contiguous views, NaN and huge scalars,
+// class ids and indices out of range). Each call must either succeed or throw
+// encore::Error with a caller's code (never kInternal or kUnknown) and a
+// message naming the op; a float result that requires grad must also survive
+// backward(). A crash, another exception or a sanitizer report fails the test.
+// Under AddressSanitizer (meson -Db_sanitize=address,undefined) this is the
+// memory-safety check of every op's argument checking.
+//
+// A failure names the op and the call:
+//   build/tests/ops/argument_fuzz_test --gtest_filter='*Matmul*'
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "encore/encore.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+constexpr int kCalls = 1000;   // per op
+
+class Args {
+ public:
+  explicit Args(uint64_t seed) : g_(seed) {}
+
+  int pick(int n) { return static_cast<int>(g_() % static_cast<uint64_t>(n)); }
+  bool coin() { return pick(2) == 0; }
+
+  int64_t dim_size() { const int64_t d[] = {0, 1, 2, 3, 5}; return d[pick(5)]; }
+  Shape shape(int max_rank = 4) {
+    Shape s(pick(max_rank + 1));
+    for (int64_t& d : s) d = pick(6) == 0 ? 0 : 1 + pick(4);
+    return s;
+  }
+  // A dim for a tensor of rank r: usually valid (possibly negative), sometimes not.
+  int64_t dim(int64_t r) {
+    if (pick(6) == 0) return (coin() ? 1 : -1) * (r + 1 + pick(3));
+    if (r == 0) return coin() ? 0 : -1;
+    return pick(static_cast<int>(2 * r)) - r;
+  }
+  std::vector<int64_t> dims(int64_t r) {
+    std::vector<int64_t> d(pick(3));
+    for (int64_t& x : d) x = dim(r);
+    return d;
+  }
+  double scalar() {
+    const double s[] = {0.0, 1.0, -2.5, 0.5, 3.0, 1e40, -1e40,
+                        std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity(), 7.0};
+    return s[pick(10)];
+  }
+  DType dtype() {
+    const DType f[] = {kFloat32, kFloat32, kFloat32, kBFloat16, kFloat16, kInt32, kInt64, kBool};
+    return f[pick(8)];
+  }
+  DType float_dtype() { const DType f[] = {kFloat32, kFloat32, kBFloat16, kFloat16}; return f[pick(4)]; }
+
+  // A tensor of `shape` and `dt`: random values (small integers for integer
+  // types), sometimes a non-contiguous view, sometimes a float leaf that
+  // requires grad.
+  Tensor tensor(const Shape& s, DType dt) {
+    int64_t n = 1;
+    for (int64_t d : s) n *= d;
+    std::vector<float> v(n);
+    for (float& x : v) x = static_cast<float>(static_cast<int>(g_() % 9) - 3) * (is_floating(dt) ? 0.37f : 1.0f);
+    Tensor t = from_vector<float>(v, s).to(dt);
+    if (s.size() >= 2 && pick(4) == 0) t = t.t().contiguous().t();          // transposed strides, same shape
+    if (is_floating(dt) && pick(3) == 0) t.requires_grad_();
+    if (s.size() >= 1 && s.back() > 1 && pick(5) == 0) t = t.slice(-1, 0, s.back(), 2);   // strided
+    return t;
+  }
+  Tensor tensor() { return tensor(shape(), dtype()); }
+  Tensor float_tensor() { return tensor(shape(), float_dtype()); }
+  // Class ids / indices: mostly in [0, n), sometimes out of range.
+  Tensor indices(const Shape& s, int64_t n) {
+    int64_t count = 1;
+    for (int64_t d : s) count *= d;
+    std::vector<int64_t> v(count);
+    for (int64_t& x : v) x = pick(12) == 0 ? (coin() ? -1 - pick(3) : n + pick(3)) : (n > 0 ? pick(static_cast<int>(n)) : 0);
+    return from_vector<int64_t>(v, s).to(pick(3) == 0 ? kInt32 : (pick(8) == 0 ? kFloat32 : kInt64));
+  }
+
+ private:
+  std::mt19937_64 g_;
+};
+
+std::string describe(const Tensor& t) {
+  if (!t.defined()) return "undefined";
+  std::string s = std::string(dtype_name(t.dtype())) + "[";
+  for (size_t i = 0; i < t.shape().size(); ++i) s += (i ? "," : "") + std::to_string(t.shape()[i]);
+  return s + (t.is_contiguous() ? "]" : "] strided");
+}
+
+// Calls `call` kCalls times with fresh arguments; each must succeed (then
+// backward through a float result that requires grad) or throw a caller's
+// encore::Error naming `op`.
+void fuzz(const char* op, const std::function<Tensor(Args&, std::string&)>& call, uint64_t seed = 1) {
+  Args args(seed * 7919 + std::hash<std::string>{}(op));
+  int ok = 0, refused = 0;
+  for (int i = 0; i < kCalls; ++i) {
+    std::string what;
+    Tensor out;
+    try {
+      out = call(args, what);
+    } catch (const Error& e) {
+      ++refused;
+      const absl::StatusCode code = e.status().code();
+      EXPECT_NE(code, absl::StatusCode::kInternal) << op << "(" << what << "): " << e.what();
+      EXPECT_NE(code, absl::StatusCode::kUnknown) << op << "(" << what << "): " << e.what();
+      EXPECT_NE(std::string(e.what()).find(op), std::string::npos)
+          << "the error does not name " << op << ": " << op << "(" << what << "): " << e.what();
+      continue;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << op << "(" << what << ") threw a non-encore exception: " << e.what();
+      continue;
+    }
+    ++ok;
+    if (out.defined() && out.requires_grad() && is_floating(out.dtype())) {
+      const absl::Status s = status_of([&] { out.to(kFloat32).sum().backward(); });
+      EXPECT_TRUE(s.ok()) << op << "(" << what << ") backward: " << s;
+    }
+  }
+  // Both outcomes must occur, or the fuzzing missed half of what it is for.
+  EXPECT_GT(ok, kCalls / 20) << op << ": too few valid calls";
+  EXPECT_GT(refused, kCalls / 20) << op << ": too few invalid calls";
+}
+
+// Two tensors whose shapes often broadcast: b's shape is a's, trimmed from the
+// left and with some dims set to 1, or a random shape.
+std::pair<Tensor, Tensor> pair_of(Args& g, bool same_dtype_often = true) {
+  const Shape sa = g.shape();
+  Shape sb = sa;
+  if (g.pick(3) == 0) {
+    sb = g.shape();
+  } else {
+    sb.erase(sb.begin(), sb.begin() + g.pick(static_cast<int>(sb.size()) + 1));
+    for (int64_t& d : sb) if (g.pick(3) == 0) d = 1;
+  }
+  const DType da = g.dtype();
+  const DType db = same_dtype_often && g.pick(4) != 0 ? da : g.dtype();
+  return {g.tensor(sa, da), g.tensor(sb, db)};
+}
+
+TEST(ArgumentFuzzTest, BinaryOps) {
+  using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+  const std::pair<const char*, BinaryFn> ops[] = {{"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}};
+  for (const auto& [name, fn] : ops) {
+    fuzz(name, [fn](Args& g, std::string& what) {
+      auto [a, b] = pair_of(g);
+      what = describe(a) + ", " + describe(b);
+      return fn(a, b);
+    });
+  }
+}
+
+TEST(ArgumentFuzzTest, ScalarOps) {
+  using ScalarFn = Tensor (*)(const Tensor&, double);
+  const std::pair<const char*, ScalarFn> ops[] = {{"add", add}, {"mul", mul}, {"rsub", rsub}, {"rdiv", rdiv}};
+  for (const auto& [name, fn] : ops) {
+    fuzz(name, [fn](Args& g, std::string& what) {
+      Tensor a = g.tensor();
+      const double s = g.scalar();
+      what = describe(a) + ", " + std::to_string(s);
+      return fn(a, s);
+    });
+  }
+}
+
+TEST(ArgumentFuzzTest, UnaryOps) {
+  using UnaryFn = Tensor (*)(const Tensor&);
+  const std::pair<const char*, UnaryFn> ops[] = {
+      {"neg", neg}, {"exp", exp}, {"log", log}, {"sqrt", sqrt}, {"rsqrt", rsqrt}, {"abs", abs}, {"tanh", tanh},
+      {"sigmoid", sigmoid}, {"relu", relu}, {"silu", silu}};
+  for (const auto& [name, fn] : ops) {
+    fuzz(name, [fn](Args& g, std::string& what) {
+      Tensor a = g.tensor();
+      what = describe(a);
+      return fn(a);
+    });
+  }
+  fuzz("gelu", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    what = describe(a);
+    return gelu(a, g.coin() ? GeluApprox::kTanh : GeluApprox::kNone);
+  });
+  fuzz("pow", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const double e = g.scalar();
+    what = describe(a) + ", " + std::to_string(e);
+    return pow(a, e);
+  });
+  fuzz("clamp", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const double lo = g.scalar(), hi = g.scalar();
+    what = describe(a) + ", " + std::to_string(lo) + ", " + std::to_string(hi);
+    return clamp(a, lo, hi);
+  });
+}
+
+TEST(ArgumentFuzzTest, Selection) {
+  fuzz("where", [](Args& g, std::string& what) {
+    auto [a, b] = pair_of(g);
+    Tensor cond = g.tensor(g.coin() ? a.shape() : g.shape(), g.pick(4) == 0 ? g.dtype() : kBool);
+    what = describe(cond) + ", " + describe(a) + ", " + describe(b);
+    return where(cond, a, b);
+  });
+  fuzz("masked_fill", [](Args& g, std::string& what) {
+    auto [a, mask] = pair_of(g);
+    if (g.pick(4) != 0) mask = mask.detach().to(kBool);
+    const double v = g.scalar();
+    what = describe(a) + ", " + describe(mask) + ", " + std::to_string(v);
+    return masked_fill(a, mask, v);
+  });
+}
+
+TEST(ArgumentFuzzTest, Reductions) {
+  using DimsFn = Tensor (*)(const Tensor&, std::vector<int64_t>, bool);
+  const std::pair<const char*, DimsFn> ops[] = {{"sum", sum}, {"mean", mean}};
+  for (const auto& [name, fn] : ops) {
+    fuzz(name, [fn](Args& g, std::string& what) {
+      Tensor a = g.tensor();
+      std::vector<int64_t> dims = g.dims(a.dim());
+      what = describe(a) + ", " + std::to_string(dims.size()) + " dims";
+      return fn(a, dims, g.coin());
+    });
+  }
+  fuzz("var", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    std::vector<int64_t> dims = g.dims(a.dim());
+    const int64_t correction = g.pick(4) - 1;
+    what = describe(a) + ", " + std::to_string(dims.size()) + " dims, correction " + std::to_string(correction);
+    return var(a, dims, correction, g.coin());
+  });
+  fuzz("max", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    what = describe(a);
+    if (g.coin()) return max(a);
+    const int64_t d = g.dim(a.dim());
+    what += ", dim " + std::to_string(d);
+    return max(a, d, g.coin()).first;
+  });
+  fuzz("argmax", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const int64_t d = g.dim(a.dim());
+    what = describe(a) + ", dim " + std::to_string(d);
+    return argmax(a, d, g.coin());
+  });
+  fuzz("sum_to", [](Args& g, std::string& what) {
+    auto [a, b] = pair_of(g);
+    what = describe(a) + " to " + describe(b);
+    return sum_to(a, b.shape());
+  });
+}
+
+TEST(ArgumentFuzzTest, Matmul) {
+  fuzz("matmul", [](Args& g, std::string& what) {
+    Shape sa = g.shape(3), sb = g.shape(3);
+    if (!sa.empty() && !sb.empty() && g.pick(3) != 0) sb[sb.size() >= 2 ? sb.size() - 2 : 0] = sa.back();
+    const DType dt = g.float_dtype();
+    Tensor a = g.tensor(sa, g.pick(6) == 0 ? g.dtype() : dt), b = g.tensor(sb, g.pick(6) == 0 ? g.dtype() : dt);
+    what = describe(a) + ", " + describe(b);
+    return matmul(a, b);
+  });
+  fuzz("linear", [](Args& g, std::string& what) {
+    const int64_t in = g.dim_size(), out = g.dim_size();
+    const DType dt = g.float_dtype();
+    Shape sx = g.shape(3);
+    if (g.pick(4) != 0) sx.push_back(in);
+    Tensor x = g.tensor(sx, dt);
+    Tensor w = g.tensor(g.pick(4) != 0 ? Shape{out, in} : g.shape(2), g.pick(6) == 0 ? g.dtype() : dt);
+    Tensor b = g.coin() ? Tensor() : g.tensor(g.pick(4) != 0 ? Shape{out} : g.shape(2), dt);
+    what = describe(x) + ", " + describe(w) + ", " + describe(b);
+    return linear(x, w, b);
+  });
+}
+
+TEST(ArgumentFuzzTest, NeuralNetworkOps) {
+  fuzz("softmax", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const int64_t d = g.dim(a.dim());
+    what = describe(a) + ", dim " + std::to_string(d);
+    return g.coin() ? softmax(a, d) : log_softmax(a, d);
+  });
+  fuzz("cross_entropy", [](Args& g, std::string& what) {
+    const int64_t n = g.dim_size(), c = g.dim_size();
+    Tensor logits = g.tensor(g.pick(5) != 0 ? Shape{n, c} : g.shape(3), g.pick(6) == 0 ? g.dtype() : g.float_dtype());
+    Tensor target = g.indices(g.pick(5) != 0 ? Shape{n} : g.shape(2), c);
+    const int64_t ignore = g.coin() ? -100 : g.pick(3);
+    what = describe(logits) + ", " + describe(target) + ", ignore " + std::to_string(ignore);
+    return cross_entropy(logits, target, ignore);
+  });
+  fuzz("layer_norm", [](Args& g, std::string& what) {
+    Tensor x = g.tensor(g.shape(), g.pick(6) == 0 ? g.dtype() : g.float_dtype());
+    Shape norm;
+    if (x.dim() > 0 && g.pick(4) != 0) norm.assign(x.shape().end() - 1 - g.pick(static_cast<int>(std::min<int64_t>(x.dim(), 2))), x.shape().end());
+    else norm = g.shape(2);
+    Tensor w = g.coin() ? Tensor() : g.tensor(g.pick(4) != 0 ? norm : g.shape(2), x.dtype());
+    Tensor b = g.coin() ? Tensor() : g.tensor(g.pick(4) != 0 ? norm : g.shape(2), x.dtype());
+    const double eps = g.pick(5) == 0 ? g.scalar() : 1e-5;
+    what = describe(x) + ", norm rank " + std::to_string(norm.size()) + ", " + describe(w) + ", " + describe(b) +
+           ", eps " + std::to_string(eps);
+    return layer_norm(x, norm, w, b, eps);
+  });
+  fuzz("embedding", [](Args& g, std::string& what) {
+    const int64_t v = g.dim_size(), d = g.dim_size();
+    Tensor w = g.tensor(g.pick(5) != 0 ? Shape{v, d} : g.shape(3), g.pick(6) == 0 ? g.dtype() : g.float_dtype());
+    Tensor idx = g.indices(g.shape(3), v);
+    what = describe(w) + ", " + describe(idx);
+    return embedding(w, idx);
+  });
+  fuzz("dropout", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const double p = g.pick(3) == 0 ? g.scalar() : 0.25 * g.pick(4);
+    what = describe(a) + ", p " + std::to_string(p);
+    return dropout(a, p, g.pick(4) != 0);
+  });
+}
+
+TEST(ArgumentFuzzTest, JoinAndSplit) {
+  auto list = [](Args& g, std::string& what) {
+    Tensor first = g.tensor();
+    std::vector<Tensor> ts{first};
+    what = describe(first);
+    for (int i = g.pick(3); i > 0; --i) {
+      Shape s = first.shape();
+      if (!s.empty() && g.coin()) s[g.pick(static_cast<int>(s.size()))] = g.dim_size();
+      if (g.pick(5) == 0) s = g.shape();
+      ts.push_back(g.tensor(s, g.pick(5) == 0 ? g.dtype() : first.dtype()));
+      what += ", " + describe(ts.back());
+    }
+    if (g.pick(20) == 0) ts.clear();
+    return ts;
+  };
+  fuzz("concat", [&](Args& g, std::string& what) {
+    std::vector<Tensor> ts = list(g, what);
+    const int64_t d = g.dim(ts.empty() ? 1 : ts[0].dim());
+    what += "; dim " + std::to_string(d);
+    return concat(ts, d);
+  });
+  fuzz("stack", [&](Args& g, std::string& what) {
+    std::vector<Tensor> ts = list(g, what);
+    const int64_t d = g.dim(ts.empty() ? 1 : ts[0].dim() + 1);
+    what += "; dim " + std::to_string(d);
+    return stack(ts, d);
+  });
+  fuzz("split", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const int64_t size = g.pick(4) - 1, d = g.dim(a.dim());
+    what = describe(a) + ", size " + std::to_string(size) + ", dim " + std::to_string(d);
+    std::vector<Tensor> parts = split(a, size, d);
+    return parts.empty() ? Tensor() : parts[g.pick(static_cast<int>(parts.size()))];
+  });
+}
+
+TEST(ArgumentFuzzTest, Views) {
+  for (const bool view : {true, false}) {
+    fuzz(view ? "view" : "reshape", [view](Args& g, std::string& what) {
+      Tensor a = g.tensor();
+      Shape s = g.coin() ? g.shape() : Shape{-1};
+      if (g.pick(4) == 0 && !s.empty()) s[0] = -1;
+      what = describe(a) + " to rank " + std::to_string(s.size());
+      return view ? a.view(s) : a.reshape(s);
+    });
+  }
+  fuzz("transpose", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const int64_t d0 = g.dim(a.dim()), d1 = g.dim(a.dim());
+    what = describe(a) + ", " + std::to_string(d0) + ", " + std::to_string(d1);
+    return a.transpose(d0, d1);
+  });
+  fuzz("permute", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    Shape perm(g.pick(4) == 0 ? g.pick(5) : a.dim());
+    for (size_t i = 0; i < perm.size(); ++i) perm[i] = g.pick(5) == 0 ? g.dim(a.dim()) : static_cast<int64_t>(i);
+    if (perm.size() >= 2 && g.coin()) std::swap(perm[0], perm[perm.size() - 1]);
+    what = describe(a) + ", rank " + std::to_string(perm.size());
+    return a.permute(perm);
+  });
+  fuzz("slice", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const int64_t d = g.dim(a.dim()), start = g.pick(7) - 2, end = g.pick(9) - 2, step = g.pick(4) - 1;
+    what = describe(a) + ", dim " + std::to_string(d) + ", " + std::to_string(start) + ":" + std::to_string(end) +
+           ":" + std::to_string(step);
+    return a.slice(d, start, end, step);
+  });
+  fuzz("select", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const int64_t d = g.dim(a.dim()), index = g.pick(7) - 3;
+    what = describe(a) + ", dim " + std::to_string(d) + ", index " + std::to_string(index);
+    return a.select(d, index);
+  });
+  fuzz("expand", [](Args& g, std::string& what) {
+    auto [b, a] = pair_of(g);
+    Shape s = b.shape();
+    if (!s.empty() && g.pick(5) == 0) s[0] = -1;
+    what = describe(a) + " to rank " + std::to_string(s.size());
+    return a.expand(s);
+  });
+  fuzz("squeeze", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const int64_t d = g.dim(a.dim() + (g.coin() ? 1 : 0));
+    what = describe(a) + ", dim " + std::to_string(d);
+    return g.coin() ? a.squeeze(d) : a.unsqueeze(d);
+  });
+}
+
+TEST(ArgumentFuzzTest, CopiesAndInPlace) {
+  fuzz("copy_", [](Args& g, std::string& what) {
+    auto [dst, src] = pair_of(g, /*same_dtype_often=*/false);
+    dst = dst.detach();
+    what = describe(dst) + " <- " + describe(src);
+    dst.copy_(src);
+    return dst;
+  });
+  fuzz("fill_", [](Args& g, std::string& what) {
+    Tensor a = g.tensor().detach();
+    const double v = g.scalar();
+    what = describe(a) + ", " + std::to_string(v);
+    return a.fill_(v);
+  });
+  fuzz("add_", [](Args& g, std::string& what) {
+    auto [a, b] = pair_of(g);
+    a = a.detach();
+    const double alpha = g.scalar();
+    what = describe(a) + ", " + describe(b) + ", alpha " + std::to_string(alpha);
+    return a.add_(b, alpha);
+  });
+  fuzz("mul_", [](Args& g, std::string& what) {
+    Tensor a = g.tensor().detach();
+    const double v = g.scalar();
+    what = describe(a) + ", " + std::to_string(v);
+    return a.mul_(v);
+  });
+  fuzz("full", [](Args& g, std::string& what) {
+    const Shape s = g.pick(8) == 0 ? Shape{-1, 2} : g.shape();
+    const DType dt = g.dtype();
+    const double v = g.scalar();
+    what = std::string(dtype_name(dt)) + " rank " + std::to_string(s.size()) + ", " + std::to_string(v);
+    return full(s, v, dt);
+  });
+}
+
+}  // namespace
+}  // namespace encore
