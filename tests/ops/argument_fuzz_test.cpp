@@ -94,9 +94,7 @@ class Args {
 
 std::string describe(const Tensor& t) {
   if (!t.defined()) return "undefined";
-  std::string s = std::string(dtype_name(t.dtype())) + "[";
-  for (size_t i = 0; i < t.shape().size(); ++i) s += (i ? "," : "") + std::to_string(t.shape()[i]);
-  return s + (t.is_contiguous() ? "]" : "] strided");
+  return std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + (t.is_contiguous() ? "" : " strided");
 }
 
 // Calls `call` kCalls times with fresh arguments; each must succeed (then
