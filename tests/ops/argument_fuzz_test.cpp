@@ -6,7 +6,8 @@
 // encore::Error with a caller's code (never kInternal or kUnknown) and a
 // message naming the op; a float result that requires grad must also survive
 // backward(). A crash, another exception or a sanitizer report fails the test.
-// Under AddressSanitizer (meson -Db_sanitize=address,undefined) this is the
+// It runs on the CPU and, where a GPU answers, on CUDA (where an illegal
+// address on an odd layout would show). Under AddressSanitizer (meson -Db_sanitize=address,undefined) this is the
 // memory-safety check of every op's argument checking.
 //
 // A failure names the op and the call:
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "encore/encore.h"
+#include "tests/backends/cuda_test_util.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -30,7 +32,8 @@ constexpr int kCalls = 1000;   // per op
 
 class Args {
  public:
-  explicit Args(uint64_t seed) : g_(seed) {}
+  Args(uint64_t seed, Device device) : g_(seed), device_(device) {}
+  Device device() const { return device_; }
 
   int pick(int n) { return static_cast<int>(g_() % static_cast<uint64_t>(n)); }
   bool coin() { return pick(2) == 0; }
@@ -71,7 +74,7 @@ class Args {
     for (int64_t d : s) n *= d;
     std::vector<float> v(n);
     for (float& x : v) x = static_cast<float>(static_cast<int>(g_() % 9) - 3) * (is_floating(dt) ? 0.37f : 1.0f);
-    Tensor t = from_vector<float>(v, s).to(dt);
+    Tensor t = from_vector<float>(v, s).to(dt).to(device_);
     if (s.size() >= 2 && pick(4) == 0) t = t.t().contiguous().t();          // transposed strides, same shape
     if (is_floating(dt) && pick(3) == 0) t.requires_grad_();
     if (s.size() >= 1 && s.back() > 1 && pick(5) == 0) t = t.slice(-1, 0, s.back(), 2);   // strided
@@ -85,11 +88,12 @@ class Args {
     for (int64_t d : s) count *= d;
     std::vector<int64_t> v(count);
     for (int64_t& x : v) x = pick(12) == 0 ? (coin() ? -1 - pick(3) : n + pick(3)) : (n > 0 ? pick(static_cast<int>(n)) : 0);
-    return from_vector<int64_t>(v, s).to(pick(3) == 0 ? kInt32 : (pick(8) == 0 ? kFloat32 : kInt64));
+    return from_vector<int64_t>(v, s).to(pick(3) == 0 ? kInt32 : (pick(8) == 0 ? kFloat32 : kInt64)).to(device_);
   }
 
  private:
   std::mt19937_64 g_;
+  Device device_;
 };
 
 std::string describe(const Tensor& t) {
@@ -97,17 +101,20 @@ std::string describe(const Tensor& t) {
   return std::string(dtype_name(t.dtype())) + shape_str(t.shape()) + (t.is_contiguous() ? "" : " strided");
 }
 
-// Calls `call` kCalls times with fresh arguments; each must succeed (then
-// backward through a float result that requires grad) or throw a caller's
-// encore::Error naming `op`.
-void fuzz(const char* op, const std::function<Tensor(Args&, std::string&)>& call, uint64_t seed = 1) {
-  Args args(seed * 7919 + std::hash<std::string>{}(op));
+// Calls `call` kCalls times with fresh arguments on `device`; each must
+// succeed (then backward through a float result that requires grad) or throw
+// a caller's encore::Error naming `op`. On CUDA a kernel reports bad data
+// (an index out of range) at the next synchronization, which follows each call.
+using Call = std::function<Tensor(Args&, std::string&)>;
+void fuzz_on(Device device, const char* op, const Call& call) {
+  Args args(7919 + std::hash<std::string>{}(op), device);
   int ok = 0, refused = 0;
   for (int i = 0; i < kCalls; ++i) {
     std::string what;
     Tensor out;
     try {
       out = call(args, what);
+      if (device.is_cuda()) synchronize(device);
     } catch (const Error& e) {
       ++refused;
       const absl::StatusCode code = e.status().code();
@@ -122,7 +129,10 @@ void fuzz(const char* op, const std::function<Tensor(Args&, std::string&)>& call
     }
     ++ok;
     if (out.defined() && out.requires_grad() && is_floating(out.dtype())) {
-      const absl::Status s = status_of([&] { out.to(kFloat32).sum().backward(); });
+      const absl::Status s = status_of([&] {
+        out.to(kFloat32).sum().backward();
+        if (device.is_cuda()) synchronize(device);
+      });
       EXPECT_TRUE(s.ok()) << op << "(" << what << ") backward: " << s;
     }
   }
@@ -130,6 +140,15 @@ void fuzz(const char* op, const std::function<Tensor(Args&, std::string&)>& call
   EXPECT_GT(ok, kCalls / 20) << op << ": too few valid calls";
   EXPECT_GT(refused, kCalls / 20) << op << ": too few invalid calls";
 }
+
+// The suite runs on the CPU and, where a GPU answers, on CUDA.
+class ArgumentFuzzTest : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    if (GetParam().is_cuda()) ENCORE_SKIP_WITHOUT_GPU();
+  }
+  void fuzz(const char* op, const Call& call) { fuzz_on(GetParam(), op, call); }
+};
 
 // Two tensors whose shapes often broadcast: b's shape is a's, trimmed from the
 // left and with some dims set to 1, or a random shape.
@@ -147,7 +166,7 @@ std::pair<Tensor, Tensor> pair_of(Args& g, bool same_dtype_often = true) {
   return {g.tensor(sa, da), g.tensor(sb, db)};
 }
 
-TEST(ArgumentFuzzTest, BinaryOps) {
+TEST_P(ArgumentFuzzTest, BinaryOps) {
   using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
   const std::pair<const char*, BinaryFn> ops[] = {{"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}};
   for (const auto& [name, fn] : ops) {
@@ -159,7 +178,7 @@ TEST(ArgumentFuzzTest, BinaryOps) {
   }
 }
 
-TEST(ArgumentFuzzTest, ScalarOps) {
+TEST_P(ArgumentFuzzTest, ScalarOps) {
   using ScalarFn = Tensor (*)(const Tensor&, double);
   const std::pair<const char*, ScalarFn> ops[] = {{"add", add}, {"mul", mul}, {"rsub", rsub}, {"rdiv", rdiv}};
   for (const auto& [name, fn] : ops) {
@@ -172,7 +191,7 @@ TEST(ArgumentFuzzTest, ScalarOps) {
   }
 }
 
-TEST(ArgumentFuzzTest, UnaryOps) {
+TEST_P(ArgumentFuzzTest, UnaryOps) {
   using UnaryFn = Tensor (*)(const Tensor&);
   const std::pair<const char*, UnaryFn> ops[] = {
       {"neg", neg}, {"exp", exp}, {"log", log}, {"sqrt", sqrt}, {"rsqrt", rsqrt}, {"abs", abs}, {"tanh", tanh},
@@ -203,7 +222,7 @@ TEST(ArgumentFuzzTest, UnaryOps) {
   });
 }
 
-TEST(ArgumentFuzzTest, Selection) {
+TEST_P(ArgumentFuzzTest, Selection) {
   fuzz("where", [](Args& g, std::string& what) {
     auto [a, b] = pair_of(g);
     Tensor cond = g.tensor(g.coin() ? a.shape() : g.shape(), g.pick(4) == 0 ? g.dtype() : kBool);
@@ -219,7 +238,7 @@ TEST(ArgumentFuzzTest, Selection) {
   });
 }
 
-TEST(ArgumentFuzzTest, Reductions) {
+TEST_P(ArgumentFuzzTest, Reductions) {
   using DimsFn = Tensor (*)(const Tensor&, std::vector<int64_t>, bool);
   const std::pair<const char*, DimsFn> ops[] = {{"sum", sum}, {"mean", mean}};
   for (const auto& [name, fn] : ops) {
@@ -258,7 +277,7 @@ TEST(ArgumentFuzzTest, Reductions) {
   });
 }
 
-TEST(ArgumentFuzzTest, Matmul) {
+TEST_P(ArgumentFuzzTest, Matmul) {
   fuzz("matmul", [](Args& g, std::string& what) {
     Shape sa = g.shape(3), sb = g.shape(3);
     if (!sa.empty() && !sb.empty() && g.pick(3) != 0) sb[sb.size() >= 2 ? sb.size() - 2 : 0] = sa.back();
@@ -280,7 +299,7 @@ TEST(ArgumentFuzzTest, Matmul) {
   });
 }
 
-TEST(ArgumentFuzzTest, NeuralNetworkOps) {
+TEST_P(ArgumentFuzzTest, NeuralNetworkOps) {
   fuzz("softmax", [](Args& g, std::string& what) {
     Tensor a = g.tensor();
     const int64_t d = g.dim(a.dim());
@@ -322,7 +341,7 @@ TEST(ArgumentFuzzTest, NeuralNetworkOps) {
   });
 }
 
-TEST(ArgumentFuzzTest, JoinAndSplit) {
+TEST_P(ArgumentFuzzTest, JoinAndSplit) {
   auto list = [](Args& g, std::string& what) {
     Tensor first = g.tensor();
     std::vector<Tensor> ts{first};
@@ -358,7 +377,7 @@ TEST(ArgumentFuzzTest, JoinAndSplit) {
   });
 }
 
-TEST(ArgumentFuzzTest, Views) {
+TEST_P(ArgumentFuzzTest, Views) {
   for (const bool view : {true, false}) {
     fuzz(view ? "view" : "reshape", [view](Args& g, std::string& what) {
       Tensor a = g.tensor();
@@ -410,7 +429,7 @@ TEST(ArgumentFuzzTest, Views) {
   });
 }
 
-TEST(ArgumentFuzzTest, CopiesAndInPlace) {
+TEST_P(ArgumentFuzzTest, CopiesAndInPlace) {
   fuzz("copy_", [](Args& g, std::string& what) {
     auto [dst, src] = pair_of(g, /*same_dtype_often=*/false);
     dst = dst.detach();
@@ -442,9 +461,14 @@ TEST(ArgumentFuzzTest, CopiesAndInPlace) {
     const DType dt = g.dtype();
     const double v = g.scalar();
     what = std::string(dtype_name(dt)) + " rank " + std::to_string(s.size()) + ", " + std::to_string(v);
-    return full(s, v, dt);
+    return full(s, v, dt, g.device());
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Devices, ArgumentFuzzTest, ::testing::Values(kCPU, Device::cuda(0)),
+                         [](const ::testing::TestParamInfo<Device>& info) {
+                           return std::string(info.param.is_cpu() ? "Cpu" : "Cuda");
+                         });
 
 }  // namespace
 }  // namespace encore
