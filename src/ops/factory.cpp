@@ -35,7 +35,9 @@ namespace {
 template <typename T>
 struct HostCopyArgs { T* dst; const T* src; int64_t n; };
 template <typename T>
-void host_copy_kernel(const HostCopyArgs<T>& a) { std::memcpy(a.dst, a.src, a.n * sizeof(T)); }
+void host_copy_kernel(const HostCopyArgs<T>& a) {
+  if (a.n > 0) std::memcpy(a.dst, a.src, a.n * sizeof(T));   // an empty vector's data() may be null
+}
 }  // namespace
 
 template <typename T>

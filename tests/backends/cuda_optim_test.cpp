@@ -32,7 +32,9 @@ void expect_steps_match(const MakeOptimizer& make, DType dtype, double atol, boo
     const bool strided = strided_first && i == 0;
     cpu.push_back((strided ? p.t().contiguous().t() : p.clone()).detach().requires_grad_());
     gpu.push_back((strided ? p.to(kGpu).t().contiguous().t() : p.to(kGpu)).detach().requires_grad_());
-    if (strided) EXPECT_FALSE(cpu.back().is_contiguous() || gpu.back().is_contiguous());
+    if (strided) {
+      EXPECT_FALSE(cpu.back().is_contiguous() || gpu.back().is_contiguous());
+    }
   }
   std::unique_ptr<optim::Optimizer> opt_cpu = make(cpu), opt_gpu = make(gpu);
   for (int step = 0; step < 5; ++step) {

@@ -256,7 +256,9 @@ TEST(BinaryTest, IntegerTensorWithFractionalScalarIsNotTruncatedSilently) {
   };
   for (const auto& [fn, expected] : cases) {
     const absl::Status s = status_of([&] { expect_near(fn(), expected, 0, 0); });
-    if (!s.ok()) EXPECT_EQ(s.code(), kInvalid) << s;
+    if (!s.ok()) {
+      EXPECT_EQ(s.code(), kInvalid) << s;
+    }
   }
 }
 

@@ -287,7 +287,9 @@ TEST(ViewTest, ExpandBroadcastsWithZeroStrides) {
     EXPECT_EQ(e.shape(), c.expected);
     EXPECT_EQ(e.storage(), a.storage());
     const int64_t lead = static_cast<int64_t>(c.expected.size()) - 2;
-    if (c.expected.back() > 1) EXPECT_EQ(e.strides().back(), 0);
+    if (c.expected.back() > 1) {
+      EXPECT_EQ(e.strides().back(), 0);
+    }
     expect_near(e, gather(a, c.expected, [&](Index i) { return Index{i[lead], 0}; }), 0, 0);
   }
   Tensor s = scalar_tensor(2.5).expand({2, 2});
