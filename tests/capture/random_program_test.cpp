@@ -157,11 +157,11 @@ class ProgramWriter {
     consumed_.push_back(v);
     return v;
   }
-  // Another value of width w, or -1 when there is none.
+  // A value of width w; callers pass their first operand's width, so there
+  // is always one (that operand itself, used twice).
   int operand_of_width(int64_t w) {
     std::vector<int> c;
     for (size_t v = 0; v < p_.widths.size(); ++v) if (p_.widths[v] == w) c.push_back(static_cast<int>(v));
-    if (c.empty()) return -1;
     const int v = c[pick(static_cast<int>(c.size()))];
     consumed_.push_back(v);
     return v;
@@ -188,10 +188,11 @@ class ProgramWriter {
         return;
       }
       case 1: {   // same-shape binary
-        int b = operand_of_width(wa);
+        const int b = operand_of_width(wa);
         const int op = pick(4);
-        const char* names[] = {"+", "-", "tanh *", "/ (sq+1)"};
-        emit(v(a) + " " + names[op] + " " + v(b), wa, [a, b, op](const Values& x, Rig&) {
+        const std::string texts[] = {v(a) + " + " + v(b), v(a) + " - " + v(b), "tanh(" + v(a) + ") * " + v(b),
+                                     v(a) + " / (" + v(b) + "^2 + 1)"};
+        emit(texts[op], wa, [a, b, op](const Values& x, Rig&) {
           switch (op) {
             case 0: return x[a] + x[b];
             case 1: return x[a] - x[b];
