@@ -81,7 +81,6 @@ class Args {
     return t;
   }
   Tensor tensor() { return tensor(shape(), dtype()); }
-  Tensor float_tensor() { return tensor(shape(), float_dtype()); }
   // Class ids / indices: mostly in [0, n), sometimes out of range.
   Tensor indices(const Shape& s, int64_t n) {
     int64_t count = 1;
