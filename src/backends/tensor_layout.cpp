@@ -26,9 +26,9 @@ bool all_dense_same_shape(const Tensor& out, std::initializer_list<const Tensor*
 
 template <int N>
 Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> inputs) {
-  // Operand 0 is out, so N - 1 inputs fill the layout (a caller bug otherwise).
-  ENCORE_CHECK(static_cast<int>(inputs.size()) == N - 1, "make_layout<%d>: %d inputs, expected %d", N,
-               static_cast<int>(inputs.size()), N - 1);
+  // Operand 0 is out, so N - 1 inputs fill the layout (otherwise a bug in encore).
+  ENCORE_CHECK_CODE(static_cast<int>(inputs.size()) == N - 1, kInternal, "make_layout<%d>: %d inputs, need %d", N,
+                    static_cast<int>(inputs.size()), N - 1);
   Layout<N> l;
   if (all_dense_same_shape(out, inputs)) {
     l.ndim = 1;

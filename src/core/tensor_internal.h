@@ -5,8 +5,8 @@
 
 namespace encore {
 
-// empty() for op: a shape with a negative size or too many dims is refused
-// naming op ("full", "randn", ...) instead of "empty".
+// empty() for the user-facing factories: a shape with a negative size or too
+// many dims is refused naming op ("full", "randn", ...) instead of "empty".
 Tensor empty_for(const char* op, Shape shape, DType dtype, Device device);
 // Row-major strides (elements) for shape.
 Shape contiguous_strides(absl::Span<const int64_t> shape);

@@ -11,22 +11,29 @@
 
 namespace encore {
 
-Tensor zeros(Shape shape, DType dtype, Device device) { return full(std::move(shape), 0.0, dtype, device); }
-Tensor ones(Shape shape, DType dtype, Device device) { return full(std::move(shape), 1.0, dtype, device); }
-
-Tensor full(Shape shape, double value, DType dtype, Device device) {
-  ops::check_scalar_fits("full", value, dtype, shape, /*truncates=*/true);
-  Tensor t = empty_for("full", std::move(shape), dtype, device);
+namespace {
+// full() for op: errors name the factory the user called.
+Tensor full_for(const char* op, Shape shape, double value, DType dtype, Device device) {
+  ops::check_scalar_fits(op, value, dtype, shape, /*truncates=*/true);
+  Tensor t = empty_for(op, std::move(shape), dtype, device);
   ENCORE_KERNEL(t.device(), fill, t, value);
   return t;
 }
+}  // namespace
 
-Tensor scalar_tensor(double value, DType dtype, Device device) { return full({}, value, dtype, device); }
+Tensor zeros(Shape shape, DType dtype, Device device) { return full_for("zeros", std::move(shape), 0.0, dtype, device); }
+Tensor ones(Shape shape, DType dtype, Device device) { return full_for("ones", std::move(shape), 1.0, dtype, device); }
+Tensor full(Shape shape, double value, DType dtype, Device device) {
+  return full_for("full", std::move(shape), value, dtype, device);
+}
+Tensor scalar_tensor(double value, DType dtype, Device device) {
+  return full_for("scalar_tensor", {}, value, dtype, device);
+}
 
 Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device device) {
   ENCORE_CHECK(step != 0, "arange: step must not be 0 (start %d, end %d)", start, end);
   const int64_t n = std::max<int64_t>(0, (end - start + step - (step > 0 ? 1 : -1)) / step);
-  Tensor t = empty({n}, dtype, device);
+  Tensor t = empty_for("arange", {n}, dtype, device);
   ENCORE_KERNEL(t.device(), arange, t, static_cast<double>(start), static_cast<double>(step));
   return t;
 }
