@@ -573,17 +573,20 @@ TEST_P(RandomProgramTest, CudaGradientsMatchCpu) {
 // each parameter to match finite differences of the loss, taken with the
 // fourth-order central stencil
 //   g ~ (8 (L(x+h) - L(x-h)) - (L(x+2h) - L(x-2h))) / 12h,
-// whose truncation error is O(h^4), at steps h and 3h, keeping the one that
-// matches better. Compared unweighted: |analytic - numeric| <= atol + rtol |numeric|.
-// Measured over 1500 smooth programs: the second-order stencil of
-// testing::expect_gradients_match had an error floor near 4e-3 at its best
-// step (truncation above 1e-3, f32 rounding of the loss below); this one at
-// h = 4e-3 passes all 1500 with atol 1e-4 and rtol 3e-3 (a single step needs
-// more), so atol 3e-4 leaves a margin of 3.
+// whose truncation error is O(h^4), compared unweighted with the analytic
+// gradient: |analytic - n(h)| <= atol + rtol |n(h)| + |n(h) - n(3h)|, the last
+// term an estimate of n(h)'s own error taken without looking at the analytic
+// value; at most a tenth of the elements may need it. Measured over 1500
+// smooth programs: the second-order stencil of testing::expect_gradients_match
+// had an error floor near 4e-3 at its best step (truncation above 1e-3, f32
+// rounding of the loss below); this one at h = 4e-3 passes all 1500 with
+// atol 3e-4 and rtol 3e-3, and the estimate widened the tolerance for 6
+// elements in all (in 3 programs).
 void expect_loss_gradients_match(const std::function<Tensor(const std::vector<Tensor>&)>& loss,
                                  std::vector<Tensor> params, double h, double atol, double rtol) {
   for (Tensor& t : params) t = t.detach().clone().requires_grad_();
   loss(params).backward();
+  int uncertain = 0, checked = 0;
   for (size_t k = 0; k < params.size(); ++k) {
     const Tensor analytic = params[k].grad();
     ASSERT_TRUE(analytic.defined()) << "parameter " << k << " got no gradient";
@@ -599,16 +602,23 @@ void expect_loss_gradients_match(const std::function<Tensor(const std::vector<Te
       auto numeric_at = [&](double step) {
         return (8 * (loss_at(step) - loss_at(-step)) - (loss_at(2 * step) - loss_at(-2 * step))) / (12 * step);
       };
-      // The step that matches better: rounding noise grows as 1/h, truncation
-      // as h^4, and programs differ in which one dominates; a wrong gradient
-      // is wrong at both steps.
+      // n1's error: truncation grows as h^4 and f32 rounding of the loss as
+      // 1/h, and programs differ in which one dominates; the estimate at 3h
+      // bounds both (|n1 - n2| is at least the larger of them, roughly), so
+      // it widens the tolerance where finite differences cannot tell, without
+      // looking at the gradient under test.
       const double n1 = numeric_at(h), n2 = numeric_at(3 * h);
-      const double numeric = std::abs(ga[i] - n1) <= std::abs(ga[i] - n2) ? n1 : n2;
-      EXPECT_NEAR(ga[i], numeric, atol + rtol * std::abs(numeric))
+      const double tolerance = atol + rtol * std::abs(n1);
+      uncertain += std::abs(n1 - n2) > tolerance;
+      ++checked;
+      EXPECT_NEAR(ga[i], n1, tolerance + std::abs(n1 - n2))
           << "parameter " << k << " element " << i << " of shape " << shape_str(params[k].shape())
           << " (numeric " << n1 << " at step " << h << ", " << n2 << " at " << 3 * h << ")";
     }
   }
+  // Elements finite differences cannot check must stay rare, or the test
+  // would pass by checking nothing.
+  EXPECT_LE(uncertain, checked / 10) << uncertain << " of " << checked << " gradient elements unverifiable";
 }
 
 // Backward of whole programs against finite differences of their loss
