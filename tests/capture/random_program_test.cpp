@@ -16,6 +16,7 @@
 //
 // A failure names the seed and prints the program:
 //   build/tests/capture/random_program_test --gtest_filter='*/17'
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -445,9 +446,18 @@ void fill(Rig& r, int step) {
 }
 
 // The forward pass: {loss, last value}.
-std::vector<Tensor> forward(const Program& p, Rig& r) {
+// With noise > 0, every op's output is scaled elementwise by 1 + noise * u,
+// u ~ N(0, 1) fixed per op and seed: a model of another backend whose kernels
+// round differently (CudaGradientsMatchCpu calibrates its tolerances with it).
+std::vector<Tensor> forward(const Program& p, Rig& r, double noise = 0, uint64_t noise_seed = 0) {
   Values v{r.x};
-  for (const Instr& op : p.ops) v.push_back(op.run(v, r));
+  for (const Instr& op : p.ops) {
+    v.push_back(op.run(v, r));
+    if (noise > 0) {
+      const Tensor u = testing::random_tensor(v.back().shape(), noise_seed * 1000 + v.size()).to(r.dev);
+      v.back() = v.back() * (u * noise + 1.0);
+    }
+  }
   Tensor loss = zeros({}, kFloat32, r.dev);
   for (const auto& [i, c] : p.loss_terms) {
     loss = loss + (c > 0 ? mean(tanh(v[i] * v[i])) : mean(v[i].select(1, 0))).to(kFloat32) * c;
@@ -457,9 +467,9 @@ std::vector<Tensor> forward(const Program& p, Rig& r) {
 }
 
 // zero_grad, forward and backward: {loss, last value}.
-std::vector<Tensor> forward_backward(const Program& p, Rig& r) {
+std::vector<Tensor> forward_backward(const Program& p, Rig& r, double noise = 0, uint64_t noise_seed = 0) {
   r.opt->zero_grad();
-  std::vector<Tensor> out = forward(p, r);
+  std::vector<Tensor> out = forward(p, r, noise, noise_seed);
   out[0].backward();
   return out;
 }
@@ -542,31 +552,78 @@ TEST_P(RandomProgramTest, CudaReplaysEqualEagerStepsBitForBit) {
   expect_replays_match_eager(GetParam(), Device::cuda(0));
 }
 
+// Loss and gradients of one forward and backward of p on a fresh rig on dev
+// (batch 1; the generators seeded, so dropout and randn draw the same on
+// every device), brought to the CPU: {loss, gradient of each parameter}.
+std::vector<std::vector<double>> loss_and_gradients(const Program& p, Device dev, uint64_t seed, double noise = 0,
+                                                    uint64_t noise_seed = 0) {
+  std::unique_ptr<Rig> r = make_rig(p, dev, seed);
+  fill(*r, 1);
+  std::vector<std::vector<double>> out{testing::values(forward_backward(p, *r, noise, noise_seed)[0])};
+  for (const Tensor& param : r->params) {
+    out.push_back(param.grad().defined() ? testing::values(param.grad()) : std::vector<double>{});
+  }
+  return out;
+}
+
+// Expects b to match a within tolerances calibrated by c: for each entry
+// (loss, then each gradient), |b - a| <= 20 * max|c - a| + 1e-6 + 1e-5 |a|.
+// c is a run with every op's output perturbed by 1e-6 relative (more than the
+// few ulps by which two backends' kernels differ), so the tolerance follows
+// the program's own sensitivity: a layer_norm of a row with little variance
+// amplifies the last bit, a well-conditioned program is held to ~1e-6.
+void expect_within_calibrated(const std::vector<std::vector<double>>& a, const std::vector<std::vector<double>>& b,
+                              const std::vector<std::vector<double>>& c, const std::string& what_b) {
+  for (size_t k = 0; k < a.size(); ++k) {
+    const std::string what = k == 0 ? "loss" : "gradient of parameter " + std::to_string(k - 1);
+    ASSERT_EQ(a[k].size(), b[k].size()) << what;
+    double sensitivity = 0;
+    for (size_t j = 0; j < a[k].size(); ++j) sensitivity = std::max(sensitivity, std::abs(c[k][j] - a[k][j]));
+    int reported = 0;
+    for (size_t j = 0; j < a[k].size() && reported < 5; ++j) {
+      const double tolerance = 20 * sensitivity + 1e-6 + 1e-5 * std::abs(a[k][j]);
+      if (std::abs(b[k][j] - a[k][j]) > tolerance) {
+        ADD_FAILURE() << what << " element " << j << ": " << what_b << " " << b[k][j] << ", CPU " << a[k][j]
+                      << " (tolerance " << tolerance << " from a sensitivity of " << sensitivity << ")";
+        ++reported;
+      }
+    }
+  }
+}
+
 // The CUDA kernels against the CPU ones on whole programs: one forward and
 // backward from the same parameters, inputs and Philox draws (f32 programs
-// without bf16/f16 round trips). Tolerances from the programs' own
-// sensitivity, measured on the CPU over 1500 of them: scaling every input and
-// parameter by 1 + 3e-6 (ten times more than a few ulps of difference per op)
-// moved the loss by at most 0.34 x (1e-3 + 1e-4 |loss|) and each gradient
-// element by at most 0.40 x (1e-3 + 1e-2 |g|): a layer_norm of a row with
-// little variance amplifies the last bit.
+// without bf16/f16 round trips), within tolerances calibrated per program.
 TEST_P(RandomProgramTest, CudaGradientsMatchCpu) {
   ENCORE_SKIP_WITHOUT_GPU();
   const Program p = ProgramWriter(GetParam(), ProgramWriter::Mode::kF32).make();
   SCOPED_TRACE("seed " + std::to_string(GetParam()) + ", program:\n" + p.describe());
-  std::unique_ptr<Rig> cpu = make_rig(p, kCPU, GetParam());
-  std::unique_ptr<Rig> gpu = make_rig(p, Device::cuda(0), GetParam());
-  fill(*cpu, 1);
-  fill(*gpu, 1);
-  const Tensor loss_cpu = forward_backward(p, *cpu)[0];   // draws from the CPU generator
-  const Tensor loss_gpu = forward_backward(p, *gpu)[0];   // the same draws from the CUDA one
-  testing::expect_near(loss_gpu.to(kCPU), loss_cpu, 1e-3, 1e-4);
-  for (size_t i = 0; i < p.params.size(); ++i) {
-    SCOPED_TRACE("gradient of parameter " + std::to_string(i));
-    const Tensor g_cpu = cpu->params[i].grad(), g_gpu = gpu->params[i].grad();
-    ASSERT_EQ(g_cpu.defined(), g_gpu.defined());
-    if (g_cpu.defined()) testing::expect_near(g_gpu.to(kCPU), g_cpu, 1e-3, 1e-2);
+  const auto cpu = loss_and_gradients(p, kCPU, GetParam());
+  const auto calibration = loss_and_gradients(p, kCPU, GetParam(), 1e-6, 1);
+  expect_within_calibrated(cpu, loss_and_gradients(p, Device::cuda(0), GetParam()), calibration, "CUDA");
+}
+
+// The calibration itself, on the CPU: a run perturbed by a third of the
+// calibration's amplitude with other noise (a stand-in for another backend)
+// must pass, and a wrong kernel (the first Linear's output off by 0.1 %, as
+// from a wrong constant) must fail. Over 1500 programs: all pass and all
+// catch the 0.1 % error (a 0.01 % one escapes in 12); perturbed by the full
+// calibration amplitude instead, 1 would fail.
+TEST_P(RandomProgramTest, CalibratedTolerancesPassRoundingAndCatchAWrongKernel) {
+  const Program p = ProgramWriter(GetParam(), ProgramWriter::Mode::kF32).make();
+  SCOPED_TRACE("seed " + std::to_string(GetParam()) + ", program:\n" + p.describe());
+  const auto cpu = loss_and_gradients(p, kCPU, GetParam());
+  const auto calibration = loss_and_gradients(p, kCPU, GetParam(), 1e-6, 1);
+  expect_within_calibrated(cpu, loss_and_gradients(p, kCPU, GetParam(), 3e-7, 2), calibration, "perturbed");
+  Program wrong = p;
+  wrong.ops[0].run = [run = p.ops[0].run](const Values& x, Rig& r) { return run(x, r) * 1.001; };
+  ::testing::TestPartResultArray failures;
+  {
+    ::testing::ScopedFakeTestPartResultReporter reporter(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &failures);
+    expect_within_calibrated(cpu, loss_and_gradients(wrong, kCPU, GetParam()), calibration, "wrong");
   }
+  EXPECT_GT(failures.size(), 0) << "a Linear 0.1 % off went unnoticed";
 }
 
 // Expects the gradient of loss(params) (a 0-d f32 tensor) with respect to
