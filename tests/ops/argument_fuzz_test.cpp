@@ -1,5 +1,5 @@
 // Bad input gets a clear error, never a crash: the ops and factories (the
-// TEST_Ps below list them; not yet clone, to(), item, clip_grad_norm) are each
+// TEST_Ps below list them) are each
 // called 1000 times with seeded random arguments, most of them wrong (shapes
 // that do not broadcast, dims out of range, integer or bool tensors where
 // floats belong, empty and 0-d tensors, non-contiguous views, NaN and huge
@@ -540,6 +540,41 @@ TEST_P(ArgumentFuzzTest, CopiesAndInPlace) {
     const double v = g.scalar();
     what = describe(a) + ", " + std::to_string(v);
     return a.mul_(v);
+  });
+}
+
+// Copies and conversions, reading a value, and gradient clipping.
+TEST_P(ArgumentFuzzTest, ConversionsAndClipping) {
+  fuzz("clone", [](Args& g, std::string& what) {
+    Tensor a = g.pick(20) == 0 ? Tensor() : g.tensor();
+    what = describe(a);
+    return a.clone();
+  });
+  fuzz("to", [](Args& g, std::string& what) {
+    Tensor a = g.pick(20) == 0 ? Tensor() : g.tensor();
+    const DType dt = g.dtype();
+    what = describe(a) + " to " + std::string(dtype_name(dt));
+    return g.coin() ? a.to(dt) : a.to(g.coin() ? kCPU : g.device());
+  });
+  fuzz("item", [](Args& g, std::string& what) {
+    const Shape s = g.coin() ? Shape{} : g.shape();
+    Tensor a = g.tensor(s, g.dtype());
+    what = describe(a);
+    return scalar_tensor(a.item<float>(), kFloat32, g.device());
+  });
+  fuzz("clip_grad_norm", [](Args& g, std::string& what) {
+    std::vector<Tensor> params;
+    for (int i = g.pick(4); i > 0; --i) {
+      const Shape s = g.shape(3);
+      Tensor p = g.tensor(s, g.float_dtype()).detach().requires_grad_();
+      if (g.pick(4) != 0) (p.to(kFloat32) * 2.0).sum().backward();   // a gradient of p's dtype
+      if (g.pick(30) == 0) p = Tensor();
+      params.push_back(p);
+      what += describe(p) + (p.defined() && p.grad().defined() ? " with grad, " : ", ");
+    }
+    const double max_norm = g.pick(4) == 0 ? g.scalar() : 1.0;
+    what += "max_norm " + std::to_string(max_norm);
+    return optim::clip_grad_norm(params, max_norm);
   });
 }
 
