@@ -1,6 +1,6 @@
-// Bad input gets a clear error, never a crash: the ops and factories (the
-// TEST_Ps below list them) are each
-// called 1000 times with seeded random arguments, most of them wrong (shapes
+// Bad input gets a clear error, never a crash: the ops, factories and
+// conversions (the TEST_Ps below list them) are each called 1000 times with
+// seeded random arguments, most of them wrong (shapes
 // that do not broadcast, dims out of range, integer or bool tensors where
 // floats belong, empty and 0-d tensors, non-contiguous views, NaN and huge
 // scalars, class ids and indices out of range). Each call must either succeed
