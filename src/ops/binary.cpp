@@ -29,8 +29,7 @@ Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tens
 
 Tensor scalar_forward(const char* name, ScalarOp op, const Tensor& a, double s) {
   ops::check_defined(name, a, "input");
-  ENCORE_CHECK(a.dtype() != kBool, "%s: bool tensor %s does not support arithmetic", name,
-               shape_str(a.shape()));
+  ops::check_arithmetic(name, a);
   ops::check_scalar_fits(name, s, a.dtype(), a.shape());
   ENCORE_CHECK(op != ScalarOp::kRdiv || is_floating(a.dtype()),
                "%s: integer tensor %s (%s) is not supported; convert with .to(kFloat32)", name,

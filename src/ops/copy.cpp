@@ -65,7 +65,7 @@ Tensor& Tensor::fill_(double value) {
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   check_inplace_write("add_", *this, &other);
   ops::check_same("add_", *this, other);
-  ENCORE_CHECK(dtype() != kBool, "add_: bool tensor %s does not support arithmetic", shape_str(shape()));
+  ops::check_arithmetic("add_", *this);
   ops::check_scalar_fits("add_", alpha, dtype(), shape());
   ENCORE_KERNEL(device(), binary, cpu::BinaryOp::kAdd, *this, *this, other, alpha);
   storage()->bump_version();
@@ -74,7 +74,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 
 Tensor& Tensor::mul_(double value) {
   check_inplace_write("mul_", *this, nullptr);
-  ENCORE_CHECK(dtype() != kBool, "mul_: bool tensor %s does not support arithmetic", shape_str(shape()));
+  ops::check_arithmetic("mul_", *this);
   ops::check_scalar_fits("mul_", value, dtype(), shape());
   ENCORE_KERNEL(device(), binary_scalar, cpu::ScalarOp::kMul, *this, *this, value);
   storage()->bump_version();

@@ -51,6 +51,10 @@ void check_same(const char* op, const Tensor& a, const Tensor& b) {
                shape_str(a.shape()), a.device().str(), shape_str(b.shape()), b.device().str());
 }
 
+void check_arithmetic(const char* op, const Tensor& t) {
+  ENCORE_CHECK(t.dtype() != kBool, "%s: bool tensor %s does not support arithmetic", op, shape_str(t.shape()));
+}
+
 void check_float(const char* op, const Tensor& t) {
   ENCORE_CHECK(is_floating(t.dtype()), "%s: needs a float tensor (f32, f16, bf16), got %s %s", op,
                shape_str(t.shape()), dtype_name(t.dtype()));

@@ -17,6 +17,8 @@ Shape broadcast_shapes(const char* op, absl::Span<const int64_t> a, absl::Span<c
 void check_same(const char* op, const Tensor& a, const Tensor& b);
 void check_defined(const char* op, const Tensor& t, const char* what);
 void check_float(const char* op, const Tensor& t);
+// t takes part in arithmetic (a scalar op, add_, mul_): any dtype but bool.
+void check_arithmetic(const char* op, const Tensor& t);
 
 // A scalar for a tensor of `dtype`: for i32/i64 within the type's range (NaN
 // and infinities are refused: no value is silently saturated) and, unless
