@@ -1,16 +1,23 @@
-// The backend surface the op layer calls: every kernel family of every
-// backend built, and one macro that picks the backend by device.
+// The backend surface the op layer calls: the device-neutral host side of
+// every kernel family. Each function checks its arguments, fills the family's
+// argument struct (src/backends/kernel_table.h) and launches the kernel of
+// the output's device, with the one read/write list the recorder and the
+// planner trust. Ops never name a backend.
 //
-//   ENCORE_KERNEL(out.device(), binary, BinaryOp::kAdd, out, a, b);
-//   // -> cuda::binary(...) when out is on a CUDA device, else cpu::binary(...)
+//   backend::binary(BinaryOp::kAdd, out, a, b);     // the CPU or CUDA kernel, by out.device()
 //
-// A backend is a namespace with the same functions and contracts as cpu::
-// (src/backends/cpu/*.h document them; src/backends/cuda/*.h mirror them).
-// Adding an op family means one header and one source per backend, plus a
-// line here. Backends never include autograd or ops.
+// Unless a function says otherwise, every tensor lives on one device, inputs
+// may have any strides and outputs are allocated by the caller. Errors: the
+// functions throw encore::Error naming the op (a dtype the kernel does not
+// support, shapes that do not fit); "internal:" messages mean the op layer
+// broke a contract. Backends never include autograd or ops.
 #pragma once
 
-#include "src/backends/cpu/binary.h"
+#include "encore/tensor.h"
+#include "src/backends/kernel_table.h"
+#include "src/backends/op_kinds.h"
+
+// Families not yet moved onto the kernel table: one header per backend each.
 #include "src/backends/cpu/copy.h"
 #include "src/backends/cpu/gemm.h"
 #include "src/backends/cpu/nn.h"
@@ -18,10 +25,8 @@
 #include "src/backends/cpu/reduce.h"
 #include "src/backends/cpu/select.h"
 #include "src/backends/cpu/unary.h"
-#include "src/backends/op_kinds.h"
 
 #if ENCORE_HAVE_CUDA
-#include "src/backends/cuda/binary.h"
 #include "src/backends/cuda/copy.h"
 #include "src/backends/cuda/gemm.h"
 #include "src/backends/cuda/nn.h"
@@ -35,3 +40,19 @@
 #else
 #define ENCORE_KERNEL(device, fn, ...) ::encore::cpu::fn(__VA_ARGS__)
 #endif
+
+namespace encore::backend {
+
+// The kernel table of `device`'s backend. Throws (Unimplemented) for a CUDA
+// device when encore was built without CUDA.
+const KernelTable& kernels_for(Device device);
+
+// ---- binary (binary.cpp) ----
+
+// out = a + alpha * b (kAdd), a - alpha * b (kSub), a * b, a / b. out has the
+// broadcast shape (any strides, may alias a for in-place); all one dtype, not bool.
+void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0);
+// out = a + s, a * s, s - a, s / a.
+void binary_scalar(ScalarOp op, const Tensor& out, const Tensor& a, double s);
+
+}  // namespace encore::backend

@@ -8,7 +8,11 @@
 //
 //   struct ScaleArgs { float* x; int64_t n; float s; };
 //   void scale_kernel(const ScaleArgs& a) { for (int64_t i = 0; i < a.n; ++i) a.x[i] *= a.s; }
-//   current_stream(kCPU).launch<&scale_kernel>("scale", ScaleArgs{p, n, 2.f}, {}, {storage});
+//   current_stream(kCPU).launch(kernel<&scale_kernel>(), "scale", ScaleArgs{p, n, 2.f}, {}, {storage});
+//
+// Backends name their kernels in a kernel table (src/backends/kernel_table.h)
+// and the device-neutral host side of each kernel family launches an entry of
+// the table of the output's device: the same call for every backend.
 //
 // On CPU a stream is synchronous: launch() returns after the kernel ran.
 #pragma once
@@ -21,11 +25,9 @@
 
 #include "absl/types/span.h"
 #include "encore/tensor.h"
+#include "src/core/kernel.h"
 
 namespace encore {
-
-// A kernel as a capture graph stores it: a function and its argument bytes.
-using KernelThunk = void (*)(const void* args);
 
 struct LaunchRecord {
   const char* op;                       // static string, e.g. "add"
@@ -53,25 +55,36 @@ class Stream {
   explicit Stream(Device device) : device_(device) {}
   Device device() const { return device_; }
 
-  template <auto Kernel, typename Args>
-  void launch(const char* op, const Args& args, std::initializer_list<Storage*> reads,
+  template <typename Args>
+  void launch(Kernel<Args> kernel, const char* op, const Args& args, std::initializer_list<Storage*> reads,
               std::initializer_list<Storage*> writes) {
-    launch_many<Kernel>(op, args, absl::MakeConstSpan(reads.begin(), reads.size()),
-                        absl::MakeConstSpan(writes.begin(), writes.size()));
+    launch_many(kernel, op, args, absl::MakeConstSpan(reads.begin(), reads.size()),
+                absl::MakeConstSpan(writes.begin(), writes.size()));
   }
   // The same with read and write lists built at run time (a kernel over many
   // tensors, e.g. one optimizer update for every parameter).
-  template <auto Kernel, typename Args>
-  void launch_many(const char* op, const Args& args, absl::Span<Storage* const> reads,
+  template <typename Args>
+  void launch_many(Kernel<Args> kernel, const char* op, const Args& args, absl::Span<Storage* const> reads,
                    absl::Span<Storage* const> writes) {
     static_assert(std::is_trivially_copyable_v<Args>, "kernel args are copied into graphs");
     if (observer_.load(std::memory_order_acquire) != nullptr) [[unlikely]] {
       if (LaunchObserver* o = watching(op); o != nullptr) {
-        LaunchRecord rec{op, device_, &thunk<Kernel, Args>, &args, sizeof(Args), reads, writes};
+        LaunchRecord rec{op, device_, kernel.thunk, &args, sizeof(Args), reads, writes};
         if (!o->on_launch(rec)) return;
       }
     }
-    Kernel(args);
+    kernel.thunk(&args);
+  }
+  // The same for a kernel named at compile time: launch<&scale_kernel>(...).
+  template <auto Fn, typename Args>
+  void launch(const char* op, const Args& args, std::initializer_list<Storage*> reads,
+              std::initializer_list<Storage*> writes) {
+    launch(kernel<Fn>(), op, args, reads, writes);
+  }
+  template <auto Fn, typename Args>
+  void launch_many(const char* op, const Args& args, absl::Span<Storage* const> reads,
+                   absl::Span<Storage* const> writes) {
+    launch_many(kernel<Fn>(), op, args, reads, writes);
   }
 
   // Call before the host touches device data: lets observers refuse it, and
@@ -98,9 +111,6 @@ class Stream {
   bool observed_here() const;
 
  private:
-  template <auto Kernel, typename Args>
-  static void thunk(const void* args) { Kernel(*static_cast<const Args*>(args)); }
-
   // The observer for the calling thread's launch or host access `op`:
   // NOTE [ Observers belong to a thread ].
   LaunchObserver* watching(const char* op);

@@ -10,8 +10,8 @@ namespace encore {
 using autograd::Grads;
 using InputShapes = absl::Span<const autograd::InputMeta>;
 using autograd::SavedTensor;
-using cpu::BinaryOp;
-using cpu::ScalarOp;
+using backend::BinaryOp;
+using backend::ScalarOp;
 
 namespace {
 
@@ -23,7 +23,7 @@ Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tens
                "div: integer tensors %s and %s (%s) are not supported; convert with .to(kFloat32)",
                shape_str(a.shape()), shape_str(b.shape()), dtype_name(a.dtype()));
   Tensor out = empty(ops::broadcast_shapes(name, a, b), a.dtype(), a.device());
-  ENCORE_KERNEL(out.device(), binary, op, out, a, b);
+  backend::binary(op, out, a, b);
   return out;
 }
 
@@ -35,7 +35,7 @@ Tensor scalar_forward(const char* name, ScalarOp op, const Tensor& a, double s) 
                "%s: integer tensor %s (%s) is not supported; convert with .to(kFloat32)", name,
                shape_str(a.shape()), dtype_name(a.dtype()));
   Tensor out = empty(a.shape(), a.dtype(), a.device());
-  ENCORE_KERNEL(out.device(), binary_scalar, op, out, a, s);
+  backend::binary_scalar(op, out, a, s);
   return out;
 }
 

@@ -67,7 +67,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
   ops::check_same("add_", *this, other);
   ops::check_arithmetic("add_", *this);
   ops::check_scalar_fits("add_", alpha, dtype(), shape());
-  ENCORE_KERNEL(device(), binary, cpu::BinaryOp::kAdd, *this, *this, other, alpha);
+  backend::binary(backend::BinaryOp::kAdd, *this, *this, other, alpha);
   storage()->bump_version();
   return *this;
 }
@@ -76,7 +76,7 @@ Tensor& Tensor::mul_(double value) {
   check_inplace_write("mul_", *this, nullptr);
   ops::check_arithmetic("mul_", *this);
   ops::check_scalar_fits("mul_", value, dtype(), shape());
-  ENCORE_KERNEL(device(), binary_scalar, cpu::ScalarOp::kMul, *this, *this, value);
+  backend::binary_scalar(backend::ScalarOp::kMul, *this, *this, value);
   storage()->bump_version();
   return *this;
 }

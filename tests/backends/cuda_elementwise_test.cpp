@@ -123,7 +123,7 @@ constexpr BinaryOp kBinaryOps[] = {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMu
 constexpr ScalarOp kScalarOps[] = {ScalarOp::kAdd, ScalarOp::kMul, ScalarOp::kRsub, ScalarOp::kRdiv};
 
 Kernel binary_kernel(BinaryOp op, double alpha) {
-  return [=](const std::vector<Tensor>& t) { ENCORE_KERNEL(t[0].device(), binary, op, t[0], t[1], t[2], alpha); };
+  return [=](const std::vector<Tensor>& t) { backend::binary(op, t[0], t[1], t[2], alpha); };
 }
 
 double alpha_for(DType t) { return is_floating(t) ? 0.75 : 3.0; }
@@ -169,12 +169,12 @@ TEST(CudaBinaryTest, InPlaceOutputAliasesA) {
         SCOPED_TRACE(::testing::Message() << "op " << static_cast<int>(op) << " " << name_of(t, n));
         const double alpha = alpha_for(t);
         expect_backends_agree(
-            [=](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), binary, op, x[0], x[0], x[1], alpha); },
+            [=](const std::vector<Tensor>& x) { backend::binary(op, x[0], x[0], x[1], alpha); },
             {{values_of({n}, t, 9)}, {values_of({n}, t, 10, true)}});
       }
       // a += row, a transposed.
       expect_backends_agree(
-          [=](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), binary, op, x[0], x[0], x[1], 1.0); },
+          [=](const std::vector<Tensor>& x) { backend::binary(op, x[0], x[0], x[1], 1.0); },
           {{values_of({30, 20}, t, 11), transposed}, {values_of({30}, t, 12, true)}});
     }
   }
@@ -185,9 +185,9 @@ TEST(CudaBinaryTest, ScalarOpsEveryDtypeSizeAndLayout) {
   for (ScalarOp op : kScalarOps) {
     for (DType t : kNumericTypes) {
       const double s = is_floating(t) ? -1.7 : 5.0;
-      const Kernel k = [=](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), binary_scalar, op, x[0], x[1], s); };
+      const Kernel k = [=](const std::vector<Tensor>& x) { backend::binary_scalar(op, x[0], x[1], s); };
       const Kernel in_place = [=](const std::vector<Tensor>& x) {
-        ENCORE_KERNEL(x[0].device(), binary_scalar, op, x[0], x[0], s);
+        backend::binary_scalar(op, x[0], x[0], s);
       };
       for (int64_t n : kSizes) {
         SCOPED_TRACE(::testing::Message() << "op " << static_cast<int>(op) << " " << name_of(t, n));

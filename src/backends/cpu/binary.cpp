@@ -1,12 +1,18 @@
-#include "src/backends/cpu/binary.h"
-
+// The CPU kernels of broadcasting binary arithmetic and tensor-scalar
+// arithmetic (contracts: BinaryArgs in src/backends/kernel_table.h).
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/loops.h"
 #include "src/backends/cpu/parallel.h"
-#include "src/core/stream.h"
+#include "src/backends/kernel_table.h"
 
 namespace encore::cpu {
 namespace {
+
+using backend::BinaryArgs;
+using backend::BinaryKernels;
+using backend::BinaryOp;
+using backend::BinaryScalarArgs;
+using backend::ScalarOp;
 
 // ---- kernels ----
 
@@ -26,11 +32,8 @@ inline C apply_scalar(C a, C s) {
   if constexpr (kOp == ScalarOp::kRdiv) return s / a;
 }
 
-struct BinaryArgs { Layout<3> l; double alpha; };
-struct ScalarArgs { Layout<2> l; double s; };
-
 template <typename T, BinaryOp kOp>
-void binary_kernel(const BinaryArgs& a) {
+void binary_loop(const BinaryArgs& a) {
   using C = compute_t<T>;
   const C alpha = static_cast<C>(a.alpha);
   const Layout<3>& l = a.l;
@@ -50,7 +53,7 @@ void binary_kernel(const BinaryArgs& a) {
 }
 
 template <typename T, ScalarOp kOp>
-void scalar_kernel(const ScalarArgs& a) {
+void scalar_loop(const BinaryScalarArgs& a) {
   using C = compute_t<T>;
   const C s = static_cast<C>(a.s);
   const Layout<2>& l = a.l;
@@ -67,49 +70,34 @@ void scalar_kernel(const ScalarArgs& a) {
   });
 }
 
-constexpr const char* kBinaryNames[] = {"add", "sub", "mul", "div"};
-constexpr const char* kScalarNames[] = {"add_scalar", "mul_scalar", "rsub_scalar", "rdiv_scalar"};
+// ---- kernel table entries: the runtime dtype and op as template arguments ----
 
-template <typename T, BinaryOp kOp>
-void launch_binary(const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
-  BinaryArgs args{make_layout<3>(out, {&a, &b}), alpha};
-  current_stream(kCPU).launch<&binary_kernel<T, kOp>>(kBinaryNames[static_cast<int>(kOp)], args,
-                                                      {a.storage(), b.storage()}, {out.storage()});
+void binary_kernel(const BinaryArgs& a) {
+  dispatch_numeric(a.dtype, "add", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    switch (a.op) {
+      case BinaryOp::kAdd: return binary_loop<T, BinaryOp::kAdd>(a);
+      case BinaryOp::kSub: return binary_loop<T, BinaryOp::kSub>(a);
+      case BinaryOp::kMul: return binary_loop<T, BinaryOp::kMul>(a);
+      case BinaryOp::kDiv: return binary_loop<T, BinaryOp::kDiv>(a);
+    }
+  });
 }
 
-template <typename T, ScalarOp kOp>
-void launch_scalar(const Tensor& out, const Tensor& a, double s) {
-  ScalarArgs args{make_layout<2>(out, {&a}), s};
-  current_stream(kCPU).launch<&scalar_kernel<T, kOp>>(kScalarNames[static_cast<int>(kOp)], args,
-                                                      {a.storage()}, {out.storage()});
+void binary_scalar_kernel(const BinaryScalarArgs& a) {
+  dispatch_numeric(a.dtype, "add_scalar", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    switch (a.op) {
+      case ScalarOp::kAdd: return scalar_loop<T, ScalarOp::kAdd>(a);
+      case ScalarOp::kMul: return scalar_loop<T, ScalarOp::kMul>(a);
+      case ScalarOp::kRsub: return scalar_loop<T, ScalarOp::kRsub>(a);
+      case ScalarOp::kRdiv: return scalar_loop<T, ScalarOp::kRdiv>(a);
+    }
+  });
 }
 
 }  // namespace
 
-// ---- launchers ----
-
-void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {
-  dispatch_numeric(out.dtype(), kBinaryNames[static_cast<int>(op)], [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    switch (op) {
-      case BinaryOp::kAdd: return launch_binary<T, BinaryOp::kAdd>(out, a, b, alpha);
-      case BinaryOp::kSub: return launch_binary<T, BinaryOp::kSub>(out, a, b, alpha);
-      case BinaryOp::kMul: return launch_binary<T, BinaryOp::kMul>(out, a, b, alpha);
-      case BinaryOp::kDiv: return launch_binary<T, BinaryOp::kDiv>(out, a, b, alpha);
-    }
-  });
-}
-
-void binary_scalar(ScalarOp op, const Tensor& out, const Tensor& a, double s) {
-  dispatch_numeric(out.dtype(), kScalarNames[static_cast<int>(op)], [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    switch (op) {
-      case ScalarOp::kAdd: return launch_scalar<T, ScalarOp::kAdd>(out, a, s);
-      case ScalarOp::kMul: return launch_scalar<T, ScalarOp::kMul>(out, a, s);
-      case ScalarOp::kRsub: return launch_scalar<T, ScalarOp::kRsub>(out, a, s);
-      case ScalarOp::kRdiv: return launch_scalar<T, ScalarOp::kRdiv>(out, a, s);
-    }
-  });
-}
+extern const BinaryKernels kBinary = {kernel<&binary_kernel>(), kernel<&binary_scalar_kernel>()};
 
 }  // namespace encore::cpu

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "src/backends/cpu/binary.h"
+#include "src/backends/kernels.h"
 #include "src/backends/cpu/copy.h"
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
@@ -158,7 +158,7 @@ void matmul_f32(const Tensor& out, const Tensor& a_in, const Tensor& b_in, float
   batch_strides(out, batch, g.batch_stride[2]);
   if (numel_of(batch) == 0) {   // out is a sum over no items: beta * out
     if (beta == 0.f) fill(out, 0.0);
-    else if (beta != 1.f) binary_scalar(ScalarOp::kMul, out, out, beta);
+    else if (beta != 1.f) backend::binary_scalar(backend::ScalarOp::kMul, out, out, beta);
     return;
   }
   launch_gemm(g, a.storage(), b.storage(), out.storage());

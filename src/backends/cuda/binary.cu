@@ -1,15 +1,19 @@
 // CUDA kernels for broadcasting binary arithmetic and tensor-scalar
-// arithmetic. Kernels, then launchers. f32 math uses explicitly rounded
+// arithmetic (contracts: BinaryArgs in src/backends/kernel_table.h).
+// Kernels, then launchers. f32 math uses explicitly rounded
 // intrinsics (no contraction into FMA), so results equal the CPU's bit for bit.
 #include <type_traits>
 
-#include "src/backends/cuda/binary_launch.h"
 #include "src/backends/cuda/elementwise.cuh"
+#include "src/backends/kernel_table.h"
 
 namespace encore::cuda {
 namespace {
 
+using backend::BinaryArgs;
+using backend::BinaryKernels;
 using backend::BinaryOp;
+using backend::BinaryScalarArgs;
 using backend::ScalarOp;
 
 // ---- kernels ----
@@ -58,8 +62,6 @@ struct ScalarFn {   // operands out, a
   __device__ void operator()(char* const* p) const { store<T>(p[0], apply_scalar<compute_t<T>, kOp>(load<T>(p[1]), s)); }
 };
 
-}  // namespace
-
 // ---- launchers ----
 
 void binary_launch(const BinaryArgs& a) {
@@ -91,5 +93,9 @@ void binary_scalar_launch(const BinaryScalarArgs& a) {
     }
   });
 }
+
+}  // namespace
+
+extern const BinaryKernels kBinary = {kernel<&binary_launch>(), kernel<&binary_scalar_launch>()};
 
 }  // namespace encore::cuda

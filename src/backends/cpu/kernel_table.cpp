@@ -1,0 +1,16 @@
+// The CPU backend's kernel table (src/backends/kernel_table.h): one line per
+// kernel family, each family's entries defined beside its kernels.
+#include "src/backends/kernel_table.h"
+
+namespace encore {
+namespace cpu {
+extern const backend::BinaryKernels kBinary;   // binary.cpp
+}  // namespace cpu
+
+namespace backend {
+extern const KernelTable kCpuKernels = {
+    .name = "cpu",
+    .binary = &cpu::kBinary,
+};
+}  // namespace backend
+}  // namespace encore

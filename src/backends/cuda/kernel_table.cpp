@@ -1,0 +1,16 @@
+// The CUDA backend's kernel table (src/backends/kernel_table.h): one line per
+// kernel family, each family's entries defined beside its kernels.
+#include "src/backends/kernel_table.h"
+
+namespace encore {
+namespace cuda {
+extern const backend::BinaryKernels kBinary;   // binary.cu
+}  // namespace cuda
+
+namespace backend {
+extern const KernelTable kCudaKernels = {
+    .name = "cuda",
+    .binary = &cuda::kBinary,
+};
+}  // namespace backend
+}  // namespace encore

@@ -1,0 +1,71 @@
+// The kernel table: everything a backend provides to run encore's ops, in
+// one place. A backend (src/backends/cpu/, src/backends/cuda/) fills one
+// KernelTable, family by family; the device-neutral host side of each family
+// (src/backends/<family>.cpp: checks, scratch tensors, argument filling and
+// the one read/write list) fills the argument structs below and launches the
+// entry of the output's device through its Stream. nvcc-safe: no Abseil, no
+// tensor types, so .cu files include it.
+//
+//   // src/backends/binary.cpp, the same for every backend:
+//   const BinaryArgs args{make_layout<3>(out, {&a, &b}), out.dtype(), op, alpha};
+//   current_stream(out.device()).launch(kernels_for(out.device()).binary->binary, "add", args,
+//                                       {a.storage(), b.storage()}, {out.storage()});
+//   // src/backends/cpu/binary.cpp: the CPU's entries
+//   extern const BinaryKernels kBinary = {kernel<&binary_kernel>(), kernel<&binary_scalar_kernel>()};
+//
+// Adding a kernel family: its argument structs and a `<Family>Kernels` struct
+// here (one commented entry per kernel, "(optional)" where a backend may
+// leave it null), its host side in src/backends/<family>.cpp, its kernels in
+// src/backends/cpu/<family>.cpp and src/backends/cuda/<family>.cu, and one
+// line in each backend's table (cpu/kernel_table.cpp, cuda/kernel_table.cpp).
+// docs/ARCHITECTURE.md walks through it.
+//
+// Argument structs are plain data (trivially copyable: captured graphs copy
+// them). Pointers are device pointers of the launch's device, owned by
+// tensors that the launch's read/write lists keep alive during capture.
+// Sizes are in elements and strides in bytes unless a field says otherwise.
+#pragma once
+
+#include <cstdint>
+
+#include "encore/dtype.h"
+#include "src/backends/layout.h"
+#include "src/backends/op_kinds.h"
+#include "src/core/kernel.h"
+
+namespace encore::backend {
+
+// ---- binary: broadcasting arithmetic, tensor-scalar arithmetic ----
+
+// out = a op alpha * b (alpha only for kAdd/kSub); operands out, a, b; all of
+// `dtype` (not bool). out may alias a (in place).
+struct BinaryArgs {
+  Layout<3> l;
+  DType dtype;
+  BinaryOp op;
+  double alpha;
+};
+
+// out = a op s (a + s, a * s, s - a, s / a); operands out, a; both of `dtype` (not bool).
+struct BinaryScalarArgs {
+  Layout<2> l;
+  DType dtype;
+  ScalarOp op;
+  double s;
+};
+
+struct BinaryKernels {
+  Kernel<BinaryArgs> binary;
+  Kernel<BinaryScalarArgs> scalar;
+};
+
+// ---- the table ----
+
+// One pointer per kernel family; every entry of every family is required
+// unless its comment says "(optional)".
+struct KernelTable {
+  const char* name;                // "cpu", "cuda"
+  const BinaryKernels* binary;     // binary.cpp / binary.cu
+};
+
+}  // namespace encore::backend
