@@ -33,6 +33,10 @@
 #include "src/backends/op_kinds.h"
 #include "src/core/kernel.h"
 
+namespace encore {
+class Tensor;
+}  // namespace encore
+
 namespace encore::backend {
 
 // ---- binary: broadcasting arithmetic, tensor-scalar arithmetic ----
@@ -66,6 +70,12 @@ struct BinaryKernels {
 struct KernelTable {
   const char* name;                // "cpu", "cuda"
   const BinaryKernels* binary;     // binary.cpp / binary.cu
+  // (optional; null on the CPU) Copies between host memory and a device of
+  // this backend: dst and src dense, same dtype and element count, exactly
+  // one of them on the CPU. Host to device may return once the data is
+  // staged (the host source may be reused at once); device to host returns
+  // when the data is in host memory. Launched through the device's Stream.
+  void (*copy_host_device)(const Tensor& dst, const Tensor& src);
 };
 
 }  // namespace encore::backend

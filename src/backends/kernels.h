@@ -47,6 +47,13 @@ namespace encore::backend {
 // device when encore was built without CUDA.
 const KernelTable& kernels_for(Device device);
 
+// A new dense tensor on `target` holding dense `src`, when exactly one of
+// src's device and `target` is the CPU and the other's backend copies to and
+// from the host (KernelTable::copy_host_device; on CUDA through pinned
+// staging, NOTE [ Staged host-to-device copies ]). `op` names the caller in
+// errors (Unimplemented: a device this build has no backend for).
+Tensor copy_to_device(const Tensor& src, Device target, const char* op);
+
 // ---- binary (binary.cpp) ----
 
 // out = a + alpha * b (kAdd), a - alpha * b (kSub), a * b, a / b. out has the

@@ -6,9 +6,7 @@
 #include <vector>
 
 #include "encore/error.h"
-#if ENCORE_HAVE_CUDA
-#include "src/backends/cuda/allocator.h"   // NOTE [ Backends seen from core ]
-#endif
+#include "src/core/device_runtime.h"
 
 namespace encore {
 namespace {
@@ -130,46 +128,24 @@ thread_local int tls_cuda_override_index = 0;   // the CUDA device tls_cuda_over
 
 Allocator*& override_slot(Device device) { return device.is_cpu() ? tls_cpu_override : tls_cuda_override; }
 
-#if !ENCORE_HAVE_CUDA
-void no_cuda(Device device) {
-  throw_error(absl::StatusCode::kUnimplemented,
-              absl::StrFormat("no allocator for device %s: encore was built without CUDA", device.str()));
-}
-#endif
 
 }  // namespace
 
 Allocator& default_allocator(Device device) {
   if (device.is_cpu()) return cpu_allocator();
-#if ENCORE_HAVE_CUDA
-  return cuda::caching_allocator(device.index);
-#else
-  no_cuda(device);
-#endif
+  return cuda_runtime().allocator(device.index);
 }
 AllocatorStats allocator_stats(Device device) {
   if (device.is_cpu()) return cpu_allocator().stats();
-#if ENCORE_HAVE_CUDA
-  return cuda::caching_allocator_stats(device.index);
-#else
-  no_cuda(device);
-#endif
+  return cuda_runtime().allocator_stats(device.index);
 }
 void reset_peak_stats(Device device) {
   if (device.is_cpu()) return cpu_allocator().reset_peak();
-#if ENCORE_HAVE_CUDA
-  cuda::reset_caching_allocator_peak(device.index);
-#else
-  no_cuda(device);
-#endif
+  cuda_runtime().reset_peak(device.index);
 }
 void empty_cache(Device device) {
   if (device.is_cpu()) return cpu_allocator().empty_cache();
-#if ENCORE_HAVE_CUDA
-  cuda::empty_caching_allocator(device.index);
-#else
-  no_cuda(device);
-#endif
+  cuda_runtime().empty_cache(device.index);
 }
 
 Allocator& current_allocator(Device device) {

@@ -1,10 +1,8 @@
 #include "encore/device.h"
 
 #include "absl/strings/str_cat.h"
+#include "src/core/device_runtime.h"
 #include "src/core/stream.h"
-#if ENCORE_HAVE_CUDA
-#include "src/backends/cuda/runtime.h"
-#endif
 
 namespace encore {
 
@@ -12,14 +10,7 @@ std::string Device::str() const {
   return is_cpu() ? std::string("cpu") : absl::StrCat("cuda:", static_cast<int>(index));
 }
 
-#if ENCORE_HAVE_CUDA
-bool cuda_available() {
-  static const bool available = cuda::device_count().ok();
-  return available;
-}
-#else
-bool cuda_available() { return false; }
-#endif
+bool cuda_available() { return cuda_runtime().available(); }
 
 Device default_device() { return cuda_available() ? Device::cuda(0) : kCPU; }
 

@@ -4,9 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "encore/error.h"
-#if ENCORE_HAVE_CUDA
-#include "src/backends/cuda/runtime.h"   // NOTE [ Backends seen from core ] in stream.cpp
-#endif
+#include "src/core/device_runtime.h"
 
 namespace encore {
 namespace {
@@ -16,13 +14,11 @@ std::atomic<uint32_t> reported{0};
 void report_kernel_error(KernelError e) { reported.fetch_or(static_cast<uint32_t>(e), std::memory_order_relaxed); }
 
 uint32_t take_kernel_errors(Device device, bool wait) {
-#if ENCORE_HAVE_CUDA
   if (device.is_cuda()) {
-    if (wait) cuda::synchronize(device.index);
-    return cuda::take_error_word(device.index);
+    const DeviceRuntime& rt = cuda_runtime();
+    if (wait) rt.synchronize(device.index);
+    return rt.take_error_word(device.index);
   }
-#endif
-  ENCORE_CHECK(device.is_cpu(), "take_kernel_errors: no backend for %s in this build", device.str());
   return reported.exchange(0, std::memory_order_relaxed);
 }
 

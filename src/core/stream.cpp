@@ -6,13 +6,13 @@
 
 #include "encore/error.h"
 #include "src/core/kernel_errors.h"
-#if ENCORE_HAVE_CUDA
-// NOTE [ Backends seen from core ]: core reaches the CUDA runtime (streams,
-// the caching allocator) directly under ENCORE_HAVE_CUDA instead of through
-// a registry of hooks: there are two backends, both known at build time, and
-// a static library would drop self-registering objects nobody references.
-#include "src/backends/cuda/runtime.h"
-#endif
+// NOTE [ Backends seen from core ]: core reaches the CUDA runtime (the
+// current device, synchronization, the caching allocator, the error word)
+// through the DeviceRuntime table it declares (src/core/device_runtime.h) and
+// the backends define at link time: never by including a backend. A table
+// found at link time, not a registry filled by static initializers: a static
+// library drops self-registering objects that nothing references.
+#include "src/core/device_runtime.h"
 
 namespace encore {
 
@@ -47,9 +47,8 @@ void Stream::host_write(const char* op) {
 
 void Stream::synchronize() {
   // CPU streams run each launch to completion.
-#if ENCORE_HAVE_CUDA
   if (device_.is_cuda()) {
-    cuda::synchronize(device_.index);
+    cuda_runtime().synchronize(device_.index);
     // Reports of the kernels just waited for (NOTE [ Kernel error words ]).
     // While observed (capture()'s recorded warm-up) they stay in the word:
     // capture() takes them after the run and names the recorded step.
@@ -57,19 +56,17 @@ void Stream::synchronize() {
       throw_kernel_errors(take_kernel_errors(device_, /*wait=*/false), device_);
     }
   }
-#endif
 }
 
 Stream& current_stream(Device device) {
   static Stream cpu_stream(kCPU);
   if (device.is_cpu()) [[likely]] return cpu_stream;
-#if ENCORE_HAVE_CUDA
   // One encore stream per CUDA device; selecting it makes the device current
   // on this thread, so launchers find it through cuda::active_stream().
   static std::array<std::atomic<Stream*>, 64> cuda_streams{};
   static std::mutex create_mu;
   ENCORE_CHECK(device.index >= 0 && device.index < 64, "no stream for device %s", device.str());
-  cuda::set_device(device.index);
+  cuda_runtime().set_device(device.index);
   std::atomic<Stream*>& slot = cuda_streams[device.index];
   Stream* s = slot.load(std::memory_order_acquire);
   if (s == nullptr) [[unlikely]] {
@@ -78,10 +75,6 @@ Stream& current_stream(Device device) {
     if (s == nullptr) slot.store(s = new Stream(device), std::memory_order_release);   // never destroyed
   }
   return *s;
-#else
-  throw_error(absl::StatusCode::kUnimplemented,
-              absl::StrFormat("no stream for device %s: encore was built without CUDA", device.str()));
-#endif
 }
 
 }  // namespace encore

@@ -6,9 +6,6 @@
 #include "encore/ops.h"
 #include "src/autograd/function.h"
 #include "src/backends/kernels.h"
-#if ENCORE_HAVE_CUDA
-#include "src/backends/cuda/transfer.h"
-#endif
 #include "src/core/stream.h"
 #include "src/ops/op_utils.h"
 
@@ -110,21 +107,14 @@ Tensor Tensor::to(DType target) const {
 Tensor Tensor::to(Device target) const {
   ops::check_defined("to", *this, "input");
   if (target == device()) return *this;
-#if ENCORE_HAVE_CUDA
   ENCORE_CHECK_CODE(device().is_cpu() || target.is_cpu(), kUnimplemented,
                     "to: no direct copy from %s to %s (tensor %s); go through the CPU", device().str(),
                     target.str(), shape_str(shape()));
-  Tensor out = empty(shape(), dtype(), target);
-  cuda::copy_host_device(out, contiguous().detach());
+  Tensor out = backend::copy_to_device(contiguous().detach(), target, "to");
   if (autograd::any_requires_grad(*this)) {
     autograd::record("to_device", {*this}, out, [from = device()](const Tensor& g) -> Grads { return {g.to(from)}; });
   }
   return out;
-#else
-  throw_error(absl::StatusCode::kUnimplemented,
-              absl::StrFormat("to: no copy from %s to %s: encore was built without CUDA (tensor %s)",
-                              device().str(), target.str(), shape_str(shape())));
-#endif
 }
 
 template <typename T>

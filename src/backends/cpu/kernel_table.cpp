@@ -11,6 +11,7 @@ namespace backend {
 extern const KernelTable kCpuKernels = {
     .name = "cpu",
     .binary = &cpu::kBinary,
+    .copy_host_device = nullptr,
 };
 }  // namespace backend
 }  // namespace encore

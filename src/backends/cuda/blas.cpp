@@ -41,11 +41,7 @@ absl::Status cublas_status(cublasStatus_t status, const char* what) {
   }
 }
 
-void check_cublas(cublasStatus_t status, const char* what) {
-  if (status == CUBLAS_STATUS_SUCCESS) [[likely]] return;
-  const absl::Status s = cublas_status(status, what);
-  throw_error(s.code(), std::string(s.message()));
-}
+void check_cublas(cublasStatus_t status, const char* what) { ENCORE_CUBLAS_CHECK(status, what); }
 
 int64_t blas_workspace_bytes(int device) {
   DeviceBlas& d = device_blas(device);

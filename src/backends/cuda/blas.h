@@ -64,11 +64,8 @@ void check_cublas(cublasStatus_t status, const char* what);
 
 }  // namespace encore::cuda
 
-#define ENCORE_RETURN_IF_CUBLAS_ERROR(expr, what)                        \
-  do {                                                                   \
-    const cublasStatus_t encore_cublas_status_ = (expr);                 \
-    if (encore_cublas_status_ != CUBLAS_STATUS_SUCCESS)                  \
-      return ::encore::cuda::cublas_status(encore_cublas_status_, (what)); \
-  } while (0)
-
-#define ENCORE_CUBLAS_CHECK(expr, what) ::encore::cuda::check_cublas((expr), (what))
+// cuBLAS's checking macros (src/backends/cuda/status.h).
+#define ENCORE_RETURN_IF_CUBLAS_ERROR(expr, what) \
+  ENCORE_RETURN_IF_LIBRARY_ERROR(CUBLAS_STATUS_SUCCESS, ::encore::cuda::cublas_status, expr, what)
+#define ENCORE_CUBLAS_CHECK(expr, what) \
+  ENCORE_LIBRARY_CHECK(CUBLAS_STATUS_SUCCESS, ::encore::cuda::cublas_status, expr, what)

@@ -28,8 +28,7 @@ absl::Status nccl_status(ncclResult_t result, const char* what, ncclComm_t comm)
 
 void check_nccl(ncclResult_t result, const char* what, ncclComm_t comm) {
   if (result == ncclSuccess) [[likely]] return;
-  const absl::Status s = nccl_status(result, what, comm);
-  throw_error(s.code(), std::string(s.message()));
+  throw_status(nccl_status(result, what, comm));
 }
 
 absl::StatusOr<int> nccl_version() {

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "src/backends/cuda/status.h"
 
 namespace encore::cuda {
 
@@ -36,11 +37,8 @@ absl::StatusOr<int> nccl_version();
 
 }  // namespace encore::cuda
 
-#define ENCORE_RETURN_IF_NCCL_ERROR(expr, what)                        \
-  do {                                                                 \
-    const ncclResult_t encore_nccl_result_ = (expr);                   \
-    if (encore_nccl_result_ != ncclSuccess)                            \
-      return ::encore::cuda::nccl_status(encore_nccl_result_, (what)); \
-  } while (0)
-
-#define ENCORE_NCCL_CHECK(expr, what) ::encore::cuda::check_nccl((expr), (what))
+// NCCL's checking macros (src/backends/cuda/status.h); check_nccl() also
+// names the communicator's last error.
+#define ENCORE_RETURN_IF_NCCL_ERROR(expr, what) \
+  ENCORE_RETURN_IF_LIBRARY_ERROR(ncclSuccess, ::encore::cuda::nccl_status, expr, what)
+#define ENCORE_NCCL_CHECK(expr, what) ENCORE_LIBRARY_CHECK(ncclSuccess, ::encore::cuda::nccl_status, expr, what)

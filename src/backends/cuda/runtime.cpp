@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "encore/error.h"
+#include "src/backends/cuda/allocator.h"
+#include "src/core/device_runtime.h"
 
 namespace encore::cuda {
 namespace {
@@ -41,13 +43,15 @@ absl::StatusOr<int> device_count() {
   return n;
 }
 
-void check(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return;
-  (void)cudaGetLastError();   // clear a non-sticky error so the stream stays usable
+absl::Status cuda_failure(cudaError_t err, const char* what) {
+  (void)cudaGetLastError();     // clear a non-sticky error so the stream stays usable
   clear_noted_launch_error();   // and a launch error noted before it: reported now or never
-  const absl::Status s = cuda_status(err, what);
-  throw_error(s.code(), std::string(s.message()));
+  return cuda_status(err, what);
 }
+
+void check(cudaError_t err, const char* what) { ENCORE_CUDA_CHECK(err, what); }
+
+void throw_status(const absl::Status& status) { throw_error(status.code(), std::string(status.message())); }
 
 bool programmatic_launch() { return tls_programmatic_launch; }
 void set_programmatic_launch(bool on) { tls_programmatic_launch = on; }
@@ -149,3 +153,26 @@ float Event::elapsed_ms(const Event& start) const {
 }
 
 }  // namespace encore::cuda
+
+namespace encore {
+
+// The CUDA backend's entries of core's runtime table (src/core/device_runtime.h).
+const DeviceRuntime& cuda_runtime() {
+  static constexpr DeviceRuntime kRuntime = {
+      .name = "cuda",
+      .available = [] {
+        static const bool available = cuda::device_count().ok();
+        return available;
+      },
+      .set_device = &cuda::set_device,
+      .synchronize = &cuda::synchronize,
+      .allocator = &cuda::caching_allocator,
+      .allocator_stats = &cuda::caching_allocator_stats,
+      .reset_peak = &cuda::reset_caching_allocator_peak,
+      .empty_cache = &cuda::empty_caching_allocator,
+      .take_error_word = &cuda::take_error_word,
+  };
+  return kRuntime;
+}
+
+}  // namespace encore

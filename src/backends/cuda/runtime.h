@@ -13,12 +13,18 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "src/backends/cuda/launch.h"
+#include "src/backends/cuda/status.h"
 
 namespace encore::cuda {
 
 // A Status for a CUDA error: code kUnavailable for "no usable device",
 // kInternal otherwise; the message names `what`, the error name and string.
 absl::Status cuda_status(cudaError_t err, const char* what);
+// cuda_status() of a failed call, after clearing what the failure left: the
+// thread's last error (or the next check_launch would blame another op) and a
+// launch error noted before it (reported now or never). The checking macros'
+// failure function, and what check() (launch.h) throws.
+absl::Status cuda_failure(cudaError_t err, const char* what);
 
 // Number of usable CUDA devices, or why there is none.
 [[nodiscard]] absl::StatusOr<int> device_count();
@@ -90,13 +96,7 @@ class Event {
 
 }  // namespace encore::cuda
 
-#define ENCORE_RETURN_IF_CUDA_ERROR(expr, what)                    \
-  do {                                                             \
-    const cudaError_t encore_cuda_err_ = (expr);                   \
-    if (encore_cuda_err_ != cudaSuccess) {                         \
-      (void)cudaGetLastError(); /* or the next check_launch blames another op */ \
-      return ::encore::cuda::cuda_status(encore_cuda_err_, (what)); \
-    }                                                              \
-  } while (0)
-
-#define ENCORE_CUDA_CHECK(expr, what) ::encore::cuda::check((expr), (what))
+// The CUDA runtime's checking macros (src/backends/cuda/status.h).
+#define ENCORE_RETURN_IF_CUDA_ERROR(expr, what) \
+  ENCORE_RETURN_IF_LIBRARY_ERROR(cudaSuccess, ::encore::cuda::cuda_failure, expr, what)
+#define ENCORE_CUDA_CHECK(expr, what) ENCORE_LIBRARY_CHECK(cudaSuccess, ::encore::cuda::cuda_failure, expr, what)

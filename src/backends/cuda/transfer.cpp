@@ -1,6 +1,13 @@
-#include "src/backends/cuda/transfer.h"
-
+// The CUDA backend's host <-> device copies (KernelTable::copy_host_device):
+// through encore's stream (so recorders see them) and pinned staging memory.
+// Both tensors dense, same dtype and element count; exactly one on CUDA. Host
+// to device returns once the data is staged: the host source may be reused at
+// once, and the device tensor is written in stream order, after the work
+// queued before it (NOTE [ Staged host-to-device copies ] in allocator.h).
+// Device to host returns when the data is in host memory.
 #include <cstring>
+
+#include "encore/tensor.h"
 
 #include "src/backends/cuda/allocator.h"
 #include "src/backends/cuda/runtime.h"
