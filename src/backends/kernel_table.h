@@ -59,6 +59,102 @@ struct BinaryKernels {
   Kernel<BinaryScalarArgs> scalar;
 };
 
+// ---- optim: SGD and AdamW updates, the step counter, gradient-norm clipping ----
+//
+// NOTE [ Step state lives on the device ] (encore/optim.h): the learning
+// rate, the step count and the clipping scale are read by the kernels through
+// pointers to tensor data, never passed as host values, so a captured graph
+// replays with their current values. Parameters and gradients are f32, f16 or
+// bf16 (`dtype`); updates compute in f32 (src/backends/optim_math.h); state
+// tensors (momentum, exp_avg, exp_avg_sq) are f32 of the parameter's shape.
+
+// One SGD step in place; operands param, grad (dtype) and the f32 momentum
+// buffer (operand 2 is param itself, never touched, without momentum).
+struct SgdArgs {
+  Layout<3> l;
+  DType dtype;
+  bool has_momentum, nesterov;
+  const float* lr;             // device scalar: this step's learning rate
+  float momentum, weight_decay;
+};
+
+// One AdamW step in place; operands param, grad (dtype), exp_avg, exp_avg_sq (f32).
+struct AdamWArgs {
+  Layout<4> l;
+  DType dtype;
+  const float* lr;             // device scalar: this step's learning rate
+  const int64_t* step;         // device scalar: t, counting this step (t >= 1)
+  float beta1, beta2, eps, weight_decay;
+};
+
+// One parameter of a multi-tensor AdamW launch (NOTE [ One AdamW launch ] in
+// src/optim/adamw.cpp). All four arrays are dense (contiguous) with `numel`
+// elements; p and g of the launch's dtype, m and v f32. `start` is the sum of
+// numel over the entries before this one.
+struct AdamWEntry {
+  char* p;
+  const char* g;
+  float* m;
+  float* v;
+  int64_t numel;
+  int64_t start;
+};
+
+// One AdamW step of every row of `table` (the same bits as one AdamWArgs
+// launch per row).
+struct AdamWManyArgs {
+  const AdamWEntry* table;     // device memory of the launch's device, `count` rows
+  int64_t count, total;        // rows; total = the sum of their numel
+  DType dtype;                 // of every p and g
+  const float* lr;
+  const int64_t* step;
+  float beta1, beta2, eps, weight_decay;
+};
+
+struct IncrementArgs {
+  int64_t* counter;            // device scalar, += 1
+};
+
+// *out = sum of x^2 over x (operand 0, float of `dtype`), accumulated in
+// double in an order that depends on the number of elements only.
+struct SumSquaresArgs {
+  Layout<1> l;
+  DType dtype;
+  double* scratch;             // `blocks` doubles (an encore temporary); null when blocks == 0
+  int blocks;                  // from OptimKernels::sum_of_squares_blocks; 0 without it
+  float* out;                  // one f32 slot of the partial sums
+};
+
+// norm = sqrt(sum(partial)); scale = min(1, max_norm / (norm + 1e-6)), NaN kept.
+struct ClipCoefArgs {
+  const float* partial;        // [n] f32, contiguous
+  int64_t n;
+  float* norm;                 // device scalars, written
+  float* scale;
+  double max_norm;
+};
+
+// x *= *scale in place (operand 0, float of `dtype`); writes nothing unless *scale < 1.
+struct ScaleInPlaceArgs {
+  Layout<1> l;
+  DType dtype;
+  const float* scale;          // device scalar
+};
+
+struct OptimKernels {
+  Kernel<SgdArgs> sgd;                    // "sgd"
+  Kernel<AdamWArgs> adamw;                // "adamw", one parameter of any strides
+  Kernel<AdamWManyArgs> adamw_many;       // "adamw", every parameter in one launch
+  Kernel<IncrementArgs> increment;        // "increment"
+  // (optional) How many partial sums (doubles of SumSquaresArgs::scratch) a
+  // two-pass sum of squares of n elements writes; null: the kernel needs no
+  // scratch (CPU). The host allocates the scratch and lists it in the writes.
+  int (*sum_of_squares_blocks)(int64_t n);
+  Kernel<SumSquaresArgs> sum_of_squares;  // "sum_of_squares"
+  Kernel<ClipCoefArgs> clip_coefficient;  // "clip_coefficient", one thread's work
+  Kernel<ScaleInPlaceArgs> scale_in_place;   // "scale_in_place"
+};
+
 // ---- the table ----
 
 // One pointer per kernel family; every entry of every family is required
@@ -66,6 +162,7 @@ struct BinaryKernels {
 struct KernelTable {
   const char* name;                // "cpu", "cuda"
   const BinaryKernels* binary;     // binary.cpp / binary.cu
+  const OptimKernels* optim;       // optim.cpp / optim.cu
 };
 
 }  // namespace encore::backend

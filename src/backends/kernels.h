@@ -13,6 +13,9 @@
 // broke a contract. Backends never include autograd or ops.
 #pragma once
 
+#include <cstdint>
+
+#include "absl/types/span.h"
 #include "encore/tensor.h"
 #include "src/backends/kernel_table.h"
 #include "src/backends/op_kinds.h"
@@ -21,7 +24,6 @@
 #include "src/backends/cpu/copy.h"
 #include "src/backends/cpu/gemm.h"
 #include "src/backends/cpu/nn.h"
-#include "src/backends/cpu/optim.h"
 #include "src/backends/cpu/reduce.h"
 #include "src/backends/cpu/select.h"
 #include "src/backends/cpu/unary.h"
@@ -30,7 +32,6 @@
 #include "src/backends/cuda/copy.h"
 #include "src/backends/cuda/gemm.h"
 #include "src/backends/cuda/nn.h"
-#include "src/backends/cuda/optim.h"
 #include "src/backends/cuda/reduce.h"
 #include "src/backends/cuda/select.h"
 #include "src/backends/cuda/unary.h"
@@ -54,5 +55,57 @@ const KernelTable& kernels_for(Device device);
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0);
 // out = a + s, a * s, s - a, s / a.
 void binary_scalar(ScalarOp op, const Tensor& out, const Tensor& a, double s);
+
+// ---- optim (optim.cpp) ----
+//
+// The kernels of the optimizers (src/optim/): NOTE [ Step state lives on the
+// device ] (src/backends/kernel_table.h): lr, step and the clipping scale are
+// tensors the kernels read where they run, so a captured graph replays their
+// current values. Parameters and gradients: f32, f16 or bf16 (same dtype,
+// same shape, any strides); updates compute in f32 (src/backends/optim_math.h).
+// State tensors (momentum, exp_avg, exp_avg_sq) are f32 of the parameter's
+// shape; lr is f32 with one element, step i64 with one element, all on the
+// parameter's device. Each function lists every storage its kernel reads or
+// writes.
+//
+//   backend::increment(step);                                 // step: i64 0-d
+//   backend::adamw_update(p, p.grad(), m, v, lr, step, 0.9, 0.999, 1e-8, 0.01);
+
+// One SGD step in place (PyTorch semantics, dampening 0). momentum_buf is
+// undefined for plain SGD (momentum == 0), else it is read and updated.
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
+                double momentum, bool nesterov, double weight_decay);
+
+// One AdamW step in place; reads lr (f32) and the step count t (i64, already
+// incremented for this step) from device memory.
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                  const Tensor& lr, const Tensor& step, double beta1, double beta2, double eps,
+                  double weight_decay);
+
+// One AdamW update of many parameters in one launch (the same bits as one
+// adamw_update per parameter), on table's device. `table`: a dense tensor
+// holding `count` AdamWEntry rows (src/backends/kernel_table.h) whose arrays
+// are all dense, `total` elements in all; every parameter has `dtype`.
+// `reads` / `writes`: every storage the update reads (table, p, g, m, v, lr,
+// step) / writes (p, m, v).
+void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType dtype,
+                       absl::Span<Storage* const> reads, absl::Span<Storage* const> writes, const Tensor& lr,
+                       const Tensor& step, double beta1, double beta2, double eps, double weight_decay);
+
+// counter += 1 (i64, one element).
+void increment(const Tensor& counter);
+
+// partial[slot] = sum of x^2 (x float, any strides; partial f32 contiguous,
+// on x's device). Summed in double in an order fixed by x's size, so the
+// result does not depend on the number of threads.
+void sum_of_squares(const Tensor& x, const Tensor& partial, int64_t slot);
+
+// norm = sqrt(sum(partial)); scale = min(1, max_norm / (norm + 1e-6)).
+// partial: f32 [P]; norm and scale: f32 with one element.
+void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& scale, double max_norm);
+
+// x *= scale[0] in place (x float, any strides, no broadcast dims); writes
+// nothing when scale[0] >= 1 or is NaN.
+void scale_in_place(const Tensor& x, const Tensor& scale);
 
 }  // namespace encore::backend

@@ -5,12 +5,14 @@
 namespace encore {
 namespace cpu {
 extern const backend::BinaryKernels kBinary;   // binary.cpp
+extern const backend::OptimKernels kOptim;     // optim.cpp
 }  // namespace cpu
 
 namespace backend {
 extern const KernelTable kCpuKernels = {
     .name = "cpu",
     .binary = &cpu::kBinary,
+    .optim = &cpu::kOptim,
 };
 }  // namespace backend
 }  // namespace encore

@@ -5,12 +5,14 @@
 namespace encore {
 namespace cuda {
 extern const backend::BinaryKernels kBinary;   // binary.cu
+extern const backend::OptimKernels kOptim;     // optim.cu
 }  // namespace cuda
 
 namespace backend {
 extern const KernelTable kCudaKernels = {
     .name = "cuda",
     .binary = &cuda::kBinary,
+    .optim = &cuda::kOptim,
 };
 }  // namespace backend
 }  // namespace encore
