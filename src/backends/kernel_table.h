@@ -155,6 +155,64 @@ struct OptimKernels {
   Kernel<ScaleInPlaceArgs> scale_in_place;   // "scale_in_place"
 };
 
+// ---- gemm: matrix products, column sums ----
+
+// A batch of row-major products C = alpha op(A) op(B) + beta C ("gemm"):
+// C[m, n], op(A)[m, k], op(B)[k, n], op(X) = X^T when trans_x (X stored
+// column-major: NOTE [ Matmul layouts ] in src/backends/kernels.h). Item i of
+// the batch (its multi-index over batch_shape) starts at each operand's batch
+// strides; where C's batch stride is 0 and the batch dim is > 1, the items'
+// products are summed into one C (NOTE [ Matmul accumulation ]): the item
+// with index 0 on all those dims applies beta, the others beta = 1. k == 0:
+// C = beta C (beta 0 never reads C). m == 0 or n == 0: nothing.
+struct GemmArgs {
+  const void* a;               // first elements
+  const void* b;
+  void* c;
+  DType dtype;                 // of a and b: f32, or f16/bf16 where GemmKernels::half_operands
+  DType c_dtype;               // of c: dtype, or f32 (an f32 accumulator for half operands)
+  int64_t m, n, k;
+  int64_t lda, ldb, ldc;       // row strides (elements) of A, B, C as stored
+  bool trans_a, trans_b;
+  float alpha, beta;
+  int batch_ndim;              // 0: one product
+  int64_t batch_shape[kLayoutMaxDims];
+  int64_t batch_stride[3][kLayoutMaxDims];   // elements; [0] a, [1] b, [2] c; 0: broadcast (c: summed into)
+  void* workspace;             // GemmKernels::workspace_bytes of scratch; null when it asks for none
+  int64_t workspace_bytes;
+  int device;                  // the device's index (CUDA: whose cuBLAS handle)
+};
+
+// out[j] = sum_i x[i, j], accumulated in f32 in an order that depends on the
+// shape only ("column_sum").
+struct ColumnSumArgs {
+  const void* x;               // [rows, cols], row stride ldx elements, unit column stride
+  void* out;                   // [cols], contiguous, same dtype as x
+  float* partial;              // [chunks, cols] f32 scratch; null when chunks == 1
+  int64_t rows, cols, ldx;
+  int64_t chunk_rows;          // rows per chunk: ceil(rows / chunks)
+  int chunks;                  // from GemmKernels::column_sum_chunks; 1 without it
+  DType dtype;                 // f32, f16 or bf16
+};
+
+struct GemmKernels {
+  Kernel<GemmArgs> gemm;
+  // Whether `gemm` multiplies f16/bf16 operands itself (accumulating in f32).
+  // false (CPU: OpenBLAS has sgemm only): the host converts f16/bf16
+  // operands and out to f32 tensors and rounds the result into out once.
+  bool half_operands;
+  // The largest m, n, k and leading dim `gemm` takes (CPU: BLAS's 32-bit ints).
+  int64_t max_size;
+  // (optional) Bytes of device scratch `gemm` needs for these arguments
+  // (CUDA: the cuBLAS workspace plus alignment slack, NOTE [ cuBLAS
+  // workspace ]); null: none. The host allocates it and lists it in the writes.
+  int64_t (*workspace_bytes)(const GemmArgs& a);
+  Kernel<ColumnSumArgs> column_sum;
+  // (optional) Row chunks of a two-pass column sum over `rows` rows (CUDA),
+  // whose f32 partials the host allocates; null: one pass, no scratch.
+  int (*column_sum_chunks)(int64_t rows);
+};
+
 // ---- the table ----
 
 // One pointer per kernel family; every entry of every family is required
@@ -163,6 +221,7 @@ struct KernelTable {
   const char* name;                // "cpu", "cuda"
   const BinaryKernels* binary;     // binary.cpp / binary.cu
   const OptimKernels* optim;       // optim.cpp / optim.cu
+  const GemmKernels* gemm;         // gemm.cpp / gemm.cu
 };
 
 }  // namespace encore::backend

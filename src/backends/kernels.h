@@ -22,7 +22,6 @@
 
 // Families not yet moved onto the kernel table: one header per backend each.
 #include "src/backends/cpu/copy.h"
-#include "src/backends/cpu/gemm.h"
 #include "src/backends/cpu/nn.h"
 #include "src/backends/cpu/reduce.h"
 #include "src/backends/cpu/select.h"
@@ -30,7 +29,6 @@
 
 #if ENCORE_HAVE_CUDA
 #include "src/backends/cuda/copy.h"
-#include "src/backends/cuda/gemm.h"
 #include "src/backends/cuda/nn.h"
 #include "src/backends/cuda/reduce.h"
 #include "src/backends/cuda/select.h"
@@ -107,5 +105,44 @@ void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& s
 // x *= scale[0] in place (x float, any strides, no broadcast dims); writes
 // nothing when scale[0] >= 1 or is NaN.
 void scale_in_place(const Tensor& x, const Tensor& scale);
+
+// ---- gemm (gemm.cpp) ----
+//
+// Matrix products through the backend's BLAS (OpenBLAS cblas_sgemm on CPU,
+// cuBLAS on CUDA), and the column sums of bias gradients.
+//
+//   backend::matmul(out, x, w.t());     // w.t() goes to BLAS transposed: no copy
+//
+// NOTE [ Matmul layouts ]: a matrix operand is passed to BLAS as is when one
+// of its last two dims has unit stride (row-major -> not transposed,
+// column-major such as w.t() -> transposed, leading dim = the other stride).
+// Only a matrix with no unit stride (e.g. a column slice with step 2, or an
+// expanded row) is copied. Batch dims may have any strides, 0 included
+// (broadcast). src/backends/matmul_layout.h decides.
+//
+// NOTE [ Matmul accumulation ]: out's batch dims may be smaller than the
+// broadcast batch of a and b (size 1 or missing). Those dims are reduced: the
+// products of the batch items that map to the same out matrix are summed into
+// it (beta applies to the first, then beta = 1). Backward uses this to sum a
+// gradient over broadcast batch dims in the GEMM itself, with no temporary of
+// the broadcast size and no separate reduction.
+//
+// f16/bf16 accumulate in f32. On CPU the operands are converted to f32 (a
+// copy), multiplied with sgemm and the result rounded back on store: OpenBLAS
+// 0.3.21 has no f16 GEMM that we can rely on. On CUDA cuBLAS takes them as
+// they are; a product summed over batch items accumulates in an f32 copy of
+// out, rounded into out once (NOTE [ CUDA matmul batches ] in cuda/blas.cpp).
+
+// out[.., n, m] = alpha * a[.., n, k] @ b[.., k, m] + beta * out, all of one
+// float dtype (f32, f16, bf16) on one device, each at least 2-D. a and b: any
+// strides; their batch dims broadcast (NumPy) against out's; out's last dim
+// has unit stride (fresh tensors always do). beta = 0 overwrites out (never
+// reads it).
+void matmul(const Tensor& out, const Tensor& a, const Tensor& b, float alpha = 1.f, float beta = 0.f);
+
+// out[j] = sum_i x[i, j]: column sums of a 2-D x (any strides; copied if its
+// rows are not contiguous) into a contiguous 1-D out, same float dtype,
+// accumulated in f32. Used for a bias gradient.
+void column_sum(const Tensor& out, const Tensor& x);
 
 }  // namespace encore::backend

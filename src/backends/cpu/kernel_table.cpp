@@ -6,6 +6,7 @@ namespace encore {
 namespace cpu {
 extern const backend::BinaryKernels kBinary;   // binary.cpp
 extern const backend::OptimKernels kOptim;     // optim.cpp
+extern const backend::GemmKernels kGemm;       // gemm.cpp
 }  // namespace cpu
 
 namespace backend {
@@ -13,6 +14,7 @@ extern const KernelTable kCpuKernels = {
     .name = "cpu",
     .binary = &cpu::kBinary,
     .optim = &cpu::kOptim,
+    .gemm = &cpu::kGemm,
 };
 }  // namespace backend
 }  // namespace encore

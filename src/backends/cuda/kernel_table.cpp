@@ -6,6 +6,7 @@ namespace encore {
 namespace cuda {
 extern const backend::BinaryKernels kBinary;   // binary.cu
 extern const backend::OptimKernels kOptim;     // optim.cu
+extern const backend::GemmKernels kGemm;       // gemm.cu
 }  // namespace cuda
 
 namespace backend {
@@ -13,6 +14,7 @@ extern const KernelTable kCudaKernels = {
     .name = "cuda",
     .binary = &cuda::kBinary,
     .optim = &cuda::kOptim,
+    .gemm = &cuda::kGemm,
 };
 }  // namespace backend
 }  // namespace encore
