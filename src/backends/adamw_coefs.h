@@ -6,7 +6,7 @@
 // stay equal bit for bit. Host and device code.
 //
 //   const AdamWCoefs c = adamw_coefs(*a.lr, *a.step, a.beta1, a.beta2, a.eps, a.weight_decay);
-//   // then per element (NOTE [ AdamW arithmetic ] in src/backends/cpu/optim.cpp):
+//   // then per element (NOTE [ AdamW arithmetic ] in src/backends/optim_math.h):
 //   //   p = p * c.decay - c.step_size * m / (sqrt(v) * c.inv_sqrt_bias2 + c.eps)
 #pragma once
 

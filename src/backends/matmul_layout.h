@@ -1,7 +1,7 @@
 // How a BLAS library (OpenBLAS on CPU, cuBLAS on CUDA) reads the matrix
 // operands of a matmul: unit-stride detection with transposes (NOTE [ Matmul
-// layouts ] in src/backends/cpu/gemm.h) and the broadcast batch dims.
-// Backend-neutral host code: both gemm.cpp files use it.
+// layouts ] in src/backends/kernels.h) and the broadcast batch dims.
+// Backend-neutral host code: the gemm family's host side (gemm.cpp) uses it.
 //
 //   backend::MatrixLayout la = backend::matrix_layout(a);   // a.t(): ok, trans, ld = a's row stride
 //   Shape batch = backend::batch_shape(out, a, b);          // e.g. [8, 4] for [8, 1, ...] x [4, ...]

@@ -1,5 +1,5 @@
 // Matrix products: matmul (NumPy rules) and linear (x W^T + b), each with its
-// backward beside it. Both run on cpu::matmul (src/backends/cpu/gemm.h):
+// backward beside it. Both run on backend::matmul (src/backends/kernels.h):
 // transposes are views passed to BLAS with a transpose flag, never copies, and
 // gradients over broadcast batch dims are summed inside the GEMM
 // (NOTE [ Matmul accumulation ]).
@@ -103,9 +103,9 @@ Tensor matmul_forward(const Tensor& a, const Tensor& b, const MatmulShapes& s) {
   const Tensor ap = promote_a(a.detach()), bp = promote_b(b.detach());
   Tensor out = empty(s.out, a.dtype(), a.device());
   if (fold_into_rows(ap, bp)) {
-    ENCORE_KERNEL(out.device(), matmul, as_rows(out), as_rows(ap), bp);
+    backend::matmul(as_rows(out), as_rows(ap), bp);
   } else {
-    ENCORE_KERNEL(out.device(), matmul, out, ap, bp);
+    backend::matmul(out, ap, bp);
   }
   return out.view(s.result);
 }
@@ -117,9 +117,9 @@ Tensor matmul_grad_a(const Tensor& g, const Tensor& b, const Shape& a_shape, con
   const Shape ap_shape = promoted_a(a_shape);
   Tensor ga = empty(ap_shape, g.dtype(), g.device());
   if (bp.dim() == 2 && ap_shape.size() > 2) {   // [N, m] x [m, k]: one GEMM
-    ENCORE_KERNEL(ga.device(), matmul, as_rows(ga), as_rows(gp), bp.transpose(-1, -2));
+    backend::matmul(as_rows(ga), as_rows(gp), bp.transpose(-1, -2));
   } else {
-    ENCORE_KERNEL(ga.device(), matmul, ga, gp, bp.transpose(-1, -2));
+    backend::matmul(ga, gp, bp.transpose(-1, -2));
   }
   return ga.view(a_shape);
 }
@@ -131,9 +131,9 @@ Tensor matmul_grad_b(const Tensor& g, const Tensor& a, const Shape& b_shape, con
   const Shape bp_shape = promoted_b(b_shape);
   Tensor gb = empty(bp_shape, g.dtype(), g.device());
   if (bp_shape.size() == 2 && ap.dim() > 2) {   // [k, N] x [N, m]: one GEMM over all rows
-    ENCORE_KERNEL(gb.device(), matmul, gb, as_rows(ap).transpose(0, 1), as_rows(gp));
+    backend::matmul(gb, as_rows(ap).transpose(0, 1), as_rows(gp));
   } else {
-    ENCORE_KERNEL(gb.device(), matmul, gb, ap.transpose(-1, -2), gp);
+    backend::matmul(gb, ap.transpose(-1, -2), gp);
   }
   return gb.view(b_shape);
 }
@@ -195,17 +195,17 @@ struct LinearBackward {
     if (weight.defined()) {   // dx = g W: [N, out] x [out, in]
       const Tensor& w = weight.get();
       dx = empty({g_rows.size(0), w.size(1)}, g.dtype(), g.device());
-      ENCORE_KERNEL(dx.device(), matmul, dx, g_rows, w);
+      backend::matmul(dx, g_rows, w);
       dx = dx.view(x_shape);
     }
     if (x_rows.defined()) {   // dW = g^T x: [out, N] x [N, in]
       const Tensor& x = x_rows.get();
       dw = autograd::grad_buffer(1, {out_features, x.size(1)}, g.dtype(), g.device());
-      ENCORE_KERNEL(dw.device(), matmul, dw, g_rows.t(), x);
+      backend::matmul(dw, g_rows.t(), x);
     }
     if (need_bias) {          // db = column sums of g
       db = autograd::grad_buffer(2, {out_features}, g.dtype(), g.device());
-      ENCORE_KERNEL(db.device(), column_sum, db, g_rows);
+      backend::column_sum(db, g_rows);
     }
     return {dx, dw, db};
   }
@@ -224,7 +224,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     ENCORE_KERNEL(out_rows.device(), copy, out_rows, bias.detach());
     beta = 1.f;
   }
-  ENCORE_KERNEL(out_rows.device(), matmul, out_rows, x_rows, weight.detach().t(), 1.f, beta);
+  backend::matmul(out_rows, x_rows, weight.detach().t(), 1.f, beta);
   Shape out_shape = x.shape();
   out_shape.back() = out_features;
   Tensor out = out_rows.view(out_shape);

@@ -1,6 +1,6 @@
 // AdamW: Adam with decoupled weight decay. The update is one launch over every
 // parameter when they allow it (NOTE [ One AdamW launch ]), else one fused
-// kernel per parameter (src/backends/cpu/optim.cpp, adamw_kernel).
+// kernel per parameter (backend::adamw_update; the element: src/backends/optim_math.h).
 #include <cmath>
 #include <cstring>
 
@@ -8,7 +8,6 @@
 #include "encore/autograd.h"
 #include "encore/optim.h"
 #include "src/backends/kernels.h"
-#include "src/backends/optim_table.h"
 #include "src/core/phase.h"
 
 namespace encore::optim {
@@ -98,7 +97,7 @@ void AdamW::step() {
   if (!step_.defined()) step_ = zeros({}, kInt64, device);
   // t counts this step before any update reads it (t = 1 on the first step).
   step_.storage()->bump_version();
-  ENCORE_KERNEL(step_.device(), increment, step_);
+  backend::increment(step_);
   if (can_fuse()) {
     init_state();
     update_table();
@@ -107,9 +106,9 @@ void AdamW::step() {
       exp_avg_[i].storage()->bump_version();
       exp_avg_sq_[i].storage()->bump_version();
     }
-    ENCORE_KERNEL(device, adamw_update_many, table_, static_cast<int64_t>(params_.size()), table_total_,
-                  params_[0].dtype(), table_reads_, table_writes_, lr_, step_, options_.beta1, options_.beta2,
-                  options_.eps, options_.weight_decay);
+    backend::adamw_update_many(table_, static_cast<int64_t>(params_.size()), table_total_, params_[0].dtype(),
+                               table_reads_, table_writes_, lr_, step_, options_.beta1, options_.beta2,
+                               options_.eps, options_.weight_decay);
     return;
   }
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -123,8 +122,8 @@ void AdamW::step() {
     p.storage()->bump_version();   // NOTE [ Version counter ]: in-place writes
     exp_avg_[i].storage()->bump_version();
     exp_avg_sq_[i].storage()->bump_version();
-    ENCORE_KERNEL(p.device(), adamw_update, p, g, exp_avg_[i], exp_avg_sq_[i], lr_, step_, options_.beta1,
-                  options_.beta2, options_.eps, options_.weight_decay);
+    backend::adamw_update(p, g, exp_avg_[i], exp_avg_sq_[i], lr_, step_, options_.beta1, options_.beta2,
+                          options_.eps, options_.weight_decay);
   }
 }
 

@@ -54,11 +54,11 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   Tensor partial = empty({n}, kFloat32, device);   // slot k: sum of squares of grads[k]
   Tensor norm = empty({}, kFloat32, device);
   Tensor scale = empty({}, kFloat32, device);
-  for (int64_t k = 0; k < n; ++k) ENCORE_KERNEL(partial.device(), sum_of_squares, grads[k], partial, k);
-  ENCORE_KERNEL(partial.device(), clip_coefficient, partial, norm, scale, max_norm);
+  for (int64_t k = 0; k < n; ++k) backend::sum_of_squares(grads[k], partial, k);
+  backend::clip_coefficient(partial, norm, scale, max_norm);
   for (const Tensor& g : grads) {
     g.storage()->bump_version();   // NOTE [ Version counter ]: possibly written in place
-    ENCORE_KERNEL(g.device(), scale_in_place, g, scale);
+    backend::scale_in_place(g, scale);
   }
   return norm;
 }

@@ -35,8 +35,7 @@ void SGD::step() {
     }
     p.storage()->bump_version();   // NOTE [ Version counter ]: an in-place write
     if (momentum_[i].defined()) momentum_[i].storage()->bump_version();
-    ENCORE_KERNEL(p.device(), sgd_update, p, g, momentum_[i], lr_, options_.momentum, options_.nesterov,
-                  options_.weight_decay);
+    backend::sgd_update(p, g, momentum_[i], lr_, options_.momentum, options_.nesterov, options_.weight_decay);
   }
 }
 

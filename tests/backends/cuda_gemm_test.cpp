@@ -13,9 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "src/backends/cpu/gemm.h"
 #include "src/backends/cuda/blas.h"
-#include "src/backends/cuda/gemm.h"
+#include "src/backends/kernels.h"
 #include "src/core/stream.h"
 #include "tests/backends/cuda_test_util.h"
 
@@ -37,15 +36,12 @@ const testing::Fn kMatmul = [](const std::vector<Tensor>& in) { return matmul(in
 const testing::Fn kLinear = [](const std::vector<Tensor>& in) { return linear(in[0], in[1], in[2]); };
 const testing::Fn kLinearNoBias = [](const std::vector<Tensor>& in) { return linear(in[0], in[1]); };
 
-// The backend's matmul into a copy of in[2]: out = alpha a b + beta out.
+// The backend's matmul (the CPU's or CUDA's, by the tensors' device) into a
+// copy of in[2]: out = alpha a b + beta out.
 testing::Fn backend_matmul(float alpha, float beta) {
   return [=](const std::vector<Tensor>& in) {
     Tensor out = in[2].detach().clone();
-    if (out.device().is_cuda()) {
-      cuda::matmul(out, in[0].detach(), in[1].detach(), alpha, beta);
-    } else {
-      cpu::matmul(out, in[0].detach(), in[1].detach(), alpha, beta);
-    }
+    backend::matmul(out, in[0].detach(), in[1].detach(), alpha, beta);
     return out;
   };
 }
@@ -53,11 +49,7 @@ testing::Fn backend_matmul(float alpha, float beta) {
 // The backend's column_sum of in[0].
 Tensor backend_column_sum(const std::vector<Tensor>& in) {
   Tensor out = empty({in[0].size(1)}, in[0].dtype(), in[0].device());
-  if (out.device().is_cuda()) {
-    cuda::column_sum(out, in[0]);
-  } else {
-    cpu::column_sum(out, in[0]);
-  }
+  backend::column_sum(out, in[0]);
   return out;
 }
 
@@ -277,11 +269,7 @@ TEST(CudaGemmTest, AlphaBetaAndSumsIntoSmallerOutputBatchMatchCpu) {
           [=](const std::vector<Tensor>& in) {
             Tensor out = in[2].detach().clone();
             const Tensor view = out.slice(1, 0, 5);
-            if (out.device().is_cuda()) {
-              cuda::matmul(view, in[0], in[1], 1.5f, beta);
-            } else {
-              cpu::matmul(view, in[0], in[1], 1.5f, beta);
-            }
+            backend::matmul(view, in[0], in[1], 1.5f, beta);
             return out;
           },
           {random_tensor({3, 6, 7}, 7, dt), random_tensor({3, 7, 5}, 8, dt), random_tensor({6, 9}, 9, dt)}, tol, tol);
@@ -294,8 +282,8 @@ TEST(CudaGemmTest, ReplaysOfAReducingProductAreBitIdentical) {
   const Device gpu = Device::cuda(0);
   const Tensor a = random_tensor({8, 64, 32}, 1).to(gpu), b = random_tensor({8, 32, 48}, 2).to(gpu);
   const Tensor first = zeros({1, 64, 48}, kFloat32, gpu), second = zeros({1, 64, 48}, kFloat32, gpu);
-  cuda::matmul(first, a, b);
-  cuda::matmul(second, a, b);
+  backend::matmul(first, a, b);
+  backend::matmul(second, a, b);
   const std::vector<double> x = testing::values(first.to(kCPU)), y = testing::values(second.to(kCPU));
   EXPECT_EQ(x, y);
 }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "encore/encore.h"
-#include "src/backends/cpu/gemm.h"
+#include "src/backends/kernels.h"
 #include "src/core/stream.h"
 #include "tests/test_util.h"
 
@@ -300,7 +300,20 @@ TEST(MatmulTest, HalfPrecisionGradientsKeepTheirDtype) {
   }
 }
 
-// ---- launchers ----
+// ---- the backend's gemm family ----
+
+// One row-major f32 GEMM, C = alpha op(A) op(B) + beta C, launched through the
+// CPU kernel table's gemm entry (GemmArgs in src/backends/kernel_table.h).
+void cpu_gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
+              int64_t lda, const Tensor& b, int64_t ldb, float beta, const Tensor& c, int64_t ldc) {
+  backend::GemmArgs g{};
+  g.a = a.data_ptr(), g.b = b.data_ptr(), g.c = c.data_ptr();
+  g.dtype = g.c_dtype = kFloat32;
+  g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+  g.alpha = alpha, g.beta = beta, g.trans_a = trans_a, g.trans_b = trans_b;
+  current_stream(kCPU).launch(backend::kernels_for(kCPU).gemm->gemm, "gemm", g,
+                              {a.storage(), b.storage(), c.storage()}, {c.storage()});
+}
 
 TEST(MatmulTest, GemmLauncherHonoursTransposeFlagsLeadingDimsAlphaAndBeta) {
   const int64_t m = 3, n = 5, k = 4, pad = 2;
@@ -313,8 +326,7 @@ TEST(MatmulTest, GemmLauncherHonoursTransposeFlagsLeadingDimsAlphaAndBeta) {
       const Tensor c = random_tensor({m, n + pad}, 3);
       const std::vector<double> av = values(a), bv = values(b), c0 = values(c);
       const int64_t lda = a.size(1), ldb = b.size(1), ldc = c.size(1);
-      cpu::gemm(ta, tb, m, n, k, 1.5f, a.data<float>(), lda, b.data<float>(), ldb, 0.5f, c.data<float>(), ldc,
-                a.storage(), b.storage(), c.storage());
+      cpu_gemm(ta, tb, m, n, k, 1.5f, a, lda, b, ldb, 0.5f, c, ldc);
       std::vector<double> expected = c0;
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
@@ -335,7 +347,7 @@ TEST(MatmulTest, MatmulLauncherSumsIntoSmallerOutputBatch) {
   const std::vector<double> o0 = values(out);
   Shape shape;
   const std::vector<double> prods = ref_matmul(a, b, &shape);
-  cpu::matmul(out, a, b, 2.f, 0.5f);
+  backend::matmul(out, a, b, 2.f, 0.5f);
   std::vector<double> expected(6);
   for (int64_t i = 0; i < 6; ++i) {
     double s = 0;
@@ -356,12 +368,12 @@ TEST(MatmulTest, ColumnSumMatchesReference) {
       for (int64_t j = 0; j < 300; ++j) expected[j] += xv[r * 300 + j];
     }
     const Tensor out = empty({300}, dt);
-    cpu::column_sum(out, x);
+    backend::column_sum(out, x);
     const double tol = dt == kFloat32 ? 1e-3 : dt == kFloat16 ? 3e-2 : 0.25;   // output rounding of sums ~30
     expect_near(out, expected, tol, tol == 1e-3 ? 1e-5 : 8e-3);
   }
   const Tensor none = empty({3});
-  cpu::column_sum(none, zeros({0, 3}));
+  backend::column_sum(none, zeros({0, 3}));
   expect_near(none, {0, 0, 0});
 }
 

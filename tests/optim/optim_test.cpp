@@ -13,7 +13,7 @@
 
 #include "encore/encore.h"
 #include "encore/optim.h"
-#include "src/backends/cpu/optim.h"
+#include "src/backends/kernels.h"
 #include "src/core/stream.h"
 #include "tests/test_util.h"
 
@@ -226,7 +226,7 @@ TEST(OptimTest, AdamWDefaultsAndNonContiguousOperands) {
   expect_near(p, ref.p);
 }
 
-// NOTE [ AdamW arithmetic ] (src/backends/cpu/optim.cpp): dense f32 operands
+// NOTE [ AdamW arithmetic ] (src/backends/optim_math.h): dense f32 operands
 // take a vector path, strided ones go element by element; both must give the
 // same bits, full vectors and the tail alike (3 x 37 = 111 elements).
 TEST(OptimTest, AdamWDenseAndStridedPathsGiveTheSameBits) {
@@ -715,25 +715,25 @@ TEST(OptimTest, AdamWUpdatesEveryParameterInOneLaunchWithTheSameBits) {
   }
 }
 
-// The launchers check their arguments themselves (src/backends/optim_checks.h),
+// The backend functions check their arguments themselves (src/backends/optim.cpp),
 // naming the op, the argument and what came, before any kernel reads them.
 TEST(OptimTest, BackendLaunchersNameBadArguments) {
   const Tensor p = zeros({3, 2}), g = zeros({3, 2}), m = zeros({3, 2}), v = zeros({3, 2});
   const Tensor lr = full({}, 0.1), step = zeros({}, kInt64);
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
-  expect_error([&] { cpu::adamw_update(p, g, zeros({2, 3}), v, lr, step, 0.9, 0.999, 1e-8, 0.0); }, kInvalid,
+  expect_error([&] { backend::adamw_update(p, g, zeros({2, 3}), v, lr, step, 0.9, 0.999, 1e-8, 0.0); }, kInvalid,
                {"adamw", "exp_avg", "[3, 2]", "[2, 3]", "like the parameter on cpu"});
-  expect_error([&] { cpu::adamw_update(p, zeros({3, 2}, kBFloat16), m, v, lr, step, 0.9, 0.999, 1e-8, 0.0); },
+  expect_error([&] { backend::adamw_update(p, zeros({3, 2}, kBFloat16), m, v, lr, step, 0.9, 0.999, 1e-8, 0.0); },
                kInvalid, {"adamw", "grad", "bf16"});
-  expect_error([&] { cpu::adamw_update(p, g, m, v, zeros({2}), step, 0.9, 0.999, 1e-8, 0.0); }, kInvalid,
+  expect_error([&] { backend::adamw_update(p, g, m, v, zeros({2}), step, 0.9, 0.999, 1e-8, 0.0); }, kInvalid,
                {"adamw", "lr", "one element on the cpu", "[2]"});
-  expect_error([&] { cpu::adamw_update(p, g, m, v, lr, full({}, 1.0), 0.9, 0.999, 1e-8, 0.0); }, kInvalid,
+  expect_error([&] { backend::adamw_update(p, g, m, v, lr, full({}, 1.0), 0.9, 0.999, 1e-8, 0.0); }, kInvalid,
                {"adamw", "step", "i64", "f32"});
-  expect_error([&] { cpu::sgd_update(p, g, zeros({4}), lr, 0.9, false, 0.0); }, kInvalid,
+  expect_error([&] { backend::sgd_update(p, g, zeros({4}), lr, 0.9, false, 0.0); }, kInvalid,
                {"sgd", "momentum buffer", "[4]"});
-  expect_error([&] { cpu::increment(zeros({})); }, kInvalid, {"increment", "counter", "i64"});
+  expect_error([&] { backend::increment(zeros({})); }, kInvalid, {"increment", "counter", "i64"});
   const Tensor table = zeros({5}, kInt64);   // 40 bytes: not one 48-byte row
-  expect_error([&] { cpu::adamw_update_many(table, 1, 6, kFloat32, {}, {}, lr, step, 0.9, 0.999, 1e-8, 0.0); },
+  expect_error([&] { backend::adamw_update_many(table, 1, 6, kFloat32, {}, {}, lr, step, 0.9, 0.999, 1e-8, 0.0); },
                kInvalid, {"adamw", "table", "[5]", "1 entries"});
 }
 

@@ -5,12 +5,16 @@
 namespace encore {
 namespace cpu {
 extern const backend::BinaryKernels kBinary;   // binary.cpp
+extern const backend::OptimKernels kOptim;     // optim.cpp
+extern const backend::GemmKernels kGemm;       // gemm.cpp
 }  // namespace cpu
 
 namespace backend {
 extern const KernelTable kCpuKernels = {
     .name = "cpu",
     .binary = &cpu::kBinary,
+    .optim = &cpu::kOptim,
+    .gemm = &cpu::kGemm,
     .copy_host_device = nullptr,
 };
 }  // namespace backend

@@ -1,5 +1,7 @@
-#include "src/backends/cpu/optim.h"
-
+// The CPU kernels of the optimizers (contracts: kernels.h, "optim"; argument
+// structs: kernel_table.h): SGD and AdamW updates, the step counter, and the
+// three kernels of global gradient-norm clipping. The element arithmetic is
+// src/backends/optim_math.h, shared with CUDA.
 #include <algorithm>
 #include <cmath>
 #include <tuple>
@@ -10,16 +12,25 @@
 #include <immintrin.h>
 #endif
 
-#include "src/backends/adamw_coefs.h"
 #include "src/backends/cpu/dispatch.h"
-#include "src/backends/optim_table.h"
 #include "src/backends/cpu/loops.h"
 #include "src/backends/cpu/parallel.h"
-#include "src/backends/optim_checks.h"
-#include "src/core/stream.h"
+#include "src/backends/kernel_table.h"
+#include "src/backends/optim_math.h"
 
 namespace encore::cpu {
 namespace {
+
+using backend::AdamWArgs;
+using backend::AdamWCoefs;
+using backend::AdamWEntry;
+using backend::AdamWManyArgs;
+using backend::ClipCoefArgs;
+using backend::IncrementArgs;
+using backend::OptimKernels;
+using backend::ScaleInPlaceArgs;
+using backend::SgdArgs;
+using backend::SumSquaresArgs;
 
 // ---- loop helper ----
 
@@ -49,35 +60,26 @@ void for_each_typed(const Layout<N>& l, int64_t grain, F f) {
   });
 }
 
-// ---- SGD ----
+// ---- SGD (NOTE [ SGD arithmetic ] in src/backends/optim_math.h) ----
 
 enum class SgdMode { kPlain, kMomentum, kNesterov };
 
-// Operands: param, grad (T), and for kMomentum/kNesterov the f32 buffer.
-template <int N>
-struct SgdArgs {
-  Layout<N> l;
-  const float* lr;   // device scalar: read at every launch
-  float momentum, weight_decay;
-};
+using backend::sgd_apply;
+using backend::sgd_direction;
+using backend::sgd_momentum;
 
-template <typename T, SgdMode kMode>
-void sgd_kernel(const SgdArgs<kMode == SgdMode::kPlain ? 2 : 3>& a) {
-  const float lr = *a.lr, mu = a.momentum, wd = a.weight_decay;
-  auto direction = [wd](const T& p, const T& g) {
-    float d = static_cast<float>(g);
-    if (wd != 0.0f) d += wd * static_cast<float>(p);   // PyTorch adds the L2 term only when wd != 0
-    return d;
-  };
+// Operands param, grad (T) and, with momentum, the f32 buffer.
+template <typename T, SgdMode kMode, int N>
+void sgd_loop(const Layout<N>& l, float lr, float mu, float wd) {
   if constexpr (kMode == SgdMode::kPlain && std::is_same_v<T, float>) {
-    if (a.l.contiguous) {   // dense f32: restrict pointers let the loop vectorise
-      float* __restrict p = reinterpret_cast<float*>(a.l.ptr[0]);
-      const float* __restrict g = reinterpret_cast<const float*>(a.l.ptr[1]);
-      parallel_for(a.l.numel, kGrainElementwise, [=](int64_t b, int64_t e) {
+    if (l.contiguous) {   // dense f32: restrict pointers let the loop vectorise
+      float* __restrict p = reinterpret_cast<float*>(l.ptr[0]);
+      const float* __restrict g = reinterpret_cast<const float*>(l.ptr[1]);
+      parallel_for(l.numel, kGrainElementwise, [=](int64_t b, int64_t e) {
         if (wd == 0.0f) {
-          for (int64_t i = b; i < e; ++i) p[i] = p[i] - lr * g[i];
+          for (int64_t i = b; i < e; ++i) p[i] = sgd_apply(p[i], lr, g[i]);
         } else {
-          for (int64_t i = b; i < e; ++i) p[i] = p[i] - lr * (g[i] + wd * p[i]);
+          for (int64_t i = b; i < e; ++i) p[i] = sgd_apply(p[i], lr, sgd_direction(p[i], g[i], wd));
         }
       });
       return;
@@ -86,31 +88,36 @@ void sgd_kernel(const SgdArgs<kMode == SgdMode::kPlain ? 2 : 3>& a) {
   // Captures by value: through references the compiler must assume every
   // store to p may change lr, and the loops would not vectorise.
   if constexpr (kMode == SgdMode::kPlain) {
-    for_each_typed<T, const T>(a.l, kGrainElementwise, [lr, direction](T& p, const T& g) {
-      p = T(static_cast<float>(p) - lr * direction(p, g));
+    for_each_typed<T, const T>(l, kGrainElementwise, [lr, wd](T& p, const T& g) {
+      const float x = static_cast<float>(p);
+      p = T(sgd_apply(x, lr, sgd_direction(x, static_cast<float>(g), wd)));
     });
   } else {
-    // buf starts at 0, so the first step gives buf = d exactly (PyTorch clones d).
-    for_each_typed<T, const T, float>(a.l, kGrainElementwise, [lr, mu, direction](T& p, const T& g, float& buf) {
-      const float d = direction(p, g);
-      buf = mu * buf + d;
-      const float update = kMode == SgdMode::kNesterov ? d + mu * buf : buf;
-      p = T(static_cast<float>(p) - lr * update);
+    for_each_typed<T, const T, float>(l, kGrainElementwise, [lr, mu, wd](T& p, const T& g, float& buf) {
+      const float x = static_cast<float>(p);
+      const float d = sgd_direction(x, static_cast<float>(g), wd);
+      p = T(sgd_apply(x, lr, sgd_momentum(d, buf, mu, kMode == SgdMode::kNesterov)));
     });
   }
 }
 
-// ---- AdamW ----
+// Operands 0 and 1 of a layout (plain SGD: operand 2 repeats the parameter).
+Layout<2> first_two(const Layout<3>& l) {
+  Layout<2> out;
+  out.ndim = l.ndim;
+  out.numel = l.numel;
+  out.contiguous = l.contiguous;
+  for (int k = 0; k < 2; ++k) out.ptr[k] = l.ptr[k];
+  for (int d = 0; d < l.ndim; ++d) {
+    out.shape[d] = l.shape[d];
+    for (int k = 0; k < 2; ++k) out.stride[k][d] = l.stride[k][d];
+  }
+  return out;
+}
 
-// Operands: param, grad (T), exp_avg, exp_avg_sq (f32).
-struct AdamWArgs {
-  Layout<4> l;
-  const float* lr;      // device scalar: the learning rate of this step
-  const int64_t* step;  // device scalar: t, already counting this step (t >= 1)
-  float beta1, beta2, eps, weight_decay;
-};
+// ---- AdamW (NOTE [ AdamW arithmetic ] in src/backends/optim_math.h) ----
 
-using backend::AdamWCoefs;
+using backend::adamw_element;
 
 template <typename A>   // AdamWArgs or AdamWManyArgs: lr, step, beta1, beta2, eps, weight_decay
 AdamWCoefs adamw_coefs(const A& a) {
@@ -118,22 +125,9 @@ AdamWCoefs adamw_coefs(const A& a) {
   return backend::adamw_coefs(*a.lr, *a.step, a.beta1, a.beta2, a.eps, a.weight_decay);
 }
 
-// NOTE [ AdamW arithmetic ]: one element of the update, PyTorch's AdamW in
-// f32 with the bias corrections folded into two per-step constants (as
-// PyTorch's own kernels do):
-//   p = p * (1 - lr wd);  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g g
-//   p = p - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// One sqrt and one division per element. The vector paths below perform
-// exactly these IEEE operations in this order (no fused multiply-add), so
-// every path gives the same bits, whatever the ISA, the chunking or the
-// position of an element in a vector.
-inline void adamw_element(const AdamWCoefs& c, float& p, float g, float& m, float& v) {
-  m = c.b1 * m + c.c1 * g;                       // first moment: running mean of g
-  v = c.b2 * v + c.c2 * g * g;                   // second moment: running mean of g^2
-  const float denom = std::sqrt(v) * c.inv_sqrt_bias2 + c.eps;
-  p = p * c.decay - c.step_size * m / denom;     // step of about lr per element
-}
-
+// The vector paths below are adamw_element in SSE and AVX-512 lanes: the
+// same IEEE operations in the same order (no fused multiply-add), so they
+// give its bits.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 // GCC contracts a * b + c into an FMA, even across intrinsics, wherever the
 // target has one (AVX-512 implies FMA): fp-contract=off keeps NOTE [ AdamW
@@ -201,8 +195,9 @@ AdamWDenseFn adamw_dense_fn() {
 #endif
 }
 
+// Operands param, grad (T), exp_avg, exp_avg_sq (f32).
 template <typename T>
-void adamw_kernel(const AdamWArgs& a) {
+void adamw_loop(const AdamWArgs& a) {
   const AdamWCoefs c = adamw_coefs(a);
   if constexpr (std::is_same_v<T, float>) {
     if (a.l.contiguous) {
@@ -224,22 +219,13 @@ void adamw_kernel(const AdamWArgs& a) {
   });
 }
 
-// Operands: the rows of a backend::AdamWEntry table (dense arrays).
-struct AdamWManyArgs {
-  const backend::AdamWEntry* table;
-  int64_t count;
-  const float* lr;
-  const int64_t* step;
-  float beta1, beta2, eps, weight_decay;
-};
-
 // Every parameter of the table in one launch: the same element operations
-// as adamw_kernel's dense path, so the bits equal per-parameter launches.
+// as adamw_loop's dense path, so the bits equal per-parameter launches.
 template <typename T>
-void adamw_many_kernel(const AdamWManyArgs& a) {
+void adamw_many_loop(const AdamWManyArgs& a) {
   const AdamWCoefs c = adamw_coefs(a);
   for (int64_t k = 0; k < a.count; ++k) {
-    const backend::AdamWEntry& e = a.table[k];
+    const AdamWEntry& e = a.table[k];
     T* p = reinterpret_cast<T*>(e.p);
     const T* g = reinterpret_cast<const T*>(e.g);
     if constexpr (std::is_same_v<T, float>) {
@@ -260,8 +246,6 @@ void adamw_many_kernel(const AdamWManyArgs& a) {
 
 // ---- step counter ----
 
-struct IncrementArgs { int64_t* counter; };
-
 void increment_kernel(const IncrementArgs& a) { *a.counter += 1; }
 
 // ---- gradient-norm clipping ----
@@ -269,8 +253,6 @@ void increment_kernel(const IncrementArgs& a) { *a.counter += 1; }
 // Fixed chunks (not per thread) keep the summation order, and so the result,
 // independent of the thread count.
 constexpr int64_t kMaxChunks = 64;
-
-struct SumSquaresArgs { Layout<1> l; float* out; };
 
 // Sum of x^2 over dense x[b, e), in double. Independent accumulators let the
 // compiler vectorize without reassociating (the order stays fixed).
@@ -295,7 +277,7 @@ double sum_of_squares_dense(const T* x, int64_t b, int64_t e) {
 }
 
 template <typename T>
-void sum_of_squares_kernel(const SumSquaresArgs& a) {
+void sum_of_squares_loop(const SumSquaresArgs& a) {
   const int64_t n = a.l.numel;
   const int64_t chunks = std::clamp<int64_t>((n + kGrainElementwise - 1) / kGrainElementwise, 1, kMaxChunks);
   const int64_t size = (n + chunks - 1) / chunks;
@@ -320,8 +302,6 @@ void sum_of_squares_kernel(const SumSquaresArgs& a) {
   *a.out = static_cast<float>(total);
 }
 
-struct ClipCoefArgs { const float* partial; int64_t n; float* norm; float* scale; double max_norm; };
-
 void clip_coefficient_kernel(const ClipCoefArgs& a) {
   double total = 0.0;
   for (int64_t i = 0; i < a.n; ++i) total += a.partial[i];
@@ -332,120 +312,51 @@ void clip_coefficient_kernel(const ClipCoefArgs& a) {
   *a.scale = static_cast<float>((coef < 1.0 || std::isnan(coef)) ? coef : 1.0);
 }
 
-struct ScaleArgs { Layout<1> l; const float* scale; };
-
 template <typename T>
-void scale_kernel(const ScaleArgs& a) {
+void scale_loop(const ScaleInPlaceArgs& a) {
   const float s = *a.scale;
   if (!(s < 1.0f)) return;   // 1 (below max_norm) or NaN: leave the values as they are
   for_each_typed<T>(a.l, kGrainElementwise, [s](T& x) { x = T(static_cast<float>(x) * s); });
 }
 
+// ---- kernel table entries: the runtime dtype and mode as template arguments ----
+
+void sgd_kernel(const SgdArgs& a) {
+  dispatch_float(a.dtype, "sgd", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (!a.has_momentum) return sgd_loop<T, SgdMode::kPlain>(first_two(a.l), *a.lr, a.momentum, a.weight_decay);
+    if (a.nesterov) return sgd_loop<T, SgdMode::kNesterov>(a.l, *a.lr, a.momentum, a.weight_decay);
+    sgd_loop<T, SgdMode::kMomentum>(a.l, *a.lr, a.momentum, a.weight_decay);
+  });
+}
+
+void adamw_kernel(const AdamWArgs& a) {
+  dispatch_float(a.dtype, "adamw", [&](auto tag) { adamw_loop<typename decltype(tag)::type>(a); });
+}
+
+void adamw_many_kernel(const AdamWManyArgs& a) {
+  dispatch_float(a.dtype, "adamw", [&](auto tag) { adamw_many_loop<typename decltype(tag)::type>(a); });
+}
+
+void sum_of_squares_kernel(const SumSquaresArgs& a) {
+  dispatch_float(a.dtype, "sum_of_squares", [&](auto tag) { sum_of_squares_loop<typename decltype(tag)::type>(a); });
+}
+
+void scale_in_place_kernel(const ScaleInPlaceArgs& a) {
+  dispatch_float(a.dtype, "scale_in_place", [&](auto tag) { scale_loop<typename decltype(tag)::type>(a); });
+}
+
 }  // namespace
 
-// ---- launchers ----
-
-void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
-                double momentum, bool nesterov, double weight_decay) {
-  backend::check_like("sgd", param, grad, param.dtype(), "grad");
-  backend::check_scalar("sgd", lr, kFloat32, "lr", DeviceType::kCPU);
-  const float mu = static_cast<float>(momentum), wd = static_cast<float>(weight_decay);
-  Stream& stream = current_stream(kCPU);
-  dispatch_float(param.dtype(), "sgd", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (!momentum_buf.defined()) {
-      SgdArgs<2> args{make_layout<2>(param, {&grad}), lr.data<float>(), mu, wd};
-      stream.launch<&sgd_kernel<T, SgdMode::kPlain>>("sgd", args, {param.storage(), grad.storage(), lr.storage()},
-                                                      {param.storage()});
-      return;
-    }
-    backend::check_like("sgd", param, momentum_buf, kFloat32, "momentum buffer");
-    SgdArgs<3> args{make_layout<3>(param, {&grad, &momentum_buf}), lr.data<float>(), mu, wd};
-    std::initializer_list<Storage*> reads = {param.storage(), grad.storage(), momentum_buf.storage(),
-                                             lr.storage()};
-    if (nesterov) {
-      stream.launch<&sgd_kernel<T, SgdMode::kNesterov>>("sgd", args, reads,
-                                                         {param.storage(), momentum_buf.storage()});
-    } else {
-      stream.launch<&sgd_kernel<T, SgdMode::kMomentum>>("sgd", args, reads,
-                                                         {param.storage(), momentum_buf.storage()});
-    }
-  });
-}
-
-void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                  const Tensor& lr, const Tensor& step, double beta1, double beta2, double eps,
-                  double weight_decay) {
-  backend::check_like("adamw", param, grad, param.dtype(), "grad");
-  backend::check_like("adamw", param, exp_avg, kFloat32, "exp_avg");
-  backend::check_like("adamw", param, exp_avg_sq, kFloat32, "exp_avg_sq");
-  backend::check_scalar("adamw", lr, kFloat32, "lr", DeviceType::kCPU);
-  backend::check_scalar("adamw", step, kInt64, "step", DeviceType::kCPU);
-  AdamWArgs args{make_layout<4>(param, {&grad, &exp_avg, &exp_avg_sq}), lr.data<float>(), step.data<int64_t>(),
-                 static_cast<float>(beta1), static_cast<float>(beta2), static_cast<float>(eps),
-                 static_cast<float>(weight_decay)};
-  dispatch_float(param.dtype(), "adamw", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    current_stream(kCPU).launch<&adamw_kernel<T>>(
-        "adamw", args,
-        {param.storage(), grad.storage(), exp_avg.storage(), exp_avg_sq.storage(), lr.storage(), step.storage()},
-        {param.storage(), exp_avg.storage(), exp_avg_sq.storage()});
-  });
-}
-
-void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType dtype,
-                       absl::Span<Storage* const> reads, absl::Span<Storage* const> writes, const Tensor& lr,
-                       const Tensor& step, double beta1, double beta2, double eps, double weight_decay) {
-  backend::check_adamw_table(table, count, DeviceType::kCPU);
-  backend::check_scalar("adamw", lr, kFloat32, "lr", DeviceType::kCPU);
-  backend::check_scalar("adamw", step, kInt64, "step", DeviceType::kCPU);
-  const AdamWManyArgs args{static_cast<const backend::AdamWEntry*>(table.data_ptr()), count, lr.data<float>(),
-                           step.data<int64_t>(), static_cast<float>(beta1), static_cast<float>(beta2),
-                           static_cast<float>(eps), static_cast<float>(weight_decay)};
-  dispatch_float(dtype, "adamw", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    current_stream(kCPU).launch_many<&adamw_many_kernel<T>>("adamw", args, reads, writes);
-  });
-}
-
-void increment(const Tensor& counter) {
-  backend::check_scalar("increment", counter, kInt64, "counter", DeviceType::kCPU);
-  current_stream(kCPU).launch<&increment_kernel>("increment", IncrementArgs{counter.data<int64_t>()},
-                                                 {counter.storage()}, {counter.storage()});
-}
-
-void sum_of_squares(const Tensor& x, const Tensor& partial, int64_t slot) {
-  ENCORE_CHECK(partial.dtype() == kFloat32 && partial.dim() == 1 && partial.is_contiguous() && slot >= 0 &&
-                   slot < partial.numel(),
-               "sum_of_squares: slot %d out of range of partial sums %s (%s)", slot, shape_str(partial.shape()),
-               dtype_name(partial.dtype()));
-  SumSquaresArgs args{make_layout<1>(x, {}), partial.data<float>() + slot};
-  dispatch_float(x.dtype(), "sum_of_squares", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    current_stream(kCPU).launch<&sum_of_squares_kernel<T>>("sum_of_squares", args, {x.storage()},
-                                                           {partial.storage()});
-  });
-}
-
-void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& scale, double max_norm) {
-  ENCORE_CHECK(partial.dtype() == kFloat32 && partial.is_contiguous(),
-               "clip_coefficient: partial sums must be contiguous f32, got %s %s", shape_str(partial.shape()),
-               dtype_name(partial.dtype()));
-  backend::check_scalar("clip_coefficient", norm, kFloat32, "norm", DeviceType::kCPU);
-  backend::check_scalar("clip_coefficient", scale, kFloat32, "scale", DeviceType::kCPU);
-  ClipCoefArgs args{partial.data<float>(), partial.numel(), norm.data<float>(), scale.data<float>(), max_norm};
-  current_stream(kCPU).launch<&clip_coefficient_kernel>("clip_coefficient", args, {partial.storage()},
-                                                        {norm.storage(), scale.storage()});
-}
-
-void scale_in_place(const Tensor& x, const Tensor& scale) {
-  backend::check_scalar("scale_in_place", scale, kFloat32, "scale", DeviceType::kCPU);
-  ScaleArgs args{make_layout<1>(x, {}), scale.data<float>()};
-  dispatch_float(x.dtype(), "scale_in_place", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    current_stream(kCPU).launch<&scale_kernel<T>>("scale_in_place", args, {x.storage(), scale.storage()},
-                                                  {x.storage()});
-  });
-}
+extern const OptimKernels kOptim = {
+    .sgd = kernel<&sgd_kernel>(),
+    .adamw = kernel<&adamw_kernel>(),
+    .adamw_many = kernel<&adamw_many_kernel>(),
+    .increment = kernel<&increment_kernel>(),
+    .sum_of_squares_blocks = nullptr,   // one pass over fixed chunks, no scratch
+    .sum_of_squares = kernel<&sum_of_squares_kernel>(),
+    .clip_coefficient = kernel<&clip_coefficient_kernel>(),
+    .scale_in_place = kernel<&scale_in_place_kernel>(),
+};
 
 }  // namespace encore::cpu

@@ -1,8 +1,9 @@
 // cuBLAS seen from encore: one handle per CUDA device, created on first use
 // (never at static init: without a GPU cublasCreate fails with
 // CUBLAS_STATUS_NOT_INITIALIZED, which must stay an error, not a crash), the
-// workspace size every GEMM passes to cublasSetWorkspace, and the cuBLAS
-// members of the checking macro family of runtime.h.
+// workspace size every GEMM passes to cublasSetWorkspace, the cuBLAS
+// members of the checking macro family of runtime.h, and the cuBLAS calls of
+// the gemm family's CUDA entry (NOTE [ CUDA matmul batches ] in blas.cpp).
 //
 //   BlasLease blas = lease_blas(device);                          // locks device's handle
 //   ENCORE_CUBLAS_CHECK(cublasSetStream(blas.handle, active_stream()), "cublasSetStream");
@@ -26,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "src/backends/cuda/runtime.h"
+#include "src/backends/kernel_table.h"
 
 namespace encore::cuda {
 
@@ -61,6 +63,14 @@ absl::Status cublas_status(cublasStatus_t status, const char* what);
 
 // Throws encore::Error holding cublas_status(status, what) unless success.
 void check_cublas(cublasStatus_t status, const char* what);
+
+// The cuBLAS calls of one product (m, n and k all > 0) on encore's stream of
+// a.device, with the workspace the host allocated from
+// cublas_gemm_workspace_bytes: blas_workspace_bytes plus alignment slack
+// (the pointer is rounded up to kBlasWorkspaceAlignment here). Called by the
+// gemm entry of the CUDA kernel table (gemm.cu), inside its launch.
+void cublas_gemm(const backend::GemmArgs& a);
+int64_t cublas_gemm_workspace_bytes(const backend::GemmArgs& a);
 
 }  // namespace encore::cuda
 

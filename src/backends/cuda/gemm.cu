@@ -1,16 +1,38 @@
-// CUDA kernels of the gemm family besides cuBLAS itself (gemm.cpp calls
-// cuBLAS): deterministic column sums for bias gradients, and C = beta * C for
-// products with nothing to sum. Kernels, then launchers. No Abseil here.
+// The CUDA kernels of the gemm family (contracts: kernels.h, "gemm";
+// argument structs: kernel_table.h): the GEMM entry, which hands real
+// products to cuBLAS (cuda/blas.cpp: its status checks need Abseil, which
+// stays out of .cu files) and computes C = beta * C itself for products with
+// nothing to sum (k == 0); deterministic column sums for bias gradients.
+// Kernels, then launchers, which are the entries of the CUDA kernel table.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "src/backends/cuda/convert.cuh"
-#include "src/backends/cuda/gemm_launch.h"
 #include "src/backends/cuda/launch.h"
+#include "src/backends/kernel_table.h"
 
 namespace encore::cuda {
+
+// In blas.cpp (declared in blas.h): the cuBLAS calls of one GemmArgs (m, n, k
+// all > 0), and the workspace the host allocates for them.
+void cublas_gemm(const backend::GemmArgs& a);
+int64_t cublas_gemm_workspace_bytes(const backend::GemmArgs& a);
+
 namespace {
+
+using backend::ColumnSumArgs;
+using backend::GemmArgs;
+using backend::GemmKernels;
+
+// Column sums in two deterministic passes (no atomics: replays are bit-identical).
+// Pass 1: block (x, y) sums 32 columns over row chunk y, 8 row lanes per column
+// combined in a fixed order. With chunks == 1 it writes out directly; else it
+// writes f32 partials [chunks, cols] and pass 2 sums them in chunk order.
+constexpr int kColumnSumTile = 32;       // columns per block (one warp wide)
+constexpr int kColumnSumLanes = 8;       // rows summed in parallel per column
+constexpr int kColumnSumMaxChunks = 64;  // row chunks (grid.y) at most
+constexpr int64_t kColumnSumChunkRows = 512;   // rows per chunk, at least (before the cap)
 
 // ---- kernels ----
 
@@ -56,19 +78,25 @@ __global__ void column_sum_chunks_kernel(ColumnSumArgs a) {
   }
 }
 
-// out = beta * out over a strided layout (grid-stride loop over elements).
+// C = beta * C for a product with k == 0: every distinct C matrix of the
+// batch once (C's batch dims with a stride; the items summed into one C add
+// nothing), m x n elements each at row stride ldc. beta == 0 writes zeros
+// without reading C (NaNs do not survive).
 template <typename T>
-__global__ void scale_kernel(backend::Layout<1> out, float beta) {
+__global__ void scale_c_kernel(GemmArgs a, int64_t numel) {
   kernel_prologue();
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < out.numel;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    int64_t offset = 0, rem = i;
-    for (int d = out.ndim - 1; d >= 0; --d) {
-      offset += (rem % out.shape[d]) * out.stride[0][d];
-      rem /= out.shape[d];
+    int64_t rem = i / a.n;
+    int64_t offset = (rem % a.m) * a.ldc + i % a.n;
+    rem /= a.m;
+    for (int d = a.batch_ndim - 1; d >= 0; --d) {
+      if (a.batch_stride[2][d] == 0) continue;
+      offset += (rem % a.batch_shape[d]) * a.batch_stride[2][d];
+      rem /= a.batch_shape[d];
     }
-    T* p = reinterpret_cast<T*>(out.ptr[0] + offset);
-    *p = beta == 0.f ? convert<T>(0.f) : convert<T>(beta * to_float(*p));
+    T* p = static_cast<T*>(a.c) + offset;
+    *p = a.beta == 0.f ? convert<T>(0.f) : convert<T>(a.beta * to_float(*p));
   }
 }
 
@@ -86,14 +114,32 @@ void column_sum_typed(const ColumnSumArgs& a) {
 }
 
 template <typename T>
-void scale_typed(const ScaleArgs& a) {
-  launch_kernel(scale_kernel<T>, blocks_for(a.out.numel), kThreads, 0, active_stream(), a.out, a.beta);
+void scale_c_typed(const GemmArgs& a) {
+  int64_t numel = a.m * a.n;
+  for (int d = 0; d < a.batch_ndim; ++d) {
+    if (a.batch_stride[2][d] != 0) numel *= a.batch_shape[d];
+  }
+  if (numel == 0) return;
+  launch_kernel(scale_c_kernel<T>, blocks_for(numel), kThreads, 0, active_stream(), a, numel);
   check_launch("gemm (beta * out)");
 }
 
-}  // namespace
+// ---- launchers: the kernel table's entries ----
 
-// ---- launchers ----
+void gemm_launch(const GemmArgs& a) {
+  if (a.m == 0 || a.n == 0) return;   // nothing to write
+  if (a.k != 0) return cublas_gemm(a);
+  if (a.beta == 1.f) return;           // an empty sum leaves C as it is
+  switch (a.c_dtype) {
+    case DType::kFloat16: return scale_c_typed<__half>(a);
+    case DType::kBFloat16: return scale_c_typed<__nv_bfloat16>(a);
+    default: return scale_c_typed<float>(a);
+  }
+}
+
+int64_t gemm_workspace_bytes(const GemmArgs& a) {
+  return a.m == 0 || a.n == 0 || a.k == 0 ? 0 : cublas_gemm_workspace_bytes(a);
+}
 
 void column_sum_launch(const ColumnSumArgs& a) {
   if (a.cols == 0) return;
@@ -104,13 +150,21 @@ void column_sum_launch(const ColumnSumArgs& a) {
   }
 }
 
-void scale_launch(const ScaleArgs& a) {
-  if (a.out.numel == 0) return;
-  switch (a.dtype) {
-    case DType::kFloat16: return scale_typed<__half>(a);
-    case DType::kBFloat16: return scale_typed<__nv_bfloat16>(a);
-    default: return scale_typed<float>(a);
-  }
+// Row chunks of rows: at least kColumnSumChunkRows rows each, at most kColumnSumMaxChunks.
+int column_sum_chunks(int64_t rows) {
+  const int64_t c = (rows + kColumnSumChunkRows - 1) / kColumnSumChunkRows;
+  return static_cast<int>(c < 1 ? 1 : (c > kColumnSumMaxChunks ? kColumnSumMaxChunks : c));
 }
+
+}  // namespace
+
+extern const GemmKernels kGemm = {
+    .gemm = kernel<&gemm_launch>(),
+    .half_operands = true,             // cuBLAS takes f16/bf16 A and B, with f32 compute
+    .max_size = INT64_MAX,             // the _64 cuBLAS API
+    .workspace_bytes = &gemm_workspace_bytes,
+    .column_sum = kernel<&column_sum_launch>(),
+    .column_sum_chunks = &column_sum_chunks,
+};
 
 }  // namespace encore::cuda

@@ -5,6 +5,8 @@
 namespace encore {
 namespace cuda {
 extern const backend::BinaryKernels kBinary;   // binary.cu
+extern const backend::OptimKernels kOptim;     // optim.cu
+extern const backend::GemmKernels kGemm;       // gemm.cu
 void copy_host_device(const Tensor& dst, const Tensor& src);   // transfer.cpp
 }  // namespace cuda
 
@@ -12,6 +14,8 @@ namespace backend {
 extern const KernelTable kCudaKernels = {
     .name = "cuda",
     .binary = &cuda::kBinary,
+    .optim = &cuda::kOptim,
+    .gemm = &cuda::kGemm,
     .copy_host_device = &cuda::copy_host_device,
 };
 }  // namespace backend

@@ -1,16 +1,30 @@
-// CUDA optimizer kernels: kernels, then launchers.
+// The CUDA kernels of the optimizers (contracts: kernels.h, "optim";
+// argument structs: kernel_table.h). Kernels, then launchers, which are the
+// entries of the CUDA kernel table.
 //
-// NOTE [ CUDA AdamW bits ]: the update performs the IEEE operations of NOTE
-// [ AdamW arithmetic ] (src/backends/cpu/optim.cpp) in the same order with
-// __fmul_rn/__fadd_rn/__fdiv_rn/__fsqrt_rn, which nvcc never contracts into
-// FMAs, and the per-step constants are computed in double like the CPU's. So
-// a CUDA AdamW step gives the CPU's bits for the same inputs.
-#include "src/backends/adamw_coefs.h"
+// NOTE [ CUDA AdamW bits ]: the SGD and AdamW elements are the CPU's own
+// source (src/backends/optim_math.h), whose f32 operations are explicitly
+// rounded intrinsics on the device (__fmul_rn, __fadd_rn, __fdiv_rn,
+// __fsqrt_rn: never contracted into FMAs, whatever --fmad says), and the
+// per-step constants are computed in double like the CPU's. So a CUDA AdamW
+// or SGD step gives the CPU's bits for the same inputs.
 #include "src/backends/cuda/elementwise.cuh"
-#include "src/backends/cuda/optim_launch.h"
+#include "src/backends/kernel_table.h"
+#include "src/backends/optim_math.h"
 
 namespace encore::cuda {
 namespace {
+
+using backend::AdamWArgs;
+using backend::AdamWCoefs;
+using backend::AdamWEntry;
+using backend::AdamWManyArgs;
+using backend::ClipCoefArgs;
+using backend::IncrementArgs;
+using backend::OptimKernels;
+using backend::ScaleInPlaceArgs;
+using backend::SgdArgs;
+using backend::SumSquaresArgs;
 
 // ---- SGD ----
 
@@ -23,25 +37,26 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(SgdArgs a) {
     char* p[3];
     element_ptrs(a.l, i, p);
     const float param = to_float(*reinterpret_cast<const T*>(p[0]));
-    float d = to_float(*reinterpret_cast<const T*>(p[1]));
-    if (wd != 0.0f) d = __fadd_rn(d, __fmul_rn(wd, param));
-    float update = d;
-    if (a.has_momentum) {
-      float& buf = *reinterpret_cast<float*>(p[2]);
-      buf = __fadd_rn(__fmul_rn(mu, buf), d);
-      update = a.nesterov ? __fadd_rn(d, __fmul_rn(mu, buf)) : buf;
-    }
-    store<T>(p[0], __fsub_rn(param, __fmul_rn(lr, update)));
+    const float d = backend::sgd_direction(param, to_float(*reinterpret_cast<const T*>(p[1])), wd);
+    const float update =
+        a.has_momentum ? backend::sgd_momentum(d, *reinterpret_cast<float*>(p[2]), mu, a.nesterov) : d;
+    store<T>(p[0], backend::sgd_apply(param, lr, update));
   }
 }
 
 // ---- AdamW ----
 
-using backend::AdamWCoefs;
-
 template <typename A>   // AdamWArgs or AdamWManyArgs
 __device__ AdamWCoefs adamw_coefs(const A& a) {
   return backend::adamw_coefs(*a.lr, *a.step, a.beta1, a.beta2, a.eps, a.weight_decay);
+}
+
+// One element of NOTE [ AdamW arithmetic ]: p of storage type T, rounded once on store.
+template <typename T>
+__device__ __forceinline__ void adamw_element(const AdamWCoefs& c, T* p, const T* g, float* m, float* v) {
+  float x = to_float(*p);
+  backend::adamw_element(c, x, to_float(*g), *m, *v);
+  store<T>(reinterpret_cast<char*>(p), x);
 }
 
 template <typename T>
@@ -54,25 +69,9 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(AdamWArgs a) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < a.l.numel; i += stride) {
     char* p[4];
     element_ptrs(a.l, i, p);
-    const float g = to_float(*reinterpret_cast<const T*>(p[1]));
-    float& m = *reinterpret_cast<float*>(p[2]);
-    float& v = *reinterpret_cast<float*>(p[3]);
-    m = __fadd_rn(__fmul_rn(c.b1, m), __fmul_rn(c.c1, g));
-    v = __fadd_rn(__fmul_rn(c.b2, v), __fmul_rn(__fmul_rn(c.c2, g), g));
-    const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), c.inv_sqrt_bias2), c.eps);
-    const float param = to_float(*reinterpret_cast<const T*>(p[0]));
-    store<T>(p[0], __fsub_rn(__fmul_rn(param, c.decay), __fdiv_rn(__fmul_rn(c.step_size, m), denom)));
+    adamw_element<T>(c, reinterpret_cast<T*>(p[0]), reinterpret_cast<const T*>(p[1]), reinterpret_cast<float*>(p[2]),
+                     reinterpret_cast<float*>(p[3]));
   }
-}
-
-// One element of NOTE [ CUDA AdamW bits ].
-template <typename T>
-__device__ __forceinline__ void adamw_element(const AdamWCoefs& c, T* p, const T* g, float* m, float* v) {
-  const float gi = to_float(*g);
-  *m = __fadd_rn(__fmul_rn(c.b1, *m), __fmul_rn(c.c1, gi));
-  *v = __fadd_rn(__fmul_rn(c.b2, *v), __fmul_rn(__fmul_rn(c.c2, gi), gi));
-  const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(*v), c.inv_sqrt_bias2), c.eps);
-  store<T>(reinterpret_cast<char*>(p), __fsub_rn(__fmul_rn(to_float(*p), c.decay), __fdiv_rn(__fmul_rn(c.step_size, *m), denom)));
 }
 
 constexpr int64_t kManyChunk = 4 * kThreads;   // concatenated elements per block and pass
@@ -98,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) adamw_many_kernel(AdamWManyArgs a) {
     const int64_t hi = lo + kManyChunk < a.total ? lo + kManyChunk : a.total;
     for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
       while (i >= a.table[k].start + a.table[k].numel) ++k;   // skips empty rows too
-      const backend::AdamWEntry& e = a.table[k];
+      const AdamWEntry& e = a.table[k];
       const int64_t j = i - e.start;
       adamw_element<T>(c, reinterpret_cast<T*>(e.p) + j, reinterpret_cast<const T*>(e.g) + j, e.m + j, e.v + j);
     }
@@ -157,7 +156,7 @@ __global__ void clip_coefficient_kernel(ClipCoefArgs a) {
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) scale_kernel(ClipScaleArgs a) {
+__global__ void __launch_bounds__(kThreads) scale_kernel(ScaleInPlaceArgs a) {
   kernel_prologue();
   const float s = *a.scale;
   if (!(s < 1.0f)) return;   // 1 (below max_norm) or NaN: leave the values as they are
@@ -179,7 +178,7 @@ void visit_float(DType t, F&& f) {
   }
 }
 
-}  // namespace
+// ---- launchers: the kernel table's entries ----
 
 void sgd_launch(const SgdArgs& a) {
   if (a.l.numel <= 0) return;
@@ -215,8 +214,9 @@ void increment_launch(const IncrementArgs& a) {
   check_launch("increment");
 }
 
+// Pass-1 blocks (partial sums) for n elements: about 8 elements per thread, at most kMaxSumBlocks.
 int sum_of_squares_blocks(int64_t n) {
-  const int64_t b = (n + kThreads * 8 - 1) / (kThreads * 8);   // about 8 elements per thread
+  const int64_t b = (n + kThreads * 8 - 1) / (kThreads * 8);
   return static_cast<int>(b < 1 ? 1 : (b > kMaxSumBlocks ? kMaxSumBlocks : b));
 }
 
@@ -235,7 +235,7 @@ void clip_coefficient_launch(const ClipCoefArgs& a) {
   check_launch("clip_coefficient");
 }
 
-void clip_scale_launch(const ClipScaleArgs& a) {
+void scale_in_place_launch(const ScaleInPlaceArgs& a) {
   if (a.l.numel <= 0) return;
   visit_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -243,5 +243,18 @@ void clip_scale_launch(const ClipScaleArgs& a) {
   });
   check_launch("scale_in_place");
 }
+
+}  // namespace
+
+extern const OptimKernels kOptim = {
+    .sgd = kernel<&sgd_launch>(),
+    .adamw = kernel<&adamw_launch>(),
+    .adamw_many = kernel<&adamw_many_launch>(),
+    .increment = kernel<&increment_launch>(),
+    .sum_of_squares_blocks = &sum_of_squares_blocks,   // two passes: per-block doubles, then their sum
+    .sum_of_squares = kernel<&sum_of_squares_launch>(),
+    .clip_coefficient = kernel<&clip_coefficient_launch>(),
+    .scale_in_place = kernel<&scale_in_place_launch>(),
+};
 
 }  // namespace encore::cuda
