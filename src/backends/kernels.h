@@ -22,7 +22,6 @@
 #include "src/backends/cpu/gemm.h"
 #include "src/backends/cpu/nn.h"
 #include "src/backends/cpu/optim.h"
-#include "src/backends/cpu/reduce.h"
 #include "src/backends/cpu/select.h"
 #include "src/backends/cpu/unary.h"
 
@@ -31,7 +30,6 @@
 #include "src/backends/cuda/gemm.h"
 #include "src/backends/cuda/nn.h"
 #include "src/backends/cuda/optim.h"
-#include "src/backends/cuda/reduce.h"
 #include "src/backends/cuda/select.h"
 #include "src/backends/cuda/unary.h"
 
@@ -54,5 +52,36 @@ const KernelTable& kernels_for(Device device);
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0);
 // out = a + s, a * s, s - a, s / a.
 void binary_scalar(ScalarOp op, const Tensor& out, const Tensor& a, double s);
+
+// ---- reduce (reduce.cpp) ----
+//
+//   // a: [B, T, C]; reduce dims 0 and 2 -> out [T] (contiguous, f32)
+//   backend::sum(out, a, dim_bit(0) | dim_bit(2));
+//
+// The input may have any strides; the output is contiguous and its elements
+// are the kept dims of the input in order (so keepdim only changes the
+// output's shape, not its layout). Shapes and strides travel inline in the
+// kernel arguments (ReduceGeom), so captured graphs replay them. Every order
+// of summation is fixed by the shape alone: results are the same run to run.
+
+// out[o] = sum of the reduced elements. Float inputs accumulate in f32 and
+// store in out's dtype (the input's, or f32); integer and bool inputs
+// accumulate in wrapping 64-bit arithmetic and store in out's dtype (i64 for
+// sum, the input's for sum_to). An empty reduction gives 0.
+void sum(const Tensor& out, const Tensor& a, DimMask dims);
+// out[o] = sum / count (floats only; out f32 or a's dtype). count 0 gives NaN.
+void mean(const Tensor& out, const Tensor& a, DimMask dims);
+// out[o] = sum (a - mean[o])^2 / max(0, count - correction); mean: contiguous
+// f32 with out's numel (from mean() above). Dividing by 0 gives inf or NaN.
+void var(const Tensor& out, const Tensor& a, const Tensor& mean, DimMask dims, int64_t correction);
+// Max over the reduced dims: values (a's dtype; may be undefined for argmax)
+// and indices (i64): the row-major index within the reduced dims of the first
+// maximum; a NaN is the maximum (the first NaN wins). Needs a non-empty reduction.
+void max(const Tensor& values, const Tensor& indices, const Tensor& a, DimMask dims);
+// Max's backward: grad_in (contiguous, viewed as [outer, n, inner]) = 0
+// except grad_in[p, indices[p, i], i] = grad_out[p, i]. grad_out and indices
+// are contiguous [outer, inner]; indices outside [0, n) are skipped.
+void max_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& indices, int64_t outer, int64_t n,
+                  int64_t inner);
 
 }  // namespace encore::backend

@@ -5,12 +5,14 @@
 namespace encore {
 namespace cpu {
 extern const backend::BinaryKernels kBinary;   // binary.cpp
+extern const backend::ReduceKernels kReduce;   // reduce.cpp
 }  // namespace cpu
 
 namespace backend {
 extern const KernelTable kCpuKernels = {
     .name = "cpu",
     .binary = &cpu::kBinary,
+    .reduce = &cpu::kReduce,
 };
 }  // namespace backend
 }  // namespace encore

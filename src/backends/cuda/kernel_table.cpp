@@ -5,12 +5,14 @@
 namespace encore {
 namespace cuda {
 extern const backend::BinaryKernels kBinary;   // binary.cu
+extern const backend::ReduceKernels kReduce;   // reduce.cu
 }  // namespace cuda
 
 namespace backend {
 extern const KernelTable kCudaKernels = {
     .name = "cuda",
     .binary = &cuda::kBinary,
+    .reduce = &cuda::kReduce,
 };
 }  // namespace backend
 }  // namespace encore
