@@ -6,6 +6,7 @@ namespace encore {
 namespace cpu {
 extern const backend::BinaryKernels kBinary;   // binary.cpp
 extern const backend::ReduceKernels kReduce;   // reduce.cpp
+extern const backend::NnKernels kNn;           // nn.cpp
 }  // namespace cpu
 
 namespace backend {
@@ -13,6 +14,7 @@ extern const KernelTable kCpuKernels = {
     .name = "cpu",
     .binary = &cpu::kBinary,
     .reduce = &cpu::kReduce,
+    .nn = &cpu::kNn,
 };
 }  // namespace backend
 }  // namespace encore

@@ -6,6 +6,7 @@ namespace encore {
 namespace cuda {
 extern const backend::BinaryKernels kBinary;   // binary.cu
 extern const backend::ReduceKernels kReduce;   // reduce.cu
+extern const backend::NnKernels kNn;           // nn.cu
 }  // namespace cuda
 
 namespace backend {
@@ -13,6 +14,7 @@ extern const KernelTable kCudaKernels = {
     .name = "cuda",
     .binary = &cuda::kBinary,
     .reduce = &cuda::kReduce,
+    .nn = &cuda::kNn,
 };
 }  // namespace backend
 }  // namespace encore
