@@ -217,6 +217,265 @@ struct GemmKernels {
   int (*column_sum_chunks)(int64_t rows);
 };
 
+// ---- reduce: sum, mean, var, max/argmax, max's backward ----
+
+// NOTE [ Reduction geometry ]
+// The input seen as kept dims x reduced dims, as if permuted so the reduced
+// dims come last (backend::group_reduce_dims in tensor_layout.h fills it).
+// Size-1 dims are dropped and a dim merges into the previous one of its group
+// when their strides allow, so reducing the last dim of a contiguous tensor
+// is one reduced dim of stride 1, and a full reduction of a contiguous tensor
+// one reduced dim of numel. Merging keeps row-major order, so the linear
+// index over the reduced dims is the index max() reports. Output o is the
+// o-th kept index in row-major order (outputs are contiguous, so keepdim only
+// changes the output's shape, not its layout).
+struct ReduceGeom {
+  const void* in;                   // the input's first element
+  int32_t kept_ndim, red_ndim;      // both >= 1 (a size-1 dim stands in for none)
+  int64_t out_numel, red_numel;     // elements; red_numel per output
+  int64_t kept_shape[kLayoutMaxDims], kept_stride[kLayoutMaxDims];   // strides in input elements
+  int64_t red_shape[kLayoutMaxDims], red_stride[kLayoutMaxDims];
+};
+
+// How a backend splits a reduction over its threads, from the geometry alone
+// (so a shape always reduces in the same order). Filled by
+// ReduceKernels::plan_sum / plan_max where a backend has them (CUDA: NOTE
+// [ CUDA reduction plan ] in cuda/reduce.cu); zero and unused elsewhere (the
+// CPU picks its loop from the geometry inside the kernel).
+struct ReducePlan {
+  int32_t tx, ty;       // outputs per block, threads per output
+  int32_t splits;       // chunks per output (1: a single pass, no partials)
+  bool row_threads;     // y varies fastest across the threads of a block
+};
+
+enum class SumMode : int32_t {
+  kSum,                // out = sum
+  kMean,               // out = sum / divisor (divisor = count)
+  kSquaredDeviation,   // out = sum (x - mean[o])^2 / divisor (divisor = max(0, count - correction))
+};
+
+// out[o] = the sum (mean, squared deviation) of output o's reduced elements
+// (NOTE [ Reduction geometry ]). Floats accumulate in f32, integers and bool
+// in wrapping 64-bit arithmetic; out_dtype is in_dtype or the wide type (f32
+// for floats, i64 otherwise); kMean and kSquaredDeviation take floats only.
+struct SumArgs {
+  ReduceGeom g;
+  ReducePlan plan;
+  DType in_dtype, out_dtype;
+  SumMode mode;
+  void* out;                      // contiguous, g.out_numel elements of out_dtype
+  const float* mean;              // kSquaredDeviation: the mean of each output (f32, contiguous), else null
+  double divisor;                 // kMean, kSquaredDeviation (see SumMode)
+  void* partials;                 // scratch of plan_sum's bytes (null when it asked for none)
+};
+
+// values[o] / indices[o] = the max of output o's reduced elements and the
+// row-major index within the reduced dims of its first occurrence; a NaN is
+// the maximum (the first NaN wins). Needs g.red_numel > 0 unless g.out_numel is 0.
+struct MaxArgs {
+  ReduceGeom g;
+  ReducePlan plan;
+  DType dtype;                    // the input's and values' dtype: a float or an integer, not bool
+  void* values;                   // contiguous, g.out_numel elements; null for argmax
+  int64_t* indices;               // contiguous, g.out_numel elements
+  void* partials;                 // scratch of plan_max's bytes (null when it asked for none)
+};
+
+// grad_in [outer, n, inner] = 0 except grad_in[p, indices[p, i], i] =
+// grad_out[p, i]; indices outside [0, n) are skipped. All contiguous.
+struct MaxBackwardArgs {
+  void* grad_in;                  // [outer, n, inner] of dtype
+  const void* grad_out;           // [outer, inner] of dtype
+  const int64_t* indices;         // [outer, inner]
+  int64_t outer, n, inner;
+  DType dtype;                    // f32, f16 or bf16
+};
+
+struct ReduceKernels {
+  Kernel<SumArgs> sum;                     // sum, mean and var (SumArgs::mode)
+  Kernel<MaxArgs> max;                     // max and argmax (values null)
+  Kernel<MaxBackwardArgs> max_backward;    // the scatter of max's gradient
+  // (optional) Fill args.plan from args.g and return the bytes of scratch the
+  // kernel needs in args.partials (0: none); the host allocates it and lists
+  // it among the launch's writes. Null: no plan, no scratch (CPU).
+  int64_t (*plan_sum)(SumArgs& args);
+  int64_t (*plan_max)(MaxArgs& args);
+};
+
+// ---- nn: softmax, cross entropy, layer norm, embedding, dropout ----
+//
+// Every tensor is contiguous (the op makes it so) and sizes are plain
+// elements. A reduction over one dim of a contiguous tensor sees it as
+// [outer, n, inner] (n: the reduced dim; inner = 1 is the fast last-dim
+// path). Float tensors are f32, f16 or bf16 (`dtype`; computed in f32);
+// saved statistics are always f32; index tensors are i32 or i64 (`index`).
+//
+// NOTE [ Index checks ]: out-of-range class ids and embedding indices are
+// rejected by the ops on the host before launch in eager CPU steps. The
+// kernels (CPU and CUDA) still never touch memory out of bounds: a bad class
+// id counts as ignored and a bad embedding index reads (and scatters)
+// nothing, so a captured graph replayed with bad data stays memory-safe; the
+// forward kernels also report the bad index (src/core/kernel_errors.h), which
+// capture(), Graph::replay() and, on CUDA, the next synchronization turn
+// into an error naming the op. `errors` is where a kernel reports: the
+// device's kernel error word (NOTE [ Kernel error words ] in
+// cuda/runtime.h) from NnKernels::error_word, or null where the backend has
+// none (the CPU kernels call report_kernel_error()).
+
+// y = softmax (or log_softmax) of x over n; x, y: [outer, n, inner].
+struct SoftmaxArgs {
+  const void* x;
+  void* y;
+  int64_t outer, n, inner;
+  DType dtype;
+  bool log;
+};
+
+// gx from g (grad_out) and the forward output y, all [outer, n, inner]:
+// softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g).
+struct SoftmaxBackwardArgs {
+  const void* g;
+  const void* y;
+  void* gx;
+  int64_t outer, n, inner;
+  DType dtype;
+  bool log;
+};
+
+// loss (0-d, dtype) = the mean of logsumexp(row) - x[row, target] over rows
+// whose target != ignore_index (0 when none). stats f32 [rows + 1]: the
+// logsumexp of each row, then the number of counted rows (exact below 2^24).
+struct CrossEntropyArgs {
+  const void* x;                  // [rows, classes] of dtype
+  const void* target;             // [rows] of index
+  void* loss;
+  float* stats;
+  int64_t rows, classes, ignore_index;
+  DType dtype, index;
+  uint32_t* errors;               // a target neither in [0, classes) nor ignore_index: KernelError::kClassIndex
+};
+
+// gx [rows, classes] = (softmax - onehot(target)) * grad_loss / count on
+// counted rows, 0 on ignored rows. grad_loss (0-d) is read by the kernel, so a
+// replay sees this step's value.
+struct CrossEntropyBackwardArgs {
+  const void* x;
+  const void* target;
+  const float* stats;             // from CrossEntropyArgs
+  const void* grad_loss;
+  void* gx;
+  int64_t rows, classes, ignore_index;
+  DType dtype, index;
+};
+
+// y [rows, cols] = (x - mean) * rstd * w + b per row; stats f32 [rows, 2] =
+// {mean, rstd}, rstd = 1 / sqrt(var + eps) (population variance).
+struct LayerNormArgs {
+  const void* x;                  // [rows, cols]
+  const void* w;                  // [cols] or null (1)
+  const void* b;                  // [cols] or null (0)
+  void* y;
+  float* stats;
+  int64_t rows, cols;
+  float eps;
+  DType dtype;
+};
+
+// NOTE [ Deterministic layer_norm sums ]: dw/db are column sums over rows.
+// Rows are cut into `chunks` fixed chunks of `rows_per_chunk` (a function of
+// rows and the backend's NnKernels::layer_norm_max_chunks only); the kernel
+// writes each chunk's partial sums to partial f32 [chunks, 2, cols] = {dw,
+// db}, then adds the chunks in chunk order. No float atomics, and the same
+// result for any thread count: replays are bit-identical.
+struct LayerNormBackwardArgs {
+  const void* g;                  // [rows, cols]: grad_out
+  const void* x;                  // [rows, cols]
+  const void* w;                  // [cols] or null
+  const float* stats;             // from LayerNormArgs
+  void* dx;                       // [rows, cols]; each of dx, dw, db may be null (not wanted)
+  void* dw;                       // [cols]
+  void* db;                       // [cols]
+  float* partial;                 // scratch [chunks, 2, cols]; null when dw and db both are
+  int64_t rows, cols, chunks, rows_per_chunk;
+  DType dtype;
+};
+
+// out [n, dim] = rows idx[i] of w [vocab, dim] (any dtype but bool); a bad
+// index gives a zero row (NOTE [ Index checks ]).
+struct EmbeddingArgs {
+  const void* w;
+  const void* idx;                // [n] of index
+  void* out;
+  int64_t n, vocab, dim;
+  DType dtype, index;
+  uint32_t* errors;               // an index outside [0, vocab): KernelError::kEmbeddingIndex
+};
+
+// gw [vocab, dim] = 0, then row idx[i] += g[i] for each i in order (f16/bf16
+// rounded in the storage type at each add); bad indices are skipped. No
+// atomics: deterministic.
+struct EmbeddingBackwardArgs {
+  const void* g;                  // [n, dim]: grad_out
+  const void* idx;                // [n] of index
+  void* gw;
+  void* workspace;                // embedding_backward_workspace's bytes (null when it asked for none)
+  int64_t workspace_bytes;
+  int64_t n, vocab, dim;
+  DType dtype, index;
+};
+
+// y = keep ? x / (1 - p) : 0 with keep = uniform(philox(offset + i, seed)
+// word 0) >= p (backend::dropout_keep in nn_formulas.h); mask (or null)
+// records keep. state: i64 [2] {seed, offset} on the launch's device, read by
+// the kernel, which advances offset by n: a replay draws a fresh mask.
+struct DropoutArgs {
+  const void* x;
+  void* y;
+  bool* mask;
+  int64_t* state;
+  int64_t n;
+  float p, scale;                 // scale = 1 / (1 - p)
+  DType dtype;
+};
+
+// gx = mask ? g * scale : 0.
+struct DropoutBackwardArgs {
+  const void* g;
+  const bool* mask;
+  void* gx;
+  int64_t n;
+  float scale;
+  DType dtype;
+};
+
+struct NnKernels {
+  Kernel<SoftmaxArgs> softmax;                               // softmax and log_softmax (SoftmaxArgs::log)
+  Kernel<SoftmaxBackwardArgs> softmax_backward;              // their backward, from the forward output
+  Kernel<CrossEntropyArgs> cross_entropy;                    // logsumexp per row, then the mean: loss and stats
+  Kernel<CrossEntropyBackwardArgs> cross_entropy_backward;   // the logits' gradient, from the saved stats
+  Kernel<LayerNormArgs> layer_norm;                          // the normalized rows and their stats
+  Kernel<LayerNormBackwardArgs> layer_norm_backward;         // dx, and dw/db through the chunk partials
+  Kernel<EmbeddingArgs> embedding;                           // the gather of rows
+  Kernel<EmbeddingBackwardArgs> embedding_backward;          // the ordered scatter-add into grad_weight
+  Kernel<DropoutArgs> dropout;                               // the draw, the mask and the offset's advance
+  Kernel<DropoutBackwardArgs> dropout_backward;              // the masked, scaled gradient
+  // At most this many row chunks in layer_norm_backward's sums (NOTE
+  // [ Deterministic layer_norm sums ]): a plain number, as each backend's
+  // parallel shape wants it.
+  int64_t layer_norm_max_chunks;
+  // (optional) CUTLASS's can_implement and get_workspace_size in one: the
+  // bytes of scratch embedding_backward needs for a's sizes (the host
+  // allocates them into a.workspace and lists them among the writes), or -1
+  // when the kernel cannot take these sizes, with *why set to a static phrase
+  // that follows "<n> indices into <vocab> rows" in the host's error (e.g.
+  // "exceed the 32-bit sort"). Null: no scratch, any size.
+  int64_t (*embedding_backward_workspace)(const EmbeddingBackwardArgs& a, const char** why);
+  // (optional) The kernel error word of device `index`, for `errors` (stable
+  // for the life of the process, so captured graphs may hold it). Null: the
+  // backend's kernels report otherwise and `errors` stays null.
+  uint32_t* (*error_word)(int index);
+};
+
 // ---- the table ----
 
 // One pointer per kernel family; every entry of every family is required
@@ -226,6 +485,8 @@ struct KernelTable {
   const BinaryKernels* binary;     // binary.cpp / binary.cu
   const OptimKernels* optim;       // optim.cpp / optim.cu
   const GemmKernels* gemm;         // gemm.cpp / gemm.cu
+  const ReduceKernels* reduce;     // reduce.cpp / reduce.cu
+  const NnKernels* nn;             // nn.cpp / nn.cu
   // (optional; null on the CPU) Copies between host memory and a device of
   // this backend: dst and src dense, same dtype and element count, exactly
   // one of them on the CPU. Host to device may return once the data is

@@ -22,15 +22,11 @@
 
 // Families not yet moved onto the kernel table: one header per backend each.
 #include "src/backends/cpu/copy.h"
-#include "src/backends/cpu/nn.h"
-#include "src/backends/cpu/reduce.h"
 #include "src/backends/cpu/select.h"
 #include "src/backends/cpu/unary.h"
 
 #if ENCORE_HAVE_CUDA
 #include "src/backends/cuda/copy.h"
-#include "src/backends/cuda/nn.h"
-#include "src/backends/cuda/reduce.h"
 #include "src/backends/cuda/select.h"
 #include "src/backends/cuda/unary.h"
 
@@ -151,5 +147,91 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b, float alpha = 1
 // rows are not contiguous) into a contiguous 1-D out, same float dtype,
 // accumulated in f32. Used for a bias gradient.
 void column_sum(const Tensor& out, const Tensor& x);
+// ---- reduce (reduce.cpp) ----
+//
+//   // a: [B, T, C]; reduce dims 0 and 2 -> out [T] (contiguous, f32)
+//   backend::sum(out, a, dim_bit(0) | dim_bit(2));
+//
+// The input may have any strides; the output is contiguous and its elements
+// are the kept dims of the input in order (so keepdim only changes the
+// output's shape, not its layout). Shapes and strides travel inline in the
+// kernel arguments (ReduceGeom), so captured graphs replay them. Every order
+// of summation is fixed by the shape alone: results are the same run to run.
+
+// out[o] = sum of the reduced elements. Float inputs accumulate in f32 and
+// store in out's dtype (the input's, or f32); integer and bool inputs
+// accumulate in wrapping 64-bit arithmetic and store in out's dtype (i64 for
+// sum, the input's for sum_to). An empty reduction gives 0.
+void sum(const Tensor& out, const Tensor& a, DimMask dims);
+// out[o] = sum / count (floats only; out f32 or a's dtype). count 0 gives NaN.
+void mean(const Tensor& out, const Tensor& a, DimMask dims);
+// out[o] = sum (a - mean[o])^2 / max(0, count - correction); mean: contiguous
+// f32 with out's numel (from mean() above). Dividing by 0 gives inf or NaN.
+void var(const Tensor& out, const Tensor& a, const Tensor& mean, DimMask dims, int64_t correction);
+// Max over the reduced dims: values (a's dtype; may be undefined for argmax)
+// and indices (i64): the row-major index within the reduced dims of the first
+// maximum; a NaN is the maximum (the first NaN wins). Needs a non-empty reduction.
+void max(const Tensor& values, const Tensor& indices, const Tensor& a, DimMask dims);
+// Max's backward: grad_in (contiguous, viewed as [outer, n, inner]) = 0
+// except grad_in[p, indices[p, i], i] = grad_out[p, i]. grad_out and indices
+// are contiguous [outer, inner]; indices outside [0, n) are skipped.
+void max_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& indices, int64_t outer, int64_t n,
+                  int64_t inner);
+
+// ---- nn (nn.cpp) ----
+//
+//   backend::softmax(out, x, /*outer=*/4, /*n=*/10, /*inner=*/1, /*log=*/false);
+//
+// Softmax, log_softmax, cross entropy, layer norm, embedding and dropout:
+// one fused forward kernel and one fused backward kernel each (one launch
+// each, plus its scratch). Every tensor is CONTIGUOUS (the op makes it so)
+// and sizes are plain elements. A reduction over one dim of a contiguous
+// tensor sees it as [outer, n, inner] (n: the reduced dim; inner = 1 is the
+// fast last-dim path). Float tensors are f32, f16 or bf16 (computed in f32);
+// saved statistics are always f32. Index tensors are i32 or i64. Bad class
+// ids and embedding indices: NOTE [ Index checks ] in kernel_table.h.
+
+// out = softmax (or log_softmax) of x over n; x, out: [outer, n, inner].
+void softmax(const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log);
+// grad_in from grad_out (g) and the forward output y, same layout:
+// softmax: y * (g - sum(g * y)); log_softmax: g - exp(y) * sum(g).
+void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, int64_t outer,
+                      int64_t n, int64_t inner, bool log);
+
+// logits [N, C], target [N] (i32/i64) -> loss (0-d, logits dtype), the mean
+// of logsumexp(row) - logit[target] over rows whose target != ignore_index
+// (0 when none). stats: f32 [N + 1]: the logsumexp of each row, then the
+// number of counted rows (exact below 2^24).
+void cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& target,
+                   int64_t ignore_index);
+// grad_logits [N, C] = (softmax - onehot(target)) * grad_loss / count on
+// counted rows, 0 on ignored rows. grad_loss (0-d) is read inside the kernel.
+void cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
+                            const Tensor& target, const Tensor& stats, int64_t ignore_index);
+
+// x, out: [rows, cols]; weight, bias: [cols] or undefined. stats: f32
+// [rows, 2] = {mean, rstd} of each row, with rstd = 1 / sqrt(var + eps)
+// (population variance).
+void layer_norm(const Tensor& out, const Tensor& stats, const Tensor& x, const Tensor& weight,
+                const Tensor& bias, double eps);
+// Any of dx [rows, cols], dweight [cols], dbias [cols] may be undefined (not
+// computed). dweight/dbias are sums over rows in a fixed partition and a
+// fixed combine order (deterministic whatever the thread count; a scratch
+// tensor holds the partial sums).
+void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_out,
+                         const Tensor& x, const Tensor& weight, const Tensor& stats);
+
+// weight [V, D] (any dtype but bool), indices [n] (i32/i64) -> out [n, D].
+void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices);
+// grad_weight [V, D] = 0, then row indices[i] += grad_out[i] for each i in
+// order (deterministic, no atomics).
+void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& indices);
+
+// out = keep ? a / (1 - p) : 0 with keep = uniform(philox(offset + i, seed)
+// word 0) >= p; mask (bool, may be undefined) records keep. state: i64 [2]
+// {seed, offset}; the kernel advances offset by numel.
+void dropout(const Tensor& out, const Tensor& mask, const Tensor& a, const Tensor& state, double p);
+// grad_in = mask ? grad_out * scale : 0.
+void dropout_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& mask, double scale);
 
 }  // namespace encore::backend

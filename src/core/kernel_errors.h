@@ -1,6 +1,6 @@
 // Errors that kernels find in tensor DATA while no host check runs, where
 // the host cannot stop to read indices (NOTE [ Index checks ] in
-// src/backends/cpu/nn.h): CPU kernels in the recorded warm-up and in replays
+// src/backends/kernel_table.h): CPU kernels in the recorded warm-up and in replays
 // of a captured step; CUDA kernels always (eager CUDA ops do not read indices
 // on the host: that would wait for the GPU at every call). A kernel that meets
 // a bad index skips it (it never reads or writes out of bounds) and reports

@@ -1,6 +1,7 @@
 // Neural-network ops: softmax, log_softmax, cross_entropy, layer_norm,
 // embedding, dropout. Each has one fused forward kernel and one fused
-// backward kernel (src/backends/cpu/nn.h); the backward sits beside its forward.
+// backward kernel (backend::softmax etc. in src/backends/kernels.h); the
+// backward sits beside its forward.
 //
 // Kernels take contiguous tensors: a non-contiguous input (or incoming
 // gradient) is copied once first, which costs one extra launch only on that
@@ -43,20 +44,20 @@ Tensor softmax_impl(const char* op, const Tensor& a, int64_t dim, bool log) {
   dim = ops::normalize_dim(op, dim, a.dim());
   const DimSplit s = split_at(a.shape(), dim);
   Tensor out = empty(a.shape(), a.dtype(), a.device());
-  ENCORE_KERNEL(out.device(), softmax, out, a.detach().contiguous(), s.outer, s.n, s.inner, log);
+  backend::softmax(out, a.detach().contiguous(), s.outer, s.n, s.inner, log);
   if (autograd::any_requires_grad(a)) {
     // Both backwards need only the output y (exp(y) for log_softmax).
     autograd::record(op, {a}, out, [op, s, log, so = SavedTensor(out, op)](const Tensor& g) -> Grads {
       const Tensor& y = so.get();
       Tensor gx = empty(y.shape(), y.dtype(), y.device());
-      ENCORE_KERNEL(gx.device(), softmax_backward, gx, dense_grad(g, y.dtype()), y, s.outer, s.n, s.inner, log);
+      backend::softmax_backward(gx, dense_grad(g, y.dtype()), y, s.outer, s.n, s.inner, log);
       return {gx};
     });
   }
   return out;
 }
 
-// NOTE [ Index checks ] (src/backends/cpu/nn.h): on the CPU, ids are read on
+// NOTE [ Index checks ] (src/backends/kernel_table.h): on the CPU, ids are read on
 // the host before the launch, in eager steps, so the error names the bad id
 // and its position. While the stream is observed (the recorded warm-up and
 // the capture run of capture()) there is no host read: the captured graph
@@ -149,15 +150,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   check_class_ids(t, classes, ignore_index, logits);
   Tensor loss = empty({}, logits.dtype(), logits.device());
   Tensor stats = empty({rows + 1}, kFloat32, logits.device());   // logsumexp per row, then the count
-  ENCORE_KERNEL(loss.device(), cross_entropy, loss, stats, x, t, ignore_index);
+  backend::cross_entropy(loss, stats, x, t, ignore_index);
   if (autograd::any_requires_grad(logits)) {
     autograd::record(kOp, {logits}, loss,
                      [sx = SavedTensor(x, kOp), st = SavedTensor(t, kOp), ss = SavedTensor(stats, kOp),
                       shape = logits.shape(), ignore_index](const Tensor& g) -> Grads {
                        const Tensor& xs = sx.get();
                        Tensor gx = empty(xs.shape(), xs.dtype(), xs.device());
-                       ENCORE_KERNEL(gx.device(), cross_entropy_backward, gx, dense_grad(g, xs.dtype()), xs, st.get(), ss.get(),
-                                                   ignore_index);
+                       backend::cross_entropy_backward(gx, dense_grad(g, xs.dtype()), xs, st.get(), ss.get(),
+                                                       ignore_index);
                        return {gx.view(shape)};
                      });
   }
@@ -175,7 +176,7 @@ Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight,
   Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor out = empty(x.shape(), x.dtype(), x.device());
   Tensor stats = empty({rows, 2}, kFloat32, x.device());   // mean, rstd per row
-  ENCORE_KERNEL(out.device(), layer_norm, out, stats, xc, wc, bc, eps);
+  backend::layer_norm(out, stats, xc, wc, bc, eps);
   if (autograd::any_requires_grad(x, weight, bias)) {
     const bool nx = x.requires_grad();
     const bool nw = weight.defined() && weight.requires_grad();
@@ -188,8 +189,7 @@ Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight,
                        Tensor dx = nx ? empty(x_shape, dt, xs.device()) : Tensor();
                        Tensor dw = nw ? empty(normalized_shape, dt, xs.device()) : Tensor();
                        Tensor db = nb ? empty(normalized_shape, dt, xs.device()) : Tensor();
-                       ENCORE_KERNEL(xs.device(), layer_norm_backward, dx, dw, db, dense_grad(g, dt), xs, sw.get(),
-                                     ss.get());
+                       backend::layer_norm_backward(dx, dw, db, dense_grad(g, dt), xs, sw.get(), ss.get());
                        return {dx, dw, db};
                      });
   }
@@ -214,14 +214,14 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   Shape out_shape = indices.shape();
   out_shape.push_back(weight.size(1));
   Tensor out = empty(out_shape, weight.dtype(), weight.device());
-  ENCORE_KERNEL(out.device(), embedding, out, weight.detach().contiguous(), idx);
+  backend::embedding(out, weight.detach().contiguous(), idx);
   if (autograd::any_requires_grad(weight)) {
     autograd::record(kOp, {weight}, out,
                      [si = SavedTensor(idx, kOp), shape = weight.shape(), dt = weight.dtype()](
                          const Tensor& g) -> Grads {
                        const Tensor& ids = si.get();
                        Tensor gw = empty(shape, dt, ids.device());
-                       ENCORE_KERNEL(gw.device(), embedding_backward, gw, dense_grad(g, dt), ids);
+                       backend::embedding_backward(gw, dense_grad(g, dt), ids);
                        return {gw};
                      });
   }
@@ -243,14 +243,14 @@ Tensor dropout(const Tensor& a, double p, bool training, Generator* gen) {
   const bool need_grad = autograd::any_requires_grad(a);
   Tensor mask = need_grad ? empty(a.shape(), kBool, a.device()) : Tensor();
   Tensor out = empty(a.shape(), a.dtype(), a.device());
-  ENCORE_KERNEL(out.device(), dropout, out, mask, a.detach().contiguous(), g.state(), p);
+  backend::dropout(out, mask, a.detach().contiguous(), g.state(), p);
   if (need_grad) {
     autograd::record(kOp, {a}, out,
                      [sm = SavedTensor(mask, kOp), scale = 1.0 / (1.0 - p), dt = a.dtype()](
                          const Tensor& grad) -> Grads {
                        const Tensor& m = sm.get();
                        Tensor gx = empty(m.shape(), dt, m.device());
-                       ENCORE_KERNEL(gx.device(), dropout_backward, gx, dense_grad(grad, dt), m, scale);
+                       backend::dropout_backward(gx, dense_grad(grad, dt), m, scale);
                        return {gx};
                      });
   }

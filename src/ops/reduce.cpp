@@ -31,7 +31,7 @@ namespace {
 
 // The dims one call reduces, checked, and the shapes they give.
 struct Reduction {
-  cpu::DimMask mask = 0;
+  backend::DimMask mask = 0;
   std::vector<int64_t> dims;   // normalised, ascending
   Shape out_shape;             // keepdim applied
   Shape keep_shape;            // reduced dims as 1: the output gradient viewed against the input
@@ -44,21 +44,21 @@ Reduction resolve_dims(const char* op, const Tensor& a, absl::Span<const int64_t
   ENCORE_CHECK(nd <= kMaxDims, "%s: %d dims exceed the limit of %d (shape %s)", op, nd, kMaxDims,
                shape_str(a.shape()));
   const int64_t range = std::max<int64_t>(nd, 1);   // a 0-d tensor accepts dim 0 and -1
-  cpu::DimMask seen = 0;
+  backend::DimMask seen = 0;
   for (int64_t d : dims) {
     ENCORE_CHECK(d >= -range && d < range, "%s: dim %d is out of range for input of shape %s (%s)", op, d,
                  shape_str(a.shape()), dtype_name(a.dtype()));
     const int64_t n = d < 0 ? d + range : d;
-    ENCORE_CHECK(!(seen & cpu::dim_bit(n)), "%s: dim %d appears more than once in dims %s (input shape %s)", op,
+    ENCORE_CHECK(!(seen & backend::dim_bit(n)), "%s: dim %d appears more than once in dims %s (input shape %s)", op,
                  n, shape_str(dims), shape_str(a.shape()));
-    seen |= cpu::dim_bit(n);
+    seen |= backend::dim_bit(n);
   }
   Reduction r;
-  r.mask = dims.empty() ? cpu::dim_bit(nd) - 1 : seen;
+  r.mask = dims.empty() ? backend::dim_bit(nd) - 1 : seen;
   if (nd == 0) r.mask = 0;
   for (int64_t d = 0; d < nd; ++d) {
     const int64_t size = a.shape()[d];
-    if (r.mask & cpu::dim_bit(d)) {
+    if (r.mask & backend::dim_bit(d)) {
       r.dims.push_back(d);
       r.count *= size;
       r.keep_shape.push_back(1);
@@ -82,7 +82,7 @@ Tensor max_scatter(const Tensor& g, const Tensor& indices, const Shape& shape, i
     for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) inner *= shape[d];
   }
   Tensor grad = empty(shape, g.dtype(), g.device());
-  ENCORE_KERNEL(grad.device(), max_backward, grad, g.contiguous(), indices.contiguous(), outer, n, inner);
+  backend::max_backward(grad, g.contiguous(), indices.contiguous(), outer, n, inner);
   return grad;
 }
 
@@ -106,7 +106,7 @@ Reduction max_forward(const char* op, const Tensor& a, int64_t dim, bool keepdim
 Tensor sum(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
   const Reduction r = resolve_dims("sum", a, dims, keepdim);
   Tensor out = empty(r.out_shape, is_floating(a.dtype()) ? a.dtype() : kInt64, a.device());
-  ENCORE_KERNEL(out.device(), sum, out, a, r.mask);
+  backend::sum(out, a, r.mask);
   if (autograd::any_requires_grad(a)) {
     autograd::record("sum", {a}, out, [keep = r.keep_shape, shape = a.shape()](const Tensor& g) -> Grads {
       return {g.reshape(keep).expand(shape)};
@@ -119,7 +119,7 @@ Tensor mean(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
   const Reduction r = resolve_dims("mean", a, dims, keepdim);
   ops::check_float("mean", a);
   Tensor out = empty(r.out_shape, a.dtype(), a.device());
-  ENCORE_KERNEL(out.device(), mean, out, a, r.mask);
+  backend::mean(out, a, r.mask);
   if (autograd::any_requires_grad(a)) {
     autograd::record("mean", {a}, out,
                      [keep = r.keep_shape, shape = a.shape(), count = r.count](const Tensor& g) -> Grads {
@@ -134,9 +134,9 @@ Tensor var(const Tensor& a, std::vector<int64_t> dims, int64_t correction, bool 
   ops::check_float("var", a);
   // Two passes: the mean (f32, one per output), then the squared deviations from it.
   Tensor mean_f32 = empty({numel_of(r.out_shape)}, kFloat32, a.device());
-  ENCORE_KERNEL(mean_f32.device(), mean, mean_f32, a, r.mask);
+  backend::mean(mean_f32, a, r.mask);
   Tensor out = empty(r.out_shape, a.dtype(), a.device());
-  ENCORE_KERNEL(out.device(), var, out, a, mean_f32, r.mask, correction);
+  backend::var(out, a, mean_f32, r.mask, correction);
   if (autograd::any_requires_grad(a)) {
     // d var / d x = 2 (x - mean) / max(0, count - correction).
     const double divisor = std::max<double>(0.0, static_cast<double>(r.count - correction));
@@ -154,7 +154,7 @@ std::pair<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim) {
   Tensor indices;
   const Reduction r = max_forward("max", a, dim, keepdim, &indices);
   Tensor values = empty(r.out_shape, a.dtype(), a.device());
-  ENCORE_KERNEL(values.device(), max, values, indices, a, r.mask);
+  backend::max(values, indices, a, r.mask);
   if (autograd::any_requires_grad(a)) {
     const int64_t d = r.dims.empty() ? -1 : r.dims[0];   // none for a 0-d input: flat
     autograd::record("max", {a}, values,
@@ -172,7 +172,7 @@ Tensor max(const Tensor& a) {
                dtype_name(a.dtype()));
   Tensor values = empty({}, a.dtype(), a.device());
   Tensor indices = empty({}, kInt64, a.device());   // flat index of the first maximum
-  ENCORE_KERNEL(values.device(), max, values, indices, a, r.mask);
+  backend::max(values, indices, a, r.mask);
   if (autograd::any_requires_grad(a)) {
     autograd::record("max", {a}, values,
                      [si = SavedTensor(indices, "max"), shape = a.shape()](const Tensor& g) -> Grads {
@@ -185,7 +185,7 @@ Tensor max(const Tensor& a) {
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
   Tensor indices;
   const Reduction r = max_forward("argmax", a, dim, keepdim, &indices);
-  ENCORE_KERNEL(indices.device(), max, Tensor(), indices, a, r.mask);
+  backend::max(Tensor(), indices, a, r.mask);
   return indices;
 }
 
@@ -195,11 +195,11 @@ Tensor sum_to(const Tensor& a, absl::Span<const int64_t> shape) {
   // Reduce the leading dims a has beyond `shape`, and the dims where shape has 1 and a does not.
   const int64_t lead = a.dim() - static_cast<int64_t>(shape.size());
   bool ok = lead >= 0;
-  cpu::DimMask mask = 0;
+  backend::DimMask mask = 0;
   for (int64_t d = 0; ok && d < a.dim(); ++d) {
     const int64_t target = d < lead ? 1 : shape[d - lead];
     if (d < lead || (target == 1 && a.shape()[d] != 1)) {
-      mask |= cpu::dim_bit(d);
+      mask |= backend::dim_bit(d);
     } else {
       ok = target == a.shape()[d];
     }
@@ -209,11 +209,11 @@ Tensor sum_to(const Tensor& a, absl::Span<const int64_t> shape) {
   ENCORE_CHECK(a.dtype() != kBool, "sum_to: bool tensor %s cannot be summed to %s", shape_str(a.shape()),
                shape_str(shape));
   bool only_ones = true;   // only size-1 dims to drop: a view, no launch
-  for (int64_t d = 0; d < a.dim(); ++d) only_ones = only_ones && (!(mask & cpu::dim_bit(d)) || a.shape()[d] == 1);
+  for (int64_t d = 0; d < a.dim(); ++d) only_ones = only_ones && (!(mask & backend::dim_bit(d)) || a.shape()[d] == 1);
   if (only_ones) return a.reshape(Shape(shape.begin(), shape.end()));
   // Same dtype as a (integers accumulate in 64 bits, then wrap to a's type).
   Tensor out = empty(Shape(shape.begin(), shape.end()), a.dtype(), a.device());
-  ENCORE_KERNEL(out.device(), sum, out, a, mask);
+  backend::sum(out, a, mask);
   if (autograd::any_requires_grad(a)) {
     autograd::record("sum_to", {a}, out, [in_shape = a.shape()](const Tensor& g) -> Grads {
       return {g.expand(in_shape)};

@@ -12,8 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "src/backends/cpu/nn.h"
-#include "src/backends/cuda/nn.h"
+#include "src/backends/kernels.h"
 #include "src/core/kernel_errors.h"
 #include "tests/backends/cuda_test_util.h"
 
@@ -119,13 +118,13 @@ TEST(CudaNnTest, CrossEntropyKernelCountsBadClassIdsAsIgnored) {
   Tensor loss = empty({}, kFloat32), stats = empty({rows + 1}, kFloat32);
   Tensor gx = empty({rows, classes}, kFloat32);
   const Tensor one = from_vector<float>({1.0f}, {});
-  cpu::cross_entropy(loss, stats, x, t, -100);
-  cpu::cross_entropy_backward(gx, one, x, t, stats, -100);
+  backend::cross_entropy(loss, stats, x, t, -100);
+  backend::cross_entropy_backward(gx, one, x, t, stats, -100);
   const Tensor xg = x.to(kGpu), tg = t.to(kGpu), oneg = one.to(kGpu);
   Tensor loss_g = empty({}, kFloat32, kGpu), stats_g = empty({rows + 1}, kFloat32, kGpu);
   Tensor gx_g = empty({rows, classes}, kFloat32, kGpu);
-  cuda::cross_entropy(loss_g, stats_g, xg, tg, -100);
-  cuda::cross_entropy_backward(gx_g, oneg, xg, tg, stats_g, -100);
+  backend::cross_entropy(loss_g, stats_g, xg, tg, -100);
+  backend::cross_entropy_backward(gx_g, oneg, xg, tg, stats_g, -100);
   // The forward kernel reported the bad ids (4, -1, 1000; not -100).
   EXPECT_EQ(take_kernel_errors(kGpu), static_cast<uint32_t>(KernelError::kClassIndex));
   EXPECT_EQ(values(stats_g.to(kCPU))[rows], 2.0);   // rows 0 and 3 count
@@ -208,7 +207,7 @@ TEST(CudaNnTest, LayerNormBackwardIsBitIdenticalAcrossRuns) {
 // ---- embedding ----
 
 // Same order and same rounding as the CPU (NOTE [ Deterministic embedding
-// backward ] in nn_launch.h): compared exactly, in every float dtype.
+// backward ] in cuda/nn.cu): compared exactly, in every float dtype.
 TEST(CudaNnTest, EmbeddingMatchesCpuExactly) {
   ENCORE_SKIP_WITHOUT_GPU();
   struct Case { int64_t vocab, dim, n; };
@@ -244,13 +243,13 @@ TEST(CudaNnTest, EmbeddingKernelsSkipBadIndices) {
   const Tensor idx = from_vector<int32_t>({1, -1, 5, 4, 1, 1000, 0}, {7});
   const Tensor g = random_tensor({7, dim}, 24);
   Tensor out = empty({7, dim}, kFloat32), gw = empty({vocab, dim}, kFloat32);
-  cpu::embedding(out, w, idx);
-  cpu::embedding_backward(gw, g, idx);
+  backend::embedding(out, w, idx);
+  backend::embedding_backward(gw, g, idx);
   Tensor out_g = empty({7, dim}, kFloat32, kGpu), gw_g = empty({vocab, dim}, kFloat32, kGpu);
   // Every copy first: a copy synchronizes, and would throw the report.
   const Tensor wg = w.to(kGpu), idxg = idx.to(kGpu), gg = g.to(kGpu);
-  cuda::embedding(out_g, wg, idxg);
-  cuda::embedding_backward(gw_g, gg, idxg);
+  backend::embedding(out_g, wg, idxg);
+  backend::embedding_backward(gw_g, gg, idxg);
   EXPECT_EQ(take_kernel_errors(kGpu), static_cast<uint32_t>(KernelError::kEmbeddingIndex));
   testing::expect_near(out_g.to(kCPU), values(out), 0, 0);
   testing::expect_near(gw_g.to(kCPU), values(gw), 0, 0);

@@ -12,8 +12,7 @@
 #include <vector>
 
 #include "encore/encore.h"
-#include "src/backends/cpu/reduce.h"
-#include "src/backends/cuda/reduce.h"
+#include "src/backends/kernels.h"
 #include "tests/backends/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -287,8 +286,8 @@ TEST(CudaReduceTest, MaxBackwardScattersToTheSavedIndices) {
     Tensor indices = from_vector<int64_t>(idx, {outer, inner});
     Tensor cpu_grad = empty({outer, n, inner}, dtype);
     Tensor gpu_grad = full({outer, n, inner}, 7.0, dtype, gpu);   // every element must be overwritten
-    cpu::max_backward(cpu_grad, grad_out, indices, outer, n, inner);
-    cuda::max_backward(gpu_grad, grad_out.to(gpu), indices.to(gpu), outer, n, inner);
+    backend::max_backward(cpu_grad, grad_out, indices, outer, n, inner);
+    backend::max_backward(gpu_grad, grad_out.to(gpu), indices.to(gpu), outer, n, inner);
     testing::expect_near(gpu_grad.to(kCPU), testing::values(cpu_grad), 0, 0);
   }
 }

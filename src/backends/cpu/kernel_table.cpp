@@ -7,6 +7,8 @@ namespace cpu {
 extern const backend::BinaryKernels kBinary;   // binary.cpp
 extern const backend::OptimKernels kOptim;     // optim.cpp
 extern const backend::GemmKernels kGemm;       // gemm.cpp
+extern const backend::ReduceKernels kReduce;   // reduce.cpp
+extern const backend::NnKernels kNn;           // nn.cpp
 }  // namespace cpu
 
 namespace backend {
@@ -15,6 +17,8 @@ extern const KernelTable kCpuKernels = {
     .binary = &cpu::kBinary,
     .optim = &cpu::kOptim,
     .gemm = &cpu::kGemm,
+    .reduce = &cpu::kReduce,
+    .nn = &cpu::kNn,
     .copy_host_device = nullptr,
 };
 }  // namespace backend

@@ -1,5 +1,9 @@
-#include "src/backends/cpu/nn.h"
-
+// The CPU kernels of the nn family: softmax / log_softmax, cross entropy,
+// layer norm, embedding and dropout, each one fused forward kernel and one
+// fused backward kernel (contracts: the nn section of
+// src/backends/kernel_table.h; host side: src/backends/nn.cpp). Each kernel
+// table entry turns the shared argument struct into the typed view its loops
+// take (Typed*Args: the same fields, with typed pointers).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -11,9 +15,9 @@
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/backends/cpu/simd.h"
-#include "src/core/philox.h"
+#include "src/backends/kernel_table.h"
+#include "src/backends/nn_formulas.h"
 #include "src/core/kernel_errors.h"
-#include "src/core/stream.h"
 
 namespace encore::cpu {
 namespace {
@@ -24,7 +28,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // and each step of the reduction reads kLanes adjacent elements.
 constexpr int64_t kLanes = 64;
 // layer_norm backward sums dweight/dbias over at most this many fixed row
-// blocks (partials in a scratch buffer), then combines them in block order.
+// blocks (partials in a scratch buffer), then combines them in block order
+// (NnKernels::layer_norm_max_chunks: the host cuts the rows).
 constexpr int64_t kMaxRowBlocks = 64;
 
 // Units per parallel chunk so that a chunk holds about `grain` elements of work.
@@ -124,9 +129,9 @@ void for_each_lane(int64_t outer, int64_t n, int64_t inner, Row&& row, Cols&& co
 // ---- softmax / log_softmax ----
 
 template <typename T>
-struct SoftmaxArgs { const T* x; T* y; int64_t outer, n, inner; };
+struct TypedSoftmaxArgs { const T* x; T* y; int64_t outer, n, inner; };
 template <typename T>
-struct SoftmaxBackwardArgs { const T* g; const T* y; T* gx; int64_t outer, n, inner; };
+struct TypedSoftmaxBackwardArgs { const T* g; const T* y; T* gx; int64_t outer, n, inner; };
 
 // One contiguous row. f32 keeps exp(x - max) in y between passes; 16-bit
 // types recompute it rather than round it twice.
@@ -171,7 +176,7 @@ void softmax_cols(const T* x, T* y, int64_t n, int64_t inner, int64_t w) {
 }
 
 template <typename T, bool kLog>
-void softmax_kernel(const SoftmaxArgs<T>& a) {
+void softmax_kernel(const TypedSoftmaxArgs<T>& a) {
   for_each_lane(
       a.outer, a.n, a.inner, [&](int64_t off) { softmax_row<T, kLog>(a.x + off, a.y + off, a.n); },
       [&](int64_t off, int64_t w) { softmax_cols<T, kLog>(a.x + off, a.y + off, a.n, a.inner, w); });
@@ -208,7 +213,7 @@ void softmax_backward_cols(const T* g, const T* y, T* gx, int64_t n, int64_t inn
 }
 
 template <typename T, bool kLog>
-void softmax_backward_kernel(const SoftmaxBackwardArgs<T>& a) {
+void softmax_backward_kernel(const TypedSoftmaxBackwardArgs<T>& a) {
   for_each_lane(
       a.outer, a.n, a.inner,
       [&](int64_t off) { softmax_backward_row<T, kLog>(a.g + off, a.y + off, a.gx + off, a.n); },
@@ -220,7 +225,7 @@ void softmax_backward_kernel(const SoftmaxBackwardArgs<T>& a) {
 // ---- cross entropy ----
 
 template <typename T, typename I>
-struct CrossEntropyArgs {
+struct TypedCrossEntropyArgs {
   const T* x;          // [rows, classes]
   const I* target;     // [rows]
   T* loss;             // 0-d
@@ -229,7 +234,7 @@ struct CrossEntropyArgs {
 };
 
 template <typename T, typename I>
-struct CrossEntropyBackwardArgs {
+struct TypedCrossEntropyBackwardArgs {
   const T* x;
   const I* target;
   const float* stats;
@@ -238,11 +243,6 @@ struct CrossEntropyBackwardArgs {
   int64_t rows, classes, ignore_index;
 };
 
-// Counted rows: not ignored and in range (NOTE [ Index checks ] in nn.h).
-inline bool counted(int64_t t, int64_t classes, int64_t ignore_index) {
-  return t != ignore_index && t >= 0 && t < classes;
-}
-
 template <typename T>
 ENCORE_SIMD_CLONES float row_logsumexp(const T* x, int64_t n) {
   const float m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
@@ -250,7 +250,7 @@ ENCORE_SIMD_CLONES float row_logsumexp(const T* x, int64_t n) {
 }
 
 template <typename T, typename I>
-void cross_entropy_kernel(const CrossEntropyArgs<T, I>& a) {
+void cross_entropy_kernel(const TypedCrossEntropyArgs<T, I>& a) {
   parallel_for(a.rows, grain_for(a.classes, kGrainTranscendental), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) a.stats[r] = row_logsumexp(a.x + r * a.classes, a.classes);
   });
@@ -259,7 +259,7 @@ void cross_entropy_kernel(const CrossEntropyArgs<T, I>& a) {
   int64_t count = 0;
   for (int64_t r = 0; r < a.rows; ++r) {
     const int64_t t = static_cast<int64_t>(a.target[r]);
-    if (!counted(t, a.classes, a.ignore_index)) {
+    if (!backend::counted_class(t, a.classes, a.ignore_index)) {
       if (t != a.ignore_index) report_kernel_error(KernelError::kClassIndex);   // NOTE [ Index checks ]
       continue;
     }
@@ -277,7 +277,7 @@ ENCORE_SIMD_CLONES void scaled_exp(float* __restrict z, int64_t n, float scale) 
 }
 
 template <typename T, typename I>
-void cross_entropy_backward_kernel(const CrossEntropyBackwardArgs<T, I>& a) {
+void cross_entropy_backward_kernel(const TypedCrossEntropyBackwardArgs<T, I>& a) {
   const float count = a.stats[a.rows];
   const float scale = count > 0 ? ld(a.grad_loss[0]) / count : 0.0f;
   parallel_for(a.rows, grain_for(a.classes, kGrainTranscendental), [&](int64_t b, int64_t e) {
@@ -297,7 +297,7 @@ void cross_entropy_backward_kernel(const CrossEntropyBackwardArgs<T, I>& a) {
       const T* xr = a.x + r * a.classes;
       T* gr = a.gx + r * a.classes;
       const int64_t t = static_cast<int64_t>(a.target[r]);
-      if (!counted(t, a.classes, a.ignore_index)) {
+      if (!backend::counted_class(t, a.classes, a.ignore_index)) {
         std::fill_n(gr, a.classes, T{});
         continue;
       }
@@ -313,7 +313,7 @@ void cross_entropy_backward_kernel(const CrossEntropyBackwardArgs<T, I>& a) {
 // ---- layer norm ----
 
 template <typename T>
-struct LayerNormArgs {
+struct TypedLayerNormArgs {
   const T* x;          // [rows, cols]
   const T* w;          // [cols] or null
   const T* b;          // [cols] or null
@@ -324,7 +324,7 @@ struct LayerNormArgs {
 };
 
 template <typename T>
-struct LayerNormBackwardArgs {
+struct TypedLayerNormBackwardArgs {
   const T* g;          // [rows, cols]
   const T* x;
   const T* w;          // or null (weight 1)
@@ -349,7 +349,7 @@ void with_flags(bool a, bool b, F&& f) {
 }
 
 template <typename T, bool kWeight, bool kBias>
-ENCORE_SIMD_CLONES void layer_norm_row(const LayerNormArgs<T>& a, int64_t r) {
+ENCORE_SIMD_CLONES void layer_norm_row(const TypedLayerNormArgs<T>& a, int64_t r) {
   const T* x = a.x + r * a.cols;
   T* y = a.y + r * a.cols;
   const float inv_n = 1.0f / static_cast<float>(a.cols);
@@ -368,7 +368,7 @@ ENCORE_SIMD_CLONES void layer_norm_row(const LayerNormArgs<T>& a, int64_t r) {
 }
 
 template <typename T>
-void layer_norm_kernel(const LayerNormArgs<T>& a) {
+void layer_norm_kernel(const TypedLayerNormArgs<T>& a) {
   with_flags(a.w != nullptr, a.b != nullptr, [&](auto has_w, auto has_b) {
     parallel_for(a.rows, grain_for(a.cols, kGrainElementwise), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) layer_norm_row<T, has_w.value, has_b.value>(a, r);
@@ -380,7 +380,7 @@ void layer_norm_kernel(const LayerNormArgs<T>& a) {
 // dx = rstd * (gw - mean(gw) - xh * mean(gw * xh)); dw += g * xh; db += g.
 // part: this row block's partial sums, [2, cols] = {dw, db} (null when not wanted).
 template <typename T, bool kWeight>
-ENCORE_SIMD_CLONES void layer_norm_backward_row(const LayerNormBackwardArgs<T>& a, int64_t r, float* part) {
+ENCORE_SIMD_CLONES void layer_norm_backward_row(const TypedLayerNormBackwardArgs<T>& a, int64_t r, float* part) {
   const T* g = a.g + r * a.cols;
   const T* x = a.x + r * a.cols;
   const float mean = a.stats[2 * r], rstd = a.stats[2 * r + 1];
@@ -405,7 +405,7 @@ ENCORE_SIMD_CLONES void layer_norm_backward_row(const LayerNormBackwardArgs<T>& 
 
 // dw/db: the block partials summed in block order, the same for any thread count.
 template <typename T>
-void layer_norm_combine(const LayerNormBackwardArgs<T>& a) {
+void layer_norm_combine(const TypedLayerNormBackwardArgs<T>& a) {
   const int64_t cols = a.cols;
   parallel_for(cols, grain_for(a.blocks * 2, kGrainElementwise), [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
@@ -421,7 +421,7 @@ void layer_norm_combine(const LayerNormBackwardArgs<T>& a) {
 }
 
 template <typename T>
-void layer_norm_backward_kernel(const LayerNormBackwardArgs<T>& a) {
+void layer_norm_backward_kernel(const TypedLayerNormBackwardArgs<T>& a) {
   const int64_t cols = a.cols;
   with_flags(a.w != nullptr, false, [&](auto has_w, auto) {
     parallel_for(a.blocks, grain_for(a.rows_per_block * cols, kGrainElementwise), [&](int64_t b, int64_t e) {
@@ -439,12 +439,12 @@ void layer_norm_backward_kernel(const LayerNormBackwardArgs<T>& a) {
 // ---- embedding ----
 
 template <typename T, typename I>
-struct EmbeddingArgs { const T* w; const I* idx; T* out; int64_t n, vocab, dim; };
+struct TypedEmbeddingArgs { const T* w; const I* idx; T* out; int64_t n, vocab, dim; };
 template <typename T, typename I>
-struct EmbeddingBackwardArgs { const T* g; const I* idx; T* gw; int64_t n, vocab, dim; };
+struct TypedEmbeddingBackwardArgs { const T* g; const I* idx; T* gw; int64_t n, vocab, dim; };
 
 template <typename T, typename I>
-void embedding_kernel(const EmbeddingArgs<T, I>& a) {
+void embedding_kernel(const TypedEmbeddingArgs<T, I>& a) {
   parallel_for(a.n, grain_for(a.dim, kGrainElementwise), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t v = static_cast<int64_t>(a.idx[i]);
@@ -452,7 +452,7 @@ void embedding_kernel(const EmbeddingArgs<T, I>& a) {
       if (v >= 0 && v < a.vocab) {
         std::memcpy(o, a.w + v * a.dim, a.dim * sizeof(T));
       } else {
-        std::fill_n(o, a.dim, T{});   // NOTE [ Index checks ] in nn.h
+        std::fill_n(o, a.dim, T{});   // NOTE [ Index checks ] in kernel_table.h
         report_kernel_error(KernelError::kEmbeddingIndex);
       }
     }
@@ -463,7 +463,7 @@ void embedding_kernel(const EmbeddingArgs<T, I>& a) {
 // index order, every gradient row whose index falls in its range.
 // f16/bf16 gradients accumulate in their storage type (rounded at each add).
 template <typename T, typename I>
-void embedding_backward_kernel(const EmbeddingBackwardArgs<T, I>& a) {
+void embedding_backward_kernel(const TypedEmbeddingBackwardArgs<T, I>& a) {
   using C = compute_t<T>;
   const bool big = (a.vocab + a.n) * a.dim > kGrainElementwise;
   parallel_for(a.vocab, big ? 1 : a.vocab, [&](int64_t v0, int64_t v1) {
@@ -481,7 +481,7 @@ void embedding_backward_kernel(const EmbeddingBackwardArgs<T, I>& a) {
 // ---- dropout ----
 
 template <typename T>
-struct DropoutArgs {
+struct TypedDropoutArgs {
   const T* x;
   T* y;
   bool* mask;          // or null (no backward)
@@ -490,16 +490,15 @@ struct DropoutArgs {
   float p, scale;
 };
 template <typename T>
-struct DropoutBackwardArgs { const T* g; const bool* mask; T* gx; int64_t n; float scale; };
+struct TypedDropoutBackwardArgs { const T* g; const bool* mask; T* gx; int64_t n; float scale; };
 
 template <typename T>
-void dropout_kernel(const DropoutArgs<T>& a) {
+void dropout_kernel(const TypedDropoutArgs<T>& a) {
   const uint64_t seed = static_cast<uint64_t>(a.state[0]);
   const uint64_t offset = static_cast<uint64_t>(a.state[1]);
   parallel_for(a.n, kGrainTranscendental, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      const philox::Block r = philox::philox4x32(offset + static_cast<uint64_t>(i), seed);
-      const bool keep = philox::uniform(r.x[0]) >= a.p;
+      const bool keep = backend::dropout_keep(seed, offset, i, a.p);
       a.y[i] = T(ld(a.x[i]) * (keep ? a.scale : 0.0f));
       if (a.mask != nullptr) a.mask[i] = keep;
     }
@@ -508,185 +507,136 @@ void dropout_kernel(const DropoutArgs<T>& a) {
 }
 
 template <typename T>
-void dropout_backward_kernel(const DropoutBackwardArgs<T>& a) {
+void dropout_backward_kernel(const TypedDropoutBackwardArgs<T>& a) {
   parallel_for(a.n, kGrainElementwise, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) a.gx[i] = T(ld(a.g[i]) * (a.mask[i] ? a.scale : 0.0f));
   });
 }
 
-// ---- launch helpers ----
+// ---- kernel table entries: the runtime dtypes and flags as template arguments ----
 
-// i32 or i64 index types.
+// i32 or i64 index types (the host checked which).
 template <typename F>
-void dispatch_index(DType t, const char* op, F&& f) {
-  switch (t) {
-    case DType::kInt32: return f(Tag<int32_t>{});
-    case DType::kInt64: return f(Tag<int64_t>{});
-    default:
-      throw_error(absl::StatusCode::kInvalidArgument,
-                  absl::StrFormat("%s: index dtype %s is not supported (needs i32 or i64)", op, dtype_name(t)));
-  }
+void dispatch_index(DType t, F&& f) {
+  if (t == DType::kInt32) return f(Tag<int32_t>{});
+  return f(Tag<int64_t>{});
 }
 
 template <typename T>
-T* ptr_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+const T* cptr(const void* p) { return static_cast<const T*>(p); }
+template <typename T>
+T* ptr(void* p) { return static_cast<T*>(p); }
 
-// A launch lists a fixed number of storages; an optional tensor that is
-// absent takes the slot of one the launch touches anyway (a repeat is harmless).
-Storage* storage_or(const Tensor& t, const Tensor& fallback) {
-  return t.defined() ? t.storage() : fallback.storage();
+void softmax_entry(const backend::SoftmaxArgs& a) {
+  dispatch_float(a.dtype, "softmax", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const TypedSoftmaxArgs<T> t{cptr<T>(a.x), ptr<T>(a.y), a.outer, a.n, a.inner};
+    if (a.log) return softmax_kernel<T, true>(t);
+    softmax_kernel<T, false>(t);
+  });
+}
+
+void softmax_backward_entry(const backend::SoftmaxBackwardArgs& a) {
+  dispatch_float(a.dtype, "softmax_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const TypedSoftmaxBackwardArgs<T> t{cptr<T>(a.g), cptr<T>(a.y), ptr<T>(a.gx), a.outer, a.n, a.inner};
+    if (a.log) return softmax_backward_kernel<T, true>(t);
+    softmax_backward_kernel<T, false>(t);
+  });
+}
+
+void cross_entropy_entry(const backend::CrossEntropyArgs& a) {
+  dispatch_float(a.dtype, "cross_entropy", [&](auto tag) {
+    dispatch_index(a.index, [&](auto itag) {
+      using T = typename decltype(tag)::type;
+      using I = typename decltype(itag)::type;
+      cross_entropy_kernel<T, I>(TypedCrossEntropyArgs<T, I>{cptr<T>(a.x), cptr<I>(a.target), ptr<T>(a.loss),
+                                                             a.stats, a.rows, a.classes, a.ignore_index});
+    });
+  });
+}
+
+void cross_entropy_backward_entry(const backend::CrossEntropyBackwardArgs& a) {
+  dispatch_float(a.dtype, "cross_entropy_backward", [&](auto tag) {
+    dispatch_index(a.index, [&](auto itag) {
+      using T = typename decltype(tag)::type;
+      using I = typename decltype(itag)::type;
+      cross_entropy_backward_kernel<T, I>(TypedCrossEntropyBackwardArgs<T, I>{
+          cptr<T>(a.x), cptr<I>(a.target), a.stats, cptr<T>(a.grad_loss), ptr<T>(a.gx), a.rows, a.classes,
+          a.ignore_index});
+    });
+  });
+}
+
+void layer_norm_entry(const backend::LayerNormArgs& a) {
+  dispatch_float(a.dtype, "layer_norm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    layer_norm_kernel<T>(TypedLayerNormArgs<T>{cptr<T>(a.x), cptr<T>(a.w), cptr<T>(a.b), ptr<T>(a.y), a.stats,
+                                               a.rows, a.cols, a.eps});
+  });
+}
+
+void layer_norm_backward_entry(const backend::LayerNormBackwardArgs& a) {
+  dispatch_float(a.dtype, "layer_norm_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    layer_norm_backward_kernel<T>(TypedLayerNormBackwardArgs<T>{
+        cptr<T>(a.g), cptr<T>(a.x), cptr<T>(a.w), a.stats, ptr<T>(a.dx), ptr<T>(a.dw), ptr<T>(a.db), a.partial,
+        a.rows, a.cols, a.chunks, a.rows_per_chunk});
+  });
+}
+
+void embedding_entry(const backend::EmbeddingArgs& a) {
+  dispatch_numeric(a.dtype, "embedding", [&](auto tag) {
+    dispatch_index(a.index, [&](auto itag) {
+      using T = typename decltype(tag)::type;
+      using I = typename decltype(itag)::type;
+      embedding_kernel<T, I>(
+          TypedEmbeddingArgs<T, I>{cptr<T>(a.w), cptr<I>(a.idx), ptr<T>(a.out), a.n, a.vocab, a.dim});
+    });
+  });
+}
+
+void embedding_backward_entry(const backend::EmbeddingBackwardArgs& a) {
+  dispatch_float(a.dtype, "embedding_backward", [&](auto tag) {
+    dispatch_index(a.index, [&](auto itag) {
+      using T = typename decltype(tag)::type;
+      using I = typename decltype(itag)::type;
+      embedding_backward_kernel<T, I>(
+          TypedEmbeddingBackwardArgs<T, I>{cptr<T>(a.g), cptr<I>(a.idx), ptr<T>(a.gw), a.n, a.vocab, a.dim});
+    });
+  });
+}
+
+void dropout_entry(const backend::DropoutArgs& a) {
+  dispatch_float(a.dtype, "dropout", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dropout_kernel<T>(TypedDropoutArgs<T>{cptr<T>(a.x), ptr<T>(a.y), a.mask, a.state, a.n, a.p, a.scale});
+  });
+}
+
+void dropout_backward_entry(const backend::DropoutBackwardArgs& a) {
+  dispatch_float(a.dtype, "dropout_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    dropout_backward_kernel<T>(TypedDropoutBackwardArgs<T>{cptr<T>(a.g), a.mask, ptr<T>(a.gx), a.n, a.scale});
+  });
 }
 
 }  // namespace
 
-// ---- launchers ----
-
-void softmax(const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log) {
-  const char* op = log ? "log_softmax" : "softmax";
-  dispatch_float(x.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    SoftmaxArgs<T> args{x.data<T>(), out.data<T>(), outer, n, inner};
-    if (log) {
-      current_stream(kCPU).launch<&softmax_kernel<T, true>>(op, args, {x.storage()}, {out.storage()});
-    } else {
-      current_stream(kCPU).launch<&softmax_kernel<T, false>>(op, args, {x.storage()}, {out.storage()});
-    }
-  });
-}
-
-void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& out, int64_t outer,
-                      int64_t n, int64_t inner, bool log) {
-  const char* op = log ? "log_softmax_backward" : "softmax_backward";
-  dispatch_float(out.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    SoftmaxBackwardArgs<T> args{grad_out.data<T>(), out.data<T>(), grad_in.data<T>(), outer, n, inner};
-    if (log) {
-      current_stream(kCPU).launch<&softmax_backward_kernel<T, true>>(op, args, {grad_out.storage(), out.storage()},
-                                                                     {grad_in.storage()});
-    } else {
-      current_stream(kCPU).launch<&softmax_backward_kernel<T, false>>(
-          op, args, {grad_out.storage(), out.storage()}, {grad_in.storage()});
-    }
-  });
-}
-
-void cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& target,
-                   int64_t ignore_index) {
-  dispatch_float(logits.dtype(), "cross_entropy", [&](auto tag) {
-    dispatch_index(target.dtype(), "cross_entropy", [&](auto itag) {
-      using T = typename decltype(tag)::type;
-      using I = typename decltype(itag)::type;
-      CrossEntropyArgs<T, I> args{logits.data<T>(), target.data<I>(), loss.data<T>(), stats.data<float>(),
-                                  logits.size(0), logits.size(1), ignore_index};
-      current_stream(kCPU).launch<&cross_entropy_kernel<T, I>>(
-          "cross_entropy", args, {logits.storage(), target.storage()}, {loss.storage(), stats.storage()});
-    });
-  });
-}
-
-void cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, const Tensor& logits,
-                            const Tensor& target, const Tensor& stats, int64_t ignore_index) {
-  dispatch_float(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
-    dispatch_index(target.dtype(), "cross_entropy_backward", [&](auto itag) {
-      using T = typename decltype(tag)::type;
-      using I = typename decltype(itag)::type;
-      CrossEntropyBackwardArgs<T, I> args{logits.data<T>(), target.data<I>(), stats.data<float>(),
-                                          grad_loss.data<T>(), grad_logits.data<T>(), logits.size(0),
-                                          logits.size(1), ignore_index};
-      current_stream(kCPU).launch<&cross_entropy_backward_kernel<T, I>>(
-          "cross_entropy_backward", args,
-          {logits.storage(), target.storage(), stats.storage(), grad_loss.storage()}, {grad_logits.storage()});
-    });
-  });
-}
-
-void layer_norm(const Tensor& out, const Tensor& stats, const Tensor& x, const Tensor& weight,
-                const Tensor& bias, double eps) {
-  dispatch_float(x.dtype(), "layer_norm", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    LayerNormArgs<T> args{x.data<T>(), ptr_or_null<T>(weight), ptr_or_null<T>(bias), out.data<T>(),
-                          stats.data<float>(), x.size(0), x.size(1), static_cast<float>(eps)};
-    current_stream(kCPU).launch<&layer_norm_kernel<T>>(
-        "layer_norm", args, {x.storage(), storage_or(weight, x), storage_or(bias, x)},
-        {out.storage(), stats.storage()});
-  });
-}
-
-void layer_norm_backward(const Tensor& dx, const Tensor& dweight, const Tensor& dbias, const Tensor& grad_out,
-                         const Tensor& x, const Tensor& weight, const Tensor& stats) {
-  const int64_t rows = x.size(0), cols = x.size(1);
-  // A fixed partition (it depends on rows only) keeps dweight/dbias deterministic.
-  const int64_t rows_per_block = std::max<int64_t>(1, (rows + kMaxRowBlocks - 1) / kMaxRowBlocks);
-  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-  const bool sums = dweight.defined() || dbias.defined();
-  Tensor partial = empty({sums ? blocks * 2 * cols : 0}, kFloat32, x.device());
-  dispatch_float(x.dtype(), "layer_norm_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    LayerNormBackwardArgs<T> args{grad_out.data<T>(),
-                                  x.data<T>(),
-                                  ptr_or_null<T>(weight),
-                                  stats.data<float>(),
-                                  ptr_or_null<T>(dx),
-                                  ptr_or_null<T>(dweight),
-                                  ptr_or_null<T>(dbias),
-                                  sums ? partial.data<float>() : nullptr,
-                                  rows,
-                                  cols,
-                                  blocks,
-                                  rows_per_block};
-    current_stream(kCPU).launch<&layer_norm_backward_kernel<T>>(
-        "layer_norm_backward", args,
-        {grad_out.storage(), x.storage(), storage_or(weight, x), stats.storage()},
-        {storage_or(dx, partial), storage_or(dweight, partial), storage_or(dbias, partial), partial.storage()});
-  });
-}
-
-void embedding(const Tensor& out, const Tensor& weight, const Tensor& indices) {
-  dispatch_numeric(weight.dtype(), "embedding", [&](auto tag) {
-    dispatch_index(indices.dtype(), "embedding", [&](auto itag) {
-      using T = typename decltype(tag)::type;
-      using I = typename decltype(itag)::type;
-      EmbeddingArgs<T, I> args{weight.data<T>(), indices.data<I>(), out.data<T>(), indices.numel(),
-                               weight.size(0), weight.size(1)};
-      current_stream(kCPU).launch<&embedding_kernel<T, I>>("embedding", args,
-                                                           {weight.storage(), indices.storage()}, {out.storage()});
-    });
-  });
-}
-
-void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const Tensor& indices) {
-  dispatch_float(grad_weight.dtype(), "embedding_backward", [&](auto tag) {
-    dispatch_index(indices.dtype(), "embedding_backward", [&](auto itag) {
-      using T = typename decltype(tag)::type;
-      using I = typename decltype(itag)::type;
-      EmbeddingBackwardArgs<T, I> args{grad_out.data<T>(), indices.data<I>(), grad_weight.data<T>(),
-                                       indices.numel(), grad_weight.size(0), grad_weight.size(1)};
-      current_stream(kCPU).launch<&embedding_backward_kernel<T, I>>(
-          "embedding_backward", args, {grad_out.storage(), indices.storage()}, {grad_weight.storage()});
-    });
-  });
-}
-
-void dropout(const Tensor& out, const Tensor& mask, const Tensor& a, const Tensor& state, double p) {
-  dispatch_float(a.dtype(), "dropout", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    DropoutArgs<T> args{a.data<T>(),          out.data<T>(), ptr_or_null<bool>(mask),
-                        state.data<int64_t>(), a.numel(),     static_cast<float>(p),
-                        static_cast<float>(1.0 / (1.0 - p))};
-    current_stream(kCPU).launch<&dropout_kernel<T>>("dropout", args, {a.storage(), state.storage()},
-                                                    {out.storage(), storage_or(mask, out), state.storage()});
-  });
-}
-
-void dropout_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& mask, double scale) {
-  dispatch_float(grad_in.dtype(), "dropout_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    DropoutBackwardArgs<T> args{grad_out.data<T>(), mask.data<bool>(), grad_in.data<T>(), grad_in.numel(),
-                                static_cast<float>(scale)};
-    current_stream(kCPU).launch<&dropout_backward_kernel<T>>("dropout_backward", args,
-                                                             {grad_out.storage(), mask.storage()},
-                                                             {grad_in.storage()});
-  });
-}
+extern const backend::NnKernels kNn = {
+    .softmax = kernel<&softmax_entry>(),
+    .softmax_backward = kernel<&softmax_backward_entry>(),
+    .cross_entropy = kernel<&cross_entropy_entry>(),
+    .cross_entropy_backward = kernel<&cross_entropy_backward_entry>(),
+    .layer_norm = kernel<&layer_norm_entry>(),
+    .layer_norm_backward = kernel<&layer_norm_backward_entry>(),
+    .embedding = kernel<&embedding_entry>(),
+    .embedding_backward = kernel<&embedding_backward_entry>(),
+    .dropout = kernel<&dropout_entry>(),
+    .dropout_backward = kernel<&dropout_backward_entry>(),
+    .layer_norm_max_chunks = kMaxRowBlocks,
+    .embedding_backward_workspace = nullptr,   // each thread owns a range of rows: no scratch
+    .error_word = nullptr,                     // the kernels call report_kernel_error()
+};
 
 }  // namespace encore::cpu

@@ -1,5 +1,7 @@
-#include "src/backends/cpu/reduce.h"
-
+// The CPU kernels of the reductions: sum, mean, var (as a sum of squared
+// deviations), max/argmax with first-index ties, and the scatter that routes
+// max's gradient (contracts: SumArgs, MaxArgs, MaxBackwardArgs in
+// src/backends/kernel_table.h; host side: src/backends/reduce.cpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -7,37 +9,33 @@
 
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
-#include "src/backends/tensor_layout.h"
-#include "src/core/stream.h"
+#include "src/backends/kernel_table.h"
 
 namespace encore::cpu {
 namespace {
 
+using backend::MaxArgs;
+using backend::MaxBackwardArgs;
+using backend::ReduceGeom;
+using backend::ReduceKernels;
+using backend::SumArgs;
+using backend::SumMode;
+
 // ---- geometry ----
 
-// The loop a reduction runs, chosen on the host from the merged geometry.
+// The loop a reduction runs, chosen from the merged geometry (NOTE
+// [ Reduction geometry ] in kernel_table.h).
 enum class ReduceKind : int32_t {
   kFull,     // one output: the reduced range splits into blocks whose partials combine in order
   kRows,     // outputs in parallel, each over its reduced elements in runs along the innermost reduced dim
   kColumns,  // innermost kept dim has stride 1: a block of adjacent outputs advances together (vectorizes)
 };
 
-// NOTE [ Reduction geometry ]
-// The input seen as kept dims x reduced dims, as if permuted so the reduced
-// dims come last. Size-1 dims are dropped and a dim merges into the previous
-// one of its group when their strides allow, so reducing the last dim of a
-// contiguous tensor is one reduced dim of stride 1, and a full reduction of a
-// contiguous tensor one reduced dim of numel. Merging keeps row-major order,
-// so the linear index over the reduced dims is the index max() reports.
-// Output o is the o-th kept index in row-major order (the output is contiguous).
-struct ReduceGeom {
-  const void* in;                    // the input's first element
-  ReduceKind kind;
-  int32_t kept_ndim, red_ndim;       // both >= 1 (a size-1 dim stands in for none)
-  int64_t out_numel, red_numel;      // elements; red_numel per output
-  int64_t kept_shape[kMaxDims], kept_stride[kMaxDims];   // strides in input elements
-  int64_t red_shape[kMaxDims], red_stride[kMaxDims];
-};
+ReduceKind kind_of(const ReduceGeom& g) {
+  if (g.out_numel == 1) return ReduceKind::kFull;
+  if (g.red_stride[g.red_ndim - 1] != 1 && g.kept_stride[g.kept_ndim - 1] == 1) return ReduceKind::kColumns;
+  return ReduceKind::kRows;
+}
 
 inline constexpr int64_t kPairwiseBlock = 256;   // elements summed by 8 lanes before the pairwise tree
 // Adjacent outputs updated together in the column loop: 1024 f32 is a 4 KiB
@@ -46,19 +44,6 @@ inline constexpr int64_t kPairwiseBlock = 256;   // elements summed by 8 lanes b
 inline constexpr int64_t kColumnBlock = 1024;
 inline constexpr int64_t kColumnRows = 256;      // reduced elements per column lane before it folds
 inline constexpr int64_t kMaxBlocks = 64;        // blocks of a full reduction (partials live on the stack)
-
-ReduceGeom make_geom(const char* op, const Tensor& a, DimMask dims) {
-  ReduceGeom g{};
-  backend::group_reduce_dims(op, a, dims, g);
-  if (g.out_numel == 1) {
-    g.kind = ReduceKind::kFull;
-  } else if (g.red_stride[g.red_ndim - 1] != 1 && g.kept_stride[g.kept_ndim - 1] == 1) {
-    g.kind = ReduceKind::kColumns;
-  } else {
-    g.kind = ReduceKind::kRows;
-  }
-  return g;
-}
 
 // Input offset (elements) of output o's first reduced element.
 inline int64_t kept_offset(const ReduceGeom& g, int64_t o) {
@@ -79,7 +64,7 @@ template <typename R>
 void reduce_range(const R& r, const ReduceGeom& g, const typename R::In* x, int64_t o, int64_t begin, int64_t end,
                   typename R::Acc& acc) {
   const int inner = g.red_ndim - 1;
-  int64_t idx[kMaxDims];
+  int64_t idx[backend::kLayoutMaxDims];
   int64_t off = 0, rem = begin;
   for (int d = inner; d >= 0; --d) {
     idx[d] = rem % g.red_shape[d];
@@ -145,7 +130,7 @@ void column_block(const R& r, const ReduceGeom& g, const typename R::In* x, int6
   typename R::Acc acc[kColumnBlock];
   typename R::Lane lane[kColumnBlock];
   for (int64_t c = 0; c < w; ++c) acc[c] = typename R::Acc{};
-  int64_t idx[kMaxDims] = {};
+  int64_t idx[backend::kLayoutMaxDims] = {};
   int64_t off = 0;
   auto next_row = [&] {   // the current reduced element, then step the odometer
     const In* row = x + off;
@@ -207,7 +192,7 @@ void run_reduce(const R& r, const ReduceGeom& g) {
     });
     return;
   }
-  switch (g.kind) {
+  switch (kind_of(g)) {
     case ReduceKind::kFull: return run_full(r, g);
     case ReduceKind::kRows: return run_rows(r, g);
     case ReduceKind::kColumns: return run_columns(r, g);
@@ -215,15 +200,6 @@ void run_reduce(const R& r, const ReduceGeom& g) {
 }
 
 // ---- sum, mean, var ----
-
-enum class SumMode { kSum, kMean, kSquaredDeviation };
-
-struct SumArgs {
-  ReduceGeom g;
-  void* out;            // contiguous, g.out_numel elements
-  const float* mean;    // kSquaredDeviation: the mean of each output (f32)
-  double divisor;       // kMean: count; kSquaredDeviation: max(0, count - correction)
-};
 
 // NOTE [ Summation error ]
 // Floats (f16/bf16 included) accumulate in f32: runs along the innermost
@@ -309,12 +285,6 @@ void sum_kernel(const SumArgs& a) {
 
 // ---- max, argmax ----
 
-struct MaxArgs {
-  ReduceGeom g;
-  void* values;         // contiguous, a's dtype; unused for argmax
-  int64_t* indices;     // contiguous i64
-};
-
 template <typename T, bool kValues>
 struct MaxReducer {
   using In = T;
@@ -388,122 +358,68 @@ void max_kernel(const MaxArgs& a) {
 // ---- max backward ----
 
 template <typename T>
-struct MaxBackwardArgs {
-  T* grad_in;               // contiguous [outer, n, inner]
-  const T* grad_out;        // contiguous [outer, inner]
-  const int64_t* indices;   // contiguous [outer, inner]
-  int64_t outer, n, inner;
-};
-
-template <typename T>
-void max_backward_kernel(const MaxBackwardArgs<T>& a) {
+void max_backward_loop(const MaxBackwardArgs& a) {
+  T* grad_in = static_cast<T*>(a.grad_in);
+  const T* grad_out = static_cast<const T*>(a.grad_out);
   parallel_for(a.outer * a.n * a.inner, kGrainElementwise, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) a.grad_in[i] = T(0.0f);
+    for (int64_t i = b; i < e; ++i) grad_in[i] = T(0.0f);
   });
   parallel_for(a.outer * a.inner, kGrainElementwise, [&](int64_t b, int64_t e) {
     for (int64_t j = b; j < e; ++j) {
       const int64_t k = a.indices[j];
       if (k < 0 || k >= a.n) continue;   // max() never makes these; skipped, never written out of bounds
       const int64_t p = j / a.inner, i = j % a.inner;
-      a.grad_in[(p * a.n + k) * a.inner + i] = a.grad_out[j];
+      grad_in[(p * a.n + k) * a.inner + i] = grad_out[j];
     }
   });
 }
 
-// ---- launch helpers ----
+// ---- kernel table entries: the runtime dtypes and mode as template arguments ----
 
-void check_output(const char* op, const Tensor& out, const ReduceGeom& g, const Tensor& a) {
-  ENCORE_CHECK(out.is_contiguous() && out.numel() == g.out_numel,
-               "%s: internal: output %s must be contiguous with %d elements for input %s", op,
-               shape_str(out.shape()), g.out_numel, shape_str(a.shape()));
-}
-
-template <typename T, typename TOut, SumMode kMode>
-void launch_sum_typed(const char* op, const Tensor& out, const Tensor& a, const SumArgs& args, const Tensor* mean) {
-  if (mean != nullptr) {
-    current_stream(kCPU).launch<&sum_kernel<T, TOut, kMode>>(op, args, {a.storage(), mean->storage()},
-                                                             {out.storage()});
-  } else {
-    current_stream(kCPU).launch<&sum_kernel<T, TOut, kMode>>(op, args, {a.storage()}, {out.storage()});
-  }
-}
-
-// Output dtype: a's, or the wide one (f32 for floats, i64 for integers and bool).
+// Output dtype: the input's, or the wide one (f32 for floats, i64 for
+// integers and bool); the host checked which, and that kMean and
+// kSquaredDeviation have float inputs.
 template <SumMode kMode>
-void launch_sum(const char* op, const Tensor& out, const Tensor& a, DimMask dims, double divisor,
-                const Tensor* mean) {
-  SumArgs args{make_geom(op, a, dims), out.data_ptr(), mean ? mean->data<float>() : nullptr, divisor};
-  check_output(op, out, args.g, a);
-  if (kMode == SumMode::kMean) args.divisor = static_cast<double>(args.g.red_numel);
-  if (kMode == SumMode::kSquaredDeviation) {
-    args.divisor = std::max<double>(0.0, static_cast<double>(args.g.red_numel) - divisor);
-  }
-  dispatch_all(a.dtype(), op, [&](auto tag) {
+void sum_mode(const SumArgs& a) {
+  dispatch_all(a.in_dtype, "sum", [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr bool kFloat = std::is_floating_point_v<compute_t<T>>;
     using Wide = std::conditional_t<kFloat, float, int64_t>;
     if constexpr (kFloat || kMode == SumMode::kSum) {
-      if (out.dtype() == a.dtype()) return launch_sum_typed<T, T, kMode>(op, out, a, args, mean);
-      ENCORE_CHECK(out.dtype() == dtype_of<Wide>, "%s: internal: output dtype %s for input %s %s", op,
-                   dtype_name(out.dtype()), shape_str(a.shape()), dtype_name(a.dtype()));
-      return launch_sum_typed<T, Wide, kMode>(op, out, a, args, mean);
-    } else {
-      throw_error(absl::StatusCode::kInvalidArgument,
-                  absl::StrFormat("%s: needs a float tensor (f32, f16, bf16), got %s %s", op, shape_str(a.shape()),
-                                  dtype_name(a.dtype())));
+      if (a.out_dtype == a.in_dtype) return sum_kernel<T, T, kMode>(a);
+      return sum_kernel<T, Wide, kMode>(a);
     }
   });
+}
+
+void sum_entry(const SumArgs& a) {
+  switch (a.mode) {
+    case SumMode::kSum: return sum_mode<SumMode::kSum>(a);
+    case SumMode::kMean: return sum_mode<SumMode::kMean>(a);
+    case SumMode::kSquaredDeviation: return sum_mode<SumMode::kSquaredDeviation>(a);
+  }
+}
+
+void max_entry(const MaxArgs& a) {
+  dispatch_numeric(a.dtype, "max", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (a.values != nullptr) return max_kernel<T, true>(a);
+    return max_kernel<T, false>(a);
+  });
+}
+
+void max_backward_entry(const MaxBackwardArgs& a) {
+  dispatch_float(a.dtype, "max_backward", [&](auto tag) { max_backward_loop<typename decltype(tag)::type>(a); });
 }
 
 }  // namespace
 
-// ---- launchers ----
-
-void sum(const Tensor& out, const Tensor& a, DimMask dims) {
-  launch_sum<SumMode::kSum>("sum", out, a, dims, 1.0, nullptr);
-}
-
-void mean(const Tensor& out, const Tensor& a, DimMask dims) {
-  launch_sum<SumMode::kMean>("mean", out, a, dims, 1.0, nullptr);
-}
-
-void var(const Tensor& out, const Tensor& a, const Tensor& mean, DimMask dims, int64_t correction) {
-  ENCORE_CHECK(mean.dtype() == kFloat32 && mean.is_contiguous() && mean.numel() == out.numel(),
-               "var: internal: mean %s %s does not match output %s", shape_str(mean.shape()),
-               dtype_name(mean.dtype()), shape_str(out.shape()));
-  launch_sum<SumMode::kSquaredDeviation>("var", out, a, dims, static_cast<double>(correction), &mean);
-}
-
-void max(const Tensor& values, const Tensor& indices, const Tensor& a, DimMask dims) {
-  const char* op = values.defined() ? "max" : "argmax";
-  MaxArgs args{make_geom(op, a, dims), values.defined() ? values.data_ptr() : nullptr, indices.data<int64_t>()};
-  check_output(op, indices, args.g, a);
-  if (values.defined()) check_output(op, values, args.g, a);
-  dispatch_numeric(a.dtype(), op, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (values.defined()) {
-      current_stream(kCPU).launch<&max_kernel<T, true>>(op, args, {a.storage()},
-                                                        {values.storage(), indices.storage()});
-    } else {
-      current_stream(kCPU).launch<&max_kernel<T, false>>(op, args, {a.storage()}, {indices.storage()});
-    }
-  });
-}
-
-void max_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& indices, int64_t outer, int64_t n,
-                  int64_t inner) {
-  ENCORE_CHECK(grad_in.is_contiguous() && grad_out.is_contiguous() && indices.is_contiguous() &&
-                   grad_in.numel() == outer * n * inner && grad_out.numel() == outer * inner &&
-                   indices.numel() == outer * inner && grad_in.dtype() == grad_out.dtype(),
-               "max_backward: internal: gradient %s, output gradient %s and indices %s do not fit [%d, %d, %d]",
-               shape_str(grad_in.shape()), shape_str(grad_out.shape()), shape_str(indices.shape()), outer, n, inner);
-  dispatch_float(grad_in.dtype(), "max_backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    MaxBackwardArgs<T> args{grad_in.data<T>(), grad_out.data<T>(), indices.data<int64_t>(), outer, n, inner};
-    current_stream(kCPU).launch<&max_backward_kernel<T>>("max_backward", args,
-                                                         {grad_out.storage(), indices.storage()},
-                                                         {grad_in.storage()});
-  });
-}
+extern const ReduceKernels kReduce = {
+    .sum = kernel<&sum_entry>(),
+    .max = kernel<&max_entry>(),
+    .max_backward = kernel<&max_backward_entry>(),
+    .plan_sum = nullptr,   // one pass over the geometry, no partials scratch
+    .plan_max = nullptr,
+};
 
 }  // namespace encore::cpu

@@ -7,6 +7,8 @@ namespace cuda {
 extern const backend::BinaryKernels kBinary;   // binary.cu
 extern const backend::OptimKernels kOptim;     // optim.cu
 extern const backend::GemmKernels kGemm;       // gemm.cu
+extern const backend::ReduceKernels kReduce;   // reduce.cu
+extern const backend::NnKernels kNn;           // nn.cu
 void copy_host_device(const Tensor& dst, const Tensor& src);   // transfer.cpp
 }  // namespace cuda
 
@@ -16,6 +18,8 @@ extern const KernelTable kCudaKernels = {
     .binary = &cuda::kBinary,
     .optim = &cuda::kOptim,
     .gemm = &cuda::kGemm,
+    .reduce = &cuda::kReduce,
+    .nn = &cuda::kNn,
     .copy_host_device = &cuda::copy_host_device,
 };
 }  // namespace backend

@@ -1,6 +1,7 @@
 // CUDA kernels of the nn family: softmax / log_softmax, cross entropy, layer
-// norm, embedding, dropout, forward and backward. Kernels, then launchers
-// (declared in nn_launch.h). Contracts: src/backends/cpu/nn.h. All float math
+// norm, embedding, dropout, forward and backward. Kernels, then the kernel
+// table entries (contracts: the nn section of src/backends/kernel_table.h;
+// host side: src/backends/nn.cpp). All float math
 // is f32 whatever the storage type; every reduction has a fixed order for a
 // given shape (no float atomics), so replays are bit-identical.
 //
@@ -18,11 +19,29 @@
 
 #include "src/backends/cuda/convert.cuh"
 #include "src/backends/cuda/launch.h"
-#include "src/backends/cuda/nn_launch.h"
-#include "src/core/philox.h"
+#include "src/backends/kernel_table.h"
+#include "src/backends/nn_formulas.h"
+#include "src/core/kernel_errors.h"
 
-namespace encore::cuda::nn_launch {
+namespace encore::cuda {
+
+// The device-visible kernel error word of device `index` (runtime.cpp; NOTE
+// [ Kernel error words ] in runtime.h, which brings Abseil and stays out of .cu files).
+uint32_t* error_word(int index);
+
 namespace {
+
+using backend::CrossEntropyArgs;
+using backend::CrossEntropyBackwardArgs;
+using backend::DropoutArgs;
+using backend::DropoutBackwardArgs;
+using backend::EmbeddingArgs;
+using backend::EmbeddingBackwardArgs;
+using backend::LayerNormArgs;
+using backend::LayerNormBackwardArgs;
+using backend::NnKernels;
+using backend::SoftmaxArgs;
+using backend::SoftmaxBackwardArgs;
 
 constexpr int64_t kWarpRowMax = 1024;   // rows up to this long: one warp per row
 constexpr int kTeamThreads = 256;       // threads per block of the row kernels
@@ -181,10 +200,7 @@ __global__ void softmax_backward_cols_kernel(const T* __restrict__ g, const T* _
 
 // ---- cross entropy ----
 
-// Counted rows: not ignored and in range (NOTE [ Index checks ] in cpu/nn.h).
-__device__ __forceinline__ bool counted(int64_t t, int64_t classes, int64_t ignore_index) {
-  return t != ignore_index && t >= 0 && t < classes;
-}
+using backend::counted_class;   // NOTE [ Index checks ] in kernel_table.h
 
 // stats[r] = logsumexp of row r.
 template <typename T, bool kWarp>
@@ -218,7 +234,7 @@ __global__ void cross_entropy_mean_kernel(const T* __restrict__ x, const I* __re
   long long count = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
     const int64_t t = static_cast<int64_t>(target[r]);
-    if (!counted(t, classes, ignore_index)) {
+    if (!counted_class(t, classes, ignore_index)) {
       if (t != ignore_index) atomicOr_system(errors, error_bit);   // NOTE [ Kernel error words ]
       continue;
     }
@@ -246,7 +262,7 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const I* 
     const int64_t r = i / classes, c = i - r * classes;
     const int64_t t = static_cast<int64_t>(target[r]);
     float v = 0;
-    if (counted(t, classes, ignore_index)) {
+    if (counted_class(t, classes, ignore_index)) {
       v = expf(to_float(x[i]) - stats[r]);
       if (c == t) v -= 1.0f;
       v *= scale;
@@ -320,7 +336,7 @@ __global__ void layer_norm_dx_kernel(const T* __restrict__ g, const T* __restric
   }
 }
 
-// NOTE [ Deterministic layer_norm sums ] (nn_launch.h): block (x, y) sums
+// NOTE [ Deterministic layer_norm sums ] (kernel_table.h): block (x, y) sums
 // columns [x * blockDim, ...) over the rows of chunk y, one thread per column.
 template <typename T>
 __global__ void layer_norm_partial_kernel(const T* __restrict__ g, const T* __restrict__ x,
@@ -429,8 +445,7 @@ __global__ void dropout_kernel(const T* __restrict__ x, T* __restrict__ y, bool*
   const uint64_t seed = static_cast<uint64_t>(state[0]);
   const uint64_t offset = static_cast<uint64_t>(state[1]);
   ENCORE_GRID_LOOP(i, n) {
-    const philox::Block r = philox::philox4x32(offset + static_cast<uint64_t>(i), seed);
-    const bool keep = philox::uniform(r.x[0]) >= p;
+    const bool keep = backend::dropout_keep(seed, offset, i, p);
     y[i] = convert<T>(to_float(x[i]) * (keep ? scale : 0.0f));
     if (mask != nullptr) mask[i] = keep;
   }
@@ -453,18 +468,21 @@ __global__ void dropout_backward_kernel(const T* __restrict__ g, const bool* __r
 
 template <typename T> struct Tag { using type = T; };
 
+// f32, f16 or bf16 (the host checked which).
 template <typename F>
-void with_float(Float t, F&& f) {
+void with_float(DType t, F&& f) {
   switch (t) {
-    case Float::kF32: return f(Tag<float>{});
-    case Float::kF16: return f(Tag<__half>{});
-    case Float::kBF16: return f(Tag<__nv_bfloat16>{});
+    case DType::kFloat32: return f(Tag<float>{});
+    case DType::kFloat16: return f(Tag<__half>{});
+    case DType::kBFloat16: return f(Tag<__nv_bfloat16>{});
+    default: return;
   }
 }
 
+// i32 or i64 (the host checked which).
 template <typename F>
-void with_index(Index t, F&& f) {
-  if (t == Index::kI32) f(Tag<int32_t>{});
+void with_index(DType t, F&& f) {
+  if (t == DType::kInt32) f(Tag<int32_t>{});
   else f(Tag<int64_t>{});
 }
 
@@ -478,11 +496,9 @@ void with_flag(bool b, F&& f) {
 
 bool warp_rows(int64_t n) { return n <= kWarpRowMax; }
 
-}  // namespace
+// ---- kernel table entries ----
 
-// ---- launchers ----
-
-void softmax(const SoftmaxArgs& a) {
+void softmax_launch(const SoftmaxArgs& a) {
   if (a.outer * a.n * a.inner == 0) return;
   with_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -503,7 +519,7 @@ void softmax(const SoftmaxArgs& a) {
   check_launch(a.log ? "log_softmax" : "softmax");
 }
 
-void softmax_backward(const SoftmaxBackwardArgs& a) {
+void softmax_backward_launch(const SoftmaxBackwardArgs& a) {
   if (a.outer * a.n * a.inner == 0) return;
   with_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -526,7 +542,7 @@ void softmax_backward(const SoftmaxBackwardArgs& a) {
   check_launch(a.log ? "log_softmax_backward" : "softmax_backward");
 }
 
-void cross_entropy(const CrossEntropyArgs& a) {
+void cross_entropy_launch(const CrossEntropyArgs& a) {
   with_float(a.dtype, [&](auto tag) {
     with_index(a.index, [&](auto itag) {
       using T = typename decltype(tag)::type;
@@ -542,13 +558,13 @@ void cross_entropy(const CrossEntropyArgs& a) {
       // Runs even with no rows: it writes the count and a zero loss.
       launch_kernel(cross_entropy_mean_kernel<T, I>, 1, kReduceThreads, 0, active_stream(),
           x, static_cast<const I*>(a.target), a.stats, static_cast<T*>(a.loss), a.rows, a.classes,
-          a.ignore_index, a.errors, a.error_bit);
+          a.ignore_index, a.errors, static_cast<uint32_t>(KernelError::kClassIndex));
     });
   });
   check_launch("cross_entropy");
 }
 
-void cross_entropy_backward(const CrossEntropyBackwardArgs& a) {
+void cross_entropy_backward_launch(const CrossEntropyBackwardArgs& a) {
   if (a.rows * a.classes == 0) return;
   with_float(a.dtype, [&](auto tag) {
     with_index(a.index, [&](auto itag) {
@@ -562,7 +578,7 @@ void cross_entropy_backward(const CrossEntropyBackwardArgs& a) {
   check_launch("cross_entropy_backward");
 }
 
-void layer_norm(const LayerNormArgs& a) {
+void layer_norm_launch(const LayerNormArgs& a) {
   if (a.rows == 0) return;
   with_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -579,7 +595,7 @@ void layer_norm(const LayerNormArgs& a) {
   check_launch("layer_norm");
 }
 
-void layer_norm_backward(const LayerNormBackwardArgs& a) {
+void layer_norm_backward_launch(const LayerNormBackwardArgs& a) {
   if (a.cols == 0) return;
   with_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -606,7 +622,7 @@ void layer_norm_backward(const LayerNormBackwardArgs& a) {
   check_launch("layer_norm_backward");
 }
 
-void embedding(const EmbeddingArgs& a) {
+void embedding_launch(const EmbeddingArgs& a) {
   if (a.n * a.dim == 0) return;
   auto run = [&](auto etag) {
     using E = typename decltype(etag)::type;
@@ -614,10 +630,10 @@ void embedding(const EmbeddingArgs& a) {
       using I = typename decltype(itag)::type;
       launch_kernel(embedding_kernel<E, I>, blocks_for(a.n * a.dim), kThreads, 0, active_stream(),
           static_cast<const E*>(a.w), static_cast<const I*>(a.idx), static_cast<E*>(a.out), a.n, a.vocab, a.dim,
-          a.errors, a.error_bit);
+          a.errors, static_cast<uint32_t>(KernelError::kEmbeddingIndex));
     });
   };
-  switch (a.elem_bytes) {
+  switch (dtype_size(a.dtype)) {   // a row copy is a byte copy: any dtype of that size
     case 1: run(Tag<uint8_t>{}); break;
     case 2: run(Tag<uint16_t>{}); break;
     case 4: run(Tag<uint32_t>{}); break;
@@ -626,12 +642,22 @@ void embedding(const EmbeddingArgs& a) {
   check_launch("embedding");
 }
 
+// NOTE [ Deterministic embedding backward ]: a stable radix sort (CUB) of
+// (index, position) pairs groups the positions of each row in increasing
+// order; then one thread per grad_weight element adds its row's gradients
+// in that order (the CPU order, rounded in the storage type at each add as
+// the CPU does). No float atomics; cost O(n + vocab) for the sort and
+// O((n + vocab) * dim) for the sums. Scratch: one workspace
+// (embedding_backward_workspace), carved by carve_embedding_scratch.
+
+// Bits of the sort keys (0..vocab, vocab = bad index).
 int embedding_sort_bits(int64_t vocab) {
   int bits = 1;
   while (bits < 32 && (int64_t{1} << bits) <= vocab) ++bits;   // keys are in [0, vocab]
   return bits;
 }
 
+// CUB's scratch bytes for sorting n keys; a host-only query (no device work).
 size_t embedding_sort_temp_bytes(int64_t n, int end_bit) {
   size_t bytes = 0;
   check(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const uint32_t*>(nullptr),
@@ -641,31 +667,73 @@ size_t embedding_sort_temp_bytes(int64_t n, int end_bit) {
   return bytes;
 }
 
-void embedding_backward(const EmbeddingBackwardArgs& a) {
+// The pieces of embedding_backward's workspace, in this order, each at a
+// multiple of kScratchAlign bytes: keys, keys_sorted (u32 [n]), pos,
+// pos_sorted (i32 [n]), row_start (i32 [vocab + 1]), then CUB's sort scratch
+// (the rest).
+struct EmbeddingScratch {
+  uint32_t* keys;
+  uint32_t* keys_sorted;
+  int32_t* pos;
+  int32_t* pos_sorted;
+  int32_t* row_start;
+  void* sort_temp;
+  size_t sort_temp_bytes;
+};
+
+constexpr int64_t kScratchAlign = 256;   // as cudaMalloc and the capture arena align
+int64_t align_up(int64_t bytes) { return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
+// Bytes of the workspace before the sort scratch.
+int64_t sort_temp_offset(int64_t n, int64_t vocab) { return 4 * align_up(4 * n) + align_up(4 * (vocab + 1)); }
+
+EmbeddingScratch carve_embedding_scratch(const EmbeddingBackwardArgs& a) {
+  char* base = static_cast<char*>(a.workspace);
+  const int64_t column = align_up(4 * a.n);
+  const int64_t temp = sort_temp_offset(a.n, a.vocab);
+  return {reinterpret_cast<uint32_t*>(base),
+          reinterpret_cast<uint32_t*>(base + column),
+          reinterpret_cast<int32_t*>(base + 2 * column),
+          reinterpret_cast<int32_t*>(base + 3 * column),
+          reinterpret_cast<int32_t*>(base + 4 * column),
+          base + temp,
+          static_cast<size_t>(a.workspace_bytes - temp)};
+}
+
+int64_t embedding_backward_workspace(const EmbeddingBackwardArgs& a, const char** why) {
+  if (a.n >= (int64_t{1} << 31) || a.vocab >= (int64_t{1} << 31) - 1) {
+    *why = "exceed the 32-bit sort";
+    return -1;
+  }
+  const size_t temp = a.n > 0 ? embedding_sort_temp_bytes(a.n, embedding_sort_bits(a.vocab)) : 0;
+  return sort_temp_offset(a.n, a.vocab) + static_cast<int64_t>(temp);
+}
+
+void embedding_backward_launch(const EmbeddingBackwardArgs& a) {
   if (a.vocab * a.dim == 0) return;
   const cudaStream_t s = active_stream();
+  const EmbeddingScratch w = carve_embedding_scratch(a);
   if (a.n > 0) {
     with_index(a.index, [&](auto itag) {
       using I = typename decltype(itag)::type;
-      launch_kernel(embedding_keys_kernel<I>, blocks_for(a.n), kThreads, 0, s, static_cast<const I*>(a.idx), a.keys, a.pos,
-                                                                    a.n, a.vocab);
+      launch_kernel(embedding_keys_kernel<I>, blocks_for(a.n), kThreads, 0, s, static_cast<const I*>(a.idx), w.keys,
+                    w.pos, a.n, a.vocab);
     });
-    size_t temp_bytes = a.sort_temp_bytes;
-    check(cub::DeviceRadixSort::SortPairs(a.sort_temp, temp_bytes, a.keys, a.keys_sorted, a.pos, a.pos_sorted,
-                                          static_cast<int>(a.n), 0, a.end_bit, s),
+    size_t temp_bytes = w.sort_temp_bytes;
+    check(cub::DeviceRadixSort::SortPairs(w.sort_temp, temp_bytes, w.keys, w.keys_sorted, w.pos, w.pos_sorted,
+                                          static_cast<int>(a.n), 0, embedding_sort_bits(a.vocab), s),
           "embedding_backward: CUB sort");
   }
-  launch_kernel(embedding_row_start_kernel, blocks_for(a.vocab + 1), kThreads, 0, s, a.keys_sorted, a.row_start, a.n,
-                                                                          a.vocab);
+  launch_kernel(embedding_row_start_kernel, blocks_for(a.vocab + 1), kThreads, 0, s, w.keys_sorted, w.row_start,
+                a.n, a.vocab);
   with_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_kernel(embedding_sum_kernel<T>, blocks_for(a.vocab * a.dim), kThreads, 0, s,
-        static_cast<const T*>(a.g), a.pos_sorted, a.row_start, static_cast<T*>(a.gw), a.vocab, a.dim);
+        static_cast<const T*>(a.g), w.pos_sorted, w.row_start, static_cast<T*>(a.gw), a.vocab, a.dim);
   });
   check_launch("embedding_backward");
 }
 
-void dropout(const DropoutArgs& a) {
+void dropout_launch(const DropoutArgs& a) {
   if (a.n == 0) return;
   with_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -676,7 +744,7 @@ void dropout(const DropoutArgs& a) {
   check_launch("dropout");
 }
 
-void dropout_backward(const DropoutBackwardArgs& a) {
+void dropout_backward_launch(const DropoutBackwardArgs& a) {
   if (a.n == 0) return;
   with_float(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -686,4 +754,22 @@ void dropout_backward(const DropoutBackwardArgs& a) {
   check_launch("dropout_backward");
 }
 
-}  // namespace encore::cuda::nn_launch
+}  // namespace
+
+extern const NnKernels kNn = {
+    .softmax = kernel<&softmax_launch>(),
+    .softmax_backward = kernel<&softmax_backward_launch>(),
+    .cross_entropy = kernel<&cross_entropy_launch>(),
+    .cross_entropy_backward = kernel<&cross_entropy_backward_launch>(),
+    .layer_norm = kernel<&layer_norm_launch>(),
+    .layer_norm_backward = kernel<&layer_norm_backward_launch>(),
+    .embedding = kernel<&embedding_launch>(),
+    .embedding_backward = kernel<&embedding_backward_launch>(),
+    .dropout = kernel<&dropout_launch>(),
+    .dropout_backward = kernel<&dropout_backward_launch>(),
+    .layer_norm_max_chunks = 256,   // grid y of layer_norm_partial_kernel
+    .embedding_backward_workspace = &embedding_backward_workspace,
+    .error_word = &error_word,
+};
+
+}  // namespace encore::cuda

@@ -1,20 +1,106 @@
-// CUDA reduction kernels: sum, mean, var, max/argmax, and max's backward.
-// Kernels, then launchers. Deterministic: every shape reduces in one fixed
-// order (NOTE [ CUDA reduction plan ] in reduce_launch.h), without atomics.
-// No Abseil and no tensor types here: they slow nvcc.
+// CUDA reduction kernels: sum, mean, var, max/argmax, and max's backward
+// (contracts: SumArgs, MaxArgs, MaxBackwardArgs in src/backends/kernel_table.h;
+// host side: src/backends/reduce.cpp). The plan, kernels, then the kernel
+// table entries. Deterministic: every shape reduces in one fixed order (NOTE
+// [ CUDA reduction plan ]), without atomics. No Abseil and no tensor types
+// here: they slow nvcc.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
 #include "src/backends/cuda/convert.cuh"
 #include "src/backends/cuda/launch.h"
-#include "src/backends/cuda/reduce_launch.h"
+#include "src/backends/kernel_table.h"
 
 namespace encore::cuda {
 namespace {
+
+using backend::MaxArgs;
+using backend::MaxBackwardArgs;
+using backend::ReduceGeom;
+using backend::ReduceKernels;
+using backend::ReducePlan;
+using backend::SumArgs;
+using backend::SumMode;
+
+constexpr int kReduceThreads = 256;      // threads per block of every reduction kernel
+constexpr int kReduceMaxSplits = 1024;   // chunks of one output in the two-pass scheme
+// Bytes of one partial in SumArgs::partials / MaxArgs::partials.
+constexpr int64_t kSumPartialBytes = 8;
+constexpr int64_t kMaxPartialBytes = 16;
+
+// ---- plan ----
+
+// NOTE [ CUDA reduction plan ]
+// Every block has kReduceThreads = tx * ty threads (both powers of two): tx
+// adjacent outputs, ty threads per output that split its reduced elements
+// (thread y takes elements y, y + ty, ...; each accumulates in index order)
+// and then combine in a fixed shared-memory tree. `row_threads` puts y in the
+// fast-varying thread index (rows whose reduced elements are adjacent in
+// memory: one block or a few warps per row, coalesced along the row); else x
+// is fast (columns: adjacent outputs adjacent in memory; ty = 1 is a thread
+// per output). With splits > 1 the reduced range of each output is cut into
+// `splits` equal chunks (grid y); pass one writes one partial per chunk into
+// a temporary, pass two combines them in chunk order. The plan depends on
+// the geometry alone, so a shape always reduces in the same order and
+// replays are bit-identical (no atomics anywhere).
+
+int32_t pow2_ceil(int64_t v) {
+  int32_t p = 1;
+  while (p < v && p < kReduceThreads) p *= 2;
+  return p;
+}
+
+// Elements each thread takes at least before more threads share an output,
+// and (two-pass) the elements per thread that make a chunk worth its own block.
+constexpr int64_t kMinPerThread = 4;
+constexpr int64_t kChunkPerThread = 32;
+// Two-pass when the single pass would have fewer than half this many blocks,
+// and then about this many blocks in all (an H100/H200 has 132 SMs).
+constexpr int64_t kTargetBlocks = 512;
+
+// NOTE [ CUDA reduction plan ]. Depends on g only.
+ReducePlan make_plan(const ReduceGeom& g) {
+  const int64_t n = g.red_numel, m = g.out_numel;
+  const bool red_contiguous = g.red_stride[g.red_ndim - 1] == 1;
+  const bool columns = m > 1 && !red_contiguous && g.kept_stride[g.kept_ndim - 1] == 1;
+  ReducePlan p{};
+  p.splits = 1;
+  p.row_threads = !columns;
+  // Columns: at least a warp's worth of adjacent outputs when there are that many.
+  p.ty = columns ? kReduceThreads / pow2_ceil(std::min<int64_t>(g.kept_shape[g.kept_ndim - 1], 32))
+                 : kReduceThreads;
+  while (p.ty > 1 && p.ty * kMinPerThread > n) p.ty /= 2;
+  p.tx = kReduceThreads / p.ty;
+  const int64_t groups = (m + p.tx - 1) / p.tx;
+  if (groups > 0 && groups < kTargetBlocks / 2) {
+    const int64_t by_length = (n + p.ty * kChunkPerThread - 1) / (p.ty * kChunkPerThread);
+    const int64_t by_blocks = (kTargetBlocks + groups - 1) / groups;
+    const int64_t splits = std::min({int64_t{kReduceMaxSplits}, by_length, by_blocks});
+    if (splits > 1) p.splits = static_cast<int32_t>(splits);
+  }
+  return p;
+}
+
+// Bytes of the partials of a two-pass plan (0 for one pass), `bytes` per partial.
+int64_t partials_bytes(const ReducePlan& p, const ReduceGeom& g, int64_t bytes) {
+  if (p.splits == 1 || g.out_numel == 0) return 0;
+  return p.splits * g.out_numel * bytes;
+}
+
+int64_t plan_sum(SumArgs& a) {
+  a.plan = make_plan(a.g);
+  return partials_bytes(a.plan, a.g, kSumPartialBytes);
+}
+
+int64_t plan_max(MaxArgs& a) {
+  a.plan = make_plan(a.g);
+  return partials_bytes(a.plan, a.g, kMaxPartialBytes);
+}
 
 template <typename C> __device__ __forceinline__ bool is_nan(C v) {
   if constexpr (std::is_floating_point_v<C>) {
@@ -268,46 +354,49 @@ void launch_reduce(const R& r, const ReduceGeom& g, const ReducePlan& p, void* p
   }
 }
 
+constexpr const char* kSumNames[] = {"sum", "mean", "var"};   // by SumMode
+
 template <typename T, typename TOut, SumMode kMode>
-void launch_sum_typed(const SumLaunchArgs& a) {
+void launch_sum_typed(const SumArgs& a) {
   static_assert(sizeof(typename SumReducer<T, TOut, kMode>::Part) <= kSumPartialBytes);
-  launch_reduce(SumReducer<T, TOut, kMode>{static_cast<TOut*>(a.out), a.mean, a.divisor}, a.g, a.p, a.partials,
-                a.op);
+  launch_reduce(SumReducer<T, TOut, kMode>{static_cast<TOut*>(a.out), a.mean, a.divisor}, a.g, a.plan, a.partials,
+                kSumNames[static_cast<int>(kMode)]);
 }
 
 template <typename T, SumMode kMode>
-void launch_sum_out(const SumLaunchArgs& a) {
+void launch_sum_out(const SumArgs& a) {
   using Wide = std::conditional_t<std::is_floating_point_v<compute_t<T>>, float, int64_t>;
-  if (a.out_type == a.in_type) return launch_sum_typed<T, T, kMode>(a);
-  return launch_sum_typed<T, Wide, kMode>(a);   // the host checked out_type is the wide type
+  if (a.out_dtype == a.in_dtype) return launch_sum_typed<T, T, kMode>(a);
+  return launch_sum_typed<T, Wide, kMode>(a);   // the host checked out_dtype is the wide type
 }
 
 template <SumMode kMode>
-void launch_sum_mode(const SumLaunchArgs& a) {
-  switch (a.in_type) {
-    case ReduceType::kF32: return launch_sum_out<float, kMode>(a);
-    case ReduceType::kF16: return launch_sum_out<__half, kMode>(a);
-    case ReduceType::kBF16: return launch_sum_out<__nv_bfloat16, kMode>(a);
+void launch_sum_mode(const SumArgs& a) {
+  switch (a.in_dtype) {
+    case DType::kFloat32: return launch_sum_out<float, kMode>(a);
+    case DType::kFloat16: return launch_sum_out<__half, kMode>(a);
+    case DType::kBFloat16: return launch_sum_out<__nv_bfloat16, kMode>(a);
     default: break;
   }
   if constexpr (kMode == SumMode::kSum) {   // mean and var take floats only (the host checks)
-    switch (a.in_type) {
-      case ReduceType::kI32: return launch_sum_out<int32_t, kMode>(a);
-      case ReduceType::kI64: return launch_sum_out<int64_t, kMode>(a);
-      case ReduceType::kBool: return launch_sum_out<bool, kMode>(a);
+    switch (a.in_dtype) {
+      case DType::kInt32: return launch_sum_out<int32_t, kMode>(a);
+      case DType::kInt64: return launch_sum_out<int64_t, kMode>(a);
+      case DType::kBool: return launch_sum_out<bool, kMode>(a);
       default: break;
     }
   }
 }
 
 template <typename T>
-void launch_max_typed(const MaxLaunchArgs& a) {
+void launch_max_typed(const MaxArgs& a) {
   static_assert(sizeof(typename MaxReducer<T>::Part) <= kMaxPartialBytes);
-  launch_reduce(MaxReducer<T>{static_cast<T*>(a.values), a.indices}, a.g, a.p, a.partials, a.op);
+  launch_reduce(MaxReducer<T>{static_cast<T*>(a.values), a.indices}, a.g, a.plan, a.partials,
+                a.values != nullptr ? "max" : "argmax");
 }
 
 template <typename T>
-void launch_max_backward_typed(const MaxBackwardLaunchArgs& a) {
+void launch_max_backward_typed(const MaxBackwardArgs& a) {
   const int64_t total = a.outer * a.n * a.inner;
   if (total == 0) return;
   launch_kernel(max_backward_kernel<T>, blocks_for(total), kThreads, 0, active_stream(),
@@ -315,11 +404,9 @@ void launch_max_backward_typed(const MaxBackwardLaunchArgs& a) {
   check_launch("max_backward");
 }
 
-}  // namespace
+// ---- kernel table entries ----
 
-// ---- launchers ----
-
-void sum_launcher(const SumLaunchArgs& a) {
+void sum_launcher(const SumArgs& a) {
   switch (a.mode) {
     case SumMode::kSum: return launch_sum_mode<SumMode::kSum>(a);
     case SumMode::kMean: return launch_sum_mode<SumMode::kMean>(a);
@@ -327,24 +414,34 @@ void sum_launcher(const SumLaunchArgs& a) {
   }
 }
 
-void max_launcher(const MaxLaunchArgs& a) {
-  switch (a.type) {
-    case ReduceType::kF32: return launch_max_typed<float>(a);
-    case ReduceType::kF16: return launch_max_typed<__half>(a);
-    case ReduceType::kBF16: return launch_max_typed<__nv_bfloat16>(a);
-    case ReduceType::kI32: return launch_max_typed<int32_t>(a);
-    case ReduceType::kI64: return launch_max_typed<int64_t>(a);
-    case ReduceType::kBool: break;   // refused on the host
+void max_launcher(const MaxArgs& a) {
+  switch (a.dtype) {
+    case DType::kFloat32: return launch_max_typed<float>(a);
+    case DType::kFloat16: return launch_max_typed<__half>(a);
+    case DType::kBFloat16: return launch_max_typed<__nv_bfloat16>(a);
+    case DType::kInt32: return launch_max_typed<int32_t>(a);
+    case DType::kInt64: return launch_max_typed<int64_t>(a);
+    case DType::kBool: break;   // refused on the host
   }
 }
 
-void max_backward_launcher(const MaxBackwardLaunchArgs& a) {
-  switch (a.type) {
-    case ReduceType::kF32: return launch_max_backward_typed<float>(a);
-    case ReduceType::kF16: return launch_max_backward_typed<__half>(a);
-    case ReduceType::kBF16: return launch_max_backward_typed<__nv_bfloat16>(a);
+void max_backward_launcher(const MaxBackwardArgs& a) {
+  switch (a.dtype) {
+    case DType::kFloat32: return launch_max_backward_typed<float>(a);
+    case DType::kFloat16: return launch_max_backward_typed<__half>(a);
+    case DType::kBFloat16: return launch_max_backward_typed<__nv_bfloat16>(a);
     default: break;   // refused on the host
   }
 }
+
+}  // namespace
+
+extern const ReduceKernels kReduce = {
+    .sum = kernel<&sum_launcher>(),
+    .max = kernel<&max_launcher>(),
+    .max_backward = kernel<&max_backward_launcher>(),
+    .plan_sum = &plan_sum,
+    .plan_max = &plan_max,
+};
 
 }  // namespace encore::cuda
