@@ -59,6 +59,34 @@ struct BinaryKernels {
   Kernel<BinaryScalarArgs> scalar;
 };
 
+// ---- unary: elementwise math (unary_math.h) and its fused backward ----
+
+// out = op(a); operands out, a, both of `dtype`: a float dtype, or i32/i64
+// for abs, relu and clamp (unary_supports_integers; the host refuses the
+// rest). p0, p1: the op's scalars as the caller gave them (pow: the exponent;
+// clamp: the bounds, whole numbers or infinite for integers); each kernel
+// converts them to the compute type with unary_param (integers: clipped).
+struct UnaryArgs {
+  Layout<2> l;
+  DType dtype;
+  UnaryOp op;
+  double p0, p1;
+};
+
+// grad_in = g * op'(saved), saved being y or x as unary_saves_output says;
+// operands grad_in, g, saved, all of `dtype` (a float dtype).
+struct UnaryBackwardArgs {
+  Layout<3> l;
+  DType dtype;
+  UnaryOp op;
+  double p0, p1;
+};
+
+struct UnaryKernels {
+  Kernel<UnaryArgs> forward;              // "exp", "tanh", ... (kUnaryNames)
+  Kernel<UnaryBackwardArgs> backward;     // "exp_backward", ... (kUnaryBackwardNames)
+};
+
 // ---- the table ----
 
 // One pointer per kernel family; every entry of every family is required
@@ -66,6 +94,7 @@ struct BinaryKernels {
 struct KernelTable {
   const char* name;                // "cpu", "cuda"
   const BinaryKernels* binary;     // binary.cpp / binary.cu
+  const UnaryKernels* unary;       // unary.cpp / unary.cu
 };
 
 }  // namespace encore::backend

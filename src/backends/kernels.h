@@ -24,7 +24,6 @@
 #include "src/backends/cpu/optim.h"
 #include "src/backends/cpu/reduce.h"
 #include "src/backends/cpu/select.h"
-#include "src/backends/cpu/unary.h"
 
 #if ENCORE_HAVE_CUDA
 #include "src/backends/cuda/copy.h"
@@ -33,7 +32,6 @@
 #include "src/backends/cuda/optim.h"
 #include "src/backends/cuda/reduce.h"
 #include "src/backends/cuda/select.h"
-#include "src/backends/cuda/unary.h"
 
 #define ENCORE_KERNEL(device, fn, ...) \
   ((device).is_cuda() ? ::encore::cuda::fn(__VA_ARGS__) : ::encore::cpu::fn(__VA_ARGS__))
@@ -54,5 +52,26 @@ const KernelTable& kernels_for(Device device);
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0);
 // out = a + s, a * s, s - a, s / a.
 void binary_scalar(ScalarOp op, const Tensor& out, const Tensor& a, double s);
+
+// ---- unary (unary.cpp) ----
+// Elementwise unary math (exp, log, ..., gelu, clamp) and the fused backward
+// of each op: one launch computes grad_in from the output gradient and one
+// saved tensor, instead of a chain of elementwise ops.
+//
+//   backend::unary(UnaryOp::kTanh, y, x);                    // y = tanh(x)
+//   backend::unary_backward(UnaryOp::kTanh, dx, dy, y);       // dx = dy * (1 - y^2)
+//
+// Each op's backward reads either its forward output y or its input x; which
+// one is fixed per op by unary_saves_output() (op_kinds.h) so that the op
+// layer saves the right tensor.
+
+// out = op(a). out: contiguous, a's shape and dtype; a: any strides. Floats,
+// and i32/i64 for abs, relu and clamp. For integer clamp, p0/p1 must be whole
+// numbers (or infinite); they are clipped to the dtype's range.
+void unary(UnaryOp op, const Tensor& out, const Tensor& a, double p0 = 0.0, double p1 = 0.0);
+// grad_in = g * op'(...), using `saved` (y or x, see unary_saves_output).
+// grad_in: contiguous; g and saved: its shape and dtype, any strides. Floats only.
+void unary_backward(UnaryOp op, const Tensor& grad_in, const Tensor& g, const Tensor& saved, double p0 = 0.0,
+                    double p1 = 0.0);
 
 }  // namespace encore::backend

@@ -228,7 +228,7 @@ TEST(CudaUnaryTest, EveryFloatOpDtypeAndSize) {
     const UnaryOp op = static_cast<UnaryOp>(k);
     double p0, p1;
     params_for(op, p0, p1);
-    const Kernel kernel = [=](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), unary, op, x[0], x[1], p0, p1); };
+    const Kernel kernel = [=](const std::vector<Tensor>& x) { backend::unary(op, x[0], x[1], p0, p1); };
     for (DType t : kFloatTypes) {
       const Tol tol = exact_op(op) ? Tol{} : libm_tol(t);
       for (int64_t n : kSizes) {
@@ -243,7 +243,7 @@ TEST(CudaUnaryTest, EveryFloatOpDtypeAndSize) {
   }
   // pow with p0 == 2 takes the x * x path.
   expect_backends_agree(
-      [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), unary, UnaryOp::kPow, x[0], x[1], 2.0, 0.0); },
+      [](const std::vector<Tensor>& x) { backend::unary(UnaryOp::kPow, x[0], x[1], 2.0, 0.0); },
       {{zeros({257})}, {values_of({257}, kFloat32, 80)}});
 }
 
@@ -256,7 +256,7 @@ TEST(CudaUnaryTest, IntegerAbsReluClampAreExact) {
   for (DType t : {kInt32, kInt64}) {
     for (const Case& c : cases) {
       const Kernel kernel = [=](const std::vector<Tensor>& x) {
-        ENCORE_KERNEL(x[0].device(), unary, c.op, x[0], x[1], c.p0, c.p1);
+        backend::unary(c.op, x[0], x[1], c.p0, c.p1);
       };
       for (int64_t n : kSizes) {
         SCOPED_TRACE(::testing::Message() << "op " << static_cast<int>(c.op) << " " << name_of(t, n));
@@ -271,7 +271,7 @@ TEST(CudaUnaryTest, IntegerAbsReluClampAreExact) {
                                   : from_vector<int32_t>({std::numeric_limits<int32_t>::min(), -1, 0, 1,
                                                           std::numeric_limits<int32_t>::max()}, {5});
     expect_backends_agree(
-        [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), unary, UnaryOp::kAbs, x[0], x[1], 0.0, 0.0); },
+        [](const std::vector<Tensor>& x) { backend::unary(UnaryOp::kAbs, x[0], x[1], 0.0, 0.0); },
         {{zeros({5}, t)}, {in}});
   }
 }
@@ -283,7 +283,7 @@ TEST(CudaUnaryTest, BackwardEveryOpDtypeSizeAndLayout) {
     double p0, p1;
     params_for(op, p0, p1);
     const Kernel kernel = [=](const std::vector<Tensor>& x) {
-      ENCORE_KERNEL(x[0].device(), unary_backward, op, x[0], x[1], x[2], p0, p1);
+      backend::unary_backward(op, x[0], x[1], x[2], p0, p1);
     };
     for (DType t : kFloatTypes) {
       const Tol tol = (op == UnaryOp::kAbs || op == UnaryOp::kRelu || op == UnaryOp::kClamp) ? Tol{} : libm_tol(t);

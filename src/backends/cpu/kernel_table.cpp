@@ -5,12 +5,14 @@
 namespace encore {
 namespace cpu {
 extern const backend::BinaryKernels kBinary;   // binary.cpp
+extern const backend::UnaryKernels kUnary;     // unary.cpp
 }  // namespace cpu
 
 namespace backend {
 extern const KernelTable kCpuKernels = {
     .name = "cpu",
     .binary = &cpu::kBinary,
+    .unary = &cpu::kUnary,
 };
 }  // namespace backend
 }  // namespace encore

@@ -5,12 +5,14 @@
 namespace encore {
 namespace cuda {
 extern const backend::BinaryKernels kBinary;   // binary.cu
+extern const backend::UnaryKernels kUnary;     // unary.cu
 }  // namespace cuda
 
 namespace backend {
 extern const KernelTable kCudaKernels = {
     .name = "cuda",
     .binary = &cuda::kBinary,
+    .unary = &cuda::kUnary,
 };
 }  // namespace backend
 }  // namespace encore
