@@ -87,6 +87,31 @@ struct UnaryKernels {
   Kernel<UnaryBackwardArgs> backward;     // "exp_backward", ... (kUnaryBackwardNames)
 };
 
+// ---- select: where, masked_fill ----
+// Elements are moved as storage bytes, never converted, so every dtype is
+// exact; bool operands are read as bytes and tested against zero.
+
+// out = cond ? a : b; operands out, cond (bool), a, b; out, a, b of `dtype`
+// (any, bool included).
+struct WhereArgs {
+  Layout<4> l;
+  DType dtype;
+};
+
+// out = (mask == fill_when) ? value : a; operands out, a, mask (bool); out
+// and a of `dtype` (any).
+struct MaskedFillArgs {
+  Layout<3> l;
+  DType dtype;
+  uint64_t value_bits;   // the value converted to `dtype` (value_bits in convert.h): its storage bytes, low first
+  bool fill_when;
+};
+
+struct SelectKernels {
+  Kernel<WhereArgs> where;               // "where"
+  Kernel<MaskedFillArgs> masked_fill;    // "masked_fill"; with value 0 also the backward of both ops
+};
+
 // ---- the table ----
 
 // One pointer per kernel family; every entry of every family is required
@@ -95,6 +120,7 @@ struct KernelTable {
   const char* name;                // "cpu", "cuda"
   const BinaryKernels* binary;     // binary.cpp / binary.cu
   const UnaryKernels* unary;       // unary.cpp / unary.cu
+  const SelectKernels* select;     // select.cpp / select.cu
 };
 
 }  // namespace encore::backend

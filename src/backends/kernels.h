@@ -23,7 +23,6 @@
 #include "src/backends/cpu/nn.h"
 #include "src/backends/cpu/optim.h"
 #include "src/backends/cpu/reduce.h"
-#include "src/backends/cpu/select.h"
 
 #if ENCORE_HAVE_CUDA
 #include "src/backends/cuda/copy.h"
@@ -31,7 +30,6 @@
 #include "src/backends/cuda/nn.h"
 #include "src/backends/cuda/optim.h"
 #include "src/backends/cuda/reduce.h"
-#include "src/backends/cuda/select.h"
 
 #define ENCORE_KERNEL(device, fn, ...) \
   ((device).is_cuda() ? ::encore::cuda::fn(__VA_ARGS__) : ::encore::cpu::fn(__VA_ARGS__))
@@ -73,5 +71,21 @@ void unary(UnaryOp op, const Tensor& out, const Tensor& a, double p0 = 0.0, doub
 // grad_in: contiguous; g and saved: its shape and dtype, any strides. Floats only.
 void unary_backward(UnaryOp op, const Tensor& grad_in, const Tensor& g, const Tensor& saved, double p0 = 0.0,
                     double p1 = 0.0);
+
+// ---- select (select.cpp) ----
+// Elementwise selection. masked_fill with value 0 is also the fused backward
+// of both ops (one launch: the gradient with zeros where it does not flow).
+//
+//   backend::where(out, cond, a, b);                    // out = cond ? a : b
+//   backend::masked_fill(out, a, mask, -INFINITY);      // out = mask ? -inf : a
+//   backend::masked_fill(ga, g, cond, 0.0, false);      // ga  = cond ? g : 0
+
+// out = cond ? a : b. out: contiguous, the broadcast shape of all three;
+// cond: bool; a, b: out's dtype (any); inputs broadcast to out, any strides.
+void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+// out = (mask == fill_when) ? value : a. out: contiguous, of a broadcast shape
+// that a and mask (bool) broadcast to; value converted to out's dtype (the op
+// checks that it fits; to bool: value != 0).
+void masked_fill(const Tensor& out, const Tensor& a, const Tensor& mask, double value, bool fill_when = true);
 
 }  // namespace encore::backend

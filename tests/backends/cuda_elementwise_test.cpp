@@ -306,7 +306,7 @@ TEST(CudaUnaryTest, BackwardEveryOpDtypeSizeAndLayout) {
 
 TEST(CudaSelectTest, WhereEveryDtypeSizeAndBroadcast) {
   ENCORE_SKIP_WITHOUT_GPU();
-  const Kernel kernel = [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), where, x[0], x[1], x[2], x[3]); };
+  const Kernel kernel = [](const std::vector<Tensor>& x) { backend::where(x[0], x[1], x[2], x[3]); };
   for (DType t : kAllTypes) {
     for (int64_t n : kSizes) {
       SCOPED_TRACE(name_of(t, n));
@@ -325,7 +325,7 @@ TEST(CudaSelectTest, MaskedFillEveryDtypeSizeAndBroadcast) {
     const double value = is_floating(t) ? -std::numeric_limits<double>::infinity() : (t == kBool ? 1.0 : -7.0);
     for (bool fill_when : {true, false}) {
       const Kernel kernel = [=](const std::vector<Tensor>& x) {
-        ENCORE_KERNEL(x[0].device(), masked_fill, x[0], x[1], x[2], value, fill_when);
+        backend::masked_fill(x[0], x[1], x[2], value, fill_when);
       };
       for (int64_t n : kSizes) {
         SCOPED_TRACE(::testing::Message() << name_of(t, n) << " fill_when " << fill_when);
@@ -339,7 +339,7 @@ TEST(CudaSelectTest, MaskedFillEveryDtypeSizeAndBroadcast) {
   // A value that f16 rounds (to nearest even) and bf16 rounds differently.
   for (DType t : kFloatTypes) {
     expect_backends_agree(
-        [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), masked_fill, x[0], x[1], x[2], 0.1, true); },
+        [](const std::vector<Tensor>& x) { backend::masked_fill(x[0], x[1], x[2], 0.1, true); },
         {{zeros({257}, t)}, {values_of({257}, t, 214)}, {values_of({257}, kBool, 215)}});
   }
 }

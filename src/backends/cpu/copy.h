@@ -4,10 +4,9 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "encore/tensor.h"
-#include "src/backends/float_to_int.h"
+#include "src/backends/convert.h"
 #include "src/backends/op_kinds.h"
 
 namespace encore::cpu {
@@ -19,22 +18,7 @@ using backend::RandomKind;
 // out contiguous float; state: i64 [2] {seed, offset}; the kernel advances offset by numel.
 void random(const Tensor& out, const Tensor& state, RandomKind kind);
 
-// Converts one element between storage types (f16/bf16 through float; to bool:
-// != 0; a float to an integer: backend::float_to_int, as on CUDA).
-template <typename To, typename From>
-inline To convert(From x) {
-  constexpr bool kHalfFrom = std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>;
-  if constexpr (std::is_same_v<To, bool>) {
-    return static_cast<float>(x) != 0.0f;
-  } else if constexpr (std::is_same_v<To, Half> || std::is_same_v<To, BFloat16>) {
-    return To(static_cast<float>(x));
-  } else if constexpr (std::is_integral_v<To> && kHalfFrom) {
-    return backend::float_to_int<To>(static_cast<float>(x));
-  } else if constexpr (std::is_integral_v<To> && std::is_floating_point_v<From>) {
-    return backend::float_to_int<To>(x);
-  } else {
-    return static_cast<To>(x);
-  }
-}
+// Converts one element between storage types: backend::convert (src/backends/convert.h).
+using backend::convert;
 
 }  // namespace encore::cpu

@@ -6,6 +6,7 @@ namespace encore {
 namespace cpu {
 extern const backend::BinaryKernels kBinary;   // binary.cpp
 extern const backend::UnaryKernels kUnary;     // unary.cpp
+extern const backend::SelectKernels kSelect;   // select.cpp
 }  // namespace cpu
 
 namespace backend {
@@ -13,6 +14,7 @@ extern const KernelTable kCpuKernels = {
     .name = "cpu",
     .binary = &cpu::kBinary,
     .unary = &cpu::kUnary,
+    .select = &cpu::kSelect,
 };
 }  // namespace backend
 }  // namespace encore

@@ -6,6 +6,7 @@ namespace encore {
 namespace cuda {
 extern const backend::BinaryKernels kBinary;   // binary.cu
 extern const backend::UnaryKernels kUnary;     // unary.cu
+extern const backend::SelectKernels kSelect;   // select.cu
 }  // namespace cuda
 
 namespace backend {
@@ -13,6 +14,7 @@ extern const KernelTable kCudaKernels = {
     .name = "cuda",
     .binary = &cuda::kBinary,
     .unary = &cuda::kUnary,
+    .select = &cuda::kSelect,
 };
 }  // namespace backend
 }  // namespace encore
