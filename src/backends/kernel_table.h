@@ -112,6 +112,51 @@ struct SelectKernels {
   Kernel<MaskedFillArgs> masked_fill;    // "masked_fill"; with value 0 also the backward of both ops
 };
 
+// ---- copy: fill, strided copy with dtype conversion, arange, random ----
+
+// Every element of operand 0 = the value; any strides, any dtype.
+struct FillArgs {
+  Layout<1> l;
+  DType dtype;
+  uint64_t value_bits;   // the value converted to `dtype` (value_bits in convert.h): its storage bytes, low first
+};
+
+// dst = convert(src) (convert.h; bit for bit on both backends); operands dst,
+// src (broadcast to dst); any pair of dtypes; both on one device.
+struct CopyArgs {
+  Layout<2> l;
+  DType dst_dtype, src_dtype;
+};
+
+// out[i] = convert(start + step * i), the sum in double; out dense, n elements.
+struct ArangeArgs {
+  void* out;
+  int64_t n;
+  DType dtype;   // not bool
+  double start, step;
+};
+
+// out[i] = draw i of Philox (src/core/philox.h) at counter state[1] + i, key
+// state[0]: uniform on [0, 1) (kept below 1 after rounding to f16/bf16) or
+// standard normal; then state[1] += n, on the device, after every draw
+// (a captured step draws new numbers on every replay). out dense, n
+// elements of a float `dtype`; state: two i64 {seed, offset} on out's
+// device, read and written only by the kernel.
+struct RandomArgs {
+  void* out;
+  int64_t n;
+  int64_t* state;
+  DType dtype;
+  RandomKind kind;
+};
+
+struct CopyKernels {
+  Kernel<FillArgs> fill;        // "fill"
+  Kernel<CopyArgs> copy;        // "copy"
+  Kernel<ArangeArgs> arange;    // "arange"
+  Kernel<RandomArgs> random;    // "rand" / "randn"
+};
+
 // ---- the table ----
 
 // One pointer per kernel family; every entry of every family is required
@@ -121,6 +166,7 @@ struct KernelTable {
   const BinaryKernels* binary;     // binary.cpp / binary.cu
   const UnaryKernels* unary;       // unary.cpp / unary.cu
   const SelectKernels* select;     // select.cpp / select.cu
+  const CopyKernels* copy;         // copy.cpp / copy.cu
 };
 
 }  // namespace encore::backend

@@ -18,14 +18,12 @@
 #include "src/backends/op_kinds.h"
 
 // Families not yet moved onto the kernel table: one header per backend each.
-#include "src/backends/cpu/copy.h"
 #include "src/backends/cpu/gemm.h"
 #include "src/backends/cpu/nn.h"
 #include "src/backends/cpu/optim.h"
 #include "src/backends/cpu/reduce.h"
 
 #if ENCORE_HAVE_CUDA
-#include "src/backends/cuda/copy.h"
 #include "src/backends/cuda/gemm.h"
 #include "src/backends/cuda/nn.h"
 #include "src/backends/cuda/optim.h"
@@ -87,5 +85,22 @@ void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor&
 // that a and mask (bool) broadcast to; value converted to out's dtype (the op
 // checks that it fits; to bool: value != 0).
 void masked_fill(const Tensor& out, const Tensor& a, const Tensor& mask, double value, bool fill_when = true);
+
+// ---- copy (copy.cpp) ----
+// Kernels that create and move data on one device (host <-> device transfers
+// are cuda::copy_host_device, src/backends/cuda/transfer.h).
+
+// Every element of out = value converted to out's dtype (convert.h). out: any strides, any dtype.
+void fill(const Tensor& out, double value);
+// dst = src converted to dst's dtype (convert.h; the same bits on every
+// backend). src broadcast to dst; any strides; any pair of dtypes; one device.
+void copy(const Tensor& dst, const Tensor& src);
+// out[i] = start + step * i (in double, then converted). out: contiguous, not bool.
+void arange(const Tensor& out, double start, double step);
+// out = uniform [0, 1) (kUniform) or standard normal (kNormal) Philox draws.
+// out: contiguous float; state: i64 [2] {seed, offset} on out's device; the
+// kernel advances offset by out.numel() on the device (so a captured step
+// draws new numbers on every replay).
+void random(const Tensor& out, const Tensor& state, RandomKind kind);
 
 }  // namespace encore::backend

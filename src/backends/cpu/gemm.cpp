@@ -6,7 +6,6 @@
 #include <climits>
 
 #include "src/backends/kernels.h"
-#include "src/backends/cpu/copy.h"
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/backends/matmul_layout.h"
@@ -157,7 +156,7 @@ void matmul_f32(const Tensor& out, const Tensor& a_in, const Tensor& b_in, float
   batch_strides(b, batch, g.batch_stride[1]);
   batch_strides(out, batch, g.batch_stride[2]);
   if (numel_of(batch) == 0) {   // out is a sum over no items: beta * out
-    if (beta == 0.f) fill(out, 0.0);
+    if (beta == 0.f) backend::fill(out, 0.0);
     else if (beta != 1.f) backend::binary_scalar(backend::ScalarOp::kMul, out, out, beta);
     return;
   }
@@ -195,7 +194,7 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b, float alpha, fl
   // f16/bf16: multiply in f32, round back on store (see gemm.h).
   const Tensor out32 = beta == 0.f ? empty(out.shape(), kFloat32, out.device()) : out.detach().to(kFloat32);
   matmul_f32(out32, a.detach().to(kFloat32), b.detach().to(kFloat32), alpha, beta);
-  copy(out, out32);
+  backend::copy(out, out32);
 }
 
 void column_sum(const Tensor& out, const Tensor& x_in) {

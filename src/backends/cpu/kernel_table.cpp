@@ -7,6 +7,7 @@ namespace cpu {
 extern const backend::BinaryKernels kBinary;   // binary.cpp
 extern const backend::UnaryKernels kUnary;     // unary.cpp
 extern const backend::SelectKernels kSelect;   // select.cpp
+extern const backend::CopyKernels kCopy;       // copy.cpp
 }  // namespace cpu
 
 namespace backend {
@@ -15,6 +16,7 @@ extern const KernelTable kCpuKernels = {
     .binary = &cpu::kBinary,
     .unary = &cpu::kUnary,
     .select = &cpu::kSelect,
+    .copy = &cpu::kCopy,
 };
 }  // namespace backend
 }  // namespace encore

@@ -34,8 +34,8 @@
 
 #include "encore/error.h"
 #include "src/backends/cuda/blas.h"
-#include "src/backends/cuda/copy.h"
 #include "src/backends/cuda/gemm_launch.h"
+#include "src/backends/kernels.h"
 #include "src/backends/matmul_layout.h"
 #include "src/backends/tensor_layout.h"
 #include "src/core/stream.h"
@@ -230,7 +230,7 @@ void matmul(const Tensor& out, const Tensor& a_in, const Tensor& b_in, float alp
   } else {
     stream.launch<&gemm_launch>("gemm", g, {a.storage(), b.storage(), c.storage()}, {c.storage(), ws.storage()});
   }
-  if (widen) copy(out, c);   // round once
+  if (widen) backend::copy(out, c);   // round once
 }
 
 void column_sum(const Tensor& out, const Tensor& x_in) {

@@ -7,6 +7,7 @@ namespace cuda {
 extern const backend::BinaryKernels kBinary;   // binary.cu
 extern const backend::UnaryKernels kUnary;     // unary.cu
 extern const backend::SelectKernels kSelect;   // select.cu
+extern const backend::CopyKernels kCopy;       // copy.cu
 }  // namespace cuda
 
 namespace backend {
@@ -15,6 +16,7 @@ extern const KernelTable kCudaKernels = {
     .binary = &cuda::kBinary,
     .unary = &cuda::kUnary,
     .select = &cuda::kSelect,
+    .copy = &cuda::kCopy,
 };
 }  // namespace backend
 }  // namespace encore

@@ -13,12 +13,6 @@ using backend::MaskedFillArgs;
 using backend::SelectKernels;
 using backend::WhereArgs;
 
-// Same-size integer stand-in for T: the kernels only move bytes.
-template <typename T>
-using Bits = std::conditional_t<sizeof(T) == 1, uint8_t,
-                                std::conditional_t<sizeof(T) == 2, uint16_t,
-                                                   std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
-
 // ---- kernels ----
 
 template <typename T>
