@@ -18,16 +18,6 @@ namespace {
 
 const GemmKernels& gemm_kernels(Device device) { return *kernels_for(device).gemm; }
 
-// TODO(copy family): through backend::copy (the kernel table's copy entry)
-// once the copy family is on it, instead of Tensor::to, which goes back up
-// into the op layer; the kernels it runs ("copy") stay the same.
-Tensor to_f32(const Tensor& t) { return t.detach().to(kFloat32); }
-
-// dst = src (same shape; dtype converted) through the copy family's kernel.
-void copy_into(const Tensor& dst, const Tensor& src) {
-  ENCORE_KERNEL(dst.device(), copy, dst, src);   // TODO(copy family): backend::copy
-}
-
 void check_matmul(const Tensor& out, const Tensor& a, const Tensor& b) {
   ENCORE_CHECK(a.dim() >= 2 && b.dim() >= 2 && out.dim() >= 2 && a.size(-1) == b.size(-2) &&
                    out.size(-2) == a.size(-2) && out.size(-1) == b.size(-1),
@@ -100,7 +90,7 @@ void matmul_direct(const GemmKernels& k, const Tensor& out, const Tensor& a_in, 
                  shape_str(a_in.shape()), shape_str(b_in.shape()));
   }
   if (numel_of(o.batch) == 0) {   // out is a sum over no items: beta * out
-    if (beta == 0.f) ENCORE_KERNEL(out.device(), fill, out, 0.0);   // TODO(copy family): backend::fill
+    if (beta == 0.f) backend::fill(out, 0.0);
     else if (beta != 1.f) binary_scalar(ScalarOp::kMul, out, out, beta);
     return;
   }
@@ -108,9 +98,9 @@ void matmul_direct(const GemmKernels& k, const Tensor& out, const Tensor& a_in, 
   // into out once (NOTE [ CUDA matmul batches ] in cuda/blas.cpp).
   const bool widen = out.dtype() != kFloat32 && sums_batch(out, o.batch);
   if (!widen) return launch_gemm(k, out, o, alpha, beta);
-  const Tensor c = beta == 0.f ? empty(out.shape(), kFloat32, out.device()) : to_f32(out);
+  const Tensor c = beta == 0.f ? empty(out.shape(), kFloat32, out.device()) : to_float32(out);
   launch_gemm(k, c, o, alpha, beta);
-  copy_into(out, c);
+  backend::copy(out, c);
 }
 
 }  // namespace
@@ -121,11 +111,11 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b, float alpha, fl
   if (out.dtype() == kFloat32 || k.half_operands) return matmul_direct(k, out, a, b, alpha, beta);
   // f16/bf16 on a backend whose gemm takes f32 only: multiply in f32, round
   // back on store. b is converted before a: the order the kernels always ran in.
-  const Tensor out32 = beta == 0.f ? empty(out.shape(), kFloat32, out.device()) : to_f32(out);
-  const Tensor b32 = to_f32(b);
-  const Tensor a32 = to_f32(a);
+  const Tensor out32 = beta == 0.f ? empty(out.shape(), kFloat32, out.device()) : to_float32(out);
+  const Tensor b32 = to_float32(b);
+  const Tensor a32 = to_float32(a);
   matmul_direct(k, out32, a32, b32, alpha, beta);
-  copy_into(out, out32);
+  backend::copy(out, out32);
 }
 
 void column_sum(const Tensor& out, const Tensor& x_in) {
@@ -138,8 +128,7 @@ void column_sum(const Tensor& out, const Tensor& x_in) {
                dtype_name(out.dtype()), out.device().str());
   check_float(out.dtype(), "column_sum");
   const bool rows_dense = x_in.strides()[1] == 1 || x_in.size(1) <= 1;
-  // TODO(copy family): backend::copy instead of Tensor::contiguous (op layer).
-  const Tensor x = rows_dense ? x_in : x_in.detach().contiguous();
+  const Tensor x = rows_dense ? x_in : backend::contiguous(x_in);
   const GemmKernels& k = gemm_kernels(out.device());
   const int64_t rows = x.size(0), cols = x.size(1);
   // Row chunks depend on the shape only: the summation order is fixed.

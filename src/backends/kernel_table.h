@@ -63,158 +63,102 @@ struct BinaryKernels {
   Kernel<BinaryScalarArgs> scalar;
 };
 
-// ---- optim: SGD and AdamW updates, the step counter, gradient-norm clipping ----
-//
-// NOTE [ Step state lives on the device ] (encore/optim.h): the learning
-// rate, the step count and the clipping scale are read by the kernels through
-// pointers to tensor data, never passed as host values, so a captured graph
-// replays with their current values. Parameters and gradients are f32, f16 or
-// bf16 (`dtype`); updates compute in f32 (src/backends/optim_math.h); state
-// tensors (momentum, exp_avg, exp_avg_sq) are f32 of the parameter's shape.
+// ---- unary: elementwise math (unary_math.h) and its fused backward ----
 
-// One SGD step in place; operands param, grad (dtype) and the f32 momentum
-// buffer (operand 2 is param itself, never touched, without momentum).
-struct SgdArgs {
+// out = op(a); operands out, a, both of `dtype`: a float dtype, or i32/i64
+// for abs, relu and clamp (unary_supports_integers; the host refuses the
+// rest). p0, p1: the op's scalars as the caller gave them (pow: the exponent;
+// clamp: the bounds, whole numbers or infinite for integers); each kernel
+// converts them to the compute type with unary_param (integers: clipped).
+struct UnaryArgs {
+  Layout<2> l;
+  DType dtype;
+  UnaryOp op;
+  double p0, p1;
+};
+
+// grad_in = g * op'(saved), saved being y or x as unary_saves_output says;
+// operands grad_in, g, saved, all of `dtype` (a float dtype).
+struct UnaryBackwardArgs {
   Layout<3> l;
   DType dtype;
-  bool has_momentum, nesterov;
-  const float* lr;             // device scalar: this step's learning rate
-  float momentum, weight_decay;
+  UnaryOp op;
+  double p0, p1;
 };
 
-// One AdamW step in place; operands param, grad (dtype), exp_avg, exp_avg_sq (f32).
-struct AdamWArgs {
+struct UnaryKernels {
+  Kernel<UnaryArgs> forward;              // "exp", "tanh", ... (kUnaryNames)
+  Kernel<UnaryBackwardArgs> backward;     // "exp_backward", ... (kUnaryBackwardNames)
+};
+
+// ---- select: where, masked_fill ----
+// Elements are moved as storage bytes, never converted, so every dtype is
+// exact; bool operands are read as bytes and tested against zero.
+
+// out = cond ? a : b; operands out, cond (bool), a, b; out, a, b of `dtype`
+// (any, bool included).
+struct WhereArgs {
   Layout<4> l;
   DType dtype;
-  const float* lr;             // device scalar: this step's learning rate
-  const int64_t* step;         // device scalar: t, counting this step (t >= 1)
-  float beta1, beta2, eps, weight_decay;
 };
 
-// One parameter of a multi-tensor AdamW launch (NOTE [ One AdamW launch ] in
-// src/optim/adamw.cpp). All four arrays are dense (contiguous) with `numel`
-// elements; p and g of the launch's dtype, m and v f32. `start` is the sum of
-// numel over the entries before this one.
-struct AdamWEntry {
-  char* p;
-  const char* g;
-  float* m;
-  float* v;
-  int64_t numel;
-  int64_t start;
+// out = (mask == fill_when) ? value : a; operands out, a, mask (bool); out
+// and a of `dtype` (any).
+struct MaskedFillArgs {
+  Layout<3> l;
+  DType dtype;
+  uint64_t value_bits;   // the value converted to `dtype` (value_bits in convert.h): its storage bytes, low first
+  bool fill_when;
 };
 
-// One AdamW step of every row of `table` (the same bits as one AdamWArgs
-// launch per row).
-struct AdamWManyArgs {
-  const AdamWEntry* table;     // device memory of the launch's device, `count` rows
-  int64_t count, total;        // rows; total = the sum of their numel
-  DType dtype;                 // of every p and g
-  const float* lr;
-  const int64_t* step;
-  float beta1, beta2, eps, weight_decay;
+struct SelectKernels {
+  Kernel<WhereArgs> where;               // "where"
+  Kernel<MaskedFillArgs> masked_fill;    // "masked_fill"; with value 0 also the backward of both ops
 };
 
-struct IncrementArgs {
-  int64_t* counter;            // device scalar, += 1
-};
+// ---- copy: fill, strided copy with dtype conversion, arange, random ----
 
-// *out = sum of x^2 over x (operand 0, float of `dtype`), accumulated in
-// double in an order that depends on the number of elements only.
-struct SumSquaresArgs {
+// Every element of operand 0 = the value; any strides, any dtype.
+struct FillArgs {
   Layout<1> l;
   DType dtype;
-  double* scratch;             // `blocks` doubles (an encore temporary); null when blocks == 0
-  int blocks;                  // from OptimKernels::sum_of_squares_blocks; 0 without it
-  float* out;                  // one f32 slot of the partial sums
+  uint64_t value_bits;   // the value converted to `dtype` (value_bits in convert.h): its storage bytes, low first
 };
 
-// norm = sqrt(sum(partial)); scale = min(1, max_norm / (norm + 1e-6)), NaN kept.
-struct ClipCoefArgs {
-  const float* partial;        // [n] f32, contiguous
+// dst = convert(src) (convert.h; bit for bit on both backends); operands dst,
+// src (broadcast to dst); any pair of dtypes; both on one device.
+struct CopyArgs {
+  Layout<2> l;
+  DType dst_dtype, src_dtype;
+};
+
+// out[i] = convert(start + step * i), the sum in double; out dense, n elements.
+struct ArangeArgs {
+  void* out;
   int64_t n;
-  float* norm;                 // device scalars, written
-  float* scale;
-  double max_norm;
+  DType dtype;   // not bool
+  double start, step;
 };
 
-// x *= *scale in place (operand 0, float of `dtype`); writes nothing unless *scale < 1.
-struct ScaleInPlaceArgs {
-  Layout<1> l;
+// out[i] = draw i of Philox (src/core/philox.h) at counter state[1] + i, key
+// state[0]: uniform on [0, 1) (kept below 1 after rounding to f16/bf16) or
+// standard normal; then state[1] += n, on the device, after every draw
+// (a captured step draws new numbers on every replay). out dense, n
+// elements of a float `dtype`; state: two i64 {seed, offset} on out's
+// device, read and written only by the kernel.
+struct RandomArgs {
+  void* out;
+  int64_t n;
+  int64_t* state;
   DType dtype;
-  const float* scale;          // device scalar
+  RandomKind kind;
 };
 
-struct OptimKernels {
-  Kernel<SgdArgs> sgd;                    // "sgd"
-  Kernel<AdamWArgs> adamw;                // "adamw", one parameter of any strides
-  Kernel<AdamWManyArgs> adamw_many;       // "adamw", every parameter in one launch
-  Kernel<IncrementArgs> increment;        // "increment"
-  // (optional) How many partial sums (doubles of SumSquaresArgs::scratch) a
-  // two-pass sum of squares of n elements writes; null: the kernel needs no
-  // scratch (CPU). The host allocates the scratch and lists it in the writes.
-  int (*sum_of_squares_blocks)(int64_t n);
-  Kernel<SumSquaresArgs> sum_of_squares;  // "sum_of_squares"
-  Kernel<ClipCoefArgs> clip_coefficient;  // "clip_coefficient", one thread's work
-  Kernel<ScaleInPlaceArgs> scale_in_place;   // "scale_in_place"
-};
-
-// ---- gemm: matrix products, column sums ----
-
-// A batch of row-major products C = alpha op(A) op(B) + beta C ("gemm"):
-// C[m, n], op(A)[m, k], op(B)[k, n], op(X) = X^T when trans_x (X stored
-// column-major: NOTE [ Matmul layouts ] in src/backends/kernels.h). Item i of
-// the batch (its multi-index over batch_shape) starts at each operand's batch
-// strides; where C's batch stride is 0 and the batch dim is > 1, the items'
-// products are summed into one C (NOTE [ Matmul accumulation ]): the item
-// with index 0 on all those dims applies beta, the others beta = 1. k == 0:
-// C = beta C (beta 0 never reads C). m == 0 or n == 0: nothing.
-struct GemmArgs {
-  const void* a;               // first elements
-  const void* b;
-  void* c;
-  DType dtype;                 // of a and b: f32, or f16/bf16 where GemmKernels::half_operands
-  DType c_dtype;               // of c: dtype, or f32 (an f32 accumulator for half operands)
-  int64_t m, n, k;
-  int64_t lda, ldb, ldc;       // row strides (elements) of A, B, C as stored
-  bool trans_a, trans_b;
-  float alpha, beta;
-  int batch_ndim;              // 0: one product
-  int64_t batch_shape[kLayoutMaxDims];
-  int64_t batch_stride[3][kLayoutMaxDims];   // elements; [0] a, [1] b, [2] c; 0: broadcast (c: summed into)
-  void* workspace;             // GemmKernels::workspace_bytes of scratch; null when it asks for none
-  int64_t workspace_bytes;
-  int device;                  // the device's index (CUDA: whose cuBLAS handle)
-};
-
-// out[j] = sum_i x[i, j], accumulated in f32 in an order that depends on the
-// shape only ("column_sum").
-struct ColumnSumArgs {
-  const void* x;               // [rows, cols], row stride ldx elements, unit column stride
-  void* out;                   // [cols], contiguous, same dtype as x
-  float* partial;              // [chunks, cols] f32 scratch; null when chunks == 1
-  int64_t rows, cols, ldx;
-  int64_t chunk_rows;          // rows per chunk: ceil(rows / chunks)
-  int chunks;                  // from GemmKernels::column_sum_chunks; 1 without it
-  DType dtype;                 // f32, f16 or bf16
-};
-
-struct GemmKernels {
-  Kernel<GemmArgs> gemm;
-  // Whether `gemm` multiplies f16/bf16 operands itself (accumulating in f32).
-  // false (CPU: OpenBLAS has sgemm only): the host converts f16/bf16
-  // operands and out to f32 tensors and rounds the result into out once.
-  bool half_operands;
-  // The largest m, n, k and leading dim `gemm` takes (CPU: BLAS's 32-bit ints).
-  int64_t max_size;
-  // (optional) Bytes of device scratch `gemm` needs for these arguments
-  // (CUDA: the cuBLAS workspace plus alignment slack, NOTE [ cuBLAS
-  // workspace ]); null: none. The host allocates it and lists it in the writes.
-  int64_t (*workspace_bytes)(const GemmArgs& a);
-  Kernel<ColumnSumArgs> column_sum;
-  // (optional) Row chunks of a two-pass column sum over `rows` rows (CUDA),
-  // whose f32 partials the host allocates; null: one pass, no scratch.
-  int (*column_sum_chunks)(int64_t rows);
+struct CopyKernels {
+  Kernel<FillArgs> fill;        // "fill"
+  Kernel<CopyArgs> copy;        // "copy"
+  Kernel<ArangeArgs> arange;    // "arange"
+  Kernel<RandomArgs> random;    // "rand" / "randn"
 };
 
 // ---- reduce: sum, mean, var, max/argmax, max's backward ----
@@ -476,6 +420,160 @@ struct NnKernels {
   uint32_t* (*error_word)(int index);
 };
 
+// ---- gemm: matrix products, column sums ----
+
+// A batch of row-major products C = alpha op(A) op(B) + beta C ("gemm"):
+// C[m, n], op(A)[m, k], op(B)[k, n], op(X) = X^T when trans_x (X stored
+// column-major: NOTE [ Matmul layouts ] in src/backends/kernels.h). Item i of
+// the batch (its multi-index over batch_shape) starts at each operand's batch
+// strides; where C's batch stride is 0 and the batch dim is > 1, the items'
+// products are summed into one C (NOTE [ Matmul accumulation ]): the item
+// with index 0 on all those dims applies beta, the others beta = 1. k == 0:
+// C = beta C (beta 0 never reads C). m == 0 or n == 0: nothing.
+struct GemmArgs {
+  const void* a;               // first elements
+  const void* b;
+  void* c;
+  DType dtype;                 // of a and b: f32, or f16/bf16 where GemmKernels::half_operands
+  DType c_dtype;               // of c: dtype, or f32 (an f32 accumulator for half operands)
+  int64_t m, n, k;
+  int64_t lda, ldb, ldc;       // row strides (elements) of A, B, C as stored
+  bool trans_a, trans_b;
+  float alpha, beta;
+  int batch_ndim;              // 0: one product
+  int64_t batch_shape[kLayoutMaxDims];
+  int64_t batch_stride[3][kLayoutMaxDims];   // elements; [0] a, [1] b, [2] c; 0: broadcast (c: summed into)
+  void* workspace;             // GemmKernels::workspace_bytes of scratch; null when it asks for none
+  int64_t workspace_bytes;
+  int device;                  // the device's index (CUDA: whose cuBLAS handle)
+};
+
+// out[j] = sum_i x[i, j], accumulated in f32 in an order that depends on the
+// shape only ("column_sum").
+struct ColumnSumArgs {
+  const void* x;               // [rows, cols], row stride ldx elements, unit column stride
+  void* out;                   // [cols], contiguous, same dtype as x
+  float* partial;              // [chunks, cols] f32 scratch; null when chunks == 1
+  int64_t rows, cols, ldx;
+  int64_t chunk_rows;          // rows per chunk: ceil(rows / chunks)
+  int chunks;                  // from GemmKernels::column_sum_chunks; 1 without it
+  DType dtype;                 // f32, f16 or bf16
+};
+
+struct GemmKernels {
+  Kernel<GemmArgs> gemm;
+  // Whether `gemm` multiplies f16/bf16 operands itself (accumulating in f32).
+  // false (CPU: OpenBLAS has sgemm only): the host converts f16/bf16
+  // operands and out to f32 tensors and rounds the result into out once.
+  bool half_operands;
+  // The largest m, n, k and leading dim `gemm` takes (CPU: BLAS's 32-bit ints).
+  int64_t max_size;
+  // (optional) Bytes of device scratch `gemm` needs for these arguments
+  // (CUDA: the cuBLAS workspace plus alignment slack, NOTE [ cuBLAS
+  // workspace ]); null: none. The host allocates it and lists it in the writes.
+  int64_t (*workspace_bytes)(const GemmArgs& a);
+  Kernel<ColumnSumArgs> column_sum;
+  // (optional) Row chunks of a two-pass column sum over `rows` rows (CUDA),
+  // whose f32 partials the host allocates; null: one pass, no scratch.
+  int (*column_sum_chunks)(int64_t rows);
+};
+
+// ---- optim: SGD and AdamW updates, the step counter, gradient-norm clipping ----
+//
+// NOTE [ Step state lives on the device ] (encore/optim.h): the learning
+// rate, the step count and the clipping scale are read by the kernels through
+// pointers to tensor data, never passed as host values, so a captured graph
+// replays with their current values. Parameters and gradients are f32, f16 or
+// bf16 (`dtype`); updates compute in f32 (src/backends/optim_math.h); state
+// tensors (momentum, exp_avg, exp_avg_sq) are f32 of the parameter's shape.
+
+// One SGD step in place; operands param, grad (dtype) and the f32 momentum
+// buffer (operand 2 is param itself, never touched, without momentum).
+struct SgdArgs {
+  Layout<3> l;
+  DType dtype;
+  bool has_momentum, nesterov;
+  const float* lr;             // device scalar: this step's learning rate
+  float momentum, weight_decay;
+};
+
+// One AdamW step in place; operands param, grad (dtype), exp_avg, exp_avg_sq (f32).
+struct AdamWArgs {
+  Layout<4> l;
+  DType dtype;
+  const float* lr;             // device scalar: this step's learning rate
+  const int64_t* step;         // device scalar: t, counting this step (t >= 1)
+  float beta1, beta2, eps, weight_decay;
+};
+
+// One parameter of a multi-tensor AdamW launch (NOTE [ One AdamW launch ] in
+// src/optim/adamw.cpp). All four arrays are dense (contiguous) with `numel`
+// elements; p and g of the launch's dtype, m and v f32. `start` is the sum of
+// numel over the entries before this one.
+struct AdamWEntry {
+  char* p;
+  const char* g;
+  float* m;
+  float* v;
+  int64_t numel;
+  int64_t start;
+};
+
+// One AdamW step of every row of `table` (the same bits as one AdamWArgs
+// launch per row).
+struct AdamWManyArgs {
+  const AdamWEntry* table;     // device memory of the launch's device, `count` rows
+  int64_t count, total;        // rows; total = the sum of their numel
+  DType dtype;                 // of every p and g
+  const float* lr;
+  const int64_t* step;
+  float beta1, beta2, eps, weight_decay;
+};
+
+struct IncrementArgs {
+  int64_t* counter;            // device scalar, += 1
+};
+
+// *out = sum of x^2 over x (operand 0, float of `dtype`), accumulated in
+// double in an order that depends on the number of elements only.
+struct SumSquaresArgs {
+  Layout<1> l;
+  DType dtype;
+  double* scratch;             // `blocks` doubles (an encore temporary); null when blocks == 0
+  int blocks;                  // from OptimKernels::sum_of_squares_blocks; 0 without it
+  float* out;                  // one f32 slot of the partial sums
+};
+
+// norm = sqrt(sum(partial)); scale = min(1, max_norm / (norm + 1e-6)), NaN kept.
+struct ClipCoefArgs {
+  const float* partial;        // [n] f32, contiguous
+  int64_t n;
+  float* norm;                 // device scalars, written
+  float* scale;
+  double max_norm;
+};
+
+// x *= *scale in place (operand 0, float of `dtype`); writes nothing unless *scale < 1.
+struct ScaleInPlaceArgs {
+  Layout<1> l;
+  DType dtype;
+  const float* scale;          // device scalar
+};
+
+struct OptimKernels {
+  Kernel<SgdArgs> sgd;                    // "sgd"
+  Kernel<AdamWArgs> adamw;                // "adamw", one parameter of any strides
+  Kernel<AdamWManyArgs> adamw_many;       // "adamw", every parameter in one launch
+  Kernel<IncrementArgs> increment;        // "increment"
+  // (optional) How many partial sums (doubles of SumSquaresArgs::scratch) a
+  // two-pass sum of squares of n elements writes; null: the kernel needs no
+  // scratch (CPU). The host allocates the scratch and lists it in the writes.
+  int (*sum_of_squares_blocks)(int64_t n);
+  Kernel<SumSquaresArgs> sum_of_squares;  // "sum_of_squares"
+  Kernel<ClipCoefArgs> clip_coefficient;  // "clip_coefficient", one thread's work
+  Kernel<ScaleInPlaceArgs> scale_in_place;   // "scale_in_place"
+};
+
 // ---- the table ----
 
 // One pointer per kernel family; every entry of every family is required
@@ -483,10 +581,13 @@ struct NnKernels {
 struct KernelTable {
   const char* name;                // "cpu", "cuda"
   const BinaryKernels* binary;     // binary.cpp / binary.cu
-  const OptimKernels* optim;       // optim.cpp / optim.cu
-  const GemmKernels* gemm;         // gemm.cpp / gemm.cu
+  const UnaryKernels* unary;       // unary.cpp / unary.cu
+  const SelectKernels* select;     // select.cpp / select.cu
+  const CopyKernels* copy;         // copy.cpp / copy.cu
   const ReduceKernels* reduce;     // reduce.cpp / reduce.cu
   const NnKernels* nn;             // nn.cpp / nn.cu
+  const GemmKernels* gemm;         // gemm.cpp / gemm.cu
+  const OptimKernels* optim;       // optim.cpp / optim.cu
   // (optional; null on the CPU) Copies between host memory and a device of
   // this backend: dst and src dense, same dtype and element count, exactly
   // one of them on the CPU. Host to device may return once the data is

@@ -20,22 +20,6 @@
 #include "src/backends/kernel_table.h"
 #include "src/backends/op_kinds.h"
 
-// Families not yet moved onto the kernel table: one header per backend each.
-#include "src/backends/cpu/copy.h"
-#include "src/backends/cpu/select.h"
-#include "src/backends/cpu/unary.h"
-
-#if ENCORE_HAVE_CUDA
-#include "src/backends/cuda/copy.h"
-#include "src/backends/cuda/select.h"
-#include "src/backends/cuda/unary.h"
-
-#define ENCORE_KERNEL(device, fn, ...) \
-  ((device).is_cuda() ? ::encore::cuda::fn(__VA_ARGS__) : ::encore::cpu::fn(__VA_ARGS__))
-#else
-#define ENCORE_KERNEL(device, fn, ...) ::encore::cpu::fn(__VA_ARGS__)
-#endif
-
 namespace encore::backend {
 
 // The kernel table of `device`'s backend. Throws (Unimplemented) for a CUDA
@@ -57,96 +41,67 @@ void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, do
 // out = a + s, a * s, s - a, s / a.
 void binary_scalar(ScalarOp op, const Tensor& out, const Tensor& a, double s);
 
-// ---- optim (optim.cpp) ----
+// ---- unary (unary.cpp) ----
+// Elementwise unary math (exp, log, ..., gelu, clamp) and the fused backward
+// of each op: one launch computes grad_in from the output gradient and one
+// saved tensor, instead of a chain of elementwise ops.
 //
-// The kernels of the optimizers (src/optim/): NOTE [ Step state lives on the
-// device ] (src/backends/kernel_table.h): lr, step and the clipping scale are
-// tensors the kernels read where they run, so a captured graph replays their
-// current values. Parameters and gradients: f32, f16 or bf16 (same dtype,
-// same shape, any strides); updates compute in f32 (src/backends/optim_math.h).
-// State tensors (momentum, exp_avg, exp_avg_sq) are f32 of the parameter's
-// shape; lr is f32 with one element, step i64 with one element, all on the
-// parameter's device. Each function lists every storage its kernel reads or
-// writes.
+//   backend::unary(UnaryOp::kTanh, y, x);                    // y = tanh(x)
+//   backend::unary_backward(UnaryOp::kTanh, dx, dy, y);       // dx = dy * (1 - y^2)
 //
-//   backend::increment(step);                                 // step: i64 0-d
-//   backend::adamw_update(p, p.grad(), m, v, lr, step, 0.9, 0.999, 1e-8, 0.01);
+// Each op's backward reads either its forward output y or its input x; which
+// one is fixed per op by unary_saves_output() (op_kinds.h) so that the op
+// layer saves the right tensor.
 
-// One SGD step in place (PyTorch semantics, dampening 0). momentum_buf is
-// undefined for plain SGD (momentum == 0), else it is read and updated.
-void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
-                double momentum, bool nesterov, double weight_decay);
+// out = op(a). out: contiguous, a's shape and dtype; a: any strides. Floats,
+// and i32/i64 for abs, relu and clamp. For integer clamp, p0/p1 must be whole
+// numbers (or infinite); they are clipped to the dtype's range.
+void unary(UnaryOp op, const Tensor& out, const Tensor& a, double p0 = 0.0, double p1 = 0.0);
+// grad_in = g * op'(...), using `saved` (y or x, see unary_saves_output).
+// grad_in: contiguous; g and saved: its shape and dtype, any strides. Floats only.
+void unary_backward(UnaryOp op, const Tensor& grad_in, const Tensor& g, const Tensor& saved, double p0 = 0.0,
+                    double p1 = 0.0);
 
-// One AdamW step in place; reads lr (f32) and the step count t (i64, already
-// incremented for this step) from device memory.
-void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                  const Tensor& lr, const Tensor& step, double beta1, double beta2, double eps,
-                  double weight_decay);
-
-// One AdamW update of many parameters in one launch (the same bits as one
-// adamw_update per parameter), on table's device. `table`: a dense tensor
-// holding `count` AdamWEntry rows (src/backends/kernel_table.h) whose arrays
-// are all dense, `total` elements in all; every parameter has `dtype`.
-// `reads` / `writes`: every storage the update reads (table, p, g, m, v, lr,
-// step) / writes (p, m, v).
-void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType dtype,
-                       absl::Span<Storage* const> reads, absl::Span<Storage* const> writes, const Tensor& lr,
-                       const Tensor& step, double beta1, double beta2, double eps, double weight_decay);
-
-// counter += 1 (i64, one element).
-void increment(const Tensor& counter);
-
-// partial[slot] = sum of x^2 (x float, any strides; partial f32 contiguous,
-// on x's device). Summed in double in an order fixed by x's size, so the
-// result does not depend on the number of threads.
-void sum_of_squares(const Tensor& x, const Tensor& partial, int64_t slot);
-
-// norm = sqrt(sum(partial)); scale = min(1, max_norm / (norm + 1e-6)).
-// partial: f32 [P]; norm and scale: f32 with one element.
-void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& scale, double max_norm);
-
-// x *= scale[0] in place (x float, any strides, no broadcast dims); writes
-// nothing when scale[0] >= 1 or is NaN.
-void scale_in_place(const Tensor& x, const Tensor& scale);
-
-// ---- gemm (gemm.cpp) ----
+// ---- select (select.cpp) ----
+// Elementwise selection. masked_fill with value 0 is also the fused backward
+// of both ops (one launch: the gradient with zeros where it does not flow).
 //
-// Matrix products through the backend's BLAS (OpenBLAS cblas_sgemm on CPU,
-// cuBLAS on CUDA), and the column sums of bias gradients.
-//
-//   backend::matmul(out, x, w.t());     // w.t() goes to BLAS transposed: no copy
-//
-// NOTE [ Matmul layouts ]: a matrix operand is passed to BLAS as is when one
-// of its last two dims has unit stride (row-major -> not transposed,
-// column-major such as w.t() -> transposed, leading dim = the other stride).
-// Only a matrix with no unit stride (e.g. a column slice with step 2, or an
-// expanded row) is copied. Batch dims may have any strides, 0 included
-// (broadcast). src/backends/matmul_layout.h decides.
-//
-// NOTE [ Matmul accumulation ]: out's batch dims may be smaller than the
-// broadcast batch of a and b (size 1 or missing). Those dims are reduced: the
-// products of the batch items that map to the same out matrix are summed into
-// it (beta applies to the first, then beta = 1). Backward uses this to sum a
-// gradient over broadcast batch dims in the GEMM itself, with no temporary of
-// the broadcast size and no separate reduction.
-//
-// f16/bf16 accumulate in f32. On CPU the operands are converted to f32 (a
-// copy), multiplied with sgemm and the result rounded back on store: OpenBLAS
-// 0.3.21 has no f16 GEMM that we can rely on. On CUDA cuBLAS takes them as
-// they are; a product summed over batch items accumulates in an f32 copy of
-// out, rounded into out once (NOTE [ CUDA matmul batches ] in cuda/blas.cpp).
+//   backend::where(out, cond, a, b);                    // out = cond ? a : b
+//   backend::masked_fill(out, a, mask, -INFINITY);      // out = mask ? -inf : a
+//   backend::masked_fill(ga, g, cond, 0.0, false);      // ga  = cond ? g : 0
 
-// out[.., n, m] = alpha * a[.., n, k] @ b[.., k, m] + beta * out, all of one
-// float dtype (f32, f16, bf16) on one device, each at least 2-D. a and b: any
-// strides; their batch dims broadcast (NumPy) against out's; out's last dim
-// has unit stride (fresh tensors always do). beta = 0 overwrites out (never
-// reads it).
-void matmul(const Tensor& out, const Tensor& a, const Tensor& b, float alpha = 1.f, float beta = 0.f);
+// out = cond ? a : b. out: contiguous, the broadcast shape of all three;
+// cond: bool; a, b: out's dtype (any); inputs broadcast to out, any strides.
+void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b);
+// out = (mask == fill_when) ? value : a. out: contiguous, of a broadcast shape
+// that a and mask (bool) broadcast to; value converted to out's dtype (the op
+// checks that it fits; to bool: value != 0).
+void masked_fill(const Tensor& out, const Tensor& a, const Tensor& mask, double value, bool fill_when = true);
 
-// out[j] = sum_i x[i, j]: column sums of a 2-D x (any strides; copied if its
-// rows are not contiguous) into a contiguous 1-D out, same float dtype,
-// accumulated in f32. Used for a bias gradient.
-void column_sum(const Tensor& out, const Tensor& x);
+// ---- copy (copy.cpp) ----
+// Kernels that create and move data on one device (host <-> device transfers:
+// copy_to_device above).
+
+// Every element of out = value converted to out's dtype (convert.h). out: any strides, any dtype.
+void fill(const Tensor& out, double value);
+// dst = src converted to dst's dtype (convert.h; the same bits on every
+// backend). src broadcast to dst; any strides; any pair of dtypes; one device.
+void copy(const Tensor& dst, const Tensor& src);
+// out[i] = start + step * i (in double, then converted). out: contiguous, not bool.
+void arange(const Tensor& out, double start, double step);
+// out = uniform [0, 1) (kUniform) or standard normal (kNormal) Philox draws.
+// out: contiguous float; state: i64 [2] {seed, offset} on out's device; the
+// kernel advances offset by out.numel() on the device (so a captured step
+// draws new numbers on every replay).
+void random(const Tensor& out, const Tensor& state, RandomKind kind);
+
+// The backend's own forms of Tensor::to(dtype) and Tensor::contiguous() for
+// the host sides of other families (which sit below the op layer): `t` itself
+// when it already is f32 / contiguous, else a new contiguous tensor filled by
+// one "copy" launch. No autograd: the result never records a backward.
+Tensor to_float32(const Tensor& t);
+Tensor contiguous(const Tensor& t);
+
 // ---- reduce (reduce.cpp) ----
 //
 //   // a: [B, T, C]; reduce dims 0 and 2 -> out [T] (contiguous, f32)
@@ -233,5 +188,96 @@ void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const
 void dropout(const Tensor& out, const Tensor& mask, const Tensor& a, const Tensor& state, double p);
 // grad_in = mask ? grad_out * scale : 0.
 void dropout_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& mask, double scale);
+
+// ---- gemm (gemm.cpp) ----
+//
+// Matrix products through the backend's BLAS (OpenBLAS cblas_sgemm on CPU,
+// cuBLAS on CUDA), and the column sums of bias gradients.
+//
+//   backend::matmul(out, x, w.t());     // w.t() goes to BLAS transposed: no copy
+//
+// NOTE [ Matmul layouts ]: a matrix operand is passed to BLAS as is when one
+// of its last two dims has unit stride (row-major -> not transposed,
+// column-major such as w.t() -> transposed, leading dim = the other stride).
+// Only a matrix with no unit stride (e.g. a column slice with step 2, or an
+// expanded row) is copied. Batch dims may have any strides, 0 included
+// (broadcast). src/backends/matmul_layout.h decides.
+//
+// NOTE [ Matmul accumulation ]: out's batch dims may be smaller than the
+// broadcast batch of a and b (size 1 or missing). Those dims are reduced: the
+// products of the batch items that map to the same out matrix are summed into
+// it (beta applies to the first, then beta = 1). Backward uses this to sum a
+// gradient over broadcast batch dims in the GEMM itself, with no temporary of
+// the broadcast size and no separate reduction.
+//
+// f16/bf16 accumulate in f32. On CPU the operands are converted to f32 (a
+// copy), multiplied with sgemm and the result rounded back on store: OpenBLAS
+// 0.3.21 has no f16 GEMM that we can rely on. On CUDA cuBLAS takes them as
+// they are; a product summed over batch items accumulates in an f32 copy of
+// out, rounded into out once (NOTE [ CUDA matmul batches ] in cuda/blas.cpp).
+
+// out[.., n, m] = alpha * a[.., n, k] @ b[.., k, m] + beta * out, all of one
+// float dtype (f32, f16, bf16) on one device, each at least 2-D. a and b: any
+// strides; their batch dims broadcast (NumPy) against out's; out's last dim
+// has unit stride (fresh tensors always do). beta = 0 overwrites out (never
+// reads it).
+void matmul(const Tensor& out, const Tensor& a, const Tensor& b, float alpha = 1.f, float beta = 0.f);
+
+// out[j] = sum_i x[i, j]: column sums of a 2-D x (any strides; copied if its
+// rows are not contiguous) into a contiguous 1-D out, same float dtype,
+// accumulated in f32. Used for a bias gradient.
+void column_sum(const Tensor& out, const Tensor& x);
+
+// ---- optim (optim.cpp) ----
+//
+// The kernels of the optimizers (src/optim/): NOTE [ Step state lives on the
+// device ] (src/backends/kernel_table.h): lr, step and the clipping scale are
+// tensors the kernels read where they run, so a captured graph replays their
+// current values. Parameters and gradients: f32, f16 or bf16 (same dtype,
+// same shape, any strides); updates compute in f32 (src/backends/optim_math.h).
+// State tensors (momentum, exp_avg, exp_avg_sq) are f32 of the parameter's
+// shape; lr is f32 with one element, step i64 with one element, all on the
+// parameter's device. Each function lists every storage its kernel reads or
+// writes.
+//
+//   backend::increment(step);                                 // step: i64 0-d
+//   backend::adamw_update(p, p.grad(), m, v, lr, step, 0.9, 0.999, 1e-8, 0.01);
+
+// One SGD step in place (PyTorch semantics, dampening 0). momentum_buf is
+// undefined for plain SGD (momentum == 0), else it is read and updated.
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const Tensor& lr,
+                double momentum, bool nesterov, double weight_decay);
+
+// One AdamW step in place; reads lr (f32) and the step count t (i64, already
+// incremented for this step) from device memory.
+void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                  const Tensor& lr, const Tensor& step, double beta1, double beta2, double eps,
+                  double weight_decay);
+
+// One AdamW update of many parameters in one launch (the same bits as one
+// adamw_update per parameter), on table's device. `table`: a dense tensor
+// holding `count` AdamWEntry rows (src/backends/kernel_table.h) whose arrays
+// are all dense, `total` elements in all; every parameter has `dtype`.
+// `reads` / `writes`: every storage the update reads (table, p, g, m, v, lr,
+// step) / writes (p, m, v).
+void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType dtype,
+                       absl::Span<Storage* const> reads, absl::Span<Storage* const> writes, const Tensor& lr,
+                       const Tensor& step, double beta1, double beta2, double eps, double weight_decay);
+
+// counter += 1 (i64, one element).
+void increment(const Tensor& counter);
+
+// partial[slot] = sum of x^2 (x float, any strides; partial f32 contiguous,
+// on x's device). Summed in double in an order fixed by x's size, so the
+// result does not depend on the number of threads.
+void sum_of_squares(const Tensor& x, const Tensor& partial, int64_t slot);
+
+// norm = sqrt(sum(partial)); scale = min(1, max_norm / (norm + 1e-6)).
+// partial: f32 [P]; norm and scale: f32 with one element.
+void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& scale, double max_norm);
+
+// x *= scale[0] in place (x float, any strides, no broadcast dims); writes
+// nothing when scale[0] >= 1 or is NaN.
+void scale_in_place(const Tensor& x, const Tensor& scale);
 
 }  // namespace encore::backend

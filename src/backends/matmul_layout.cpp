@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "encore/error.h"
+#include "src/backends/kernels.h"
 
 namespace encore::backend {
 
@@ -36,11 +37,8 @@ Shape batch_shape(const Tensor& out, const Tensor& a, const Tensor& b) {
 
 MatmulOperands matmul_operands(const Tensor& out, const Tensor& a_in, const Tensor& b_in) {
   MatmulOperands o{a_in, b_in, matrix_layout(a_in), matrix_layout(b_in), matrix_layout(out), {}};
-  // TODO(copy family): copy through backend::copy (the kernel table's copy
-  // entry) once the copy family is on it; Tensor::contiguous goes back up
-  // into the op layer. The kernel it runs ("copy") stays the same.
-  if (!o.la.ok) o.la = matrix_layout(o.a = a_in.detach().contiguous());   // NOTE [ Matmul layouts ]
-  if (!o.lb.ok) o.lb = matrix_layout(o.b = b_in.detach().contiguous());
+  if (!o.la.ok) o.la = matrix_layout(o.a = backend::contiguous(a_in));   // NOTE [ Matmul layouts ]
+  if (!o.lb.ok) o.lb = matrix_layout(o.b = backend::contiguous(b_in));
   ENCORE_CHECK(o.lc.ok && !o.lc.trans, "matmul: output %s with strides %s needs a unit stride on its last dim",
                shape_str(out.shape()), shape_str(out.strides()));
   o.batch = batch_shape(out, o.a, o.b);

@@ -46,7 +46,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
   // Across devices: move the source over first (dense, its dtype), then the
   // strided copy with dtype conversion runs on this tensor's device.
   const Tensor from = src.device() == device() ? src : src.detach().to(device());
-  ENCORE_KERNEL(device(), copy, *this, from);
+  backend::copy(*this, from);
   storage()->bump_version();
   return *this;
 }
@@ -54,7 +54,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::fill_(double value) {
   check_inplace_write("fill_", *this, nullptr);
   ops::check_scalar_fits("fill_", value, dtype(), shape(), /*truncates=*/true);
-  ENCORE_KERNEL(device(), fill, *this, value);
+  backend::fill(*this, value);
   storage()->bump_version();
   return *this;
 }
@@ -81,7 +81,7 @@ Tensor& Tensor::mul_(double value) {
 Tensor Tensor::clone() const {
   ops::check_defined("clone", *this, "input");
   Tensor out = empty(shape(), dtype(), device());
-  ENCORE_KERNEL(out.device(), copy, out, *this);
+  backend::copy(out, *this);
   if (autograd::any_requires_grad(*this)) {
     autograd::record("clone", {*this}, out, [](const Tensor& g) -> Grads { return {g}; });
   }
@@ -97,7 +97,7 @@ Tensor Tensor::to(DType target) const {
                "to: converting %s %s that requires grad to %s would drop its gradient", shape_str(shape()),
                dtype_name(dtype()), dtype_name(target));
   Tensor out = empty(shape(), target, device());
-  ENCORE_KERNEL(out.device(), copy, out, *this);
+  backend::copy(out, *this);
   if (autograd::any_requires_grad(*this)) {
     autograd::record("to", {*this}, out, [from = dtype()](const Tensor& g) -> Grads { return {g.to(from)}; });
   }

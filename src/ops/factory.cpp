@@ -16,7 +16,7 @@ namespace {
 Tensor full_for(const char* op, Shape shape, double value, DType dtype, Device device) {
   ops::check_scalar_fits(op, value, dtype, shape, /*truncates=*/true);
   Tensor t = empty_for(op, std::move(shape), dtype, device);
-  ENCORE_KERNEL(t.device(), fill, t, value);
+  backend::fill(t, value);
   return t;
 }
 }  // namespace
@@ -34,7 +34,7 @@ Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device devi
   ENCORE_CHECK(step != 0, "arange: step must not be 0 (start %d, end %d)", start, end);
   const int64_t n = std::max<int64_t>(0, (end - start + step - (step > 0 ? 1 : -1)) / step);
   Tensor t = empty_for("arange", {n}, dtype, device);
-  ENCORE_KERNEL(t.device(), arange, t, static_cast<double>(start), static_cast<double>(step));
+  backend::arange(t, static_cast<double>(start), static_cast<double>(step));
   return t;
 }
 
@@ -112,23 +112,23 @@ void manual_seed(uint64_t seed) {
 }
 
 namespace {
-Tensor draw(const char* op, Shape shape, DType dtype, Device device, Generator* gen, cpu::RandomKind kind) {
+Tensor draw(const char* op, Shape shape, DType dtype, Device device, Generator* gen, backend::RandomKind kind) {
   ENCORE_CHECK(is_floating(dtype), "%s: dtype %s is not a float dtype (shape %s)", op, dtype_name(dtype),
                shape_str(shape));
   Generator& g = gen != nullptr ? *gen : default_generator(device);
   ENCORE_CHECK(g.device() == device, "%s: generator on %s cannot draw on %s", op, g.device().str(),
                device.str());
   Tensor t = empty_for(op, std::move(shape), dtype, device);
-  ENCORE_KERNEL(t.device(), random, t, g.state(), kind);
+  backend::random(t, g.state(), kind);
   return t;
 }
 }  // namespace
 
 Tensor rand(Shape shape, DType dtype, Device device, Generator* gen) {
-  return draw("rand", std::move(shape), dtype, device, gen, cpu::RandomKind::kUniform);
+  return draw("rand", std::move(shape), dtype, device, gen, backend::RandomKind::kUniform);
 }
 Tensor randn(Shape shape, DType dtype, Device device, Generator* gen) {
-  return draw("randn", std::move(shape), dtype, device, gen, cpu::RandomKind::kNormal);
+  return draw("randn", std::move(shape), dtype, device, gen, backend::RandomKind::kNormal);
 }
 
 }  // namespace encore

@@ -1,7 +1,7 @@
 // Joining and splitting: concat, stack, split, each backward beside its forward.
 //
 // concat allocates its output and copies each input into a slice of it with
-// the ordinary strided copy kernel (cpu::copy): no kernel of its own. split
+// the ordinary strided copy kernel (backend::copy): no kernel of its own. split
 // returns views made with Tensor::slice, which carry their own backward.
 #include <algorithm>
 #include <memory>
@@ -72,7 +72,7 @@ Tensor concat_values(const std::vector<Tensor>& tensors, int64_t dim) {
   for (const Tensor& t : tensors) {
     const int64_t n = t.shape()[dim];
     // out is fresh and requires no grad, so its slice is a plain view.
-    if (n > 0) ENCORE_KERNEL(out.device(), copy, out.slice(dim, offset, offset + n), t);
+    if (n > 0) backend::copy(out.slice(dim, offset, offset + n), t);
     offset += n;
   }
   return out;

@@ -221,7 +221,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor out_rows = empty({x_rows.size(0), out_features}, x.dtype(), x.device());
   float beta = 0.f;
   if (bias.defined()) {   // out = bias (broadcast over rows), then out += x W^T
-    ENCORE_KERNEL(out_rows.device(), copy, out_rows, bias.detach());
+    backend::copy(out_rows, bias.detach());
     beta = 1.f;
   }
   backend::matmul(out_rows, x_rows, weight.detach().t(), 1.f, beta);

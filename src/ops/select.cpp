@@ -43,7 +43,7 @@ void check_mask(const char* op, const char* what, const Tensor& mask, const Tens
 Tensor masked_grad(const Tensor& g, const Tensor& mask, bool fill_when, DType dtype, const Shape& shape) {
   const Tensor gs = g.dtype() == dtype ? g : g.to(dtype);   // a caller-given root gradient may differ
   Tensor out = empty(gs.shape(), dtype, gs.device());
-  ENCORE_KERNEL(out.device(), masked_fill, out, gs, mask, 0.0, fill_when);
+  backend::masked_fill(out, gs, mask, 0.0, fill_when);
   return out.shape() == shape ? out : sum_to(out, shape);
 }
 
@@ -57,7 +57,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
                "where: shapes %s (condition), %s and %s (%s) cannot be broadcast together", shape_str(cond.shape()),
                shape_str(a.shape()), shape_str(b.shape()), dtype_name(a.dtype()));
   Tensor out = empty(shape, a.dtype(), a.device());
-  ENCORE_KERNEL(out.device(), where, out, cond, a, b);
+  backend::where(out, cond, a, b);
   if (autograd::any_requires_grad(a, b)) {
     autograd::record("where", {a, b}, out,
                      [sc = SavedTensor(cond, "where"), sa = a.shape(), sb = b.shape(), na = a.requires_grad(),
@@ -79,7 +79,7 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
                shape_str(a.shape()), dtype_name(a.dtype()));
   ops::check_scalar_fits("masked_fill", value, a.dtype(), a.shape());
   Tensor out = ops::empty_like(a);
-  ENCORE_KERNEL(out.device(), masked_fill, out, a, mask, value);
+  backend::masked_fill(out, a, mask, value);
   if (autograd::any_requires_grad(a)) {
     autograd::record("masked_fill", {a}, out,
                      [sm = SavedTensor(mask, "masked_fill"), shape = a.shape(), dt = a.dtype()](

@@ -2,9 +2,9 @@
 // relu, gelu, silu, clamp, each with its backward beside its forward. (neg is
 // in binary.cpp, as mul by -1.)
 //
-// Every backward is one fused kernel (cpu::unary_backward) reading the output
-// gradient and one saved tensor: the output y where the derivative is a
-// function of y (exp, sqrt, rsqrt, tanh, sigmoid, relu), else the input x.
+// Every backward is one fused kernel (backend::unary_backward) reading the
+// output gradient and one saved tensor: the output y where the derivative is
+// a function of y (exp, sqrt, rsqrt, tanh, sigmoid, relu), else the input x.
 // Saving y lets x be freed when nothing else holds it.
 #include <cmath>
 
@@ -17,22 +17,22 @@ namespace encore {
 
 using autograd::Grads;
 using autograd::SavedTensor;
-using cpu::UnaryOp;
+using backend::UnaryOp;
 
 namespace {
 
 // Runs op on a (already checked) and records its backward when needed.
 Tensor unary_forward(const char* name, UnaryOp op, const Tensor& a, double p0 = 0.0, double p1 = 0.0) {
   Tensor out = ops::empty_like(a);
-  ENCORE_KERNEL(out.device(), unary, op, out, a, p0, p1);
+  backend::unary(op, out, a, p0, p1);
   if (autograd::any_requires_grad(a)) {
-    SavedTensor saved(cpu::unary_saves_output(op) ? out : a, name);
+    SavedTensor saved(backend::unary_saves_output(op) ? out : a, name);
     autograd::record(name, {a}, out, [op, p0, p1, saved = std::move(saved)](const Tensor& g) -> Grads {
       const Tensor& s = saved.get();
       // A caller-given root gradient may come in another float dtype.
       const Tensor gs = g.dtype() == s.dtype() ? g : g.to(s.dtype());
       Tensor grad_in = ops::empty_like(s);
-      ENCORE_KERNEL(grad_in.device(), unary_backward, op, grad_in, gs, s, p0, p1);
+      backend::unary_backward(op, grad_in, gs, s, p0, p1);
       return {grad_in};
     });
   }

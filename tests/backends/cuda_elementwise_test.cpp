@@ -2,9 +2,10 @@
 // the CPU backend: every op, every dtype it supports, contiguous, strided,
 // broadcast and in-place operands, sizes around the block size (1, 7, 255,
 // 256, 257) and one large size (100k: many blocks of the grid-stride loop).
-// Kernels are called directly (ENCORE_KERNEL on each device), so a test names
-// exactly one kernel. Tolerances: NOTE [ CUDA tolerances ] in
-// cuda_test_util.h; ops with no libm call are compared bit for bit.
+// Kernels are called directly (backend::unary and so on, on tensors of each
+// device), so a test names exactly one kernel. Tolerances: NOTE [ CUDA
+// tolerances ] in cuda_test_util.h; ops with no libm call are compared bit
+// for bit.
 // Skips without a GPU (fails instead with ENCORE_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
@@ -228,7 +229,7 @@ TEST(CudaUnaryTest, EveryFloatOpDtypeAndSize) {
     const UnaryOp op = static_cast<UnaryOp>(k);
     double p0, p1;
     params_for(op, p0, p1);
-    const Kernel kernel = [=](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), unary, op, x[0], x[1], p0, p1); };
+    const Kernel kernel = [=](const std::vector<Tensor>& x) { backend::unary(op, x[0], x[1], p0, p1); };
     for (DType t : kFloatTypes) {
       const Tol tol = exact_op(op) ? Tol{} : libm_tol(t);
       for (int64_t n : kSizes) {
@@ -243,7 +244,7 @@ TEST(CudaUnaryTest, EveryFloatOpDtypeAndSize) {
   }
   // pow with p0 == 2 takes the x * x path.
   expect_backends_agree(
-      [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), unary, UnaryOp::kPow, x[0], x[1], 2.0, 0.0); },
+      [](const std::vector<Tensor>& x) { backend::unary(UnaryOp::kPow, x[0], x[1], 2.0, 0.0); },
       {{zeros({257})}, {values_of({257}, kFloat32, 80)}});
 }
 
@@ -256,7 +257,7 @@ TEST(CudaUnaryTest, IntegerAbsReluClampAreExact) {
   for (DType t : {kInt32, kInt64}) {
     for (const Case& c : cases) {
       const Kernel kernel = [=](const std::vector<Tensor>& x) {
-        ENCORE_KERNEL(x[0].device(), unary, c.op, x[0], x[1], c.p0, c.p1);
+        backend::unary(c.op, x[0], x[1], c.p0, c.p1);
       };
       for (int64_t n : kSizes) {
         SCOPED_TRACE(::testing::Message() << "op " << static_cast<int>(c.op) << " " << name_of(t, n));
@@ -271,7 +272,7 @@ TEST(CudaUnaryTest, IntegerAbsReluClampAreExact) {
                                   : from_vector<int32_t>({std::numeric_limits<int32_t>::min(), -1, 0, 1,
                                                           std::numeric_limits<int32_t>::max()}, {5});
     expect_backends_agree(
-        [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), unary, UnaryOp::kAbs, x[0], x[1], 0.0, 0.0); },
+        [](const std::vector<Tensor>& x) { backend::unary(UnaryOp::kAbs, x[0], x[1], 0.0, 0.0); },
         {{zeros({5}, t)}, {in}});
   }
 }
@@ -283,7 +284,7 @@ TEST(CudaUnaryTest, BackwardEveryOpDtypeSizeAndLayout) {
     double p0, p1;
     params_for(op, p0, p1);
     const Kernel kernel = [=](const std::vector<Tensor>& x) {
-      ENCORE_KERNEL(x[0].device(), unary_backward, op, x[0], x[1], x[2], p0, p1);
+      backend::unary_backward(op, x[0], x[1], x[2], p0, p1);
     };
     for (DType t : kFloatTypes) {
       const Tol tol = (op == UnaryOp::kAbs || op == UnaryOp::kRelu || op == UnaryOp::kClamp) ? Tol{} : libm_tol(t);
@@ -306,7 +307,7 @@ TEST(CudaUnaryTest, BackwardEveryOpDtypeSizeAndLayout) {
 
 TEST(CudaSelectTest, WhereEveryDtypeSizeAndBroadcast) {
   ENCORE_SKIP_WITHOUT_GPU();
-  const Kernel kernel = [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), where, x[0], x[1], x[2], x[3]); };
+  const Kernel kernel = [](const std::vector<Tensor>& x) { backend::where(x[0], x[1], x[2], x[3]); };
   for (DType t : kAllTypes) {
     for (int64_t n : kSizes) {
       SCOPED_TRACE(name_of(t, n));
@@ -325,7 +326,7 @@ TEST(CudaSelectTest, MaskedFillEveryDtypeSizeAndBroadcast) {
     const double value = is_floating(t) ? -std::numeric_limits<double>::infinity() : (t == kBool ? 1.0 : -7.0);
     for (bool fill_when : {true, false}) {
       const Kernel kernel = [=](const std::vector<Tensor>& x) {
-        ENCORE_KERNEL(x[0].device(), masked_fill, x[0], x[1], x[2], value, fill_when);
+        backend::masked_fill(x[0], x[1], x[2], value, fill_when);
       };
       for (int64_t n : kSizes) {
         SCOPED_TRACE(::testing::Message() << name_of(t, n) << " fill_when " << fill_when);
@@ -339,7 +340,7 @@ TEST(CudaSelectTest, MaskedFillEveryDtypeSizeAndBroadcast) {
   // A value that f16 rounds (to nearest even) and bf16 rounds differently.
   for (DType t : kFloatTypes) {
     expect_backends_agree(
-        [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), masked_fill, x[0], x[1], x[2], 0.1, true); },
+        [](const std::vector<Tensor>& x) { backend::masked_fill(x[0], x[1], x[2], 0.1, true); },
         {{zeros({257}, t)}, {values_of({257}, t, 214)}, {values_of({257}, kBool, 215)}});
   }
 }
@@ -353,7 +354,7 @@ TEST(CudaCopyTest, FillEveryDtypeSizeAndStrides) {
     if (is_floating(t)) fill_values.insert(fill_values.end(), {1.0 / 3.0, 1e10, -1e-30});   // rounding, overflow
     if (t == kInt32 || t == kInt64) fill_values.push_back(123456.0);
     for (double v : fill_values) {
-      const Kernel kernel = [=](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), fill, x[0], v); };
+      const Kernel kernel = [=](const std::vector<Tensor>& x) { backend::fill(x[0], v); };
       for (int64_t n : kSizes) {
         SCOPED_TRACE(::testing::Message() << name_of(t, n) << " value " << v);
         expect_backends_agree(kernel, {{values_of({n}, t, 220)}});
@@ -394,7 +395,7 @@ Tensor conversion_source(DType t, int64_t n, uint64_t seed) {
 
 TEST(CudaCopyTest, CopyEveryDtypePairMatchesCpuConvert) {
   ENCORE_SKIP_WITHOUT_GPU();
-  const Kernel kernel = [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), copy, x[0], x[1]); };
+  const Kernel kernel = [](const std::vector<Tensor>& x) { backend::copy(x[0], x[1]); };
   for (DType to : kAllTypes) {
     for (DType from : kAllTypes) {
       for (int64_t n : {int64_t{1}, int64_t{257}, int64_t{100000}}) {
@@ -414,7 +415,7 @@ TEST(CudaCopyTest, CopyEveryDtypePairMatchesCpuConvert) {
 // CPU (backend::float_to_int: NaN -> 0, saturate), not as the GPU's own cast.
 TEST(CudaCopyTest, FloatToIntegerEdgesMatchCpu) {
   ENCORE_SKIP_WITHOUT_GPU();
-  const Kernel kernel = [](const std::vector<Tensor>& x) { ENCORE_KERNEL(x[0].device(), copy, x[0], x[1]); };
+  const Kernel kernel = [](const std::vector<Tensor>& x) { backend::copy(x[0], x[1]); };
   const Tensor edges = from_vector<float>({NAN, -NAN, INFINITY, -INFINITY, 3e9f, -3e9f, 2147483520.f, -2147483648.f,
                                           1e19f, -1e19f, 9.3e18f, -0.f, 2.99f, -2.99f});
   for (DType from : {kFloat32, kFloat16, kBFloat16}) {
@@ -431,7 +432,7 @@ TEST(CudaCopyTest, ArangeEveryNumericDtype) {
   for (DType t : kNumericTypes) {
     for (const Case& c : {Case{0, 1}, Case{-3, 0.37}, Case{5, -3}, Case{1e6, 0.1}}) {
       const Kernel kernel = [=](const std::vector<Tensor>& x) {
-        ENCORE_KERNEL(x[0].device(), arange, x[0], c.start, c.step);
+        backend::arange(x[0], c.start, c.step);
       };
       for (int64_t n : kSizes) {
         SCOPED_TRACE(::testing::Message() << name_of(t, n) << " start " << c.start << " step " << c.step);
@@ -509,8 +510,8 @@ TEST(CudaRandomTest, DrawsThroughTheKernelFromANonzeroOffset) {
   for (RandomKind kind : {RandomKind::kUniform, RandomKind::kNormal}) {
     Tensor cs = state_cpu.clone(), gs = state_cpu.to(kGpu);
     Tensor c = empty({1000}), g = empty({1000}, kGpu);
-    cpu::random(c, cs, kind);
-    cuda::random(g, gs, kind);
+    backend::random(c, cs, kind);
+    backend::random(g, gs, kind);
     expect_same_draws(g, c, kind);
     EXPECT_EQ(gs.to(kCPU).to_vector<int64_t>(), cs.to_vector<int64_t>());
   }
@@ -518,7 +519,7 @@ TEST(CudaRandomTest, DrawsThroughTheKernelFromANonzeroOffset) {
 
 // ---- through the public ops ----
 
-// The op layer picks these kernels for CUDA tensors (ENCORE_KERNEL): forward
+// The op layer picks these kernels for CUDA tensors (kernels_for): forward
 // results equal the CPU's.
 TEST(CudaElementwiseOpsTest, PublicOpsRouteToTheCudaKernels) {
   ENCORE_SKIP_WITHOUT_GPU();

@@ -8,8 +8,8 @@
 #include "encore/device.h"
 #include "encore/error.h"
 #include "encore/tensor.h"
-#include "src/backends/cuda/copy.h"
 #include "src/backends/cuda/runtime.h"
+#include "src/backends/kernels.h"
 #include "tests/gpu_required.h"
 
 namespace encore::cuda {
@@ -43,7 +43,7 @@ TEST(CudaRuntimeTest, FillKernelWritesEveryElement) {
   ENCORE_SKIP_WITHOUT_GPU();
   constexpr int64_t kN = 1000;
   Tensor t = empty({kN}, kFloat32, Device::cuda(0));
-  fill(t, 2.5);
+  backend::fill(t, 2.5);
   for (float v : t.to(kCPU).to_vector<float>()) EXPECT_EQ(v, 2.5f);
 }
 
@@ -53,7 +53,7 @@ TEST(CudaRuntimeTest, EventsTimeWorkOnEncoresStream) {
   Event start(0), stop(0);
   Tensor t = empty({1 << 24}, kFloat32, Device::cuda(0));
   start.record();
-  for (int i = 0; i < 10; ++i) fill(t, 1.0 + i);
+  for (int i = 0; i < 10; ++i) backend::fill(t, 1.0 + i);
   stop.record();
   stop.synchronize();
   EXPECT_TRUE(stop.query());

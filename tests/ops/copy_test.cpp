@@ -498,8 +498,8 @@ TEST(CopyTest, RandomDrawsAreReproducibleFromTheSeed) {
   EXPECT_EQ(rand({0}).numel(), 0);
 }
 
-// BUG (src/ops/factory.cpp, Generator::manual_seed): the seed is written
-// with cpu::fill, whose value is a double, so seeds above 2^53 are rounded:
+// BUG (src/ops/factory.cpp, Generator::manual_seed): the seed is written with
+// backend::fill, whose value is a double, so seeds above 2^53 are rounded:
 // Generator((1 << 60) + 1).seed() is 2^60, and seeds 2^60 and 2^60 + 1 draw
 // the same numbers. Expected: every 64-bit seed kept exactly. Enable when fixed.
 TEST(CopyTest, LargeSeedsAreKeptExactly) {

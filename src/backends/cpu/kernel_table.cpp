@@ -5,20 +5,26 @@
 namespace encore {
 namespace cpu {
 extern const backend::BinaryKernels kBinary;   // binary.cpp
-extern const backend::OptimKernels kOptim;     // optim.cpp
-extern const backend::GemmKernels kGemm;       // gemm.cpp
+extern const backend::UnaryKernels kUnary;     // unary.cpp
+extern const backend::SelectKernels kSelect;   // select.cpp
+extern const backend::CopyKernels kCopy;       // copy.cpp
 extern const backend::ReduceKernels kReduce;   // reduce.cpp
 extern const backend::NnKernels kNn;           // nn.cpp
+extern const backend::GemmKernels kGemm;       // gemm.cpp
+extern const backend::OptimKernels kOptim;     // optim.cpp
 }  // namespace cpu
 
 namespace backend {
 extern const KernelTable kCpuKernels = {
     .name = "cpu",
     .binary = &cpu::kBinary,
-    .optim = &cpu::kOptim,
-    .gemm = &cpu::kGemm,
+    .unary = &cpu::kUnary,
+    .select = &cpu::kSelect,
+    .copy = &cpu::kCopy,
     .reduce = &cpu::kReduce,
     .nn = &cpu::kNn,
+    .gemm = &cpu::kGemm,
+    .optim = &cpu::kOptim,
     .copy_host_device = nullptr,
 };
 }  // namespace backend

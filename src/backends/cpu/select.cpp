@@ -1,21 +1,25 @@
-#include "src/backends/cpu/select.h"
-
+// The CPU kernels of elementwise selection: where and masked_fill
+// (contracts: WhereArgs, MaskedFillArgs in src/backends/kernel_table.h).
 #include <cstdint>
 
-#include "src/backends/cpu/copy.h"
+#include "src/backends/convert.h"
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/loops.h"
 #include "src/backends/cpu/parallel.h"
-#include "src/core/stream.h"
+#include "src/backends/kernel_table.h"
 
 namespace encore::cpu {
 namespace {
+
+using backend::MaskedFillArgs;
+using backend::SelectKernels;
+using backend::WhereArgs;
 
 // ---- kernels ----
 // Bool operands are read as bytes (0 or 1) and tested against zero.
 
 template <typename T>
-void where_kernel(const Layout<4>& l) {   // out, cond, a, b
+void where_loop(const Layout<4>& l) {   // out, cond, a, b
   parallel_for(l.numel, kGrainElementwise, [&](int64_t b, int64_t e) {
     if (l.contiguous) {
       T* o = reinterpret_cast<T*>(l.ptr[0]);
@@ -32,13 +36,8 @@ void where_kernel(const Layout<4>& l) {   // out, cond, a, b
   });
 }
 
-template <typename T>
-struct MaskedFillArgs { Layout<3> l; T value; };   // out, a, mask
-
 template <typename T, bool kFillWhen>
-void masked_fill_kernel(const MaskedFillArgs<T>& a) {
-  const Layout<3>& l = a.l;
-  const T v = a.value;
+void masked_fill_loop(const Layout<3>& l, T v) {   // out, a, mask
   parallel_for(l.numel, kGrainElementwise, [&](int64_t b, int64_t e) {
     if (l.contiguous) {
       T* o = reinterpret_cast<T*>(l.ptr[0]);
@@ -64,31 +63,26 @@ void masked_fill_kernel(const MaskedFillArgs<T>& a) {
   });
 }
 
-}  // namespace
+// ---- kernel table entries: the runtime dtype and flag as template arguments ----
 
-// ---- launchers ----
-
-void where(const Tensor& out, const Tensor& cond, const Tensor& a, const Tensor& b) {
-  dispatch_all(out.dtype(), "where", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const Layout<4> l = make_layout<4>(out, {&cond, &a, &b});
-    current_stream(kCPU).launch<&where_kernel<T>>("where", l, {cond.storage(), a.storage(), b.storage()},
-                                                  {out.storage()});
-  });
+void where_kernel(const WhereArgs& a) {
+  dispatch_all(a.dtype, "where", [&](auto tag) { where_loop<typename decltype(tag)::type>(a.l); });
 }
 
-void masked_fill(const Tensor& out, const Tensor& a, const Tensor& mask, double value, bool fill_when) {
-  dispatch_all(out.dtype(), "masked_fill", [&](auto tag) {
+void masked_fill_kernel(const MaskedFillArgs& a) {
+  dispatch_all(a.dtype, "masked_fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const MaskedFillArgs<T> args{make_layout<3>(out, {&a, &mask}), convert<T>(value)};
-    if (fill_when) {
-      current_stream(kCPU).launch<&masked_fill_kernel<T, true>>("masked_fill", args, {a.storage(), mask.storage()},
-                                                                 {out.storage()});
+    const T v = backend::from_bits<T>(a.value_bits);
+    if (a.fill_when) {
+      masked_fill_loop<T, true>(a.l, v);
     } else {
-      current_stream(kCPU).launch<&masked_fill_kernel<T, false>>("masked_fill", args, {a.storage(), mask.storage()},
-                                                                  {out.storage()});
+      masked_fill_loop<T, false>(a.l, v);
     }
   });
 }
+
+}  // namespace
+
+extern const SelectKernels kSelect = {kernel<&where_kernel>(), kernel<&masked_fill_kernel>()};
 
 }  // namespace encore::cpu

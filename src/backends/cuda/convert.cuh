@@ -1,7 +1,8 @@
 // Element conversions of the CUDA kernels between storage types (float,
 // __half, __nv_bfloat16, int32_t, int64_t, bool) and their compute types,
-// bit for bit as the CPU backend's cpu::convert and encore::Half/BFloat16
-// (NaN patterns and float-to-integer saturation included). Every kernel
+// bit for bit as backend::convert (src/backends/convert.h) and
+// encore::Half/BFloat16 (NaN patterns and float-to-integer saturation
+// included). Every kernel
 // family loads and stores elements through these. nvcc-safe: CUDA and
 // standard headers only.
 //
@@ -54,7 +55,7 @@ __device__ __forceinline__ __nv_bfloat16 float_to_bfloat16(float f) {
   return __float2bfloat16_rn(f);
 }
 
-// One element between storage types, exactly as cpu::convert: f16/bf16
+// One element between storage types, exactly as backend::convert: f16/bf16
 // through float; to bool: (float)x != 0; a float to an integer:
 // backend::float_to_int (NaN 0, saturating).
 template <typename To, typename From>

@@ -1,25 +1,26 @@
 // CUDA kernels that create and move data: fill, strided copy with dtype
-// conversion, arange and Philox random draws. Kernels, then launchers.
-// Conversions round exactly like cpu::convert (elementwise.cuh), and draws use
-// the CPU's Philox (src/core/philox.h), so the same seed gives the same
-// numbers on both backends (uniform bit for bit; normal to CUDA's logf/cosf
-// accuracy, a few ulps).
+// conversion, arange and Philox random draws (contracts: FillArgs, CopyArgs,
+// ArangeArgs, RandomArgs in src/backends/kernel_table.h). Kernels, then
+// launchers. Conversions round exactly like backend::convert (convert.cuh),
+// and draws use the CPU's Philox (src/core/philox.h), so the same seed gives
+// the same numbers on both backends (uniform bit for bit; normal to CUDA's
+// logf/cosf accuracy, a few ulps).
 #include <type_traits>
 
-#include "src/backends/cuda/copy_launch.h"
+#include "src/backends/convert.h"
 #include "src/backends/cuda/elementwise.cuh"
+#include "src/backends/kernel_table.h"
 #include "src/core/philox.h"
 
 namespace encore::cuda {
 namespace {
 
+using backend::ArangeArgs;
+using backend::CopyArgs;
+using backend::CopyKernels;
+using backend::FillArgs;
+using backend::RandomArgs;
 using backend::RandomKind;
-
-// Same-size integer stand-in for T where only bytes move.
-template <typename T>
-using Bits = std::conditional_t<sizeof(T) == 1, uint8_t,
-                                std::conditional_t<sizeof(T) == 2, uint16_t,
-                                                   std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
 
 // ---- kernels ----
 
@@ -74,14 +75,12 @@ __global__ void advance_offset_kernel(int64_t* state, int64_t n) {
   state[1] = static_cast<int64_t>(static_cast<uint64_t>(state[1]) + static_cast<uint64_t>(n));
 }
 
-}  // namespace
-
 // ---- launchers ----
 
 void fill_launch(const FillArgs& a) {
   visit_dtype(a.dtype, [&](auto tag) {
     using T = Bits<typename decltype(tag)::type>;
-    launch_elementwise(a.l, FillFn<T>{from_bits<T>(a.value_bits)}, "fill");
+    launch_elementwise(a.l, FillFn<T>{backend::from_bits<T>(a.value_bits)}, "fill");
   });
 }
 
@@ -110,8 +109,8 @@ void arange_launch(const ArangeArgs& a) {
   visit_dtype(a.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<T, bool>) {
-      launch_kernel(arange_kernel<T>, blocks_for(a.n), kThreads, 0, active_stream(), static_cast<T*>(a.out), a.n, a.start,
-                                                                          a.step);
+      launch_kernel(arange_kernel<T>, blocks_for(a.n), kThreads, 0, active_stream(), static_cast<T*>(a.out), a.n,
+                    a.start, a.step);
       check_launch("arange");
     }
   });
@@ -135,6 +134,11 @@ void random_launch(const RandomArgs& a) {
     }
   });
 }
+
+}  // namespace
+
+extern const CopyKernels kCopy = {kernel<&fill_launch>(), kernel<&copy_launch>(), kernel<&arange_launch>(),
+                                  kernel<&random_launch>()};
 
 // One kernel stands for all: every .cu file is compiled for the same -arch.
 bool kernels_wait_for_predecessors() {

@@ -19,7 +19,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "encore/dtype.h"
@@ -116,13 +115,11 @@ __device__ __forceinline__ void store(char* p, compute_t<T> v) {
   else *reinterpret_cast<T*>(p) = v;
 }
 
-// A scalar the host packed as T's storage bytes into the low bytes of a
-// uint64_t (see value_bits in the *_launch.h headers).
+// Same-size unsigned integer stand-in for storage type T, for kernels that
+// only move bytes (select, fill, same-dtype copy): every dtype exact.
 template <typename T>
-__host__ __device__ __forceinline__ T from_bits(uint64_t bits) {
-  T v;
-  memcpy(&v, &bits, sizeof(T));
-  return v;
-}
+using Bits = std::conditional_t<sizeof(T) == 1, uint8_t,
+                                std::conditional_t<sizeof(T) == 2, uint16_t,
+                                                   std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
 
 }  // namespace encore::cuda

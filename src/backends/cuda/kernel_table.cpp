@@ -5,10 +5,13 @@
 namespace encore {
 namespace cuda {
 extern const backend::BinaryKernels kBinary;   // binary.cu
-extern const backend::OptimKernels kOptim;     // optim.cu
-extern const backend::GemmKernels kGemm;       // gemm.cu
+extern const backend::UnaryKernels kUnary;     // unary.cu
+extern const backend::SelectKernels kSelect;   // select.cu
+extern const backend::CopyKernels kCopy;       // copy.cu
 extern const backend::ReduceKernels kReduce;   // reduce.cu
 extern const backend::NnKernels kNn;           // nn.cu
+extern const backend::GemmKernels kGemm;       // gemm.cu
+extern const backend::OptimKernels kOptim;     // optim.cu
 void copy_host_device(const Tensor& dst, const Tensor& src);   // transfer.cpp
 }  // namespace cuda
 
@@ -16,10 +19,13 @@ namespace backend {
 extern const KernelTable kCudaKernels = {
     .name = "cuda",
     .binary = &cuda::kBinary,
-    .optim = &cuda::kOptim,
-    .gemm = &cuda::kGemm,
+    .unary = &cuda::kUnary,
+    .select = &cuda::kSelect,
+    .copy = &cuda::kCopy,
     .reduce = &cuda::kReduce,
     .nn = &cuda::kNn,
+    .gemm = &cuda::kGemm,
+    .optim = &cuda::kOptim,
     .copy_host_device = &cuda::copy_host_device,
 };
 }  // namespace backend

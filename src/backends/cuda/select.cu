@@ -1,11 +1,17 @@
-// CUDA kernels for elementwise selection: where and masked_fill. Kernels, then
+// CUDA kernels for elementwise selection: where and masked_fill (contracts:
+// WhereArgs, MaskedFillArgs in src/backends/kernel_table.h). Kernels, then
 // launchers. Elements are moved as storage bytes, never converted, so every
 // dtype is exact. Bool operands are read as bytes and tested against zero.
+#include "src/backends/convert.h"
 #include "src/backends/cuda/elementwise.cuh"
-#include "src/backends/cuda/select_launch.h"
+#include "src/backends/kernel_table.h"
 
 namespace encore::cuda {
 namespace {
+
+using backend::MaskedFillArgs;
+using backend::SelectKernels;
+using backend::WhereArgs;
 
 // ---- kernels ----
 
@@ -27,14 +33,6 @@ struct MaskedFillFn {   // operands out, a, mask
   }
 };
 
-// Same-size integer stand-in for T: the kernels only move bytes.
-template <typename T>
-using Bits = std::conditional_t<sizeof(T) == 1, uint8_t,
-                                std::conditional_t<sizeof(T) == 2, uint16_t,
-                                                   std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
-
-}  // namespace
-
 // ---- launchers ----
 
 void where_launch(const WhereArgs& a) {
@@ -47,8 +45,12 @@ void where_launch(const WhereArgs& a) {
 void masked_fill_launch(const MaskedFillArgs& a) {
   visit_dtype(a.dtype, [&](auto tag) {
     using T = Bits<typename decltype(tag)::type>;
-    launch_elementwise(a.l, MaskedFillFn<T>{from_bits<T>(a.value_bits), a.fill_when}, "masked_fill");
+    launch_elementwise(a.l, MaskedFillFn<T>{backend::from_bits<T>(a.value_bits), a.fill_when}, "masked_fill");
   });
 }
+
+}  // namespace
+
+extern const SelectKernels kSelect = {kernel<&where_launch>(), kernel<&masked_fill_launch>()};
 
 }  // namespace encore::cuda
