@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "src/backends/hd_math.h"
 #include "src/core/host_device.h"
 
 namespace encore::backend {
@@ -25,37 +26,6 @@ struct AdamWCoefs {
   float eps;
 };
 
-// Correctly rounded double operations that no compiler contracts into an
-// FMA (device: intrinsics; host: the project builds with -ffp-contract=off).
-ENCORE_HOST_DEVICE double mul_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-ENCORE_HOST_DEVICE double sub_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-ENCORE_HOST_DEVICE double div_rn(double a, double b) {
-#ifdef __CUDA_ARCH__
-  return __ddiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-ENCORE_HOST_DEVICE double sqrt_rn(double a) {
-#ifdef __CUDA_ARCH__
-  return __dsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
-
 // base^n for n >= 0 by square-and-multiply: the same products in the same
 // order everywhere (libm's pow differs between glibc and CUDA in the last
 // bit). Each squaring doubles the relative error, so it stays within about n
@@ -64,8 +34,8 @@ ENCORE_HOST_DEVICE double sqrt_rn(double a) {
 ENCORE_HOST_DEVICE double integer_power(double base, int64_t n) {
   double result = 1.0;
   while (n > 0) {
-    if (n & 1) result = mul_rn(result, base);
-    base = mul_rn(base, base);
+    if (n & 1) result = dmul_rn(result, base);
+    base = dmul_rn(base, base);
     n >>= 1;
   }
   return result;
@@ -76,12 +46,12 @@ ENCORE_HOST_DEVICE AdamWCoefs adamw_coefs(double lr, int64_t step, float beta1, 
                                           float weight_decay) {
   // Bias corrections: m and v start at 0, so early averages are too small by
   // these factors. In double: beta2^t is close to 1.
-  const double bias1 = sub_rn(1.0, integer_power(beta1, step));
-  const double bias2 = sub_rn(1.0, integer_power(beta2, step));
-  return {static_cast<float>(sub_rn(1.0, mul_rn(lr, weight_decay))),
+  const double bias1 = dsub_rn(1.0, integer_power(beta1, step));
+  const double bias2 = dsub_rn(1.0, integer_power(beta2, step));
+  return {static_cast<float>(dsub_rn(1.0, dmul_rn(lr, weight_decay))),
           beta1, 1.0f - beta1, beta2, 1.0f - beta2,
-          static_cast<float>(div_rn(lr, bias1)),
-          static_cast<float>(div_rn(1.0, sqrt_rn(bias2))),
+          static_cast<float>(ddiv_rn(lr, bias1)),
+          static_cast<float>(ddiv_rn(1.0, dsqrt_rn(bias2))),
           eps};
 }
 

@@ -15,52 +15,10 @@
 #include <cmath>
 
 #include "src/backends/adamw_coefs.h"
+#include "src/backends/hd_math.h"
 #include "src/core/host_device.h"
 
 namespace encore::backend {
-
-// ---- f32 operations that no compiler contracts into an FMA ----
-//
-// Device: CUDA's explicitly rounded intrinsics (nvcc contracts a * b + c into
-// an FMA by default, --fmad=true; these it never does). Host: plain
-// operators, since the project builds every C++ source with
-// -ffp-contract=off (meson.build).
-
-ENCORE_HOST_DEVICE float fadd_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-ENCORE_HOST_DEVICE float fsub_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-ENCORE_HOST_DEVICE float fmul_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-ENCORE_HOST_DEVICE float fdiv_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-ENCORE_HOST_DEVICE float fsqrt_rn(float a) {
-#ifdef __CUDA_ARCH__
-  return __fsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
 
 // ---- SGD ----
 

@@ -28,38 +28,11 @@
 #include <type_traits>
 #include <utility>
 
+#include "src/backends/hd_math.h"
 #include "src/backends/op_kinds.h"
 #include "src/core/host_device.h"
 
 namespace encore::backend {
-
-// ---- hd: float math, glibc's on the host, CUDA's on the device ----
-
-namespace hd {
-#ifdef __CUDA_ARCH__
-ENCORE_HOST_DEVICE_INLINE float exp(float x) { return expf(x); }
-ENCORE_HOST_DEVICE_INLINE float log(float x) { return logf(x); }
-ENCORE_HOST_DEVICE_INLINE float sqrt(float x) { return sqrtf(x); }
-ENCORE_HOST_DEVICE_INLINE float pow(float x, float y) { return powf(x, y); }
-ENCORE_HOST_DEVICE_INLINE float tanh(float x) { return tanhf(x); }
-ENCORE_HOST_DEVICE_INLINE float erf(float x) { return erff(x); }
-ENCORE_HOST_DEVICE_INLINE float abs(float x) { return fabsf(x); }
-ENCORE_HOST_DEVICE_INLINE uint32_t float_bits(float x) { return __float_as_uint(x); }
-ENCORE_HOST_DEVICE_INLINE float bits_float(uint32_t u) { return __uint_as_float(u); }
-ENCORE_HOST_DEVICE_INLINE uint32_t min(uint32_t a, uint32_t b) { return b < a ? b : a; }
-#else
-ENCORE_HOST_DEVICE_INLINE float exp(float x) { return std::exp(x); }
-ENCORE_HOST_DEVICE_INLINE float log(float x) { return std::log(x); }
-ENCORE_HOST_DEVICE_INLINE float sqrt(float x) { return std::sqrt(x); }
-ENCORE_HOST_DEVICE_INLINE float pow(float x, float y) { return std::pow(x, y); }
-ENCORE_HOST_DEVICE_INLINE float tanh(float x) { return std::tanh(x); }
-ENCORE_HOST_DEVICE_INLINE float erf(float x) { return std::erf(x); }
-ENCORE_HOST_DEVICE_INLINE float abs(float x) { return std::abs(x); }
-ENCORE_HOST_DEVICE_INLINE uint32_t float_bits(float x) { return std::bit_cast<uint32_t>(x); }
-ENCORE_HOST_DEVICE_INLINE float bits_float(uint32_t u) { return std::bit_cast<float>(u); }
-ENCORE_HOST_DEVICE_INLINE uint32_t min(uint32_t a, uint32_t b) { return std::min(a, b); }
-#endif
-}  // namespace hd
 
 // ---- element functions ----
 

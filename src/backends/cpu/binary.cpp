@@ -8,11 +8,7 @@
 namespace encore::cpu {
 namespace {
 
-using backend::BinaryArgs;
-using backend::BinaryKernels;
-using backend::BinaryOp;
-using backend::BinaryScalarArgs;
-using backend::ScalarOp;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // ---- kernels ----
 

@@ -15,13 +15,7 @@
 namespace encore::cpu {
 namespace {
 
-using backend::ArangeArgs;
-using backend::CopyArgs;
-using backend::CopyKernels;
-using backend::FillArgs;
-using backend::RandomArgs;
-using backend::RandomKind;
-using backend::convert;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // ---- kernels ----
 

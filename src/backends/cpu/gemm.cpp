@@ -14,9 +14,7 @@
 namespace encore::cpu {
 namespace {
 
-using backend::ColumnSumArgs;
-using backend::GemmArgs;
-using backend::GemmKernels;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // OpenBLAS 0.3.21 runs a GEMM with m*n*k <= SMP_THRESHOLD_MIN (65536) *
 // GEMM_MULTITHREAD_THRESHOLD (4) on the calling thread. Batches of such small

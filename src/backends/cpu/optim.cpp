@@ -21,16 +21,7 @@
 namespace encore::cpu {
 namespace {
 
-using backend::AdamWArgs;
-using backend::AdamWCoefs;
-using backend::AdamWEntry;
-using backend::AdamWManyArgs;
-using backend::ClipCoefArgs;
-using backend::IncrementArgs;
-using backend::OptimKernels;
-using backend::ScaleInPlaceArgs;
-using backend::SgdArgs;
-using backend::SumSquaresArgs;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // ---- loop helper ----
 
@@ -64,9 +55,7 @@ void for_each_typed(const Layout<N>& l, int64_t grain, F f) {
 
 enum class SgdMode { kPlain, kMomentum, kNesterov };
 
-using backend::sgd_apply;
-using backend::sgd_direction;
-using backend::sgd_momentum;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // Operands param, grad (T) and, with momentum, the f32 buffer.
 template <typename T, SgdMode kMode, int N>

@@ -14,12 +14,7 @@
 namespace encore::cpu {
 namespace {
 
-using backend::MaxArgs;
-using backend::MaxBackwardArgs;
-using backend::ReduceGeom;
-using backend::ReduceKernels;
-using backend::SumArgs;
-using backend::SumMode;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // ---- geometry ----
 

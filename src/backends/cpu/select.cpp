@@ -11,9 +11,7 @@
 namespace encore::cpu {
 namespace {
 
-using backend::MaskedFillArgs;
-using backend::SelectKernels;
-using backend::WhereArgs;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // ---- kernels ----
 // Bool operands are read as bytes (0 or 1) and tested against zero.

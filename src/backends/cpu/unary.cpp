@@ -14,15 +14,7 @@
 namespace encore::cpu {
 namespace {
 
-using backend::UnaryArgs;
-using backend::UnaryBackwardArgs;
-using backend::UnaryKernels;
-using backend::UnaryOp;
-using backend::unary_fn;
-using backend::unary_grad_fn;
-using backend::unary_param;
-using backend::unary_supports_integers;
-using backend::visit_unary_op;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // Cheap ops split work in bigger chunks than transcendental ones.
 constexpr int64_t grain_of(UnaryOp op) {

@@ -15,12 +15,7 @@
 namespace encore::cuda {
 namespace {
 
-using backend::ArangeArgs;
-using backend::CopyArgs;
-using backend::CopyKernels;
-using backend::FillArgs;
-using backend::RandomArgs;
-using backend::RandomKind;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // ---- kernels ----
 

@@ -21,9 +21,7 @@ int64_t cublas_gemm_workspace_bytes(const backend::GemmArgs& a);
 
 namespace {
 
-using backend::ColumnSumArgs;
-using backend::GemmArgs;
-using backend::GemmKernels;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // Column sums in two deterministic passes (no atomics: replays are bit-identical).
 // Pass 1: block (x, y) sums 32 columns over row chunk y, 8 row lanes per column

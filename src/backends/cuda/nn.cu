@@ -31,17 +31,7 @@ uint32_t* error_word(int index);
 
 namespace {
 
-using backend::CrossEntropyArgs;
-using backend::CrossEntropyBackwardArgs;
-using backend::DropoutArgs;
-using backend::DropoutBackwardArgs;
-using backend::EmbeddingArgs;
-using backend::EmbeddingBackwardArgs;
-using backend::LayerNormArgs;
-using backend::LayerNormBackwardArgs;
-using backend::NnKernels;
-using backend::SoftmaxArgs;
-using backend::SoftmaxBackwardArgs;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 constexpr int64_t kWarpRowMax = 1024;   // rows up to this long: one warp per row
 constexpr int kTeamThreads = 256;       // threads per block of the row kernels

@@ -15,16 +15,7 @@
 namespace encore::cuda {
 namespace {
 
-using backend::AdamWArgs;
-using backend::AdamWCoefs;
-using backend::AdamWEntry;
-using backend::AdamWManyArgs;
-using backend::ClipCoefArgs;
-using backend::IncrementArgs;
-using backend::OptimKernels;
-using backend::ScaleInPlaceArgs;
-using backend::SgdArgs;
-using backend::SumSquaresArgs;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // ---- SGD ----
 

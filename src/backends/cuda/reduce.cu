@@ -19,13 +19,7 @@
 namespace encore::cuda {
 namespace {
 
-using backend::MaxArgs;
-using backend::MaxBackwardArgs;
-using backend::ReduceGeom;
-using backend::ReduceKernels;
-using backend::ReducePlan;
-using backend::SumArgs;
-using backend::SumMode;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 constexpr int kReduceThreads = 256;      // threads per block of every reduction kernel
 constexpr int kReduceMaxSplits = 1024;   // chunks of one output in the two-pass scheme

@@ -9,9 +9,7 @@
 namespace encore::cuda {
 namespace {
 
-using backend::MaskedFillArgs;
-using backend::SelectKernels;
-using backend::WhereArgs;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // ---- kernels ----
 

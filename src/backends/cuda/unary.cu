@@ -14,13 +14,7 @@
 namespace encore::cuda {
 namespace {
 
-using backend::kUnaryBackwardNames;
-using backend::kUnaryNames;
-using backend::UnaryArgs;
-using backend::UnaryBackwardArgs;
-using backend::UnaryKernels;
-using backend::UnaryOp;
-using backend::unary_param;
+using namespace backend;   // the shared argument structs, kinds and formulas
 
 // ---- kernels ----
 
