@@ -6,12 +6,11 @@
 //
 // A library plugs in with one function, `absl::Status <lib>_failure(code,
 // what)`, that turns a failed code into a Status naming `what` (and clears
-// whatever the library needs cleared after a failure), and two one-line macros:
-//
-//   #define ENCORE_RETURN_IF_CUBLAS_ERROR(expr, what) \
-//     ENCORE_RETURN_IF_LIBRARY_ERROR(CUBLAS_STATUS_SUCCESS, ::encore::cuda::cublas_status, expr, what)
-//   #define ENCORE_CUBLAS_CHECK(expr, what) \
-//     ENCORE_LIBRARY_CHECK(CUBLAS_STATUS_SUCCESS, ::encore::cuda::cublas_status, expr, what)
+// whatever the library needs cleared after a failure), and two macros, each
+// one generator call with the library's success code and failure function
+// (blas.h: ENCORE_RETURN_IF_CUBLAS_ERROR is ENCORE_RETURN_IF_LIBRARY_ERROR(
+// CUBLAS_STATUS_SUCCESS, cublas_status, expr, what), ENCORE_CUBLAS_CHECK is
+// ENCORE_LIBRARY_CHECK with the same two):
 //
 //   ENCORE_RETURN_IF_CUBLAS_ERROR(cublasGetVersion(h, &v), "cublasGetVersion");   // in a Status function
 //   ENCORE_CUBLAS_CHECK(cublasSetStream(h, s), "gemm: cublasSetStream");           // throws encore::Error
