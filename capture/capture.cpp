@@ -10,12 +10,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "capture/allocators.h"
+#include "capture/arena.h"
 #include "capture/cpu_graph.h"
 #include "capture/cuda_graph.h"
 #include "capture/recorder.h"
 #include "src/core/allocator.h"
 #include "src/core/kernel_errors.h"
+#include "src/core/step_observer.h"
+#include "src/core/stream.h"
 
 namespace encore {
 
@@ -24,7 +26,6 @@ using capture_internal::ArenaScope;
 using capture_internal::CpuGraph;
 using capture_internal::CudaGraph;
 using capture_internal::Recorder;
-using capture_internal::RecordingScope;
 using capture_internal::Trace;
 
 #define ENCORE_RETURN_IF_ERROR(expr)       \
@@ -43,37 +44,6 @@ int64_t arena_alignment(Device device) { return device.is_cuda() ? 256 : 64; }
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
-
-// The GPU a step may use: cuda:0 when the CUDA backend is built and a GPU
-// answers (one GPU per process, DESIGN.md "Distributed").
-std::optional<Device> usable_gpu() {
-  if (!cuda_available()) return std::nullopt;
-  return Device::cuda(0);
-}
-
-// Installs an observer on the CPU stream and on the GPU's stream for a scope,
-// so that a launch on either is seen.
-class ObserverScope {
- public:
-  ObserverScope(LaunchObserver* o, std::optional<Device> gpu) {
-    streams_[0] = &current_stream(kCPU);
-    if (gpu.has_value()) streams_[1] = &current_stream(*gpu);
-    for (int i = 0; i < 2; ++i) {
-      if (streams_[i] == nullptr) continue;
-      prev_[i] = streams_[i]->observer();
-      streams_[i]->set_observer(o);
-    }
-  }
-  ~ObserverScope() {
-    for (int i = 0; i < 2; ++i) {
-      if (streams_[i] != nullptr) streams_[i]->set_observer(prev_[i]);
-    }
-  }
-
- private:
-  Stream* streams_[2] = {nullptr, nullptr};
-  LaunchObserver* prev_[2] = {nullptr, nullptr};
-};
 
 // Returns the step's outputs without their autograd history, so that the
 // step's graph (and every tensor it saved) is gone once the step returns.
@@ -104,7 +74,7 @@ struct Guard {
 // Watches the capture run: checks each launch against the recorded warm-up,
 // refuses host reads, and on CPU appends the launch to the graph instead of
 // running it (on CUDA the launch runs into the capturing stream).
-class CaptureObserver final : public LaunchObserver {
+class CaptureObserver final : public StepObserver {
  public:
   CaptureObserver(const Trace& trace, ArenaPlan& plan, int64_t arena_bytes, bool append)
       : trace_(trace), plan_(plan), arena_end_(plan.base + arena_bytes), append_(append) {}
@@ -354,8 +324,7 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<st
   // an error, not in the recorded run (NOTE [ Kernel error words ]).
   if (gpu.has_value()) current_stream(*gpu).synchronize();
   {
-    ObserverScope observe(&rec, gpu);
-    RecordingScope record(&rec, gpu);
+    StepObserverScope observe(&rec);
     std::vector<Tensor> outs = run_step(step);
     // Host index checks are off while recording; CUDA kernels never check on the host.
     const uint32_t errors = take_kernel_errors(kCPU) | (gpu.has_value() ? take_kernel_errors(*gpu) : 0u);
@@ -402,13 +371,13 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<st
   for (const auto& a : impl->trace.allocs) arena.sizes.push_back(a.nbytes);
   CaptureObserver cap(impl->trace, arena, impl->arena->nbytes(), /*append=*/on_cpu);
   if (on_cpu) {
-    ObserverScope observe(&cap, gpu);
+    StepObserverScope observe(&cap);
     ArenaScope scope(&arena, impl->device);
     impl->outputs = run_step(step);
   } else {
     ENCORE_RETURN_IF_ERROR(CudaGraph::begin(impl->device, options.programmatic_launch));
     absl::Status run = status_of([&] {
-      ObserverScope observe(&cap, gpu);
+      StepObserverScope observe(&cap);
       ArenaScope scope(&arena, impl->device);
       impl->outputs = run_step(step);
     });

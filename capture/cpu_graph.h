@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "src/core/stream.h"
+#include "src/core/step_observer.h"
 
 namespace encore::capture_internal {
 

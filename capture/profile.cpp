@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +15,7 @@
 #include "encore/error.h"
 #include "nlohmann/json.hpp"
 #include "src/core/phase.h"
+#include "src/core/step_observer.h"
 #include "src/core/stream.h"
 
 namespace encore {
@@ -85,7 +85,7 @@ void fill_medians(const std::vector<std::vector<int64_t>>& durations, StepProfil
 // stream it took the launch), so the kernel runs exactly as it would have.
 // CPU launches: steady_clock around the kernel. CUDA launches: events around
 // it on the stream (`gpu`), read after the run by finish().
-class EagerTimer final : public LaunchObserver {
+class EagerTimer final : public StepObserver {
  public:
   struct Launch {
     const char* op;
@@ -114,7 +114,6 @@ class EagerTimer final : public LaunchObserver {
     launches.push_back(std::move(l));
     return false;   // already ran
   }
-  void on_host_access(const char* op) override {}
 
   // After the run (times relative to t0): fills the CUDA launches' times from
   // their events, placed after the host time of the first CUDA launch.
@@ -143,12 +142,6 @@ class EagerTimer final : public LaunchObserver {
   capture_internal::CudaLaunchTimer* gpu_;
   int64_t gpu_anchor_ = -1;   // host time of the first CUDA launch
 };
-
-// The GPU a step may use: cuda:0 when the CUDA backend is built and a GPU answers.
-std::optional<Device> usable_gpu() {
-  if (!cuda_available()) return std::nullopt;
-  return Device::cuda(0);
-}
 
 // Waits for the GPU's stream (a no-op without one); throws encore::Error.
 void synchronize_gpu(const std::optional<Device>& gpu) {
@@ -289,27 +282,6 @@ absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const capture_inte
   return p;
 }
 
-// Installs an observer on the CPU stream and, when there is one, on the GPU's
-// stream, for a scope.
-class ObserverScope {
- public:
-  ObserverScope(LaunchObserver* observer, const std::optional<Device>& gpu) {
-    streams_[0] = &current_stream(kCPU);
-    if (gpu.has_value()) streams_[1] = &current_stream(*gpu);
-    for (Stream* s : streams_) {
-      if (s != nullptr) s->set_observer(observer);
-    }
-  }
-  ~ObserverScope() {
-    for (Stream* s : streams_) {
-      if (s != nullptr) s->set_observer(nullptr);
-    }
-  }
-
- private:
-  Stream* streams_[2] = {nullptr, nullptr};
-};
-
 // One eager run with every launch timed; times relative to the run's start.
 // `expected` launches are reserved up front. Returns the run's wall time (ns),
 // to the end of a synchronize of the GPU when there is one. Throws like the step.
@@ -320,7 +292,7 @@ int64_t timed_eager_run(const std::function<std::vector<Tensor>()>& step, const 
   timer.launches.reserve(expected);
   int64_t t0 = 0, total = 0;
   {
-    ObserverScope observe(&timer, gpu);
+    StepObserverScope observe(&timer);
     t0 = now_ns();
     step();
   }

@@ -1,5 +1,9 @@
 #include "capture/recorder.h"
 
+#include <algorithm>
+
+#include "encore/tensor.h"
+
 namespace encore::capture_internal {
 
 int32_t Recorder::id_of(const Storage* s) const {

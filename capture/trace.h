@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "src/core/phase.h"
-#include "src/core/stream.h"
+#include "src/core/step_observer.h"
 
 namespace encore::capture_internal {
 
