@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "capture/executable.h"
+#include "encore/error.h"
+#include "src/core/kernel_errors.h"
 
 #if ENCORE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -16,6 +19,35 @@
 
 namespace encore::capture_internal {
 
+struct CaptureMarks;   // the launch marks of one capture (CUDA builds)
+
+// Runs the capture run under stream capture on encore's stream of `device`
+// (NOTE [ CUDA graph nodes and encore launches ] for take()'s marks).
+class CudaCapturer final : public Capturer {
+ public:
+  CudaCapturer(Device device, bool programmatic_launch);
+  ~CudaCapturer() override;
+  bool take(const LaunchRecord& launch) override;
+  absl::StatusOr<std::unique_ptr<Executable>> capture(const std::function<void()>& run) override;
+
+ private:
+  // Begins capturing encore's stream of the device after waiting for the
+  // work already queued on it (the warm-up's). With programmatic launch (and
+  // a GPU of compute capability >= 9.0) encore's kernels are captured with
+  // programmatic edges (NOTE [ Programmatic dependent launch ] in
+  // src/backends/cuda/launch.h) until end(). Without CUDA: Unimplemented.
+  [[nodiscard]] absl::Status begin();
+  // Ends the capture begun by begin(). When `run` (what the captured step
+  // returned) failed, or capture broke (a synchronize, a legacy-stream call),
+  // the partial graph is dropped, the stream is left usable, and the error is
+  // returned. Otherwise the graph is instantiated and uploaded.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<CudaGraph>> end(absl::Status run);
+
+  const Device device_;
+  const bool programmatic_launch_;
+  std::unique_ptr<CaptureMarks> marks_;   // between begin() and end()
+};
+
 #if ENCORE_HAVE_CUDA
 
 namespace {
@@ -23,15 +55,17 @@ namespace {
 cudaGraph_t as_graph(void* p) { return static_cast<cudaGraph_t>(p); }
 cudaGraphExec_t as_exec(void* p) { return static_cast<cudaGraphExec_t>(p); }
 
-// The launch marks of the capture running on this thread
-// (NOTE [ CUDA graph nodes and encore launches ]).
+}  // namespace
+
+// The launch marks of one capture (NOTE [ CUDA graph nodes and encore launches ]).
 struct CaptureMarks {
   cudaStream_t stream = nullptr;
   std::vector<void*> leaves;   // every mark's leaf nodes, back to back
   std::vector<int64_t> ends;   // ends[m]: leaves.size() after mark m
   bool lost = false;           // a query failed: the marks cannot be trusted
 };
-thread_local std::unique_ptr<CaptureMarks> tls_marks;
+
+namespace {
 
 void take_mark(CaptureMarks& m) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -71,57 +105,62 @@ int64_t now_ns() {
              std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The error of a capture that `run` (the step) failed or that broke; the
+// partial `graph` (if any) is dropped and the stream left usable.
+absl::Status failed_capture(absl::Status run, cudaError_t ended, cudaGraph_t graph) {
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();   // an invalidated capture leaves a non-sticky error behind
+  constexpr const char* kBroken =
+      "something in the step broke stream capture: a synchronize, a cudaMalloc or a call on the legacy default "
+      "stream";
+  if (!run.ok() && ended == cudaErrorStreamCaptureInvalidated) {
+    // The step's error is then most likely the first launch after the break, not its cause.
+    return absl::Status(run.code(), absl::StrCat(run.message(), " (stream capture had been invalidated: ",
+                                                 kBroken, ")"));
+  }
+  if (!run.ok()) return run;
+  const absl::Status end_status = cuda::cuda_status(ended, "capture: cudaStreamEndCapture");
+  return absl::Status(end_status.code(), absl::StrCat(end_status.message(), " (", kBroken, ")"));
+}
+
 }  // namespace
 
-absl::Status CudaGraph::begin(Device device, bool programmatic_launch) {
-  const cudaStream_t s = cuda::stream_for(device.index);
+absl::Status CudaCapturer::begin() {
+  const cudaStream_t s = cuda::stream_for(device_.index);
   ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s), "capture: waiting for the warm-up");
   // Programmatic launch only where the GPU supports it and the kernels were
   // built to wait (asked before capture begins: no API call inside it).
   int major = 0;
-  if (programmatic_launch) {
-    ENCORE_RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index),
+  if (programmatic_launch_) {
+    ENCORE_RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_.index),
                                 "capture: cudaDeviceGetAttribute(compute capability)");
   }
-  const bool programmatic = programmatic_launch && major >= 9 && cuda::kernels_wait_for_predecessors();
+  const bool programmatic = programmatic_launch_ && major >= 9 && cuda::kernels_wait_for_predecessors();
   // Thread-local mode: other threads may keep using CUDA, but an unsafe call
   // (cudaMalloc, a synchronize) from this thread breaks the capture.
   ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
                               "capture: cudaStreamBeginCapture");
-  tls_marks = std::make_unique<CaptureMarks>();
-  tls_marks->stream = s;
+  marks_ = std::make_unique<CaptureMarks>();
+  marks_->stream = s;
   cuda::set_programmatic_launch(programmatic);   // until end()
   return absl::OkStatus();
 }
 
-void CudaGraph::mark_launch() {
-  if (tls_marks != nullptr) take_mark(*tls_marks);
+bool CudaCapturer::take(const LaunchRecord&) {
+  if (marks_ != nullptr) take_mark(*marks_);   // where the previous launch ended
+  return true;                                 // runs into the capturing stream
 }
 
-absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::end(Device device, absl::Status run) {
-  const cudaStream_t s = cuda::stream_for(device.index);
-  std::unique_ptr<CaptureMarks> marks = std::move(tls_marks);   // this capture's, whatever happens next
+absl::StatusOr<std::unique_ptr<CudaGraph>> CudaCapturer::end(absl::Status run) {
+  const cudaStream_t s = cuda::stream_for(device_.index);
+  std::unique_ptr<CaptureMarks> marks = std::move(marks_);   // this capture's, whatever happens next
   cuda::set_programmatic_launch(false);
-  if (marks != nullptr && run.ok()) take_mark(*marks);            // where the last launch ended
+  if (marks != nullptr && run.ok()) take_mark(*marks);        // where the last launch ended
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(s, &graph);
-  if (!run.ok() || ended != cudaSuccess) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    (void)cudaGetLastError();   // an invalidated capture leaves a non-sticky error behind
-    constexpr const char* kBroken =
-        "something in the step broke stream capture: a synchronize, a cudaMalloc or a call on the legacy default "
-        "stream";
-    if (!run.ok() && ended == cudaErrorStreamCaptureInvalidated) {
-      // The step's error is then most likely the first launch after the break, not its cause.
-      return absl::Status(run.code(), absl::StrCat(run.message(), " (stream capture had been invalidated: ",
-                                                   kBroken, ")"));
-    }
-    if (!run.ok()) return run;
-    const absl::Status end_status = cuda::cuda_status(ended, "capture: cudaStreamEndCapture");
-    return absl::Status(end_status.code(), absl::StrCat(end_status.message(), " (", kBroken, ")"));
-  }
+  if (!run.ok() || ended != cudaSuccess) return failed_capture(std::move(run), ended, graph);
   std::unique_ptr<CudaGraph> g(new CudaGraph());
-  g->device_ = device;
+  g->device_ = device_;
   g->graph_ = graph;
   if (marks != nullptr) {
     g->marks_ = std::move(marks->leaves);
@@ -355,12 +394,14 @@ absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void* from, const voi
 
 #else  // !ENCORE_HAVE_CUDA
 
-absl::Status CudaGraph::begin(Device device, bool) {
+struct CaptureMarks {};
+
+absl::Status CudaCapturer::begin() {
   return absl::UnimplementedError(
-      absl::StrCat("capture: the step runs on ", device.str(), ", but encore was built without CUDA"));
+      absl::StrCat("capture: the step runs on ", device_.str(), ", but encore was built without CUDA"));
 }
-void CudaGraph::mark_launch() {}
-absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::end(Device, absl::Status run) {
+bool CudaCapturer::take(const LaunchRecord&) { return true; }
+absl::StatusOr<std::unique_ptr<CudaGraph>> CudaCapturer::end(absl::Status run) {
   return run.ok() ? absl::UnimplementedError("capture: encore was built without CUDA") : run;
 }
 CudaGraph::~CudaGraph() = default;
@@ -376,5 +417,53 @@ absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void*, const void*, i
 }
 
 #endif
+
+// ---- both builds ----
+
+namespace {
+
+class CudaExecutable final : public Executable {
+ public:
+  explicit CudaExecutable(std::unique_ptr<CudaGraph> graph) : graph_(std::move(graph)) {}
+
+  absl::Status replay() override {
+    // Asynchronous: this replay's reports arrive at the next synchronization,
+    // or here at the next replay if it has finished by then.
+    if (const uint32_t errors = take_kernel_errors(graph_->device(), /*wait=*/false); errors != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "replay: an earlier replay or step on ", graph_->device().str(), " met bad data: ",
+          describe_kernel_errors(errors),
+          "; its outputs, gradients and parameter updates used it: check the batches copied into the static "
+          "inputs. This replay was not launched"));
+    }
+    return graph_->replay();
+  }
+  absl::Status replay_timed(std::vector<int64_t>&) override {
+    return absl::UnimplementedError("replay_timed: per-node host timing is for CPU graphs; time CUDA graphs with "
+                                    "CUPTI or events");
+  }
+  absl::Status dump_dot(const std::string& path, const Trace&) const override { return graph_->dump_dot(path); }
+  const CudaGraph* cuda_graph() const override { return graph_.get(); }
+
+ private:
+  std::unique_ptr<CudaGraph> graph_;
+};
+
+}  // namespace
+
+CudaCapturer::CudaCapturer(Device device, bool programmatic_launch)
+    : device_(device), programmatic_launch_(programmatic_launch) {}
+CudaCapturer::~CudaCapturer() = default;
+
+absl::StatusOr<std::unique_ptr<Executable>> CudaCapturer::capture(const std::function<void()>& run) {
+  if (absl::Status s = begin(); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<CudaGraph>> graph = end(status_of(run));
+  if (!graph.ok()) return graph.status();
+  return std::make_unique<CudaExecutable>(*std::move(graph));
+}
+
+std::unique_ptr<Capturer> make_cuda_capturer(Device device, bool programmatic_launch) {
+  return std::make_unique<CudaCapturer>(device, programmatic_launch);
+}
 
 }  // namespace encore::capture_internal

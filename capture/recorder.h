@@ -1,5 +1,5 @@
 // The recorder: watches one eager step (kernels, host reads, allocations and
-// frees) and turns it into a Trace.
+// frees) and turns it into a Trace; and the Trace as Graphviz DOT.
 //
 //   Recorder rec;
 //   {
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "capture/trace.h"
 #include "src/core/step_observer.h"
 
@@ -47,5 +48,9 @@ class Recorder final : public StepObserver {
   int64_t kernels_before_host_access_ = 0;
   absl::flat_hash_map<const void*, int32_t> live_;   // data pointer -> temporary id
 };
+
+// Writes `trace` in Graphviz DOT: one node per kernel, named by op, and an
+// edge from the last writer of each temporary to every later reader.
+[[nodiscard]] absl::Status write_trace_dot(const Trace& trace, const std::string& path);
 
 }  // namespace encore::capture_internal

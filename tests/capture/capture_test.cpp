@@ -19,6 +19,7 @@
 #endif
 
 #include "capture/cuda_graph.h"
+#include "capture/graph_impl.h"
 #include "encore/capture.h"
 #include "encore/encore.h"
 #include "encore/nn.h"
@@ -157,24 +158,24 @@ void expect_sound_plans(Device dev) {
     absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
     ASSERT_TRUE(graph.ok()) << graph.status();
     const auto& buffers = graph->buffers();
-    const auto& offsets = graph->arena_offsets();
+    const auto& offsets = graph->internals().offsets;
     planner::Plan plan{offsets, graph->stats().arena_bytes};
     EXPECT_TRUE(planner::validate(buffers, plan).ok()) << planner::validate(buffers, plan);
     // Every temporary a node touches is live at that node per its lifetime.
     for (size_t k = 0; k < static_cast<size_t>(graph->stats().kernels); ++k) {
-      for (int32_t id : graph->node_temporaries(k)) {
-        EXPECT_LE(buffers[id].lower, static_cast<int64_t>(k)) << graph->node_op(k);
-        EXPECT_GT(buffers[id].upper, static_cast<int64_t>(k)) << graph->node_op(k);
+      for (int32_t id : graph->internals().node_temporaries(k)) {
+        EXPECT_LE(buffers[id].lower, static_cast<int64_t>(k)) << graph->internals().node_op(k);
+        EXPECT_GT(buffers[id].upper, static_cast<int64_t>(k)) << graph->internals().node_op(k);
       }
     }
     // Two temporaries sharing bytes never meet in one node.
     for (size_t k = 0; k < static_cast<size_t>(graph->stats().kernels); ++k) {
-      std::vector<int32_t> ids = graph->node_temporaries(k);
+      std::vector<int32_t> ids = graph->internals().node_temporaries(k);
       for (size_t a = 0; a < ids.size(); ++a) {
         for (size_t b = a + 1; b < ids.size(); ++b) {
           const int64_t a0 = offsets[ids[a]], a1 = a0 + buffers[ids[a]].size;
           const int64_t b0 = offsets[ids[b]], b1 = b0 + buffers[ids[b]].size;
-          EXPECT_TRUE(a1 <= b0 || b1 <= a0) << "node " << k << " " << graph->node_op(k);
+          EXPECT_TRUE(a1 <= b0 || b1 <= a0) << "node " << k << " " << graph->internals().node_op(k);
         }
       }
     }
@@ -519,7 +520,7 @@ TEST(CudaCaptureTest, GptWithDropoutAndTiedWeightsReplaysEqualEagerSteps) {
 // Edges of the captured CUDA graph of type programmatic (kernel to kernel,
 // NOTE [ Programmatic dependent launch ] in src/backends/cuda/launch.h).
 int64_t programmatic_edges(const Graph& g) {
-  cudaGraph_t graph = static_cast<cudaGraph_t>(g.cuda_graph()->graph_handle());
+  cudaGraph_t graph = static_cast<cudaGraph_t>(g.internals().cuda_graph()->graph_handle());
   size_t n = 0;
   EXPECT_EQ(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n), cudaSuccess);
   std::vector<cudaGraphNode_t> from(n), to(n);

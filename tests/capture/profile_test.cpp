@@ -10,6 +10,7 @@
 #include <set>
 
 #include "capture/cuda_graph.h"
+#include "capture/graph_impl.h"
 #include "encore/profile.h"
 #include "nlohmann/json.hpp"
 #include "src/core/stream.h"
@@ -132,7 +133,7 @@ TEST(ProfileTest, ReplayTimedStampsEveryNode) {
   std::unique_ptr<Workload> w = small_mlp();
   Graph g = capture_or_die(*w);
   std::vector<int64_t> stamps;
-  ASSERT_TRUE(g.replay_timed(stamps).ok());
+  ASSERT_TRUE(g.internals().replay_timed(stamps).ok());
   ASSERT_EQ(stamps.size(), static_cast<size_t>(g.stats().kernels) + 1);
   for (size_t i = 1; i < stamps.size(); ++i) EXPECT_LE(stamps[i - 1], stamps[i]);
 }
@@ -147,7 +148,7 @@ TEST(ProfileTest, NodesMapToOpsAndPhases) {
   for (size_t i = 0; i < p->nodes.size(); ++i) {
     const NodeTiming& n = p->nodes[i];
     EXPECT_EQ(n.node, static_cast<int64_t>(i));
-    EXPECT_STREQ(n.op, g.node_op(i));
+    EXPECT_STREQ(n.op, g.internals().node_op(i));
     EXPECT_GE(n.duration_ns, 0);
     EXPECT_GE(n.median_ns, 0);
     EXPECT_FALSE(n.write_bytes.empty()) << n.op << " writes nothing?";
@@ -172,8 +173,8 @@ TEST(ProfileTest, EagerProfileSeesTheSameKernelsAsTheGraph) {
   Graph g = capture_or_die(*w);
   ASSERT_EQ(eager->nodes.size(), static_cast<size_t>(g.stats().kernels));
   for (size_t i = 0; i < eager->nodes.size(); ++i) {
-    EXPECT_STREQ(eager->nodes[i].op, g.node_op(i)) << "node " << i;
-    EXPECT_STREQ(eager->nodes[i].phase, g.node_phase(i)) << "node " << i;
+    EXPECT_STREQ(eager->nodes[i].op, g.internals().node_op(i)) << "node " << i;
+    EXPECT_STREQ(eager->nodes[i].phase, g.internals().node_phase(i)) << "node " << i;
     if (i > 0) {
       EXPECT_GE(eager->nodes[i].start_ns, eager->nodes[i - 1].start_ns + eager->nodes[i - 1].duration_ns);
     }
@@ -234,7 +235,7 @@ TEST(ProfileTest, ChromeTraceIsWellFormed) {
   for (const auto& [track, events] : tracks) {
     EXPECT_EQ(events.size(), static_cast<size_t>(g.stats().kernels));
     for (size_t i = 0; i < events.size(); ++i) {
-      EXPECT_EQ(events[i]["name"], g.node_op(i));
+      EXPECT_EQ(events[i]["name"], g.internals().node_op(i));
       EXPECT_EQ(events[i]["args"]["node"].get<int64_t>(), static_cast<int64_t>(i));
       if (i == 0) continue;
       const double prev_end = events[i - 1]["ts"].get<double>() + events[i - 1]["dur"].get<double>();
@@ -312,7 +313,7 @@ TEST(CudaProfileTest, ReplayNodesMapToLaunchesOpsAndPhases) {
   ENCORE_SKIP_WITHOUT_GPU();
   std::unique_ptr<Workload> w = cuda_mlp();
   Graph g = capture_or_die(*w);
-  ASSERT_NE(g.cuda_graph(), nullptr);
+  ASSERT_NE(g.internals().cuda_graph(), nullptr);
   absl::StatusOr<StepProfile> p = profile_replay(g, {.warmup_runs = 1, .runs = 3});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->device, "cuda:0");
@@ -328,9 +329,9 @@ TEST(CudaProfileTest, ReplayNodesMapToLaunchesOpsAndPhases) {
   for (const NodeTiming& n : p->nodes) {
     ASSERT_GE(n.launch, 0) << "node " << n.node << " maps to no launch";
     ASSERT_LT(n.launch, launches);
-    EXPECT_STREQ(n.op, g.node_op(n.launch)) << "node " << n.node;
-    EXPECT_STREQ(n.phase, g.node_phase(n.launch)) << "node " << n.node;
-    EXPECT_EQ(n.read_bytes, g.node_read_bytes(n.launch));
+    EXPECT_STREQ(n.op, g.internals().node_op(n.launch)) << "node " << n.node;
+    EXPECT_STREQ(n.phase, g.internals().node_phase(n.launch)) << "node " << n.node;
+    EXPECT_EQ(n.read_bytes, g.internals().node_read_bytes(n.launch));
     EXPECT_TRUE(seen_nodes.insert(n.node).second) << "node " << n.node << " twice in one replay";
     EXPECT_GE(n.start_ns, 0);
     EXPECT_GE(n.duration_ns, 0);
@@ -366,8 +367,8 @@ TEST(CudaProfileTest, EagerLaunchesAreTimedWithEventsInLaunchOrder) {
   ASSERT_EQ(eager->nodes.size(), static_cast<size_t>(g.stats().kernels));
   for (size_t i = 0; i < eager->nodes.size(); ++i) {
     const NodeTiming& n = eager->nodes[i];
-    EXPECT_STREQ(n.op, g.node_op(i)) << "node " << i;
-    EXPECT_STREQ(n.phase, g.node_phase(i)) << "node " << i;
+    EXPECT_STREQ(n.op, g.internals().node_op(i)) << "node " << i;
+    EXPECT_STREQ(n.phase, g.internals().node_phase(i)) << "node " << i;
     EXPECT_EQ(n.stream, 0);
     EXPECT_GE(n.duration_ns, 0);
     if (i > 0) {   // events on one stream complete in order
@@ -431,13 +432,13 @@ TEST(CudaProfileTest, GraphUpdateRetargetsOnePointer) {
   };
   absl::StatusOr<Graph> g = capture(step);
   ASSERT_TRUE(g.ok()) << g.status();
-  absl::StatusOr<int64_t> ns = g->cuda_graph()->update_pointer_ns(x.data_ptr(), other.data_ptr(), 5);
+  absl::StatusOr<int64_t> ns = g->internals().cuda_graph()->update_pointer_ns(x.data_ptr(), other.data_ptr(), 5);
   ASSERT_TRUE(ns.ok()) << ns.status();
   EXPECT_GT(*ns, 0);
   // The graph keeps its own parameters: it still reads x (0 + 3), not `other` (5 + 3).
   ASSERT_TRUE(g->replay().ok());
   EXPECT_EQ(g->output(0).to_vector<float>(), std::vector<float>(16, 3.0f));
-  EXPECT_EQ(g->cuda_graph()->update_pointer_ns(&ns, other.data_ptr(), 1).status().code(),
+  EXPECT_EQ(g->internals().cuda_graph()->update_pointer_ns(&ns, other.data_ptr(), 1).status().code(),
             absl::StatusCode::kNotFound);
 }
 
