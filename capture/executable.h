@@ -36,7 +36,7 @@ class Executable {
   // replay() that also timestamps every node (profilers): stamps gets
   // launches + 1 values, stamps[i + 1] - stamps[i] = node i's wall time in
   // ns (steady_clock). Unimplemented where nodes are timed otherwise (CUDA:
-  // CUPTI, capture/cuda_profile.h).
+  // CUPTI, profile/cuda_profile.h).
   [[nodiscard]] virtual absl::Status replay_timed(std::vector<int64_t>& stamps) = 0;
   // Graphviz DOT of the step; `trace` is the recorded warm-up it was captured from.
   [[nodiscard]] virtual absl::Status dump_dot(const std::string& path, const Trace& trace) const = 0;

@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "capture/cuda_graph.h"
-#include "capture/cuda_profile.h"
 #include "capture/graph_impl.h"
 #include "encore/error.h"
 #include "nlohmann/json.hpp"
+#include "profile/cuda_profile.h"
 #include "src/core/phase.h"
 #include "src/core/step_observer.h"
 #include "src/core/stream.h"
@@ -23,10 +23,10 @@ namespace encore {
 namespace {
 
 using capture_internal::CudaGraph;
-using capture_internal::CudaLaunchTimer;
-using capture_internal::CudaReplayTimes;
-using capture_internal::NodeActivity;
-using capture_internal::time_cuda_replays;
+using profile_internal::CudaLaunchTimer;
+using profile_internal::CudaReplayTimes;
+using profile_internal::NodeActivity;
+using profile_internal::time_cuda_replays;
 using Clock = std::chrono::steady_clock;
 
 int64_t now_ns() {

@@ -1,4 +1,4 @@
-#include "capture/cuda_profile.h"
+#include "profile/cuda_profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -18,7 +18,7 @@
 #include "src/backends/cuda/runtime.h"
 #endif
 
-namespace encore::capture_internal {
+namespace encore::profile_internal {
 
 #if ENCORE_HAVE_CUDA
 
@@ -444,4 +444,4 @@ absl::Status CudaLaunchTimer::read(std::vector<std::pair<int64_t, int64_t>>& tim
 
 #endif
 
-}  // namespace encore::capture_internal
+}  // namespace encore::profile_internal
