@@ -283,8 +283,26 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
   return absl::OkStatus();
 }
 
+// NOTE [ Nested captures ]: a capture() inside a step that another capture()
+// records or captures cannot work: its runs would allocate from the outer
+// arena, and its recorded run would run kernels that the outer capture run
+// must only take. So it is refused (the outer capture goes on). Profiling
+// inside a captured step is refused the same way (profile_eager); a capture
+// inside a profiled step works: its scopes hand back to the profiler.
+bool inside_capture() {
+  const Stream& cpu = current_stream(kCPU);   // every StepObserverScope installs on it
+  if (!cpu.observed_here()) return false;
+  const StepObserver* o = cpu.observer();
+  return dynamic_cast<const Recorder*>(o) != nullptr || dynamic_cast<const CaptureObserver*>(o) != nullptr;
+}
+
 absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const Step& step, const CaptureOptions& options) {
   if (options.warmup < 1) return absl::InvalidArgumentError("capture: warmup must be at least 1 (the recorded run)");
+  if (inside_capture()) {
+    return absl::FailedPreconditionError(
+        "capture: called inside a step that another capture() is recording or capturing; a captured step cannot "
+        "capture a step itself: capture each step on its own, outside the other's step");
+  }
   auto g = std::make_unique<Graph::Impl>();
   ENCORE_RETURN_IF_ERROR(record(step, options, *g));
   ENCORE_RETURN_IF_ERROR(plan(options, *g));

@@ -36,7 +36,9 @@
 // Errors instead of silent wrong answers: a host read inside the step
 // (item(), to_vector(), printing), a tensor allocated in the step that
 // outlives it without being an output, or an exception thrown by the step
-// make capture() return a Status; the model and optimizer stay usable.
+// make capture() return a Status; the model and optimizer stay usable. So
+// does a capture() called inside a step that another capture() records or
+// captures (a profiler's eager run around capture() is fine).
 #pragma once
 
 #include <functional>

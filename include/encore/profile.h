@@ -109,7 +109,9 @@ struct StepProfile {
 // stream; the profile's device is the one the first launch ran on); the gap
 // between kernels is eager overhead (dispatch, autograd, allocation). A step must launch the same kernels every run for
 // per-node medians; otherwise median_ns is the representative run's time.
-// Errors thrown by the step come back as a Status.
+// Errors thrown by the step come back as a Status. Refused (FailedPrecondition)
+// where an observer already watches the streams, e.g. inside a step that
+// capture() records or captures; the step may itself call capture().
 [[nodiscard]] absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor>()>& step,
                                                         const ProfileOptions& options = {});
 

@@ -379,6 +379,36 @@ TEST(CaptureTest, AnotherThreadsCpuWorkDuringCaptureRunsAndStaysOutOfTheGraph) {
   EXPECT_TRUE(graph->replay().ok());
 }
 
+// NOTE [ Nested captures ]: a capture() inside a step being captured is
+// refused; the outer capture goes on and its observer still sees the whole
+// step (the refused capture's scopes restored it).
+TEST(CaptureTest, CaptureInsideACapturedStepIsRefused) {
+  std::unique_ptr<TrainRig> rig = mlp_setup(), inner_rig = mlp_setup();
+  TrainRig& s = *rig;
+  TrainRig& inner = *inner_rig;
+  s.fill(0);
+  inner.fill(0);
+  absl::StatusOr<Graph> alone = capture([&] { return s.step(); });
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  std::vector<absl::Status> nested;
+  absl::StatusOr<Graph> graph = capture([&] {
+    nested.push_back(capture([&] { return inner.step(); }).status());
+    return s.step();
+  });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_EQ(nested.size(), 3u);   // two warm-ups and the capture run
+  EXPECT_TRUE(nested[0].ok()) << nested[0];   // the first warm-up is not watched
+  for (size_t i = 1; i < nested.size(); ++i) {
+    EXPECT_EQ(nested[i].code(), absl::StatusCode::kFailedPrecondition) << nested[i];
+    EXPECT_NE(nested[i].message().find("inside a step that another capture() is recording or capturing"),
+              absl::string_view::npos) << nested[i];
+  }
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
+  EXPECT_EQ(graph->stats().kernels, alone->stats().kernels);
+  EXPECT_EQ(graph->stats().temporaries, alone->stats().temporaries);
+  EXPECT_TRUE(graph->replay().ok());
+}
+
 TEST(CaptureTest, TensorEscapingTheStepFailsCapture) {
   std::unique_ptr<TrainRig> rig = mlp_setup();
   TrainRig& s = *rig;

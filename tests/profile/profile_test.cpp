@@ -3,6 +3,8 @@
 // counter equals the plan's bytes in use, and the Chrome trace is well formed.
 // The Cuda* tests do the same on cuda:0 (skipped without a GPU; they fail
 // with ENCORE_REQUIRE_GPU=1), where nodes are CUDA graph nodes timed by CUPTI.
+// The ProfileNesting tests put a profiler inside a capture and a capture
+// inside a profiler.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -289,6 +291,70 @@ TEST(ProfileTest, BadOptionsAreRefused) {
   EXPECT_EQ(profile_eager([&] { return w->step(); }, {.warmup_runs = -1}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(write_chrome_trace("/nonexistent-dir/trace.json", {}).ok());
+}
+
+// ---- nesting: each StepObserverScope restores what was installed before it ----
+
+// Profiling inside a step that capture() records or captures cannot work (it
+// would time kernels that the capture run only takes): profile_eager refuses
+// there, and the capture's observer, still installed, sees the rest of the
+// step: the graph is the one of the step alone and trains the same bits.
+TEST(ProfileNestingTest, ProfilingInsideACapturedStepIsRefusedAndTheCaptureSeesTheStep) {
+  std::unique_ptr<Workload> alone = small_mlp();
+  Graph plain = capture_or_die(*alone);
+  ASSERT_TRUE(plain.replay().ok());
+  std::unique_ptr<Workload> w = small_mlp(), inner = small_mlp();
+  std::vector<absl::Status> profiled;
+  absl::StatusOr<Graph> g = capture([&] {
+    profiled.push_back(profile_eager([&] { return inner->step(); }, {.warmup_runs = 0, .runs = 1}).status());
+    return w->step();
+  });
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(profiled.size(), 3u);   // two warm-ups and the capture run
+  EXPECT_TRUE(profiled[0].ok()) << profiled[0];   // the first warm-up is not watched
+  for (size_t i = 1; i < profiled.size(); ++i) {
+    EXPECT_EQ(profiled[i].code(), absl::StatusCode::kFailedPrecondition) << profiled[i];
+    EXPECT_NE(profiled[i].message().find("already has an observer (inside capture?)"), std::string::npos)
+        << profiled[i];
+  }
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
+  ASSERT_EQ(g->stats().kernels, plain.stats().kernels);
+  for (int64_t i = 0; i < plain.stats().kernels; ++i) {
+    EXPECT_STREQ(g->internals().node_op(i), plain.internals().node_op(i)) << "node " << i;
+  }
+  ASSERT_TRUE(g->replay().ok());
+  const float a = g->output(0).item<float>(), b = plain.output(0).item<float>();
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof(float)), 0) << a << " vs " << b;
+  EXPECT_TRUE(same_bits(snapshot(*w), snapshot(*alone)));
+}
+
+// A capture inside a profiled step: the capture's scopes take over for its
+// recorded and capture runs and hand back to the profiler's timer, which sees
+// the capture's first warm-up (an eager step of the model) and the launch
+// after the capture, and nothing of the runs the capture watched.
+TEST(ProfileNestingTest, ACaptureInsideAProfiledStepHandsBackToTheProfiler) {
+  std::unique_ptr<Workload> w = small_mlp();
+  Tensor x = full({4}, 1.0);
+  std::vector<Graph> graphs;   // one per run of the profiled step
+  auto step = [&] {
+    absl::StatusOr<Graph> g = capture([&] { return w->step(); });
+    if (!g.ok()) throw Error(g.status());
+    graphs.push_back(*std::move(g));
+    return std::vector<Tensor>{x + 1.0};   // after the capture: the profiler must see it
+  };
+  absl::StatusOr<StepProfile> p = profile_eager(step, {.warmup_runs = 0, .runs = 1});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(graphs.size(), 2u);   // one untimed run, one timed
+  const Graph& timed = graphs[1];
+  const size_t kernels = static_cast<size_t>(timed.stats().kernels);
+  ASSERT_EQ(p->nodes.size(), kernels + 1);
+  for (size_t i = 0; i < kernels; ++i) {
+    EXPECT_STREQ(p->nodes[i].op, timed.internals().node_op(i)) << "node " << i;
+    EXPECT_STREQ(p->nodes[i].phase, timed.internals().node_phase(i)) << "node " << i;
+  }
+  EXPECT_STREQ(p->nodes.back().op, "add_scalar");
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
+  for (Graph& g : graphs) EXPECT_TRUE(g.replay().ok());
 }
 
 // ---- CUDA ----
