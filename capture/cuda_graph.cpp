@@ -197,18 +197,24 @@ absl::Status CudaGraph::dump_dot(const std::string& path) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<CudaGraphNode>> CudaGraph::launch_nodes() const {
-  if (marks_lost_) {
-    return absl::FailedPreconditionError("CUDA graph: the launch marks taken during capture were lost "
-                                         "(cudaStreamGetCaptureInfo failed): nodes cannot be mapped to ops");
-  }
-  cuda::set_device(device_.index);
-  const cudaGraph_t graph = as_graph(graph_);
+namespace {
+
+// The nodes of `graph` and each one's predecessors, as indices into `nodes`
+// in compressed rows: node v's are preds[first[v] .. first[v + 1]).
+struct GraphIndex {
+  std::vector<cudaGraphNode_t> nodes;
+  absl::flat_hash_map<cudaGraphNode_t, int32_t> index;   // node -> position in nodes
+  std::vector<int64_t> first;
+  std::vector<int32_t> preds;
+};
+
+absl::StatusOr<GraphIndex> index_graph(cudaGraph_t graph) {
+  GraphIndex g;
   size_t n = 0, ne = 0;
   ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(graph, nullptr, &n), "launch_nodes: cudaGraphGetNodes");
-  std::vector<cudaGraphNode_t> nodes(n);
-  if (n > 0) ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(graph, nodes.data(), &n), "launch_nodes: cudaGraphGetNodes");
-  nodes.resize(n);
+  g.nodes.resize(n);
+  if (n > 0) ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(graph, g.nodes.data(), &n), "launch_nodes: cudaGraphGetNodes");
+  g.nodes.resize(n);
   ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &ne), "launch_nodes: cudaGraphGetEdges");
   std::vector<cudaGraphNode_t> from(ne), to(ne);
   std::vector<cudaGraphEdgeData> edge_data(ne);
@@ -216,23 +222,35 @@ absl::StatusOr<std::vector<CudaGraphNode>> CudaGraph::launch_nodes() const {
     ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetEdges(graph, from.data(), to.data(), edge_data.data(), &ne),
                                 "launch_nodes: cudaGraphGetEdges");
   }
-  absl::flat_hash_map<cudaGraphNode_t, int32_t> index;
-  index.reserve(n);
-  for (size_t i = 0; i < n; ++i) index[nodes[i]] = static_cast<int32_t>(i);
-  // Predecessors of each node, compressed rows: preds[first[v] .. first[v + 1]).
-  std::vector<int64_t> first(n + 1, 0);
-  std::vector<int32_t> preds(ne);
+  g.index.reserve(n);
+  for (size_t i = 0; i < n; ++i) g.index[g.nodes[i]] = static_cast<int32_t>(i);
+  g.first.assign(n + 1, 0);
+  g.preds.resize(ne);
   std::vector<std::pair<int32_t, int32_t>> e;   // (to, from) as indices
   e.reserve(ne);
   for (size_t k = 0; k < ne; ++k) {
-    auto f = index.find(from[k]), t = index.find(to[k]);
-    if (f != index.end() && t != index.end()) e.emplace_back(t->second, f->second);
+    auto f = g.index.find(from[k]), t = g.index.find(to[k]);
+    if (f != g.index.end() && t != g.index.end()) e.emplace_back(t->second, f->second);
   }
-  for (const auto& [t, f] : e) ++first[t + 1];
-  for (size_t v = 0; v < n; ++v) first[v + 1] += first[v];
-  std::vector<int64_t> fill(first.begin(), first.end() - 1);
-  for (const auto& [t, f] : e) preds[fill[t]++] = f;
+  for (const auto& [t, f] : e) ++g.first[t + 1];
+  for (size_t v = 0; v < n; ++v) g.first[v + 1] += g.first[v];
+  std::vector<int64_t> fill(g.first.begin(), g.first.end() - 1);
+  for (const auto& [t, f] : e) g.preds[fill[t]++] = f;
+  return g;
+}
 
+}  // namespace
+
+absl::StatusOr<std::vector<CudaGraphNode>> CudaGraph::launch_nodes() const {
+  if (marks_lost_) {
+    return absl::FailedPreconditionError("CUDA graph: the launch marks taken during capture were lost "
+                                         "(cudaStreamGetCaptureInfo failed): nodes cannot be mapped to ops");
+  }
+  cuda::set_device(device_.index);
+  absl::StatusOr<GraphIndex> indexed = index_graph(as_graph(graph_));
+  if (!indexed.ok()) return indexed.status();
+  const GraphIndex& g = *indexed;
+  const size_t n = g.nodes.size();
   // Post-order walk back from each mark: a node is emitted after its
   // predecessors, so each launch's nodes come in dependency order.
   enum : uint8_t { kNew, kOnStack, kDone };
@@ -243,28 +261,28 @@ absl::StatusOr<std::vector<CudaGraphNode>> CudaGraph::launch_nodes() const {
   for (size_t m = 1; m < mark_ends_.size(); ++m) {
     const int64_t launch = static_cast<int64_t>(m) - 1;
     for (int64_t j = mark_ends_[m - 1]; j < mark_ends_[m]; ++j) {
-      auto root = index.find(static_cast<cudaGraphNode_t>(marks_[j]));
-      if (root == index.end() || state[root->second] != kNew) continue;
+      auto root = g.index.find(static_cast<cudaGraphNode_t>(marks_[j]));
+      if (root == g.index.end() || state[root->second] != kNew) continue;
       state[root->second] = kOnStack;
-      stack.emplace_back(root->second, first[root->second]);
+      stack.emplace_back(root->second, g.first[root->second]);
       while (!stack.empty()) {
         auto& [v, pos] = stack.back();
-        if (pos < first[v + 1]) {
-          const int32_t u = preds[pos++];
+        if (pos < g.first[v + 1]) {
+          const int32_t u = g.preds[pos++];
           if (state[u] == kNew) {
             state[u] = kOnStack;
-            stack.emplace_back(u, first[u]);   // may move `stack`: v and pos are not used after this
+            stack.emplace_back(u, g.first[u]);   // may move `stack`: v and pos are not used after this
           }
           continue;
         }
         state[v] = kDone;
-        out.push_back({nodes[v], launch, kind_of(nodes[v])});
+        out.push_back({g.nodes[v], launch, kind_of(g.nodes[v])});
         stack.pop_back();
       }
     }
   }
   for (size_t v = 0; v < n; ++v) {
-    if (state[v] == kNew) out.push_back({nodes[v], -1, kind_of(nodes[v])});
+    if (state[v] == kNew) out.push_back({g.nodes[v], -1, kind_of(g.nodes[v])});
   }
   return out;
 }
@@ -336,6 +354,30 @@ bool find_pointer_param(cudaGraphNode_t node, const void* from, const void* to, 
   return true;
 }
 
+// Times cudaGraphExecKernelNodeSetParams moving `p`'s node of `exec` to the
+// other pointer and back, `reps` times each way: the median ns of one call.
+// The node ends with its original parameters.
+absl::StatusOr<int64_t> median_retarget_ns(cudaGraphExec_t exec, PointerParam& p, int reps) {
+  cudaKernelNodeParams moved = p.original;
+  moved.kernelParams = p.args.data();
+  moved.extra = nullptr;
+  std::vector<int64_t> ns;
+  ns.reserve(2 * static_cast<size_t>(reps));
+  for (int r = 0; r < reps; ++r) {
+    const int64_t t0 = now_ns();
+    const cudaError_t to_err = cudaGraphExecKernelNodeSetParams(exec, p.node, &moved);
+    const int64_t t1 = now_ns();
+    const cudaError_t back_err = cudaGraphExecKernelNodeSetParams(exec, p.node, &p.original);
+    const int64_t t2 = now_ns();
+    ENCORE_RETURN_IF_CUDA_ERROR(to_err, "update_pointer_ns: cudaGraphExecKernelNodeSetParams");
+    ENCORE_RETURN_IF_CUDA_ERROR(back_err, "update_pointer_ns: cudaGraphExecKernelNodeSetParams (restoring)");
+    ns.push_back(t1 - t0);
+    ns.push_back(t2 - t1);
+  }
+  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(ns.size() / 2), ns.end());
+  return ns[ns.size() / 2];
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void* from, const void* to, int reps) const {
@@ -371,25 +413,7 @@ absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void* from, const voi
         scan.kernels, scan.without_params, cudaGetErrorName(scan.get_params_error), scan.unknown_layout,
         cudaGetErrorName(scan.param_info_error)));
   }
-  cudaKernelNodeParams moved = p.original;
-  moved.kernelParams = p.args.data();
-  moved.extra = nullptr;
-  std::vector<int64_t> ns;
-  ns.reserve(2 * static_cast<size_t>(reps));
-  const cudaGraphExec_t exec = as_exec(exec_);
-  for (int r = 0; r < reps; ++r) {
-    const int64_t t0 = now_ns();
-    const cudaError_t to_err = cudaGraphExecKernelNodeSetParams(exec, p.node, &moved);
-    const int64_t t1 = now_ns();
-    const cudaError_t back_err = cudaGraphExecKernelNodeSetParams(exec, p.node, &p.original);
-    const int64_t t2 = now_ns();
-    ENCORE_RETURN_IF_CUDA_ERROR(to_err, "update_pointer_ns: cudaGraphExecKernelNodeSetParams");
-    ENCORE_RETURN_IF_CUDA_ERROR(back_err, "update_pointer_ns: cudaGraphExecKernelNodeSetParams (restoring)");
-    ns.push_back(t1 - t0);
-    ns.push_back(t2 - t1);
-  }
-  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(ns.size() / 2), ns.end());
-  return ns[ns.size() / 2];
+  return median_retarget_ns(as_exec(exec_), p, reps);
 }
 
 #else  // !ENCORE_HAVE_CUDA
