@@ -204,7 +204,8 @@ absl::Status plan(const CaptureOptions& options, Graph::Impl& g) {
 // Watches the capture run: checks each launch against the recorded warm-up,
 // guards the persistent storages it touches, refuses host reads, and hands
 // the launch to the device's Capturer (CPU: taken into the kernel list, not
-// run; CUDA: runs into the capturing stream).
+// run; CUDA: runs into the capturing stream). The trace, plan and capturer
+// are the caller's and outlive it; it updates the plan's message fields.
 class CaptureObserver final : public StepObserver {
  public:
   CaptureObserver(const Trace& trace, ArenaPlan& plan, int64_t arena_bytes, Capturer& capturer)

@@ -11,6 +11,8 @@ std::optional<Device> usable_gpu() {
 
 StepObserverScope::StepObserverScope(StepObserver* observer)
     : saved_allocations_(observer_internal::allocations) {
+  // A thread sees its own increment before its allocations: relaxed suffices.
+  observer_internal::scopes.fetch_add(1, std::memory_order_relaxed);
   saved_[0].stream = &current_stream(kCPU);
   if (const std::optional<Device> gpu = usable_gpu(); gpu.has_value()) saved_[1].stream = &current_stream(*gpu);
   for (Saved& s : saved_) {
@@ -27,6 +29,7 @@ StepObserverScope::~StepObserverScope() {
   for (const Saved& s : saved_) {
     if (s.stream != nullptr) s.stream->set_observer(s.observer, s.thread);
   }
+  observer_internal::scopes.fetch_sub(1, std::memory_order_relaxed);
 }
 
 }  // namespace encore

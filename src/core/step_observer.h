@@ -19,6 +19,7 @@
 // observer sees the work of the thread that installed it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <thread>
@@ -99,15 +100,23 @@ std::optional<Device> usable_gpu();
 // ---- called by the allocation path (Storage::allocate, ~Storage) ----
 
 namespace observer_internal {
+// StepObserverScopes alive in the process, on any thread: while there are
+// none (eager training) the allocation path skips the thread-local read, as
+// Stream::launch skips its observer check.
+inline std::atomic<int> scopes{0};
 // The calling thread's allocation observer: set only by StepObserverScope.
 inline thread_local StepObserver* allocations = nullptr;
 }  // namespace observer_internal
 
 inline void observe_allocate(void* p, int64_t nbytes, Device device) {
-  if (StepObserver* o = observer_internal::allocations; o != nullptr) [[unlikely]] o->on_allocate(p, nbytes, device);
+  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_allocate(p, nbytes, device);
+  }
 }
 inline void observe_free(void* p) {
-  if (StepObserver* o = observer_internal::allocations; o != nullptr) [[unlikely]] o->on_free(p);
+  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_free(p);
+  }
 }
 
 }  // namespace encore
