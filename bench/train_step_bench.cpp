@@ -30,7 +30,7 @@
 
 #include "encore/encore.h"
 #include "src/core/phase.h"
-#include "src/core/stream.h"
+#include "src/core/step_observer.h"
 #include "tools/workloads.h"
 
 namespace encore {
@@ -105,7 +105,7 @@ std::unique_ptr<Workload> gpt(int64_t layers, int64_t width, int64_t heads, int6
 // floor), or the optimizer's (launched in Phase::kOptimizer: the update and
 // the lazy zero_grad) — kernel, argument bytes, and a reference on every
 // storage they touch, so the buffers outlive the step.
-class LaunchRecorder : public LaunchObserver {
+class LaunchRecorder : public StepObserver {
  public:
   enum class Kind { kGemm, kOptimizer };
   explicit LaunchRecorder(Kind kind) : kind_(kind) {}
@@ -147,11 +147,10 @@ class LaunchRecorder : public LaunchObserver {
 std::unique_ptr<LaunchRecorder> record_launches(Workload& w, LaunchRecorder::Kind kind) {
   w.step();   // lazy state exists: the recorded step is a steady one
   auto rec = std::make_unique<LaunchRecorder>(kind);
-  Stream& stream = current_stream(kCPU);
-  LaunchObserver* previous = stream.observer();
-  stream.set_observer(rec.get());
-  w.step();
-  stream.set_observer(previous);
+  {
+    StepObserverScope observe(rec.get());
+    w.step();
+  }
   return rec;
 }
 

@@ -1,30 +1,33 @@
-// capture(): warm-up, record, plan, capture, and the Graph that replays.
+// capture(): its phases, one function each, in the order of
+// include/encore/capture.h: record (warm-up, the last run recorded), plan
+// (lifetimes, then the arena), capture (the capture run, matched against the
+// recording and taken by the device's Capturer). Graph itself: graph.cpp.
 #include "encore/capture.h"
 
+#include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <optional>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "capture/allocators.h"
-#include "capture/cpu_graph.h"
-#include "capture/cuda_graph.h"
+#include "capture/arena.h"
+#include "capture/executable.h"
+#include "capture/graph_impl.h"
 #include "capture/recorder.h"
 #include "src/core/allocator.h"
 #include "src/core/kernel_errors.h"
+#include "src/core/step_observer.h"
+#include "src/core/stream.h"
 
 namespace encore {
 
 using capture_internal::ArenaPlan;
 using capture_internal::ArenaScope;
-using capture_internal::CpuGraph;
-using capture_internal::CudaGraph;
+using capture_internal::Capturer;
+using capture_internal::Executable;
+using capture_internal::Guard;
 using capture_internal::Recorder;
-using capture_internal::RecordingScope;
 using capture_internal::Trace;
 
 #define ENCORE_RETURN_IF_ERROR(expr)       \
@@ -35,6 +38,8 @@ using capture_internal::Trace;
 
 namespace {
 
+using Step = std::function<std::vector<Tensor>()>;
+
 // Bytes each temporary's arena offset is a multiple of: the CPU caching
 // allocator's alignment, and on CUDA cudaMalloc's 256 (cuBLAS workspaces and
 // vectorised kernels rely on it).
@@ -44,40 +49,9 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The GPU a step may use: cuda:0 when the CUDA backend is built and a GPU
-// answers (one GPU per process, DESIGN.md "Distributed").
-std::optional<Device> usable_gpu() {
-  if (!cuda_available()) return std::nullopt;
-  return Device::cuda(0);
-}
-
-// Installs an observer on the CPU stream and on the GPU's stream for a scope,
-// so that a launch on either is seen.
-class ObserverScope {
- public:
-  ObserverScope(LaunchObserver* o, std::optional<Device> gpu) {
-    streams_[0] = &current_stream(kCPU);
-    if (gpu.has_value()) streams_[1] = &current_stream(*gpu);
-    for (int i = 0; i < 2; ++i) {
-      if (streams_[i] == nullptr) continue;
-      prev_[i] = streams_[i]->observer();
-      streams_[i]->set_observer(o);
-    }
-  }
-  ~ObserverScope() {
-    for (int i = 0; i < 2; ++i) {
-      if (streams_[i] != nullptr) streams_[i]->set_observer(prev_[i]);
-    }
-  }
-
- private:
-  Stream* streams_[2] = {nullptr, nullptr};
-  LaunchObserver* prev_[2] = {nullptr, nullptr};
-};
-
 // Returns the step's outputs without their autograd history, so that the
 // step's graph (and every tensor it saved) is gone once the step returns.
-std::vector<Tensor> run_step(const std::function<std::vector<Tensor>()>& step) {
+std::vector<Tensor> run_step(const Step& step) {
   std::vector<Tensor> outs = step();
   for (Tensor& t : outs) {
     ENCORE_CHECK(t.defined(), "capture: the step returned an undefined tensor");
@@ -95,211 +69,25 @@ absl::Status host_read_error(const char* op, int64_t kernels_before, const char*
                       op, kernels_before, last_op));
 }
 
-// The persistent storages the graph touches, kept alive and checked at replay.
-struct Guard {
-  Ref<Storage> storage;
-  const char* first_op;
-};
+// ---- 1. Warm-up, the last run recorded ----
 
-// Watches the capture run: checks each launch against the recorded warm-up,
-// refuses host reads, and on CPU appends the launch to the graph instead of
-// running it (on CUDA the launch runs into the capturing stream).
-class CaptureObserver final : public LaunchObserver {
+// The caching allocators' in-use peak from construction on, above what was
+// in use at construction (the CPU's, and the GPU's when there is one).
+class EagerPeak {
  public:
-  CaptureObserver(const Trace& trace, ArenaPlan& plan, int64_t arena_bytes, bool append)
-      : trace_(trace), plan_(plan), arena_end_(plan.base + arena_bytes), append_(append) {}
-
-  bool on_launch(const LaunchRecord& launch) override {
-    const size_t k = ops.size();
-    // The op name too: on CUDA one launcher serves a family of ops (relu and
-    // tanh both launch unary_launch, the op travels in the arguments).
-    if (k >= trace_.kernels.size() || trace_.kernels[k].thunk != launch.thunk ||
-        std::strcmp(trace_.kernels[k].op, launch.op) != 0) {
-      throw_error(absl::StatusCode::kFailedPrecondition,
-                  absl::StrFormat("capture: kernel #%d differs from the recorded warm-up: the warm-up ran '%s', "
-                                  "the capture run issued '%s'; the step must issue the same kernels every time "
-                                  "(no data-dependent shapes or control flow)",
-                                  k, k < trace_.kernels.size() ? trace_.kernels[k].op : "nothing more", launch.op));
-    }
-    for (Storage* s : launch.reads) guard(s, launch.op);
-    for (Storage* s : launch.writes) guard(s, launch.op);
-    if (!append_) CudaGraph::mark_launch();   // NOTE [ CUDA graph nodes and encore launches ]
-    if (append_) graph.append(launch);
-    ops.push_back(launch.op);
-    plan_.kernels_so_far = static_cast<int64_t>(ops.size());
-    plan_.last_op = launch.op;
-    return !append_;   // CPU: captured, not run; CUDA: runs into the capturing stream
+  explicit EagerPeak(const std::optional<Device>& gpu)
+      : cpu_before_(allocator_stats(kCPU).in_use_bytes),
+        gpu_before_(gpu.has_value() ? allocator_stats(*gpu).in_use_bytes : 0) {
+    reset_peak_stats(kCPU);
+    if (gpu.has_value()) reset_peak_stats(*gpu);
   }
-
-  void on_host_access(const char* op) override {
-    throw Error(host_read_error(op, static_cast<int64_t>(ops.size()), plan_.last_op));
+  int64_t above_start(Device device) const {
+    return allocator_stats(device).peak_in_use_bytes - (device.is_cpu() ? cpu_before_ : gpu_before_);
   }
-
-  CpuGraph graph;
-  std::vector<const char*> ops;
-  std::vector<Guard> guards;
 
  private:
-  void guard(Storage* s, const char* op) {
-    const char* p = static_cast<const char*>(s->data());
-    if (p >= plan_.base && p < arena_end_) return;   // a temporary in the arena
-    if (seen_.insert(s).second) guards.push_back({Ref<Storage>(s), op});
-  }
-  const Trace& trace_;
-  ArenaPlan& plan_;
-  const char* arena_end_;
-  const bool append_;
-  absl::flat_hash_set<Storage*> seen_;
+  int64_t cpu_before_, gpu_before_;   // bytes
 };
-
-}  // namespace
-
-// ---- Graph ----
-
-struct Graph::Impl {
-  Device device;                       // where the step runs
-  Ref<Storage> arena;                  // owns the arena memory (from the caching allocator)
-  CpuGraph graph;                      // CPU steps
-  std::unique_ptr<CudaGraph> cuda_graph;   // CUDA steps
-  std::vector<const char*> ops;        // op of each node
-  std::vector<Guard> guards;
-  std::vector<Tensor> outputs;
-  std::vector<planner::Buffer> buffers;
-  std::vector<int64_t> offsets;
-  Trace trace;
-  CaptureStats stats;
-};
-
-Graph::Graph(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Graph::Graph(Graph&&) noexcept = default;
-Graph& Graph::operator=(Graph&&) noexcept = default;
-Graph::~Graph() = default;
-
-namespace {
-
-absl::Status check_guards(const std::vector<Guard>& guards) {
-  for (const Guard& g : guards) {
-    // The graph holds one reference; nobody else holding one means the tensor
-    // was freed or its handle now points at other storage.
-    if (g.storage->use_count() < 2) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "replay: a %d-byte tensor that the captured step uses (first by '%s') was freed or replaced since "
-          "capture (a parameter or static input reassigned, moved or dropped?); keep it alive, refill it "
-          "in place with copy_(), and capture again after changing it",
-          g.storage->nbytes(), g.first_op));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::Status Graph::replay() {
-  ENCORE_RETURN_IF_ERROR(check_guards(impl_->guards));
-  if (impl_->cuda_graph != nullptr) {
-    // Asynchronous: this replay's reports arrive at the next synchronization,
-    // or here at the next replay if it has finished by then.
-    if (const uint32_t errors = take_kernel_errors(impl_->device, /*wait=*/false); errors != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "replay: an earlier replay or step on ", impl_->device.str(), " met bad data: ",
-          describe_kernel_errors(errors),
-          "; its outputs, gradients and parameter updates used it: check the batches copied into the static "
-          "inputs. This replay was not launched"));
-    }
-    return impl_->cuda_graph->replay();
-  }
-  (void)take_kernel_errors(kCPU);   // reports from before this replay are not its own
-  impl_->graph.replay();
-  if (const uint32_t errors = take_kernel_errors(kCPU); errors != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "replay: ", describe_kernel_errors(errors),
-        "; this replay's outputs, gradients and parameter updates used bad data: check the batch copied into the "
-        "static inputs"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Graph::replay_timed(std::vector<int64_t>& stamps) {
-  ENCORE_RETURN_IF_ERROR(check_guards(impl_->guards));
-  if (impl_->cuda_graph != nullptr) {
-    return absl::UnimplementedError("replay_timed: per-node host timing is for CPU graphs; time CUDA graphs with "
-                                    "CUPTI or events");
-  }
-  stamps.resize(impl_->graph.size() + 1);
-  impl_->graph.replay_timed(stamps.data());
-  return absl::OkStatus();
-}
-
-const Tensor& Graph::output(size_t i) const {
-  ENCORE_CHECK(i < impl_->outputs.size(), "Graph::output: index %d out of range (%d outputs)", i,
-               impl_->outputs.size());
-  return impl_->outputs[i];
-}
-size_t Graph::num_outputs() const { return impl_->outputs.size(); }
-const CaptureStats& Graph::stats() const { return impl_->stats; }
-const std::vector<planner::Buffer>& Graph::buffers() const { return impl_->buffers; }
-const char* Graph::node_op(size_t i) const { return impl_->ops.at(i); }
-CudaGraph* Graph::cuda_graph() const { return impl_->cuda_graph.get(); }
-const char* Graph::node_phase(size_t i) const { return phase_name(impl_->trace.kernels.at(i).phase); }
-const std::vector<int64_t>& Graph::node_read_bytes(size_t i) const { return impl_->trace.kernels.at(i).read_bytes; }
-const std::vector<int64_t>& Graph::node_write_bytes(size_t i) const { return impl_->trace.kernels.at(i).write_bytes; }
-const std::vector<int64_t>& Graph::arena_offsets() const { return impl_->offsets; }
-
-std::vector<int32_t> Graph::node_temporaries(size_t i) const {
-  const capture_internal::KernelRecord& k = impl_->trace.kernels.at(i);
-  std::vector<int32_t> out;
-  for (const auto* ids : {&k.reads, &k.writes}) {
-    for (int32_t id : *ids) {
-      if (id != capture_internal::kPersistent) out.push_back(id);
-    }
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
-}
-
-absl::Status Graph::dump_dot(const std::string& path) const {
-  if (impl_->cuda_graph != nullptr) return impl_->cuda_graph->dump_dot(path);
-  std::ofstream out(path);
-  if (!out) return absl::NotFoundError(absl::StrCat("dump_dot: cannot open ", path, ": ", std::strerror(errno)));
-  out << "digraph encore {\n  node [shape=box, fontname=\"monospace\"];\n";
-  absl::flat_hash_map<int32_t, size_t> last_writer;   // temporary id -> kernel
-  const auto& kernels = impl_->trace.kernels;
-  for (size_t k = 0; k < kernels.size(); ++k) {
-    out << "  n" << k << " [label=\"" << k << ": " << kernels[k].op << "\"];\n";
-    for (int32_t id : kernels[k].reads) {
-      auto it = last_writer.find(id);
-      if (id != capture_internal::kPersistent && it != last_writer.end()) {
-        out << "  n" << it->second << " -> n" << k << " [label=\"t" << id << "\"];\n";
-      }
-    }
-    for (int32_t id : kernels[k].writes) {
-      if (id != capture_internal::kPersistent) last_writer[id] = k;
-    }
-  }
-  out << "}\n";
-  return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("dump_dot: write to ", path, " failed"));
-}
-
-// ---- capture ----
-
-namespace {
-
-// Buffers for the planner: one per recorded temporary, live from first to
-// last use (outputs to the end of the step).
-std::vector<planner::Buffer> lifetimes(const Trace& trace, int64_t alignment) {
-  const int64_t end = static_cast<int64_t>(trace.kernels.size()) + 1;
-  std::vector<planner::Buffer> buffers;
-  buffers.reserve(trace.allocs.size());
-  for (size_t i = 0; i < trace.allocs.size(); ++i) {
-    const capture_internal::AllocRecord& a = trace.allocs[i];
-    const int64_t lower = a.first_use >= 0 ? a.first_use : a.allocated_at;
-    const int64_t upper = a.output ? end : (a.last_use >= 0 ? a.last_use : lower) + 1;
-    buffers.push_back({.id = absl::StrCat("t", i), .size = a.nbytes, .lower = lower, .upper = upper,
-                       .alignment = alignment});
-  }
-  return buffers;
-}
 
 absl::Status check_escapes(const Recorder& rec, const Trace& trace) {
   std::vector<int32_t> escaped = rec.escaped();
@@ -335,100 +123,192 @@ absl::StatusOr<Device> step_device(const Trace& trace) {
   return device;
 }
 
-absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const std::function<std::vector<Tensor>()>& step,
-                                                          const CaptureOptions& options) {
-  if (options.warmup < 1) return absl::InvalidArgumentError("capture: warmup must be at least 1 (the recorded run)");
-  auto impl = std::make_unique<Graph::Impl>();
-  auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i + 1 < options.warmup; ++i) run_step(step);
+// One eager run of the step watched by `rec`. Refuses a run whose kernels met
+// bad data, that stopped for the host, or that let a temporary escape.
+absl::Status recorded_run(const Step& step, const std::optional<Device>& gpu, Recorder& rec) {
+  StepObserverScope observe(&rec);
+  std::vector<Tensor> outs = run_step(step);
+  // Host index checks are off while recording; CUDA kernels never check on the host.
+  const uint32_t errors = take_kernel_errors(kCPU) | (gpu.has_value() ? take_kernel_errors(*gpu) : 0u);
+  if (errors != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("capture: in the recorded warm-up step, ",
+                                                   describe_kernel_errors(errors),
+                                                   "; check the batch in the static inputs"));
+  }
+  for (const Tensor& t : outs) rec.mark_output(t.storage());
+  if (rec.first_host_access() != nullptr) {
+    const int64_t k = rec.kernels_before_host_access();
+    return host_read_error(rec.first_host_access(), k, k > 0 ? rec.trace().kernels[k - 1].op : "(start of step)");
+  }
+  return check_escapes(rec, rec.trace());
+}
 
-  // 1-2. The recorded warm-up.
+// Runs the step options.warmup times eagerly, the last run recorded. Fills
+// g.trace, g.device, stats.eager_peak_bytes and stats.warmup_ms.
+absl::Status record(const Step& step, const CaptureOptions& options, Graph::Impl& g) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i + 1 < options.warmup; ++i) run_step(step);
   const std::optional<Device> gpu = usable_gpu();
   Recorder rec;
-  const int64_t cpu_in_use_before = allocator_stats(kCPU).in_use_bytes;
-  const int64_t gpu_in_use_before = gpu.has_value() ? allocator_stats(*gpu).in_use_bytes : 0;
-  reset_peak_stats(kCPU);
-  if (gpu.has_value()) reset_peak_stats(*gpu);
+  const EagerPeak peak(gpu);
   (void)take_kernel_errors(kCPU);
   // CUDA reports of earlier eager steps (the warm-ups above) surface here as
   // an error, not in the recorded run (NOTE [ Kernel error words ]).
   if (gpu.has_value()) current_stream(*gpu).synchronize();
-  {
-    ObserverScope observe(&rec, gpu);
-    RecordingScope record(&rec, gpu);
-    std::vector<Tensor> outs = run_step(step);
-    // Host index checks are off while recording; CUDA kernels never check on the host.
-    const uint32_t errors = take_kernel_errors(kCPU) | (gpu.has_value() ? take_kernel_errors(*gpu) : 0u);
-    if (errors != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("capture: in the recorded warm-up step, ", describe_kernel_errors(errors),
-                       "; check the batch in the static inputs"));
-    }
-    for (const Tensor& t : outs) rec.mark_output(t.storage());
-    if (rec.first_host_access() != nullptr) {
-      const int64_t k = rec.kernels_before_host_access();
-      return host_read_error(rec.first_host_access(), k, k > 0 ? rec.trace().kernels[k - 1].op : "(start of step)");
-    }
-    ENCORE_RETURN_IF_ERROR(check_escapes(rec, rec.trace()));
-  }
-  impl->trace = std::move(rec.trace());
-  absl::StatusOr<Device> device = step_device(impl->trace);
+  ENCORE_RETURN_IF_ERROR(recorded_run(step, gpu, rec));
+  g.trace = std::move(rec.trace());
+  absl::StatusOr<Device> device = step_device(g.trace);
   if (!device.ok()) return device.status();
-  impl->device = *device;
-  impl->stats.eager_peak_bytes = allocator_stats(impl->device).peak_in_use_bytes -
-                                 (impl->device.is_cpu() ? cpu_in_use_before : gpu_in_use_before);
-  impl->stats.warmup_ms = ms_since(t0);
+  g.device = *device;
+  g.stats.eager_peak_bytes = peak.above_start(g.device);
+  g.stats.warmup_ms = ms_since(t0);
+  return absl::OkStatus();
+}
 
-  // 3. Plan.
-  t0 = std::chrono::steady_clock::now();
-  impl->buffers = lifetimes(impl->trace, arena_alignment(impl->device));
+// ---- 2-3. Lifetimes and plan ----
+
+// Buffers for the planner: one per recorded temporary, live from first to
+// last use (outputs to the end of the step).
+std::vector<planner::Buffer> lifetimes(const Trace& trace, int64_t alignment) {
+  const int64_t end = static_cast<int64_t>(trace.kernels.size()) + 1;
+  std::vector<planner::Buffer> buffers;
+  buffers.reserve(trace.allocs.size());
+  for (size_t i = 0; i < trace.allocs.size(); ++i) {
+    const capture_internal::AllocRecord& a = trace.allocs[i];
+    const int64_t lower = a.first_use >= 0 ? a.first_use : a.allocated_at;
+    const int64_t upper = a.output ? end : (a.last_use >= 0 ? a.last_use : lower) + 1;
+    buffers.push_back({.id = absl::StrCat("t", i), .size = a.nbytes, .lower = lower, .upper = upper,
+                       .alignment = alignment});
+  }
+  return buffers;
+}
+
+// Places the recorded temporaries in one arena. Fills g.buffers, g.offsets,
+// stats.arena_bytes, lower_bound_bytes, temporaries and plan_ms.
+absl::Status plan(const CaptureOptions& options, Graph::Impl& g) {
+  const auto t0 = std::chrono::steady_clock::now();
+  g.buffers = lifetimes(g.trace, arena_alignment(g.device));
   absl::StatusOr<planner::Plan> plan =
-      planner::plan_buffers(impl->buffers, {.algorithm = options.planner, .time_limit_s = options.planner_time_limit_s});
+      planner::plan_buffers(g.buffers, {.algorithm = options.planner, .time_limit_s = options.planner_time_limit_s});
   if (!plan.ok()) return plan.status();
-  impl->stats.plan_ms = ms_since(t0);
-  impl->stats.arena_bytes = plan->peak;
-  impl->offsets = plan->offsets;
-  impl->stats.lower_bound_bytes = planner::lower_bound(impl->buffers);
-  impl->stats.temporaries = static_cast<int64_t>(impl->buffers.size());
+  g.stats.plan_ms = ms_since(t0);
+  g.stats.arena_bytes = plan->peak;
+  g.offsets = std::move(plan->offsets);
+  g.stats.lower_bound_bytes = planner::lower_bound(g.buffers);
+  g.stats.temporaries = static_cast<int64_t>(g.buffers.size());
+  return absl::OkStatus();
+}
 
-  // 4. Capture run into the arena.
-  t0 = std::chrono::steady_clock::now();
-  const bool on_cpu = impl->device.is_cpu();
-  impl->arena = Storage::allocate(std::max<int64_t>(plan->peak, 1), impl->device);
-  if (on_cpu) {
-    std::memset(impl->arena->data(), 0, static_cast<size_t>(impl->arena->nbytes()));   // touch every page once, now
+// ---- 4. Capture ----
+
+// Watches the capture run: checks each launch against the recorded warm-up,
+// guards the persistent storages it touches, refuses host reads, and hands
+// the launch to the device's Capturer (CPU: taken into the kernel list, not
+// run; CUDA: runs into the capturing stream). The trace, plan and capturer
+// are the caller's and outlive it; it updates the plan's message fields.
+class CaptureObserver final : public StepObserver {
+ public:
+  CaptureObserver(const Trace& trace, ArenaPlan& plan, int64_t arena_bytes, Capturer& capturer)
+      : trace_(trace), plan_(plan), arena_end_(plan.base + arena_bytes), capturer_(capturer) {}
+
+  bool on_launch(const LaunchRecord& launch) override {
+    const size_t k = launches_;
+    // The op name too: on CUDA one launcher serves a family of ops (relu and
+    // tanh both launch unary_launch, the op travels in the arguments).
+    if (k >= trace_.kernels.size() || trace_.kernels[k].thunk != launch.thunk ||
+        std::strcmp(trace_.kernels[k].op, launch.op) != 0) {
+      throw_error(absl::StatusCode::kFailedPrecondition,
+                  absl::StrFormat("capture: kernel #%d differs from the recorded warm-up: the warm-up ran '%s', "
+                                  "the capture run issued '%s'; the step must issue the same kernels every time "
+                                  "(no data-dependent shapes or control flow)",
+                                  k, k < trace_.kernels.size() ? trace_.kernels[k].op : "nothing more", launch.op));
+    }
+    for (Storage* s : launch.reads) guard(s, launch.op);
+    for (Storage* s : launch.writes) guard(s, launch.op);
+    const bool run_now = capturer_.take(launch);
+    plan_.kernels_so_far = static_cast<int64_t>(++launches_);
+    plan_.last_op = launch.op;
+    return run_now;
   }
-  ArenaPlan arena{static_cast<char*>(impl->arena->data()), plan->offsets, {}, 0, 0, "(start of step)"};
-  for (const auto& a : impl->trace.allocs) arena.sizes.push_back(a.nbytes);
-  CaptureObserver cap(impl->trace, arena, impl->arena->nbytes(), /*append=*/on_cpu);
-  if (on_cpu) {
-    ObserverScope observe(&cap, gpu);
-    ArenaScope scope(&arena, impl->device);
-    impl->outputs = run_step(step);
-  } else {
-    ENCORE_RETURN_IF_ERROR(CudaGraph::begin(impl->device, options.programmatic_launch));
-    absl::Status run = status_of([&] {
-      ObserverScope observe(&cap, gpu);
-      ArenaScope scope(&arena, impl->device);
-      impl->outputs = run_step(step);
-    });
-    absl::StatusOr<std::unique_ptr<CudaGraph>> g = CudaGraph::end(impl->device, std::move(run));
-    if (!g.ok()) return g.status();
-    impl->cuda_graph = std::move(*g);
+
+  void on_host_access(const char* op) override {
+    throw Error(host_read_error(op, static_cast<int64_t>(launches_), plan_.last_op));
   }
-  if (cap.ops.size() != impl->trace.kernels.size() || arena.next != static_cast<int64_t>(arena.sizes.size())) {
+
+  size_t launches() const { return launches_; }
+  std::vector<Guard> guards;   // every persistent storage the run touched, once
+
+ private:
+  void guard(Storage* s, const char* op) {
+    const char* p = static_cast<const char*>(s->data());
+    if (p >= plan_.base && p < arena_end_) return;   // a temporary in the arena
+    if (seen_.insert(s).second) guards.push_back({Ref<Storage>(s), op});
+  }
+  const Trace& trace_;
+  ArenaPlan& plan_;
+  const char* arena_end_;
+  Capturer& capturer_;
+  size_t launches_ = 0;
+  absl::flat_hash_set<Storage*> seen_;
+};
+
+// Runs the step once more with its allocations served from the planned arena
+// and its launches matched and taken by the device's Capturer. Fills g.arena,
+// g.executable, g.outputs, g.guards, stats.kernels and stats.capture_ms.
+absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph::Impl& g) {
+  const auto t0 = std::chrono::steady_clock::now();
+  g.arena = Storage::allocate(std::max<int64_t>(g.stats.arena_bytes, 1), g.device);
+  std::unique_ptr<Capturer> capturer = g.device.is_cpu()
+                                           ? capture_internal::make_cpu_capturer()
+                                           : capture_internal::make_cuda_capturer(g.device, options.programmatic_launch);
+  capturer->prepare_arena(*g.arena);
+  ArenaPlan arena{.base = static_cast<char*>(g.arena->data()), .offsets = g.offsets};
+  for (const capture_internal::AllocRecord& a : g.trace.allocs) arena.sizes.push_back(a.nbytes);
+  CaptureObserver cap(g.trace, arena, g.arena->nbytes(), *capturer);
+  absl::StatusOr<std::unique_ptr<Executable>> executable = capturer->capture([&] {
+    StepObserverScope observe(&cap);
+    ArenaScope scope(&arena, g.device);
+    g.outputs = run_step(step);
+  });
+  if (!executable.ok()) return executable.status();
+  if (cap.launches() != g.trace.kernels.size() || arena.next != static_cast<int64_t>(arena.sizes.size())) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "capture: the capture run issued %d kernels and %d allocations, the recorded warm-up %d and %d; the step "
         "must issue the same work every time",
-        cap.ops.size(), arena.next, impl->trace.kernels.size(), arena.sizes.size()));
+        cap.launches(), arena.next, g.trace.kernels.size(), arena.sizes.size()));
   }
-  cap.graph.freeze();
-  impl->graph = std::move(cap.graph);
-  impl->ops = std::move(cap.ops);
-  impl->guards = std::move(cap.guards);
-  impl->stats.kernels = static_cast<int64_t>(impl->ops.size());
-  impl->stats.capture_ms = ms_since(t0);
-  return impl;
+  g.executable = *std::move(executable);
+  g.guards = std::move(cap.guards);
+  g.stats.kernels = static_cast<int64_t>(cap.launches());
+  g.stats.capture_ms = ms_since(t0);
+  return absl::OkStatus();
+}
+
+// NOTE [ Nested captures ]: a capture() inside a step that another capture()
+// records or captures cannot work: its runs would allocate from the outer
+// arena, and its recorded run would run kernels that the outer capture run
+// must only take. So it is refused (the outer capture goes on). Profiling
+// inside a captured step is refused the same way (profile_eager); a capture
+// inside a profiled step works: its scopes hand back to the profiler.
+bool inside_capture() {
+  const Stream& cpu = current_stream(kCPU);   // every StepObserverScope installs on it
+  if (!cpu.observed_here()) return false;
+  const StepObserver* o = cpu.observer();
+  return dynamic_cast<const Recorder*>(o) != nullptr || dynamic_cast<const CaptureObserver*>(o) != nullptr;
+}
+
+absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const Step& step, const CaptureOptions& options) {
+  if (options.warmup < 1) return absl::InvalidArgumentError("capture: warmup must be at least 1 (the recorded run)");
+  if (inside_capture()) {
+    return absl::FailedPreconditionError(
+        "capture: called inside a step that another capture() is recording or capturing; a captured step cannot "
+        "capture a step itself: capture each step on its own, outside the other's step");
+  }
+  auto g = std::make_unique<Graph::Impl>();
+  ENCORE_RETURN_IF_ERROR(record(step, options, *g));
+  ENCORE_RETURN_IF_ERROR(plan(options, *g));
+  ENCORE_RETURN_IF_ERROR(capture_run(step, options, *g));
+  return g;
 }
 
 }  // namespace

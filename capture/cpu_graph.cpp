@@ -2,6 +2,13 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
+#include "capture/executable.h"
+#include "capture/recorder.h"
+#include "encore/error.h"
+#include "encore/tensor.h"
+#include "src/core/kernel_errors.h"
+
 namespace encore::capture_internal {
 
 void CpuGraph::append(const LaunchRecord& launch) {
@@ -26,5 +33,60 @@ void CpuGraph::replay_timed(int64_t* stamps) const {
     stamps[i + 1] = Clock::now().time_since_epoch().count();
   }
 }
+
+namespace {
+
+class CpuExecutable final : public Executable {
+ public:
+  explicit CpuExecutable(CpuGraph graph) : graph_(std::move(graph)) {}
+
+  absl::Status replay() override {
+    (void)take_kernel_errors(kCPU);   // reports from before this replay are not its own
+    graph_.replay();
+    if (const uint32_t errors = take_kernel_errors(kCPU); errors != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "replay: ", describe_kernel_errors(errors),
+          "; this replay's outputs, gradients and parameter updates used bad data: check the batch copied into the "
+          "static inputs"));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status replay_timed(std::vector<int64_t>& stamps) override {
+    stamps.resize(graph_.size() + 1);
+    graph_.replay_timed(stamps.data());
+    return absl::OkStatus();
+  }
+  absl::Status dump_dot(const std::string& path, const Trace& trace) const override {
+    return write_trace_dot(trace, path);
+  }
+
+ private:
+  CpuGraph graph_;
+};
+
+// Takes every launch of the capture run into a CpuGraph instead of running
+// it, exactly as CUDA stream capture behaves: the capture run computes nothing.
+class CpuCapturer final : public Capturer {
+ public:
+  void prepare_arena(Storage& arena) override {
+    std::memset(arena.data(), 0, static_cast<size_t>(arena.nbytes()));   // touch every page once, now
+  }
+  bool take(const LaunchRecord& launch) override {
+    graph_.append(launch);
+    return false;
+  }
+  absl::StatusOr<std::unique_ptr<Executable>> capture(const std::function<void()>& run) override {
+    if (absl::Status s = status_of(run); !s.ok()) return s;
+    graph_.freeze();
+    return std::make_unique<CpuExecutable>(std::move(graph_));
+  }
+
+ private:
+  CpuGraph graph_;
+};
+
+}  // namespace
+
+std::unique_ptr<Capturer> make_cpu_capturer() { return std::make_unique<CpuCapturer>(); }
 
 }  // namespace encore::capture_internal

@@ -1,12 +1,19 @@
 // The CPU graph: a flat array of kernels with their argument bytes. replay()
-// is one loop of indirect calls: no allocation, no checks, no dispatch.
+// is one loop of indirect calls: no allocation, no checks, no dispatch. The
+// CPU's Capturer and Executable (capture/executable.h) are built on it:
+// during the capture run every launch is appended instead of run.
+//
+//   CpuGraph g;
+//   g.append(launch);   // per launch of the capture run (copies its argument bytes)
+//   g.freeze();         // once, after the last
+//   g.replay();         // every step after
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "src/core/stream.h"
+#include "src/core/step_observer.h"
 
 namespace encore::capture_internal {
 

@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "capture/executable.h"
+#include "encore/error.h"
+#include "src/core/kernel_errors.h"
 
 #if ENCORE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -16,6 +19,35 @@
 
 namespace encore::capture_internal {
 
+struct CaptureMarks;   // the launch marks of one capture (CUDA builds)
+
+// Runs the capture run under stream capture on encore's stream of `device`
+// (NOTE [ CUDA graph nodes and encore launches ] for take()'s marks).
+class CudaCapturer final : public Capturer {
+ public:
+  CudaCapturer(Device device, bool programmatic_launch);
+  ~CudaCapturer() override;
+  bool take(const LaunchRecord& launch) override;
+  absl::StatusOr<std::unique_ptr<Executable>> capture(const std::function<void()>& run) override;
+
+ private:
+  // Begins capturing encore's stream of the device after waiting for the
+  // work already queued on it (the warm-up's). With programmatic launch (and
+  // a GPU of compute capability >= 9.0) encore's kernels are captured with
+  // programmatic edges (NOTE [ Programmatic dependent launch ] in
+  // src/backends/cuda/launch.h) until end(). Without CUDA: Unimplemented.
+  [[nodiscard]] absl::Status begin();
+  // Ends the capture begun by begin(). When `run` (what the captured step
+  // returned) failed, or capture broke (a synchronize, a legacy-stream call),
+  // the partial graph is dropped, the stream is left usable, and the error is
+  // returned. Otherwise the graph is instantiated and uploaded.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<CudaGraph>> end(absl::Status run);
+
+  const Device device_;
+  const bool programmatic_launch_;
+  std::unique_ptr<CaptureMarks> marks_;   // between begin() and end()
+};
+
 #if ENCORE_HAVE_CUDA
 
 namespace {
@@ -23,15 +55,17 @@ namespace {
 cudaGraph_t as_graph(void* p) { return static_cast<cudaGraph_t>(p); }
 cudaGraphExec_t as_exec(void* p) { return static_cast<cudaGraphExec_t>(p); }
 
-// The launch marks of the capture running on this thread
-// (NOTE [ CUDA graph nodes and encore launches ]).
+}  // namespace
+
+// The launch marks of one capture (NOTE [ CUDA graph nodes and encore launches ]).
 struct CaptureMarks {
   cudaStream_t stream = nullptr;
   std::vector<void*> leaves;   // every mark's leaf nodes, back to back
   std::vector<int64_t> ends;   // ends[m]: leaves.size() after mark m
   bool lost = false;           // a query failed: the marks cannot be trusted
 };
-thread_local std::unique_ptr<CaptureMarks> tls_marks;
+
+namespace {
 
 void take_mark(CaptureMarks& m) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -71,57 +105,62 @@ int64_t now_ns() {
              std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The error of a capture that `run` (the step) failed or that broke; the
+// partial `graph` (if any) is dropped and the stream left usable.
+absl::Status failed_capture(absl::Status run, cudaError_t ended, cudaGraph_t graph) {
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();   // an invalidated capture leaves a non-sticky error behind
+  constexpr const char* kBroken =
+      "something in the step broke stream capture: a synchronize, a cudaMalloc or a call on the legacy default "
+      "stream";
+  if (!run.ok() && ended == cudaErrorStreamCaptureInvalidated) {
+    // The step's error is then most likely the first launch after the break, not its cause.
+    return absl::Status(run.code(), absl::StrCat(run.message(), " (stream capture had been invalidated: ",
+                                                 kBroken, ")"));
+  }
+  if (!run.ok()) return run;
+  const absl::Status end_status = cuda::cuda_status(ended, "capture: cudaStreamEndCapture");
+  return absl::Status(end_status.code(), absl::StrCat(end_status.message(), " (", kBroken, ")"));
+}
+
 }  // namespace
 
-absl::Status CudaGraph::begin(Device device, bool programmatic_launch) {
-  const cudaStream_t s = cuda::stream_for(device.index);
+absl::Status CudaCapturer::begin() {
+  const cudaStream_t s = cuda::stream_for(device_.index);
   ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s), "capture: waiting for the warm-up");
   // Programmatic launch only where the GPU supports it and the kernels were
   // built to wait (asked before capture begins: no API call inside it).
   int major = 0;
-  if (programmatic_launch) {
-    ENCORE_RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device.index),
+  if (programmatic_launch_) {
+    ENCORE_RETURN_IF_CUDA_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_.index),
                                 "capture: cudaDeviceGetAttribute(compute capability)");
   }
-  const bool programmatic = programmatic_launch && major >= 9 && cuda::kernels_wait_for_predecessors();
+  const bool programmatic = programmatic_launch_ && major >= 9 && cuda::kernels_wait_for_predecessors();
   // Thread-local mode: other threads may keep using CUDA, but an unsafe call
   // (cudaMalloc, a synchronize) from this thread breaks the capture.
   ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
                               "capture: cudaStreamBeginCapture");
-  tls_marks = std::make_unique<CaptureMarks>();
-  tls_marks->stream = s;
+  marks_ = std::make_unique<CaptureMarks>();
+  marks_->stream = s;
   cuda::set_programmatic_launch(programmatic);   // until end()
   return absl::OkStatus();
 }
 
-void CudaGraph::mark_launch() {
-  if (tls_marks != nullptr) take_mark(*tls_marks);
+bool CudaCapturer::take(const LaunchRecord&) {
+  if (marks_ != nullptr) take_mark(*marks_);   // where the previous launch ended
+  return true;                                 // runs into the capturing stream
 }
 
-absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::end(Device device, absl::Status run) {
-  const cudaStream_t s = cuda::stream_for(device.index);
-  std::unique_ptr<CaptureMarks> marks = std::move(tls_marks);   // this capture's, whatever happens next
+absl::StatusOr<std::unique_ptr<CudaGraph>> CudaCapturer::end(absl::Status run) {
+  const cudaStream_t s = cuda::stream_for(device_.index);
+  std::unique_ptr<CaptureMarks> marks = std::move(marks_);   // this capture's, whatever happens next
   cuda::set_programmatic_launch(false);
-  if (marks != nullptr && run.ok()) take_mark(*marks);            // where the last launch ended
+  if (marks != nullptr && run.ok()) take_mark(*marks);        // where the last launch ended
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(s, &graph);
-  if (!run.ok() || ended != cudaSuccess) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    (void)cudaGetLastError();   // an invalidated capture leaves a non-sticky error behind
-    constexpr const char* kBroken =
-        "something in the step broke stream capture: a synchronize, a cudaMalloc or a call on the legacy default "
-        "stream";
-    if (!run.ok() && ended == cudaErrorStreamCaptureInvalidated) {
-      // The step's error is then most likely the first launch after the break, not its cause.
-      return absl::Status(run.code(), absl::StrCat(run.message(), " (stream capture had been invalidated: ",
-                                                   kBroken, ")"));
-    }
-    if (!run.ok()) return run;
-    const absl::Status end_status = cuda::cuda_status(ended, "capture: cudaStreamEndCapture");
-    return absl::Status(end_status.code(), absl::StrCat(end_status.message(), " (", kBroken, ")"));
-  }
+  if (!run.ok() || ended != cudaSuccess) return failed_capture(std::move(run), ended, graph);
   std::unique_ptr<CudaGraph> g(new CudaGraph());
-  g->device_ = device;
+  g->device_ = device_;
   g->graph_ = graph;
   if (marks != nullptr) {
     g->marks_ = std::move(marks->leaves);
@@ -158,18 +197,24 @@ absl::Status CudaGraph::dump_dot(const std::string& path) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<CudaGraphNode>> CudaGraph::launch_nodes() const {
-  if (marks_lost_) {
-    return absl::FailedPreconditionError("CUDA graph: the launch marks taken during capture were lost "
-                                         "(cudaStreamGetCaptureInfo failed): nodes cannot be mapped to ops");
-  }
-  cuda::set_device(device_.index);
-  const cudaGraph_t graph = as_graph(graph_);
+namespace {
+
+// The nodes of `graph` and each one's predecessors, as indices into `nodes`
+// in compressed rows: node v's are preds[first[v] .. first[v + 1]).
+struct GraphIndex {
+  std::vector<cudaGraphNode_t> nodes;
+  absl::flat_hash_map<cudaGraphNode_t, int32_t> index;   // node -> position in nodes
+  std::vector<int64_t> first;
+  std::vector<int32_t> preds;
+};
+
+absl::StatusOr<GraphIndex> index_graph(cudaGraph_t graph) {
+  GraphIndex g;
   size_t n = 0, ne = 0;
   ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(graph, nullptr, &n), "launch_nodes: cudaGraphGetNodes");
-  std::vector<cudaGraphNode_t> nodes(n);
-  if (n > 0) ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(graph, nodes.data(), &n), "launch_nodes: cudaGraphGetNodes");
-  nodes.resize(n);
+  g.nodes.resize(n);
+  if (n > 0) ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(graph, g.nodes.data(), &n), "launch_nodes: cudaGraphGetNodes");
+  g.nodes.resize(n);
   ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &ne), "launch_nodes: cudaGraphGetEdges");
   std::vector<cudaGraphNode_t> from(ne), to(ne);
   std::vector<cudaGraphEdgeData> edge_data(ne);
@@ -177,23 +222,35 @@ absl::StatusOr<std::vector<CudaGraphNode>> CudaGraph::launch_nodes() const {
     ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetEdges(graph, from.data(), to.data(), edge_data.data(), &ne),
                                 "launch_nodes: cudaGraphGetEdges");
   }
-  absl::flat_hash_map<cudaGraphNode_t, int32_t> index;
-  index.reserve(n);
-  for (size_t i = 0; i < n; ++i) index[nodes[i]] = static_cast<int32_t>(i);
-  // Predecessors of each node, compressed rows: preds[first[v] .. first[v + 1]).
-  std::vector<int64_t> first(n + 1, 0);
-  std::vector<int32_t> preds(ne);
+  g.index.reserve(n);
+  for (size_t i = 0; i < n; ++i) g.index[g.nodes[i]] = static_cast<int32_t>(i);
+  g.first.assign(n + 1, 0);
+  g.preds.resize(ne);
   std::vector<std::pair<int32_t, int32_t>> e;   // (to, from) as indices
   e.reserve(ne);
   for (size_t k = 0; k < ne; ++k) {
-    auto f = index.find(from[k]), t = index.find(to[k]);
-    if (f != index.end() && t != index.end()) e.emplace_back(t->second, f->second);
+    auto f = g.index.find(from[k]), t = g.index.find(to[k]);
+    if (f != g.index.end() && t != g.index.end()) e.emplace_back(t->second, f->second);
   }
-  for (const auto& [t, f] : e) ++first[t + 1];
-  for (size_t v = 0; v < n; ++v) first[v + 1] += first[v];
-  std::vector<int64_t> fill(first.begin(), first.end() - 1);
-  for (const auto& [t, f] : e) preds[fill[t]++] = f;
+  for (const auto& [t, f] : e) ++g.first[t + 1];
+  for (size_t v = 0; v < n; ++v) g.first[v + 1] += g.first[v];
+  std::vector<int64_t> fill(g.first.begin(), g.first.end() - 1);
+  for (const auto& [t, f] : e) g.preds[fill[t]++] = f;
+  return g;
+}
 
+}  // namespace
+
+absl::StatusOr<std::vector<CudaGraphNode>> CudaGraph::launch_nodes() const {
+  if (marks_lost_) {
+    return absl::FailedPreconditionError("CUDA graph: the launch marks taken during capture were lost "
+                                         "(cudaStreamGetCaptureInfo failed): nodes cannot be mapped to ops");
+  }
+  cuda::set_device(device_.index);
+  absl::StatusOr<GraphIndex> indexed = index_graph(as_graph(graph_));
+  if (!indexed.ok()) return indexed.status();
+  const GraphIndex& g = *indexed;
+  const size_t n = g.nodes.size();
   // Post-order walk back from each mark: a node is emitted after its
   // predecessors, so each launch's nodes come in dependency order.
   enum : uint8_t { kNew, kOnStack, kDone };
@@ -204,28 +261,28 @@ absl::StatusOr<std::vector<CudaGraphNode>> CudaGraph::launch_nodes() const {
   for (size_t m = 1; m < mark_ends_.size(); ++m) {
     const int64_t launch = static_cast<int64_t>(m) - 1;
     for (int64_t j = mark_ends_[m - 1]; j < mark_ends_[m]; ++j) {
-      auto root = index.find(static_cast<cudaGraphNode_t>(marks_[j]));
-      if (root == index.end() || state[root->second] != kNew) continue;
+      auto root = g.index.find(static_cast<cudaGraphNode_t>(marks_[j]));
+      if (root == g.index.end() || state[root->second] != kNew) continue;
       state[root->second] = kOnStack;
-      stack.emplace_back(root->second, first[root->second]);
+      stack.emplace_back(root->second, g.first[root->second]);
       while (!stack.empty()) {
         auto& [v, pos] = stack.back();
-        if (pos < first[v + 1]) {
-          const int32_t u = preds[pos++];
+        if (pos < g.first[v + 1]) {
+          const int32_t u = g.preds[pos++];
           if (state[u] == kNew) {
             state[u] = kOnStack;
-            stack.emplace_back(u, first[u]);   // may move `stack`: v and pos are not used after this
+            stack.emplace_back(u, g.first[u]);   // may move `stack`: v and pos are not used after this
           }
           continue;
         }
         state[v] = kDone;
-        out.push_back({nodes[v], launch, kind_of(nodes[v])});
+        out.push_back({g.nodes[v], launch, kind_of(g.nodes[v])});
         stack.pop_back();
       }
     }
   }
   for (size_t v = 0; v < n; ++v) {
-    if (state[v] == kNew) out.push_back({nodes[v], -1, kind_of(nodes[v])});
+    if (state[v] == kNew) out.push_back({g.nodes[v], -1, kind_of(g.nodes[v])});
   }
   return out;
 }
@@ -297,6 +354,30 @@ bool find_pointer_param(cudaGraphNode_t node, const void* from, const void* to, 
   return true;
 }
 
+// Times cudaGraphExecKernelNodeSetParams moving `p`'s node of `exec` to the
+// other pointer and back, `reps` times each way: the median ns of one call.
+// The node ends with its original parameters.
+absl::StatusOr<int64_t> median_retarget_ns(cudaGraphExec_t exec, PointerParam& p, int reps) {
+  cudaKernelNodeParams moved = p.original;
+  moved.kernelParams = p.args.data();
+  moved.extra = nullptr;
+  std::vector<int64_t> ns;
+  ns.reserve(2 * static_cast<size_t>(reps));
+  for (int r = 0; r < reps; ++r) {
+    const int64_t t0 = now_ns();
+    const cudaError_t to_err = cudaGraphExecKernelNodeSetParams(exec, p.node, &moved);
+    const int64_t t1 = now_ns();
+    const cudaError_t back_err = cudaGraphExecKernelNodeSetParams(exec, p.node, &p.original);
+    const int64_t t2 = now_ns();
+    ENCORE_RETURN_IF_CUDA_ERROR(to_err, "update_pointer_ns: cudaGraphExecKernelNodeSetParams");
+    ENCORE_RETURN_IF_CUDA_ERROR(back_err, "update_pointer_ns: cudaGraphExecKernelNodeSetParams (restoring)");
+    ns.push_back(t1 - t0);
+    ns.push_back(t2 - t1);
+  }
+  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(ns.size() / 2), ns.end());
+  return ns[ns.size() / 2];
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void* from, const void* to, int reps) const {
@@ -332,35 +413,19 @@ absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void* from, const voi
         scan.kernels, scan.without_params, cudaGetErrorName(scan.get_params_error), scan.unknown_layout,
         cudaGetErrorName(scan.param_info_error)));
   }
-  cudaKernelNodeParams moved = p.original;
-  moved.kernelParams = p.args.data();
-  moved.extra = nullptr;
-  std::vector<int64_t> ns;
-  ns.reserve(2 * static_cast<size_t>(reps));
-  const cudaGraphExec_t exec = as_exec(exec_);
-  for (int r = 0; r < reps; ++r) {
-    const int64_t t0 = now_ns();
-    const cudaError_t to_err = cudaGraphExecKernelNodeSetParams(exec, p.node, &moved);
-    const int64_t t1 = now_ns();
-    const cudaError_t back_err = cudaGraphExecKernelNodeSetParams(exec, p.node, &p.original);
-    const int64_t t2 = now_ns();
-    ENCORE_RETURN_IF_CUDA_ERROR(to_err, "update_pointer_ns: cudaGraphExecKernelNodeSetParams");
-    ENCORE_RETURN_IF_CUDA_ERROR(back_err, "update_pointer_ns: cudaGraphExecKernelNodeSetParams (restoring)");
-    ns.push_back(t1 - t0);
-    ns.push_back(t2 - t1);
-  }
-  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(ns.size() / 2), ns.end());
-  return ns[ns.size() / 2];
+  return median_retarget_ns(as_exec(exec_), p, reps);
 }
 
 #else  // !ENCORE_HAVE_CUDA
 
-absl::Status CudaGraph::begin(Device device, bool) {
+struct CaptureMarks {};
+
+absl::Status CudaCapturer::begin() {
   return absl::UnimplementedError(
-      absl::StrCat("capture: the step runs on ", device.str(), ", but encore was built without CUDA"));
+      absl::StrCat("capture: the step runs on ", device_.str(), ", but encore was built without CUDA"));
 }
-void CudaGraph::mark_launch() {}
-absl::StatusOr<std::unique_ptr<CudaGraph>> CudaGraph::end(Device, absl::Status run) {
+bool CudaCapturer::take(const LaunchRecord&) { return true; }
+absl::StatusOr<std::unique_ptr<CudaGraph>> CudaCapturer::end(absl::Status run) {
   return run.ok() ? absl::UnimplementedError("capture: encore was built without CUDA") : run;
 }
 CudaGraph::~CudaGraph() = default;
@@ -376,5 +441,53 @@ absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void*, const void*, i
 }
 
 #endif
+
+// ---- both builds ----
+
+namespace {
+
+class CudaExecutable final : public Executable {
+ public:
+  explicit CudaExecutable(std::unique_ptr<CudaGraph> graph) : graph_(std::move(graph)) {}
+
+  absl::Status replay() override {
+    // Asynchronous: this replay's reports arrive at the next synchronization,
+    // or here at the next replay if it has finished by then.
+    if (const uint32_t errors = take_kernel_errors(graph_->device(), /*wait=*/false); errors != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "replay: an earlier replay or step on ", graph_->device().str(), " met bad data: ",
+          describe_kernel_errors(errors),
+          "; its outputs, gradients and parameter updates used it: check the batches copied into the static "
+          "inputs. This replay was not launched"));
+    }
+    return graph_->replay();
+  }
+  absl::Status replay_timed(std::vector<int64_t>&) override {
+    return absl::UnimplementedError("replay_timed: per-node host timing is for CPU graphs; time CUDA graphs with "
+                                    "CUPTI or events");
+  }
+  absl::Status dump_dot(const std::string& path, const Trace&) const override { return graph_->dump_dot(path); }
+  const CudaGraph* cuda_graph() const override { return graph_.get(); }
+
+ private:
+  std::unique_ptr<CudaGraph> graph_;
+};
+
+}  // namespace
+
+CudaCapturer::CudaCapturer(Device device, bool programmatic_launch)
+    : device_(device), programmatic_launch_(programmatic_launch) {}
+CudaCapturer::~CudaCapturer() = default;
+
+absl::StatusOr<std::unique_ptr<Executable>> CudaCapturer::capture(const std::function<void()>& run) {
+  if (absl::Status s = begin(); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<CudaGraph>> graph = end(status_of(run));
+  if (!graph.ok()) return graph.status();
+  return std::make_unique<CudaExecutable>(*std::move(graph));
+}
+
+std::unique_ptr<Capturer> make_cuda_capturer(Device device, bool programmatic_launch) {
+  return std::make_unique<CudaCapturer>(device, programmatic_launch);
+}
 
 }  // namespace encore::capture_internal

@@ -1,20 +1,23 @@
-// The CUDA side of capture: stream capture on encore's stream, instantiate,
-// upload, and replay as one cudaGraphLaunch. No CUDA types in this header, so
-// capture.cpp includes it in every build; without CUDA, begin() refuses.
+// The CUDA side of capture: the CUDA Capturer and Executable
+// (capture/executable.h) and the CudaGraph they share. The capturer runs the
+// capture run under stream capture on encore's stream, then instantiates and
+// uploads the graph; replay is one cudaGraphLaunch. No CUDA types in this
+// header, so every build compiles it; without CUDA the capturer refuses.
 //
-//   ENCORE_RETURN_IF_ERROR(CudaGraph::begin(dev));            // cudaStreamBeginCapture (thread-local mode)
-//   absl::Status run = status_of([&] { step(); });              // kernels go into the graph, not to the GPU
-//       // ... and the capture observer calls CudaGraph::mark_launch() before each encore launch
-//   absl::StatusOr<std::unique_ptr<CudaGraph>> g = CudaGraph::end(dev, run);   // always ends capture
-//   ENCORE_RETURN_IF_ERROR((*g)->replay());                     // one cudaGraphLaunch, asynchronous
+//   std::unique_ptr<Capturer> c = make_cuda_capturer(dev, /*programmatic_launch=*/false);
+//   absl::StatusOr<std::unique_ptr<Executable>> exe = c->capture([&] { step(); });
+//       // cudaStreamBeginCapture (thread-local mode), the step's kernels go into the
+//       // graph, not to the GPU; c->take(launch) marks each encore launch; end capture
+//   absl::Status s = (*exe)->replay();                   // one cudaGraphLaunch, asynchronous
+//   const CudaGraph* g = (*exe)->cuda_graph();            // for profilers and tools
 //
 // NOTE [ CUDA graph nodes and encore launches ]: one encore launch can add
 // several graph nodes (cuBLAS may launch more than one kernel, or a memset).
-// To map each node back to its launch (op and phase, for profilers),
-// mark_launch() records the capturing stream's current leaf nodes
-// (cudaStreamGetCaptureInfo: O(1), typically one handle) before every launch,
-// and end() once more after the last. A node belongs to launch k when it is
-// an ancestor of (or one of) the leaves marked after launch k but not of
+// To map each node back to its launch (op and phase, for profilers), the
+// capturer records the capturing stream's current leaf nodes
+// (cudaStreamGetCaptureInfo: O(1), typically one handle) before every launch
+// (take()), and once more after the last. A node belongs to launch k when it
+// is an ancestor of (or one of) the leaves marked after launch k but not of
 // those marked before it. launch_nodes() walks the graph once, back from each
 // mark, stopping at nodes already assigned: O(nodes + edges), and only when a
 // profiler asks, so capture pays only for the marks.
@@ -35,29 +38,14 @@ namespace encore::capture_internal {
 struct CudaGraphNode {
   enum class Kind { kKernel, kMemset, kMemcpy, kOther };   // kOther: empty, event, host, ... nodes
   void* handle = nullptr;   // cudaGraphNode_t in the captured graph (owned by it)
-  int64_t launch = -1;      // index of the encore launch (Graph::node_op(launch)); -1 if unknown
+  int64_t launch = -1;      // index of the encore launch (Graph::Impl::node_op(launch)); -1 if unknown
   Kind kind = Kind::kOther;
 };
 
+// A captured, instantiated and uploaded CUDA graph; made only by the CUDA
+// capturer (capture/cuda_graph.cpp).
 class CudaGraph {
  public:
-  // Begins capturing encore's stream of `device` after waiting for the work
-  // already queued on it (the warm-up's). With `programmatic_launch` (and a
-  // GPU of compute capability >= 9.0) encore's kernels are captured with
-  // programmatic edges (NOTE [ Programmatic dependent launch ] in
-  // src/backends/cuda/launch.h) until end().
-  [[nodiscard]] static absl::Status begin(Device device, bool programmatic_launch = false);
-  // Records where the previous encore launch ended in the graph being
-  // captured on this thread (NOTE [ CUDA graph nodes and encore launches ]).
-  // Call before each launch of the captured step; a no-op when this thread
-  // is not capturing. Never throws: if the query fails, launch_nodes() says so.
-  static void mark_launch();
-  // Ends the capture begun by begin(). When `run` (what the captured step
-  // returned) failed, or capture broke (a synchronize, a legacy-stream call),
-  // the partial graph is dropped, the stream is left usable, and the error is
-  // returned. Otherwise the graph is instantiated and uploaded.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<CudaGraph>> end(Device device, absl::Status run);
-
   ~CudaGraph();
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
@@ -90,6 +78,7 @@ class CudaGraph {
   [[nodiscard]] absl::StatusOr<int64_t> update_pointer_ns(const void* from, const void* to, int reps) const;
 
  private:
+  friend class CudaCapturer;
   CudaGraph() = default;
   Device device_;
   void* graph_ = nullptr;   // cudaGraph_t, owned

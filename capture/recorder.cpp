@@ -1,5 +1,13 @@
 #include "capture/recorder.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "encore/tensor.h"
+
 namespace encore::capture_internal {
 
 int32_t Recorder::id_of(const Storage* s) const {
@@ -65,6 +73,28 @@ std::vector<int32_t> Recorder::escaped() const {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+absl::Status write_trace_dot(const Trace& trace, const std::string& path) {
+  std::ofstream out(path);
+  if (!out) return absl::NotFoundError(absl::StrCat("dump_dot: cannot open ", path, ": ", std::strerror(errno)));
+  out << "digraph encore {\n  node [shape=box, fontname=\"monospace\"];\n";
+  absl::flat_hash_map<int32_t, size_t> last_writer;   // temporary id -> kernel
+  const auto& kernels = trace.kernels;
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    out << "  n" << k << " [label=\"" << k << ": " << kernels[k].op << "\"];\n";
+    for (int32_t id : kernels[k].reads) {
+      auto it = last_writer.find(id);
+      if (id != kPersistent && it != last_writer.end()) {
+        out << "  n" << it->second << " -> n" << k << " [label=\"t" << id << "\"];\n";
+      }
+    }
+    for (int32_t id : kernels[k].writes) {
+      if (id != kPersistent) last_writer[id] = k;
+    }
+  }
+  out << "}\n";
+  return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("dump_dot: write to ", path, " failed"));
 }
 
 }  // namespace encore::capture_internal

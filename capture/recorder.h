@@ -1,16 +1,26 @@
-// The recorder: watches one eager step (kernels and allocations) and turns
-// it into a Trace. Install it on the streams the step may use and as the
-// thread's allocation listener for exactly one run of the step.
+// The recorder: watches one eager step (kernels, host reads, allocations and
+// frees) and turns it into a Trace; and the Trace as Graphviz DOT.
+//
+//   Recorder rec;
+//   {
+//     StepObserverScope observe(&rec);   // exactly one run of the step
+//     outs = step();
+//     for (const Tensor& t : outs) rec.mark_output(t.storage());
+//   }
+//   Trace trace = std::move(rec.trace());
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "absl/container/flat_hash_map.h"
-#include "capture/allocators.h"
+#include "absl/status/status.h"
 #include "capture/trace.h"
-#include "src/core/stream.h"
+#include "src/core/step_observer.h"
 
 namespace encore::capture_internal {
 
-class Recorder final : public LaunchObserver, public AllocationListener {
+class Recorder final : public StepObserver {
  public:
   bool on_launch(const LaunchRecord& launch) override;
   // Warm-up steps are real, so a host read runs; the first one is remembered
@@ -38,5 +48,9 @@ class Recorder final : public LaunchObserver, public AllocationListener {
   int64_t kernels_before_host_access_ = 0;
   absl::flat_hash_map<const void*, int32_t> live_;   // data pointer -> temporary id
 };
+
+// Writes `trace` in Graphviz DOT: one node per kernel, named by op, and an
+// edge from the last writer of each temporary to every later reader.
+[[nodiscard]] absl::Status write_trace_dot(const Trace& trace, const std::string& path);
 
 }  // namespace encore::capture_internal

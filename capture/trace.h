@@ -4,6 +4,11 @@
 // Buffer ids: a temporary is its allocation index (0, 1, ...) in the order
 // the step allocated; persistent storages (anything that existed before the
 // step) are not buffers and get id kPersistent.
+//
+//   const Trace& t = recorder.trace();           // capture/recorder.h
+//   for (const KernelRecord& k : t.kernels) {
+//     for (int32_t id : k.writes) if (id != kPersistent) use(t.allocs[id].nbytes);
+//   }
 #pragma once
 
 #include <cstdint>
@@ -11,7 +16,7 @@
 #include <vector>
 
 #include "src/core/phase.h"
-#include "src/core/stream.h"
+#include "src/core/step_observer.h"
 
 namespace encore::capture_internal {
 

@@ -50,6 +50,7 @@
 #include "encore/encore.h"
 #include "encore/profile.h"
 #include "capture/cuda_graph.h"
+#include "capture/graph_impl.h"
 #include "nlohmann/json.hpp"
 #include "src/core/stream.h"
 #include "tools/workloads.h"
@@ -419,7 +420,7 @@ nlohmann::json results_json(const std::vector<Row>& rows, const std::string& mac
 // kernel retargeted from x to x2 and back. Failures go to `why` (the row stays).
 AfterCapture graph_update(const Tensor& x, const Tensor& x2, std::string& why) {
   return [&x, &x2, &why](encore::Graph& graph, Row& row) {
-    encore::capture_internal::CudaGraph* cuda = graph.cuda_graph();
+    const encore::capture_internal::CudaGraph* cuda = graph.internals().cuda_graph();
     if (cuda == nullptr) return;
     absl::StatusOr<int64_t> ns = cuda->update_pointer_ns(x.data_ptr(), x2.data_ptr(), absl::GetFlag(FLAGS_reps));
     if (ns.ok()) {

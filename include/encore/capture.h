@@ -36,7 +36,9 @@
 // Errors instead of silent wrong answers: a host read inside the step
 // (item(), to_vector(), printing), a tensor allocated in the step that
 // outlives it without being an output, or an exception thrown by the step
-// make capture() return a Status; the model and optimizer stay usable.
+// make capture() return a Status; the model and optimizer stay usable. So
+// does a capture() called inside a step that another capture() records or
+// captures (a profiler's eager run around capture() is fine).
 #pragma once
 
 #include <functional>
@@ -50,10 +52,6 @@
 #include "encore/tensor.h"
 
 namespace encore {
-
-namespace capture_internal {
-class CudaGraph;   // capture/cuda_graph.h
-}  // namespace capture_internal
 
 struct CaptureOptions {
   int warmup = 2;                               // eager runs before capture; the last is recorded (>= 1)
@@ -104,31 +102,19 @@ class Graph {
   // The recorded temporaries as planner buffers (lifetimes in kernel
   // indices), e.g. to compare planning algorithms on a real step.
   const std::vector<planner::Buffer>& buffers() const;
-  // Offset of each of buffers() in the arena (bytes).
-  const std::vector<int64_t>& arena_offsets() const;
-  // The temporaries (indices into buffers()) node i reads or writes.
-  std::vector<int32_t> node_temporaries(size_t i) const;
   // Writes the graph in Graphviz DOT: nodes named by op, edges from the
-  // recorded read-after-write dependencies.
+  // recorded read-after-write dependencies (on CUDA: the CUDA graph's own
+  // dump, kernel names and parameters).
   [[nodiscard]] absl::Status dump_dot(const std::string& path) const;
-  // Op name of node i, for profilers.
-  const char* node_op(size_t i) const;
-  // Phase that launched node i: "forward", "backward" (inside backward()) or
-  // "optimizer" (inside Optimizer::step(), zero_grad(), clip_grad_norm()).
-  const char* node_phase(size_t i) const;
-  // Bytes of each storage node i reads / writes (whole storages, not views).
-  const std::vector<int64_t>& node_read_bytes(size_t i) const;
-  const std::vector<int64_t>& node_write_bytes(size_t i) const;
-  // replay() that also timestamps every node, for profilers (encore/profile.h):
-  // stamps gets size stats().kernels + 1, stamps[i + 1] - stamps[i] = node i's
-  // wall time in ns (steady_clock). Computes exactly what replay() computes.
-  [[nodiscard]] absl::Status replay_timed(std::vector<int64_t>& stamps);
-  // For encore's profilers and tools: the CUDA graph of a step captured on a
-  // GPU (capture/cuda_graph.h), owned by this Graph; nullptr on CPU.
-  capture_internal::CudaGraph* cuda_graph() const;
 
+  // What capture() recorded and the executable that replays it, for encore's
+  // profiler, tools and tests: node ops and phases, arena offsets, timed
+  // replays, the CUDA graph. The type is defined in capture/graph_impl.h, an
+  // internal header; user code has no use for it.
   struct Impl;
-  explicit Graph(std::unique_ptr<Impl> impl);
+  Impl& internals() const;
+
+  explicit Graph(std::unique_ptr<Impl> impl);   // made by capture()
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -12,7 +12,7 @@
 //   absl::Status s = encore::write_chrome_trace("step.json", {&*eager, &*replayed});
 //
 // Profiling never changes what a step computes: replays run the same kernels
-// in the same order (test: tests/capture/profile_test.cpp), and eager runs
+// in the same order (test: tests/profile/profile_test.cpp), and eager runs
 // launch the step's kernels unchanged. It does change the training state,
 // like any step: every profiled run is a real training step (see the counts
 // on each function).
@@ -24,7 +24,7 @@
 // CUDA (when built and a GPU answers): profile_replay() of a CUDA graph
 // times every kernel, memset and memcpy node on the GPU from CUPTI activity
 // records of a profiling copy of the graph (NOTE [ Profiling a CUDA graph
-// with CUPTI ] in capture/cuda_profile.h); one encore launch may be several
+// with CUPTI ] in profile/cuda_profile.h); one encore launch may be several
 // nodes (cuBLAS), and NodeTiming::launch names the launch each came from.
 // It also reports the GPU's idle time between nodes (gpu_idle_ns). When
 // CUPTI is unavailable (another profiler holds it), each replay is timed by
@@ -62,7 +62,7 @@ struct ProfileOptions {
 struct NodeTiming {
   int64_t node = 0;                 // graph node index (CUDA: in CudaGraph::launch_nodes() order), or launch
                                     // order when eager
-  int64_t launch = 0;               // the encore launch that made it (Graph::node_op(launch)); = node on CPU
+  int64_t launch = 0;               // the encore launch that made it (its index in the captured step); = node on CPU
                                     // and when eager
   const char* op = "";              // encore op name (static string), e.g. "matmul"
   const char* phase = "forward";    // "forward", "backward" or "optimizer"
@@ -109,7 +109,9 @@ struct StepProfile {
 // stream; the profile's device is the one the first launch ran on); the gap
 // between kernels is eager overhead (dispatch, autograd, allocation). A step must launch the same kernels every run for
 // per-node medians; otherwise median_ns is the representative run's time.
-// Errors thrown by the step come back as a Status.
+// Errors thrown by the step come back as a Status. Refused (FailedPrecondition)
+// where an observer already watches the streams, e.g. inside a step that
+// capture() records or captures; the step may itself call capture().
 [[nodiscard]] absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor>()>& step,
                                                         const ProfileOptions& options = {});
 

@@ -9,7 +9,7 @@
 //     PhaseScope phase(Phase::kOptimizer);   // kernels launched below are "optimizer"
 //     ...
 //   }
-//   Phase p = current_phase();               // e.g. in LaunchObserver::on_launch
+//   Phase p = current_phase();               // e.g. in StepObserver::on_launch
 #pragma once
 
 #include <cstdint>

@@ -16,8 +16,8 @@
 
 namespace encore {
 
-void Stream::set_observer(LaunchObserver* observer) {
-  observer_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+void Stream::set_observer(StepObserver* observer, std::thread::id thread) {
+  observer_thread_.store(thread, std::memory_order_relaxed);
   observer_.store(observer, std::memory_order_release);
 }
 
@@ -26,8 +26,8 @@ bool Stream::observed_here() const {
          observer_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
 }
 
-LaunchObserver* Stream::watching(const char* op) {
-  LaunchObserver* o = observer_.load(std::memory_order_acquire);
+StepObserver* Stream::watching(const char* op) {
+  StepObserver* o = observer_.load(std::memory_order_acquire);
   if (o == nullptr || observer_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id()) return o;
   ENCORE_CHECK_CODE(!device_.is_cuda(), kFailedPrecondition,
                     "%s on %s from another thread while capture() (or a profiler) on its own thread watches this "
@@ -37,12 +37,12 @@ LaunchObserver* Stream::watching(const char* op) {
 }
 
 void Stream::host_access(const char* op) {
-  if (LaunchObserver* o = watching(op); o != nullptr) o->on_host_access(op);
+  if (StepObserver* o = watching(op); o != nullptr) o->on_host_access(op);
   synchronize();
 }
 
 void Stream::host_write(const char* op) {
-  if (LaunchObserver* o = watching(op); o != nullptr) o->on_host_access(op);
+  if (StepObserver* o = watching(op); o != nullptr) o->on_host_access(op);
 }
 
 void Stream::synchronize() {

@@ -2,9 +2,10 @@
 //
 // A launch names its op, carries its kernel's arguments by value (a trivially
 // copyable struct: pointers, sizes, scalars) and lists the storages it reads
-// and writes. Eagerly the kernel runs at once. When an observer is installed
-// (capture/'s recorder, the profiler) it sees every launch first: that single
-// hook is what makes recording, planning, capture and profiling possible.
+// and writes. Eagerly the kernel runs at once. When a step observer is
+// installed (src/core/step_observer.h: capture/'s recorder, the profiler) it
+// sees every launch first: that single hook is what makes recording,
+// planning, capture and profiling possible.
 //
 //   struct ScaleArgs { float* x; int64_t n; float s; };
 //   void scale_kernel(const ScaleArgs& a) { for (int64_t i = 0; i < a.n; ++i) a.x[i] *= a.s; }
@@ -26,29 +27,9 @@
 #include "absl/types/span.h"
 #include "encore/tensor.h"
 #include "src/core/kernel.h"
+#include "src/core/step_observer.h"
 
 namespace encore {
-
-struct LaunchRecord {
-  const char* op;                       // static string, e.g. "add"
-  Device device;                        // the stream's device
-  KernelThunk thunk;
-  const void* args;                     // valid only during the observer call
-  uint32_t args_size;                   // bytes
-  absl::Span<Storage* const> reads;
-  absl::Span<Storage* const> writes;
-};
-
-class LaunchObserver {
- public:
-  virtual ~LaunchObserver() = default;
-  // Sees a launch before it runs. Return true to run it now; false when the
-  // observer took it (CPU capture appends it to a graph instead).
-  virtual bool on_launch(const LaunchRecord& launch) = 0;
-  // Sees a host read or host-to-device transfer (item, to_vector, printing,
-  // from_vector) before it happens; may throw encore::Error to refuse it.
-  virtual void on_host_access(const char* op) = 0;
-};
 
 class Stream {
  public:
@@ -68,7 +49,7 @@ class Stream {
                    absl::Span<Storage* const> writes) {
     static_assert(std::is_trivially_copyable_v<Args>, "kernel args are copied into graphs");
     if (observer_.load(std::memory_order_acquire) != nullptr) [[unlikely]] {
-      if (LaunchObserver* o = watching(op); o != nullptr) {
+      if (StepObserver* o = watching(op); o != nullptr) {
         LaunchRecord rec{op, device_, kernel.thunk, &args, sizeof(Args), reads, writes};
         if (!o->on_launch(rec)) return;
       }
@@ -104,19 +85,23 @@ class Stream {
   // where a launch runs in its caller and so stays out of the observed step;
   // on CUDA it is refused (encore::Error, FailedPrecondition), because it
   // would join the stream capture or the recording of the observing thread.
-  LaunchObserver* observer() const { return observer_.load(std::memory_order_acquire); }
-  // Installs `observer` for the calling thread's work (nullptr removes it).
-  void set_observer(LaunchObserver* observer);
+  // Observers are installed by StepObserverScope (src/core/step_observer.h).
+  StepObserver* observer() const { return observer_.load(std::memory_order_acquire); }
   // True when an observer installed by the calling thread is watching.
   bool observed_here() const;
 
  private:
+  friend class StepObserverScope;
+  // Installs `observer` for `thread`'s work (nullptr removes it).
+  void set_observer(StepObserver* observer, std::thread::id thread);
+  std::thread::id observer_thread() const { return observer_thread_.load(std::memory_order_relaxed); }
+
   // The observer for the calling thread's launch or host access `op`:
   // NOTE [ Observers belong to a thread ].
-  LaunchObserver* watching(const char* op);
+  StepObserver* watching(const char* op);
 
   Device device_;
-  std::atomic<LaunchObserver*> observer_{nullptr};
+  std::atomic<StepObserver*> observer_{nullptr};
   std::atomic<std::thread::id> observer_thread_{};   // the thread that installed observer_
 };
 

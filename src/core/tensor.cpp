@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "encore/tensor.h"
 #include "src/core/allocator.h"
+#include "src/core/step_observer.h"
 #include "src/core/tensor_internal.h"
 
 namespace encore {
@@ -62,11 +63,14 @@ Storage::Storage(void* data, int64_t nbytes, Device device, Allocator* allocator
 Ref<Storage> Storage::allocate(int64_t nbytes, Device device) {
   Allocator& a = current_allocator(device);
   void* p = a.allocate(nbytes);
+  observe_allocate(p, nbytes, device);   // the thread's step observer, if any (src/core/step_observer.h)
   return Ref<Storage>(new Storage(p, nbytes, device, &a));
 }
 
 Storage::~Storage() {
-  if (allocator_ != nullptr) allocator_->deallocate(data_, nbytes_);
+  if (allocator_ == nullptr) return;
+  observe_free(data_);
+  allocator_->deallocate(data_, nbytes_);
 }
 
 std::string shape_str(absl::Span<const int64_t> shape) {

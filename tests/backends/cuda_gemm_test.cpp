@@ -15,6 +15,7 @@
 
 #include "src/backends/cuda/blas.h"
 #include "src/backends/kernels.h"
+#include "src/core/step_observer.h"
 #include "src/core/stream.h"
 #include "tests/backends/cuda_test_util.h"
 
@@ -62,11 +63,10 @@ void expect_matmul_matches(const Shape& sa, const Shape& sb, uint64_t seed, DTyp
 }
 
 // Records the launches on cuda:0's stream (and runs them).
-class CudaLaunchLog : public LaunchObserver {
+class CudaLaunchLog : public StepObserver {
  public:
-  CudaLaunchLog() { current_stream(Device::cuda(0)).set_observer(this); }
-  ~CudaLaunchLog() override { current_stream(Device::cuda(0)).set_observer(nullptr); }
   bool on_launch(const LaunchRecord& launch) override {
+    if (!launch.device.is_cuda()) return true;   // the scope watches the CPU's stream too
     ops.emplace_back(launch.op);
     reads.assign(launch.reads.begin(), launch.reads.end());
     writes.assign(launch.writes.begin(), launch.writes.end());
@@ -76,6 +76,9 @@ class CudaLaunchLog : public LaunchObserver {
 
   std::vector<std::string> ops;
   std::vector<Storage*> reads, writes;   // of the last launch
+
+ private:
+  StepObserverScope observe_{this};
 };
 
 bool contains(const std::vector<Storage*>& v, Storage* s) { return std::find(v.begin(), v.end(), s) != v.end(); }

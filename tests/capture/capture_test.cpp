@@ -19,6 +19,7 @@
 #endif
 
 #include "capture/cuda_graph.h"
+#include "capture/graph_impl.h"
 #include "encore/capture.h"
 #include "encore/encore.h"
 #include "encore/nn.h"
@@ -157,24 +158,24 @@ void expect_sound_plans(Device dev) {
     absl::StatusOr<Graph> graph = capture([&] { return s.step(); });
     ASSERT_TRUE(graph.ok()) << graph.status();
     const auto& buffers = graph->buffers();
-    const auto& offsets = graph->arena_offsets();
+    const auto& offsets = graph->internals().offsets;
     planner::Plan plan{offsets, graph->stats().arena_bytes};
     EXPECT_TRUE(planner::validate(buffers, plan).ok()) << planner::validate(buffers, plan);
     // Every temporary a node touches is live at that node per its lifetime.
     for (size_t k = 0; k < static_cast<size_t>(graph->stats().kernels); ++k) {
-      for (int32_t id : graph->node_temporaries(k)) {
-        EXPECT_LE(buffers[id].lower, static_cast<int64_t>(k)) << graph->node_op(k);
-        EXPECT_GT(buffers[id].upper, static_cast<int64_t>(k)) << graph->node_op(k);
+      for (int32_t id : graph->internals().node_temporaries(k)) {
+        EXPECT_LE(buffers[id].lower, static_cast<int64_t>(k)) << graph->internals().node_op(k);
+        EXPECT_GT(buffers[id].upper, static_cast<int64_t>(k)) << graph->internals().node_op(k);
       }
     }
     // Two temporaries sharing bytes never meet in one node.
     for (size_t k = 0; k < static_cast<size_t>(graph->stats().kernels); ++k) {
-      std::vector<int32_t> ids = graph->node_temporaries(k);
+      std::vector<int32_t> ids = graph->internals().node_temporaries(k);
       for (size_t a = 0; a < ids.size(); ++a) {
         for (size_t b = a + 1; b < ids.size(); ++b) {
           const int64_t a0 = offsets[ids[a]], a1 = a0 + buffers[ids[a]].size;
           const int64_t b0 = offsets[ids[b]], b1 = b0 + buffers[ids[b]].size;
-          EXPECT_TRUE(a1 <= b0 || b1 <= a0) << "node " << k << " " << graph->node_op(k);
+          EXPECT_TRUE(a1 <= b0 || b1 <= a0) << "node " << k << " " << graph->internals().node_op(k);
         }
       }
     }
@@ -378,6 +379,36 @@ TEST(CaptureTest, AnotherThreadsCpuWorkDuringCaptureRunsAndStaysOutOfTheGraph) {
   EXPECT_TRUE(graph->replay().ok());
 }
 
+// NOTE [ Nested captures ]: a capture() inside a step being captured is
+// refused; the outer capture goes on and its observer still sees the whole
+// step (the refused capture's scopes restored it).
+TEST(CaptureTest, CaptureInsideACapturedStepIsRefused) {
+  std::unique_ptr<TrainRig> rig = mlp_setup(), inner_rig = mlp_setup();
+  TrainRig& s = *rig;
+  TrainRig& inner = *inner_rig;
+  s.fill(0);
+  inner.fill(0);
+  absl::StatusOr<Graph> alone = capture([&] { return s.step(); });
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  std::vector<absl::Status> nested;
+  absl::StatusOr<Graph> graph = capture([&] {
+    nested.push_back(capture([&] { return inner.step(); }).status());
+    return s.step();
+  });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_EQ(nested.size(), 3u);   // two warm-ups and the capture run
+  EXPECT_TRUE(nested[0].ok()) << nested[0];   // the first warm-up is not watched
+  for (size_t i = 1; i < nested.size(); ++i) {
+    EXPECT_EQ(nested[i].code(), absl::StatusCode::kFailedPrecondition) << nested[i];
+    EXPECT_NE(nested[i].message().find("inside a step that another capture() is recording or capturing"),
+              absl::string_view::npos) << nested[i];
+  }
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
+  EXPECT_EQ(graph->stats().kernels, alone->stats().kernels);
+  EXPECT_EQ(graph->stats().temporaries, alone->stats().temporaries);
+  EXPECT_TRUE(graph->replay().ok());
+}
+
 TEST(CaptureTest, TensorEscapingTheStepFailsCapture) {
   std::unique_ptr<TrainRig> rig = mlp_setup();
   TrainRig& s = *rig;
@@ -519,7 +550,7 @@ TEST(CudaCaptureTest, GptWithDropoutAndTiedWeightsReplaysEqualEagerSteps) {
 // Edges of the captured CUDA graph of type programmatic (kernel to kernel,
 // NOTE [ Programmatic dependent launch ] in src/backends/cuda/launch.h).
 int64_t programmatic_edges(const Graph& g) {
-  cudaGraph_t graph = static_cast<cudaGraph_t>(g.cuda_graph()->graph_handle());
+  cudaGraph_t graph = static_cast<cudaGraph_t>(g.internals().cuda_graph()->graph_handle());
   size_t n = 0;
   EXPECT_EQ(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &n), cudaSuccess);
   std::vector<cudaGraphNode_t> from(n), to(n);

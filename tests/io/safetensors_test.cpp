@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "encore/checkpoint.h"
 #include "encore/encore.h"
-#include "src/core/stream.h"
+#include "src/core/step_observer.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -310,7 +310,7 @@ TEST_F(SafetensorsTest, SaveIntoAMissingDirectoryFailsNamingThePath) {
 }
 
 // Refuses host access after `allowed` calls, as capture does.
-class RefusingObserver : public LaunchObserver {
+class RefusingObserver : public StepObserver {
  public:
   explicit RefusingObserver(int allowed) : allowed_(allowed) {}
   bool on_launch(const LaunchRecord&) override { return true; }
@@ -327,12 +327,12 @@ TEST_F(SafetensorsTest, FailedSaveLeavesThePreviousFileIntact) {
   ASSERT_TRUE(save_safetensors(p, {{"w", full({4}, 1.0)}, {"b", full({2}, 3.0)}}).ok());
   const Bytes before = read_bytes(p);
   NamedTensors next = {{"w", full({4}, 5.0)}, {"b", full({2}, 6.0)}};
-  Stream& stream = current_stream(kCPU);
-  LaunchObserver* previous = stream.observer();
   RefusingObserver refuse(/*allowed=*/1);  // the first tensor is written, the second is refused
-  stream.set_observer(&refuse);
-  absl::Status s = save_safetensors(p, next);
-  stream.set_observer(previous);
+  absl::Status s;
+  {
+    StepObserverScope observe(&refuse);
+    s = save_safetensors(p, next);
+  }
   expect_status(s, StatusCode::kFailedPrecondition, {"save_safetensors", p, "\"b\"", "refused"});
   EXPECT_EQ(read_bytes(p), before);
   EXPECT_EQ(files(), (std::vector<std::string>{"m.safetensors"}));  // the temporary is gone

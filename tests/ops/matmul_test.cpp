@@ -8,6 +8,7 @@
 
 #include "encore/encore.h"
 #include "src/backends/kernels.h"
+#include "src/core/step_observer.h"
 #include "src/core/stream.h"
 #include "tests/test_util.h"
 
@@ -83,10 +84,8 @@ std::vector<double> ref_linear(const Tensor& x, const Tensor& w, const Tensor& b
 }
 
 // Logs the op name of every launch on the CPU stream while alive (and runs it).
-class LaunchLog : public LaunchObserver {
+class LaunchLog : public StepObserver {
  public:
-  LaunchLog() { current_stream(kCPU).set_observer(this); }
-  ~LaunchLog() override { current_stream(kCPU).set_observer(nullptr); }
   bool on_launch(const LaunchRecord& launch) override {
     ops.emplace_back(launch.op);
     if (std::string(launch.op) == "gemm") {
@@ -100,6 +99,9 @@ class LaunchLog : public LaunchObserver {
 
   std::vector<std::string> ops;
   std::vector<Storage*> gemm_reads, gemm_writes;   // of the last gemm
+
+ private:
+  StepObserverScope observe_{this};
 };
 
 // ---- forward ----

@@ -14,6 +14,7 @@
 #include "encore/encore.h"
 #include "encore/optim.h"
 #include "src/backends/kernels.h"
+#include "src/core/step_observer.h"
 #include "src/core/stream.h"
 #include "tests/test_util.h"
 
@@ -102,10 +103,8 @@ struct RecordedLaunch {
   std::vector<Storage*> reads, writes;
 };
 
-class Recorder : public LaunchObserver {
+class Recorder : public StepObserver {
  public:
-  Recorder() : previous_(current_stream(kCPU).observer()) { current_stream(kCPU).set_observer(this); }
-  ~Recorder() override { current_stream(kCPU).set_observer(previous_); }
 
   bool on_launch(const LaunchRecord& r) override {
     RecordedLaunch l{r.op, r.thunk, {}, {r.reads.begin(), r.reads.end()}, {r.writes.begin(), r.writes.end()}};
@@ -120,7 +119,7 @@ class Recorder : public LaunchObserver {
   std::vector<std::string> host_accesses;
 
  private:
-  LaunchObserver* previous_;
+  StepObserverScope observe_{this};   // installed while alive, what was before restored after
 };
 
 // Runs fn under a Recorder; expects no host read or transfer inside (capture
@@ -664,7 +663,7 @@ TEST(ScheduleTest, RejectsBadOptions) {
 // NOTE [ One AdamW launch ]: dense parameters of one dtype update in one
 // launch, with the same bits as one launch per parameter (forced here by a
 // non-contiguous parameter), and a gradient whose storage changes is picked up.
-class CountAdamW final : public LaunchObserver {
+class CountAdamW final : public StepObserver {
  public:
   bool on_launch(const LaunchRecord& launch) override {
     if (std::strcmp(launch.op, "adamw") == 0) ++count;
@@ -702,10 +701,10 @@ TEST(OptimTest, AdamWUpdatesEveryParameterInOneLaunchWithTheSameBits) {
         }
       }
       CountAdamW count;
-      Stream& stream = current_stream(kCPU);
-      stream.set_observer(&count);
-      a.step();
-      stream.set_observer(nullptr);
+      {
+        StepObserverScope observe(&count);
+        a.step();
+      }
       EXPECT_EQ(count.count, 1) << "step " << step;
       b.step();
       for (size_t i = 0; i < fused.size(); ++i) {

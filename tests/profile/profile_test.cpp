@@ -3,6 +3,8 @@
 // counter equals the plan's bytes in use, and the Chrome trace is well formed.
 // The Cuda* tests do the same on cuda:0 (skipped without a GPU; they fail
 // with ENCORE_REQUIRE_GPU=1), where nodes are CUDA graph nodes timed by CUPTI.
+// The ProfileNesting tests put a profiler inside a capture and a capture
+// inside a profiler.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <set>
 
 #include "capture/cuda_graph.h"
+#include "capture/graph_impl.h"
 #include "encore/profile.h"
 #include "nlohmann/json.hpp"
 #include "src/core/stream.h"
@@ -132,7 +135,7 @@ TEST(ProfileTest, ReplayTimedStampsEveryNode) {
   std::unique_ptr<Workload> w = small_mlp();
   Graph g = capture_or_die(*w);
   std::vector<int64_t> stamps;
-  ASSERT_TRUE(g.replay_timed(stamps).ok());
+  ASSERT_TRUE(g.internals().replay_timed(stamps).ok());
   ASSERT_EQ(stamps.size(), static_cast<size_t>(g.stats().kernels) + 1);
   for (size_t i = 1; i < stamps.size(); ++i) EXPECT_LE(stamps[i - 1], stamps[i]);
 }
@@ -147,7 +150,7 @@ TEST(ProfileTest, NodesMapToOpsAndPhases) {
   for (size_t i = 0; i < p->nodes.size(); ++i) {
     const NodeTiming& n = p->nodes[i];
     EXPECT_EQ(n.node, static_cast<int64_t>(i));
-    EXPECT_STREQ(n.op, g.node_op(i));
+    EXPECT_STREQ(n.op, g.internals().node_op(i));
     EXPECT_GE(n.duration_ns, 0);
     EXPECT_GE(n.median_ns, 0);
     EXPECT_FALSE(n.write_bytes.empty()) << n.op << " writes nothing?";
@@ -172,8 +175,8 @@ TEST(ProfileTest, EagerProfileSeesTheSameKernelsAsTheGraph) {
   Graph g = capture_or_die(*w);
   ASSERT_EQ(eager->nodes.size(), static_cast<size_t>(g.stats().kernels));
   for (size_t i = 0; i < eager->nodes.size(); ++i) {
-    EXPECT_STREQ(eager->nodes[i].op, g.node_op(i)) << "node " << i;
-    EXPECT_STREQ(eager->nodes[i].phase, g.node_phase(i)) << "node " << i;
+    EXPECT_STREQ(eager->nodes[i].op, g.internals().node_op(i)) << "node " << i;
+    EXPECT_STREQ(eager->nodes[i].phase, g.internals().node_phase(i)) << "node " << i;
     if (i > 0) {
       EXPECT_GE(eager->nodes[i].start_ns, eager->nodes[i - 1].start_ns + eager->nodes[i - 1].duration_ns);
     }
@@ -234,7 +237,7 @@ TEST(ProfileTest, ChromeTraceIsWellFormed) {
   for (const auto& [track, events] : tracks) {
     EXPECT_EQ(events.size(), static_cast<size_t>(g.stats().kernels));
     for (size_t i = 0; i < events.size(); ++i) {
-      EXPECT_EQ(events[i]["name"], g.node_op(i));
+      EXPECT_EQ(events[i]["name"], g.internals().node_op(i));
       EXPECT_EQ(events[i]["args"]["node"].get<int64_t>(), static_cast<int64_t>(i));
       if (i == 0) continue;
       const double prev_end = events[i - 1]["ts"].get<double>() + events[i - 1]["dur"].get<double>();
@@ -290,6 +293,70 @@ TEST(ProfileTest, BadOptionsAreRefused) {
   EXPECT_FALSE(write_chrome_trace("/nonexistent-dir/trace.json", {}).ok());
 }
 
+// ---- nesting: each StepObserverScope restores what was installed before it ----
+
+// Profiling inside a step that capture() records or captures cannot work (it
+// would time kernels that the capture run only takes): profile_eager refuses
+// there, and the capture's observer, still installed, sees the rest of the
+// step: the graph is the one of the step alone and trains the same bits.
+TEST(ProfileNestingTest, ProfilingInsideACapturedStepIsRefusedAndTheCaptureSeesTheStep) {
+  std::unique_ptr<Workload> alone = small_mlp();
+  Graph plain = capture_or_die(*alone);
+  ASSERT_TRUE(plain.replay().ok());
+  std::unique_ptr<Workload> w = small_mlp(), inner = small_mlp();
+  std::vector<absl::Status> profiled;
+  absl::StatusOr<Graph> g = capture([&] {
+    profiled.push_back(profile_eager([&] { return inner->step(); }, {.warmup_runs = 0, .runs = 1}).status());
+    return w->step();
+  });
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(profiled.size(), 3u);   // two warm-ups and the capture run
+  EXPECT_TRUE(profiled[0].ok()) << profiled[0];   // the first warm-up is not watched
+  for (size_t i = 1; i < profiled.size(); ++i) {
+    EXPECT_EQ(profiled[i].code(), absl::StatusCode::kFailedPrecondition) << profiled[i];
+    EXPECT_NE(profiled[i].message().find("already has an observer (inside capture?)"), std::string::npos)
+        << profiled[i];
+  }
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
+  ASSERT_EQ(g->stats().kernels, plain.stats().kernels);
+  for (int64_t i = 0; i < plain.stats().kernels; ++i) {
+    EXPECT_STREQ(g->internals().node_op(i), plain.internals().node_op(i)) << "node " << i;
+  }
+  ASSERT_TRUE(g->replay().ok());
+  const float a = g->output(0).item<float>(), b = plain.output(0).item<float>();
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof(float)), 0) << a << " vs " << b;
+  EXPECT_TRUE(same_bits(snapshot(*w), snapshot(*alone)));
+}
+
+// A capture inside a profiled step: the capture's scopes take over for its
+// recorded and capture runs and hand back to the profiler's timer, which sees
+// the capture's first warm-up (an eager step of the model) and the launch
+// after the capture, and nothing of the runs the capture watched.
+TEST(ProfileNestingTest, ACaptureInsideAProfiledStepHandsBackToTheProfiler) {
+  std::unique_ptr<Workload> w = small_mlp();
+  Tensor x = full({4}, 1.0);
+  std::vector<Graph> graphs;   // one per run of the profiled step
+  auto step = [&] {
+    absl::StatusOr<Graph> g = capture([&] { return w->step(); });
+    if (!g.ok()) throw Error(g.status());
+    graphs.push_back(*std::move(g));
+    return std::vector<Tensor>{x + 1.0};   // after the capture: the profiler must see it
+  };
+  absl::StatusOr<StepProfile> p = profile_eager(step, {.warmup_runs = 0, .runs = 1});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(graphs.size(), 2u);   // one untimed run, one timed
+  const Graph& timed = graphs[1];
+  const size_t kernels = static_cast<size_t>(timed.stats().kernels);
+  ASSERT_EQ(p->nodes.size(), kernels + 1);
+  for (size_t i = 0; i < kernels; ++i) {
+    EXPECT_STREQ(p->nodes[i].op, timed.internals().node_op(i)) << "node " << i;
+    EXPECT_STREQ(p->nodes[i].phase, timed.internals().node_phase(i)) << "node " << i;
+  }
+  EXPECT_STREQ(p->nodes.back().op, "add_scalar");
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
+  for (Graph& g : graphs) EXPECT_TRUE(g.replay().ok());
+}
+
 // ---- CUDA ----
 
 // Skips when CUPTI refused to collect (another profiler holding it, a
@@ -312,7 +379,7 @@ TEST(CudaProfileTest, ReplayNodesMapToLaunchesOpsAndPhases) {
   ENCORE_SKIP_WITHOUT_GPU();
   std::unique_ptr<Workload> w = cuda_mlp();
   Graph g = capture_or_die(*w);
-  ASSERT_NE(g.cuda_graph(), nullptr);
+  ASSERT_NE(g.internals().cuda_graph(), nullptr);
   absl::StatusOr<StepProfile> p = profile_replay(g, {.warmup_runs = 1, .runs = 3});
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->device, "cuda:0");
@@ -328,9 +395,9 @@ TEST(CudaProfileTest, ReplayNodesMapToLaunchesOpsAndPhases) {
   for (const NodeTiming& n : p->nodes) {
     ASSERT_GE(n.launch, 0) << "node " << n.node << " maps to no launch";
     ASSERT_LT(n.launch, launches);
-    EXPECT_STREQ(n.op, g.node_op(n.launch)) << "node " << n.node;
-    EXPECT_STREQ(n.phase, g.node_phase(n.launch)) << "node " << n.node;
-    EXPECT_EQ(n.read_bytes, g.node_read_bytes(n.launch));
+    EXPECT_STREQ(n.op, g.internals().node_op(n.launch)) << "node " << n.node;
+    EXPECT_STREQ(n.phase, g.internals().node_phase(n.launch)) << "node " << n.node;
+    EXPECT_EQ(n.read_bytes, g.internals().node_read_bytes(n.launch));
     EXPECT_TRUE(seen_nodes.insert(n.node).second) << "node " << n.node << " twice in one replay";
     EXPECT_GE(n.start_ns, 0);
     EXPECT_GE(n.duration_ns, 0);
@@ -366,8 +433,8 @@ TEST(CudaProfileTest, EagerLaunchesAreTimedWithEventsInLaunchOrder) {
   ASSERT_EQ(eager->nodes.size(), static_cast<size_t>(g.stats().kernels));
   for (size_t i = 0; i < eager->nodes.size(); ++i) {
     const NodeTiming& n = eager->nodes[i];
-    EXPECT_STREQ(n.op, g.node_op(i)) << "node " << i;
-    EXPECT_STREQ(n.phase, g.node_phase(i)) << "node " << i;
+    EXPECT_STREQ(n.op, g.internals().node_op(i)) << "node " << i;
+    EXPECT_STREQ(n.phase, g.internals().node_phase(i)) << "node " << i;
     EXPECT_EQ(n.stream, 0);
     EXPECT_GE(n.duration_ns, 0);
     if (i > 0) {   // events on one stream complete in order
@@ -431,13 +498,13 @@ TEST(CudaProfileTest, GraphUpdateRetargetsOnePointer) {
   };
   absl::StatusOr<Graph> g = capture(step);
   ASSERT_TRUE(g.ok()) << g.status();
-  absl::StatusOr<int64_t> ns = g->cuda_graph()->update_pointer_ns(x.data_ptr(), other.data_ptr(), 5);
+  absl::StatusOr<int64_t> ns = g->internals().cuda_graph()->update_pointer_ns(x.data_ptr(), other.data_ptr(), 5);
   ASSERT_TRUE(ns.ok()) << ns.status();
   EXPECT_GT(*ns, 0);
   // The graph keeps its own parameters: it still reads x (0 + 3), not `other` (5 + 3).
   ASSERT_TRUE(g->replay().ok());
   EXPECT_EQ(g->output(0).to_vector<float>(), std::vector<float>(16, 3.0f));
-  EXPECT_EQ(g->cuda_graph()->update_pointer_ns(&ns, other.data_ptr(), 1).status().code(),
+  EXPECT_EQ(g->internals().cuda_graph()->update_pointer_ns(&ns, other.data_ptr(), 1).status().code(),
             absl::StatusCode::kNotFound);
 }
 

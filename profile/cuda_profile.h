@@ -35,7 +35,10 @@
 #include "capture/cuda_graph.h"
 #include "encore/device.h"
 
-namespace encore::capture_internal {
+namespace encore::profile_internal {
+
+using capture_internal::CudaGraph;
+using capture_internal::CudaGraphNode;
 
 // One kernel, memset or memcpy of one replay.
 struct NodeActivity {
@@ -90,4 +93,4 @@ class CudaLaunchTimer {
   size_t used_ = 0;             // events recorded since reset()
 };
 
-}  // namespace encore::capture_internal
+}  // namespace encore::profile_internal

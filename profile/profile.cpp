@@ -6,21 +6,27 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "capture/cuda_graph.h"
-#include "capture/cuda_profile.h"
+#include "capture/graph_impl.h"
 #include "encore/error.h"
 #include "nlohmann/json.hpp"
+#include "profile/cuda_profile.h"
 #include "src/core/phase.h"
+#include "src/core/step_observer.h"
 #include "src/core/stream.h"
 
 namespace encore {
 namespace {
 
+using capture_internal::CudaGraph;
+using profile_internal::CudaLaunchTimer;
+using profile_internal::CudaReplayTimes;
+using profile_internal::NodeActivity;
+using profile_internal::time_cuda_replays;
 using Clock = std::chrono::steady_clock;
 
 int64_t now_ns() {
@@ -85,7 +91,7 @@ void fill_medians(const std::vector<std::vector<int64_t>>& durations, StepProfil
 // stream it took the launch), so the kernel runs exactly as it would have.
 // CPU launches: steady_clock around the kernel. CUDA launches: events around
 // it on the stream (`gpu`), read after the run by finish().
-class EagerTimer final : public LaunchObserver {
+class EagerTimer final : public StepObserver {
  public:
   struct Launch {
     const char* op;
@@ -95,7 +101,7 @@ class EagerTimer final : public LaunchObserver {
     std::vector<int64_t> read_bytes, write_bytes;
   };
 
-  explicit EagerTimer(capture_internal::CudaLaunchTimer* gpu) : gpu_(gpu) {}
+  explicit EagerTimer(CudaLaunchTimer* gpu) : gpu_(gpu) {}
 
   bool on_launch(const LaunchRecord& launch) override {
     Launch l{launch.op, current_phase(), launch.device, 0, 0, {}, {}};
@@ -114,7 +120,6 @@ class EagerTimer final : public LaunchObserver {
     launches.push_back(std::move(l));
     return false;   // already ran
   }
-  void on_host_access(const char* op) override {}
 
   // After the run (times relative to t0): fills the CUDA launches' times from
   // their events, placed after the host time of the first CUDA launch.
@@ -140,15 +145,9 @@ class EagerTimer final : public LaunchObserver {
   std::vector<Launch> launches;
 
  private:
-  capture_internal::CudaLaunchTimer* gpu_;
+  CudaLaunchTimer* gpu_;
   int64_t gpu_anchor_ = -1;   // host time of the first CUDA launch
 };
-
-// The GPU a step may use: cuda:0 when the CUDA backend is built and a GPU answers.
-std::optional<Device> usable_gpu() {
-  if (!cuda_available()) return std::nullopt;
-  return Device::cuda(0);
-}
 
 // Waits for the GPU's stream (a no-op without one); throws encore::Error.
 void synchronize_gpu(const std::optional<Device>& gpu) {
@@ -174,17 +173,9 @@ std::vector<int64_t> arena_bytes_in_use(const Graph& graph) {
 
 namespace {
 
-// Per-node times of CUDA replays (NOTE [ Profiling a CUDA graph with CUPTI ]).
-absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const capture_internal::CudaGraph& cuda_graph,
-                                                const ProfileOptions& options);
-
-}  // namespace
-
-absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& options) {
-  if (absl::Status s = check_options(options); !s.ok()) return s;
-  if (const capture_internal::CudaGraph* cg = graph.cuda_graph(); cg != nullptr) {
-    return profile_cuda_replay(graph, *cg, options);
-  }
+// Per-node wall times of CPU replays (CpuGraph::replay_timed).
+absl::StatusOr<StepProfile> profile_cpu_replay(Graph& graph, const ProfileOptions& options) {
+  Graph::Impl& g = graph.internals();
   for (int r = 0; r < options.warmup_runs; ++r) {
     if (absl::Status s = graph.replay(); !s.ok()) return s;
   }
@@ -199,16 +190,16 @@ absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& o
   std::vector<std::vector<int64_t>> stamps(options.runs), durations(options.runs);
   std::vector<int64_t> totals(options.runs);
   for (int r = 0; r < options.runs; ++r) {
-    if (absl::Status s = graph.replay_timed(stamps[r]); !s.ok()) return s;
+    if (absl::Status s = g.replay_timed(stamps[r]); !s.ok()) return s;
     totals[r] = stamps[r].back() - stamps[r].front();
     for (size_t i = 0; i + 1 < stamps[r].size(); ++i) durations[r].push_back(stamps[r][i + 1] - stamps[r][i]);
   }
   const size_t rep = median_index(totals);
   const std::vector<int64_t>& st = stamps[rep];
   for (size_t i = 0; i + 1 < st.size(); ++i) {
-    p.nodes.push_back({.node = static_cast<int64_t>(i), .launch = static_cast<int64_t>(i), .op = graph.node_op(i),
-                       .phase = graph.node_phase(i), .stream = 0, .start_ns = st[i] - st[0], .duration_ns = st[i + 1] - st[i],
-                       .read_bytes = graph.node_read_bytes(i), .write_bytes = graph.node_write_bytes(i)});
+    p.nodes.push_back({.node = static_cast<int64_t>(i), .launch = static_cast<int64_t>(i), .op = g.node_op(i),
+                       .phase = g.node_phase(i), .stream = 0, .start_ns = st[i] - st[0], .duration_ns = st[i + 1] - st[i],
+                       .read_bytes = g.node_read_bytes(i), .write_bytes = g.node_write_bytes(i)});
   }
   fill_medians(durations, p);
   p.arena_in_use_bytes = arena_bytes_in_use(graph);
@@ -219,9 +210,53 @@ absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& o
   return p;
 }
 
-namespace {
+// The GPU's idle time inside each timed CUDA replay: from its first node's
+// start to its last node's end, minus the time some node ran; the median over
+// the runs, -1 when none has nodes.
+int64_t median_gpu_idle_ns(const CudaReplayTimes& times) {
+  std::vector<int64_t> idle;
+  for (const std::vector<NodeActivity>& run : times.runs) {
+    if (run.empty()) continue;
+    int64_t busy_until = run.front().start_ns, gaps = 0;
+    for (const NodeActivity& a : run) {
+      gaps += std::max<int64_t>(0, a.start_ns - busy_until);
+      busy_until = std::max(busy_until, a.end_ns);
+    }
+    idle.push_back(gaps);
+  }
+  return idle.empty() ? -1 : median(idle);
+}
 
-absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const capture_internal::CudaGraph& cuda_graph,
+// The nodes of CUDA replay `rep` of `times`, each with its median over the
+// runs and, when the launch marks match the launches, its launch's op, phase
+// and bytes.
+void fill_cuda_nodes(const Graph::Impl& g, const CudaGraph& cuda_graph, const CudaReplayTimes& times, size_t rep,
+                     StepProfile& p) {
+  std::vector<std::vector<int64_t>> per_node(times.nodes.size());
+  for (const std::vector<NodeActivity>& run : times.runs) {
+    for (const NodeActivity& a : run) per_node[a.node].push_back(a.end_ns - a.start_ns);
+  }
+  const int64_t kernels = g.stats.kernels;
+  const std::vector<NodeActivity>& run = times.runs[rep];
+  const int64_t origin = run.empty() ? 0 : run.front().start_ns;
+  for (const NodeActivity& a : run) {
+    int64_t launch = times.nodes[a.node].launch;
+    if (cuda_graph.num_marks() != kernels + 1 || launch >= kernels) launch = -1;
+    NodeTiming n{.node = a.node, .launch = launch, .op = "(unmapped)", .phase = "unknown", .stream = 0,
+                 .start_ns = a.start_ns - origin, .duration_ns = a.end_ns - a.start_ns,
+                 .median_ns = median(per_node[a.node])};
+    if (launch >= 0) {
+      n.op = g.node_op(launch);
+      n.phase = g.node_phase(launch);
+      n.read_bytes = g.node_read_bytes(launch);
+      n.write_bytes = g.node_write_bytes(launch);
+    }
+    p.nodes.push_back(std::move(n));
+  }
+}
+
+// Per-node times of CUDA replays (NOTE [ Profiling a CUDA graph with CUPTI ]).
+absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const CudaGraph& cuda_graph,
                                                 const ProfileOptions& options) {
   const Device device = cuda_graph.device();
   auto replay_synced = [&]() -> absl::Status {
@@ -242,7 +277,7 @@ absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const capture_inte
   p.arena_in_use_bytes = arena_bytes_in_use(graph);
   p.arena_bytes = graph.stats().arena_bytes;
   p.runs = options.runs;
-  absl::StatusOr<capture_internal::CudaReplayTimes> times = capture_internal::time_cuda_replays(cuda_graph, options.runs);
+  absl::StatusOr<CudaReplayTimes> times = time_cuda_replays(cuda_graph, options.runs);
   if (!times.ok()) return times.status();
   const size_t rep = median_index(times->wall_ns);
   p.timed_step_ns = times->wall_ns[rep];
@@ -256,71 +291,33 @@ absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const capture_inte
     p.note = absl::StrFormat("launch marks (%d) do not match the launches (%d): nodes left unmapped",
                              cuda_graph.num_marks(), kernels);
   }
-  // Medians per node and GPU idle time per run.
-  std::vector<std::vector<int64_t>> per_node(times->nodes.size());
-  std::vector<int64_t> idle;
-  for (const std::vector<capture_internal::NodeActivity>& run : times->runs) {
-    if (run.empty()) continue;
-    int64_t busy_until = run.front().start_ns, gaps = 0;
-    for (const capture_internal::NodeActivity& a : run) {
-      per_node[a.node].push_back(a.end_ns - a.start_ns);
-      gaps += std::max<int64_t>(0, a.start_ns - busy_until);
-      busy_until = std::max(busy_until, a.end_ns);
-    }
-    idle.push_back(gaps);
-  }
-  p.gpu_idle_ns = idle.empty() ? -1 : median(idle);
-  const std::vector<capture_internal::NodeActivity>& run = times->runs[rep];
-  const int64_t origin = run.empty() ? 0 : run.front().start_ns;
-  for (const capture_internal::NodeActivity& a : run) {
-    int64_t launch = times->nodes[a.node].launch;
-    if (cuda_graph.num_marks() != kernels + 1 || launch >= kernels) launch = -1;
-    NodeTiming n{.node = a.node, .launch = launch, .op = "(unmapped)", .phase = "unknown", .stream = 0,
-                 .start_ns = a.start_ns - origin, .duration_ns = a.end_ns - a.start_ns,
-                 .median_ns = median(per_node[a.node])};
-    if (launch >= 0) {
-      n.op = graph.node_op(launch);
-      n.phase = graph.node_phase(launch);
-      n.read_bytes = graph.node_read_bytes(launch);
-      n.write_bytes = graph.node_write_bytes(launch);
-    }
-    p.nodes.push_back(std::move(n));
-  }
+  p.gpu_idle_ns = median_gpu_idle_ns(*times);
+  fill_cuda_nodes(graph.internals(), cuda_graph, *times, rep, p);
   return p;
 }
 
-// Installs an observer on the CPU stream and, when there is one, on the GPU's
-// stream, for a scope.
-class ObserverScope {
- public:
-  ObserverScope(LaunchObserver* observer, const std::optional<Device>& gpu) {
-    streams_[0] = &current_stream(kCPU);
-    if (gpu.has_value()) streams_[1] = &current_stream(*gpu);
-    for (Stream* s : streams_) {
-      if (s != nullptr) s->set_observer(observer);
-    }
-  }
-  ~ObserverScope() {
-    for (Stream* s : streams_) {
-      if (s != nullptr) s->set_observer(nullptr);
-    }
-  }
+}  // namespace
 
- private:
-  Stream* streams_[2] = {nullptr, nullptr};
-};
+absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& options) {
+  if (absl::Status s = check_options(options); !s.ok()) return s;
+  if (const CudaGraph* cg = graph.internals().executable->cuda_graph(); cg != nullptr) {
+    return profile_cuda_replay(graph, *cg, options);
+  }
+  return profile_cpu_replay(graph, options);
+}
+
+namespace {
 
 // One eager run with every launch timed; times relative to the run's start.
 // `expected` launches are reserved up front. Returns the run's wall time (ns),
 // to the end of a synchronize of the GPU when there is one. Throws like the step.
 int64_t timed_eager_run(const std::function<std::vector<Tensor>()>& step, const std::optional<Device>& gpu,
-                        capture_internal::CudaLaunchTimer* gpu_timer, size_t expected,
-                        std::vector<EagerTimer::Launch>& launches) {
+                        CudaLaunchTimer* gpu_timer, size_t expected, std::vector<EagerTimer::Launch>& launches) {
   EagerTimer timer(gpu_timer);
   timer.launches.reserve(expected);
   int64_t t0 = 0, total = 0;
   {
-    ObserverScope observe(&timer, gpu);
+    StepObserverScope observe(&timer);
     t0 = now_ns();
     step();
   }
@@ -329,6 +326,53 @@ int64_t timed_eager_run(const std::function<std::vector<Tensor>()>& step, const 
   if (absl::Status s = timer.finish(t0); !s.ok()) throw Error(s);
   launches = std::move(timer.launches);
   return total;
+}
+
+// The eager runs of profile_eager(): warmup_runs, then `untimed` runs timed
+// as a whole, then `runs` runs with every launch timed. Throws like the step.
+void eager_runs(const std::function<std::vector<Tensor>()>& step, const ProfileOptions& options,
+                const std::optional<Device>& gpu, std::vector<int64_t>& untimed, std::vector<int64_t>& totals,
+                std::vector<std::vector<EagerTimer::Launch>>& runs) {
+  std::optional<CudaLaunchTimer> gpu_timer;
+  if (gpu.has_value()) gpu_timer.emplace(*gpu);
+  for (int r = 0; r < options.warmup_runs; ++r) step();
+  synchronize_gpu(gpu);
+  for (int64_t& t : untimed) {
+    const int64_t t0 = now_ns();
+    step();
+    synchronize_gpu(gpu);
+    t = now_ns() - t0;
+  }
+  for (int r = 0; r < options.runs; ++r) {
+    totals[r] = timed_eager_run(step, gpu, gpu_timer ? &*gpu_timer : nullptr, r > 0 ? runs[r - 1].size() : 0,
+                                runs[r]);
+  }
+}
+
+// The nodes of the representative run `rep`, one stream per device in the
+// order the devices first launched (the profile's device first).
+void fill_eager_nodes(std::vector<std::vector<EagerTimer::Launch>>& runs, size_t rep, StepProfile& p) {
+  std::vector<Device> stream_devices;
+  auto stream_of = [&](Device d) {
+    auto it = std::find(stream_devices.begin(), stream_devices.end(), d);
+    if (it != stream_devices.end()) return static_cast<int>(it - stream_devices.begin());
+    stream_devices.push_back(d);
+    p.streams.push_back(absl::StrCat(d.str(), " stream"));
+    return static_cast<int>(stream_devices.size()) - 1;
+  };
+  (void)stream_of(runs[rep].empty() ? kCPU : runs[rep].front().device);
+  std::vector<std::vector<int64_t>> durations(runs.size());
+  for (size_t r = 0; r < runs.size(); ++r) {
+    for (const EagerTimer::Launch& l : runs[r]) durations[r].push_back(l.end - l.start);
+  }
+  for (size_t i = 0; i < runs[rep].size(); ++i) {
+    EagerTimer::Launch& l = runs[rep][i];
+    p.nodes.push_back({.node = static_cast<int64_t>(i), .launch = static_cast<int64_t>(i), .op = l.op,
+                       .phase = phase_name(l.phase), .stream = stream_of(l.device), .start_ns = l.start,
+                       .duration_ns = l.end - l.start, .read_bytes = std::move(l.read_bytes),
+                       .write_bytes = std::move(l.write_bytes)});
+  }
+  fill_medians(durations, p);
 }
 
 }  // namespace
@@ -343,51 +387,16 @@ absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor
                                                         " stream already has an observer (inside capture?)"));
     }
   }
-  std::optional<capture_internal::CudaLaunchTimer> gpu_timer;
-  if (gpu.has_value()) gpu_timer.emplace(*gpu);
   std::vector<int64_t> untimed(options.runs), totals(options.runs);
   std::vector<std::vector<EagerTimer::Launch>> runs(options.runs);
-  absl::Status thrown = status_of([&] {
-    for (int r = 0; r < options.warmup_runs; ++r) step();
-    synchronize_gpu(gpu);
-    for (int64_t& t : untimed) {
-      const int64_t t0 = now_ns();
-      step();
-      synchronize_gpu(gpu);
-      t = now_ns() - t0;
-    }
-    for (int r = 0; r < options.runs; ++r) {
-      totals[r] = timed_eager_run(step, gpu, gpu_timer ? &*gpu_timer : nullptr, r > 0 ? runs[r - 1].size() : 0,
-                                  runs[r]);
-    }
-  });
+  absl::Status thrown = status_of([&] { eager_runs(step, options, gpu, untimed, totals, runs); });
   if (!thrown.ok()) return thrown;
   const size_t rep = median_index(totals);
   // The profile's device: where the representative run's first launch ran.
   const Device device = runs[rep].empty() ? kCPU : runs[rep].front().device;
   StepProfile p{.mode = "eager", .device = device.str()};
-  std::vector<Device> stream_devices;
-  auto stream_of = [&](Device d) {
-    auto it = std::find(stream_devices.begin(), stream_devices.end(), d);
-    if (it != stream_devices.end()) return static_cast<int>(it - stream_devices.begin());
-    stream_devices.push_back(d);
-    p.streams.push_back(absl::StrCat(d.str(), " stream"));
-    return static_cast<int>(stream_devices.size()) - 1;
-  };
-  (void)stream_of(device);
   fill_step_stats(untimed, p);
-  std::vector<std::vector<int64_t>> durations(options.runs);
-  for (int r = 0; r < options.runs; ++r) {
-    for (const EagerTimer::Launch& l : runs[r]) durations[r].push_back(l.end - l.start);
-  }
-  for (size_t i = 0; i < runs[rep].size(); ++i) {
-    EagerTimer::Launch& l = runs[rep][i];
-    p.nodes.push_back({.node = static_cast<int64_t>(i), .launch = static_cast<int64_t>(i), .op = l.op,
-                       .phase = phase_name(l.phase), .stream = stream_of(l.device), .start_ns = l.start,
-                       .duration_ns = l.end - l.start, .read_bytes = std::move(l.read_bytes),
-                       .write_bytes = std::move(l.write_bytes)});
-  }
-  fill_medians(durations, p);
+  fill_eager_nodes(runs, rep, p);
   p.timed_step_ns = totals[rep];
   p.timer_ns = device.is_cpu() ? timer_cost_ns() : 0;
   p.runs = options.runs;

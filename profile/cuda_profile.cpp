@@ -1,4 +1,4 @@
-#include "capture/cuda_profile.h"
+#include "profile/cuda_profile.h"
 
 #include <algorithm>
 #include <chrono>
@@ -18,7 +18,7 @@
 #include "src/backends/cuda/runtime.h"
 #endif
 
-namespace encore::capture_internal {
+namespace encore::profile_internal {
 
 #if ENCORE_HAVE_CUDA
 
@@ -332,6 +332,29 @@ size_t records_seen() {
   return c.records.size();
 }
 
+// Sorts the collected records of the timed runs (`windows`) into out.runs by
+// node: by the clone map's node ids, else by order (assign_by_order); else
+// says why in out.unavailable. `clone_why`: why no clones were listened for.
+void map_records(const std::vector<std::pair<uint64_t, uint64_t>>& windows, const std::string& clone_why,
+                 CudaReplayTimes& out) {
+  absl::flat_hash_map<uint64_t, uint64_t> clones;
+  {
+    Collected& c = collected();
+    std::lock_guard<std::mutex> lock(c.mu);
+    clones = c.clones;
+  }
+  if (assign_records(node_ids(out.nodes, clones), windows, out) > 0) return;
+  const std::string why = absl::StrFormat(
+      "CUPTI delivered %d activity records (%d clones seen), none with a node id of this graph's timed replays%s",
+      records_seen(), clones.size(), clone_why.empty() ? "" : absl::StrCat("; ", clone_why));
+  if (assign_by_order(windows, out)) {
+    out.note = absl::StrCat(why, ": nodes matched to records by order instead (one-stream chain)");
+  } else {
+    out.unavailable = why;
+    out.runs.clear();
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<CudaReplayTimes> time_cuda_replays(const CudaGraph& graph, int runs) {
@@ -368,22 +391,7 @@ absl::StatusOr<CudaReplayTimes> time_cuda_replays(const CudaGraph& graph, int ru
     out.runs.clear();
     return out;
   }
-  absl::flat_hash_map<uint64_t, uint64_t> clones;
-  {
-    Collected& c = collected();
-    std::lock_guard<std::mutex> lock(c.mu);
-    clones = c.clones;
-  }
-  if (assign_records(node_ids(out.nodes, clones), windows, out) > 0) return out;
-  const std::string why = absl::StrFormat(
-      "CUPTI delivered %d activity records (%d clones seen), none with a node id of this graph's timed replays%s",
-      records_seen(), clones.size(), clone_why.empty() ? "" : absl::StrCat("; ", clone_why));
-  if (assign_by_order(windows, out)) {
-    out.note = absl::StrCat(why, ": nodes matched to records by order instead (one-stream chain)");
-  } else {
-    out.unavailable = why;
-    out.runs.clear();
-  }
+  map_records(windows, clone_why, out);
   return out;
 }
 
@@ -444,4 +452,4 @@ absl::Status CudaLaunchTimer::read(std::vector<std::pair<int64_t, int64_t>>& tim
 
 #endif
 
-}  // namespace encore::capture_internal
+}  // namespace encore::profile_internal

@@ -1,0 +1,66 @@
+// What capture() turns a step into, on any device: an Executable replays the
+// captured step; a Capturer makes one from the capture run. The CPU's kernel
+// list (capture/cpu_graph.h) and CUDA's graph (capture/cuda_graph.h) are the
+// two implementations, so that Graph and capture() never ask which device.
+//
+//   std::unique_ptr<Capturer> c = make_cpu_capturer();   // or make_cuda_capturer(device, programmatic)
+//   c->prepare_arena(*arena);
+//   // While the capture run goes, the capture observer hands every launch
+//   // that matched the recorded warm-up to c->take(launch).
+//   absl::StatusOr<std::unique_ptr<Executable>> exe = c->capture([&] { outputs = run_step(step); });
+//   absl::Status s = (*exe)->replay();
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "capture/trace.h"
+#include "src/core/step_observer.h"
+
+namespace encore::capture_internal {
+
+class CudaGraph;   // capture/cuda_graph.h
+
+// A captured step, ready to replay; owns its kernel list or CUDA graph (not
+// the arena, which its Graph owns and which must outlive it).
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Runs the step once (Graph::replay() documents the errors).
+  [[nodiscard]] virtual absl::Status replay() = 0;
+  // replay() that also timestamps every node (profilers): stamps gets
+  // launches + 1 values, stamps[i + 1] - stamps[i] = node i's wall time in
+  // ns (steady_clock). Unimplemented where nodes are timed otherwise (CUDA:
+  // CUPTI, profile/cuda_profile.h).
+  [[nodiscard]] virtual absl::Status replay_timed(std::vector<int64_t>& stamps) = 0;
+  // Graphviz DOT of the step; `trace` is the recorded warm-up it was captured from.
+  [[nodiscard]] virtual absl::Status dump_dot(const std::string& path, const Trace& trace) const = 0;
+  // The CUDA graph behind a CUDA executable (profilers, tools); nullptr otherwise.
+  virtual const CudaGraph* cuda_graph() const { return nullptr; }
+};
+
+// Makes an Executable of one capture run of a step, on one device.
+class Capturer {
+ public:
+  virtual ~Capturer() = default;
+  // Called once with the arena before the capture run (CPU: touches every page).
+  virtual void prepare_arena(Storage& arena) {}
+  // A launch of the capture run that matched the recorded warm-up. Returns
+  // whether it runs now (CUDA: into the capturing stream) rather than being
+  // taken (CPU: appended to the kernel list, not run). Never throws.
+  virtual bool take(const LaunchRecord& launch) = 0;
+  // Runs `run` (the capture run: the step under the capture observer) in
+  // capture mode and returns the executable, or the error `run` threw (as a
+  // Status) or capture met. Called once.
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Executable>> capture(const std::function<void()>& run) = 0;
+};
+
+std::unique_ptr<Capturer> make_cpu_capturer();                                          // capture/cpu_graph.cpp
+std::unique_ptr<Capturer> make_cuda_capturer(Device device, bool programmatic_launch);   // capture/cuda_graph.cpp
+
+}  // namespace encore::capture_internal

@@ -1,0 +1,120 @@
+// The step observer: one interface through which recording, capture,
+// profiling and tests watch the work of a step (kernel launches, host reads,
+// allocations and frees), and the one scope that installs it.
+//
+//   class CountLaunches final : public encore::StepObserver {
+//    public:
+//     bool on_launch(const encore::LaunchRecord& launch) override { ++launches; return true; }   // true: run it
+//     int launches = 0;
+//   };
+//   CountLaunches count;
+//   {
+//     encore::StepObserverScope observe(&count);   // every stream the step may use, and this thread's
+//     loss = step();                               //   allocations; what was installed before comes back
+//   }                                              //   at the end of the scope
+//
+// Who calls the hooks: Stream::launch (on_launch), Stream::host_access and
+// host_write (on_host_access), Storage::allocate and ~Storage (on_allocate,
+// on_free). NOTE [ Observers belong to a thread ] (src/core/stream.h): an
+// observer sees the work of the thread that installed it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <thread>
+
+#include "absl/types/span.h"
+#include "encore/device.h"
+#include "src/core/kernel.h"
+
+namespace encore {
+
+class Storage;
+class Stream;
+
+struct LaunchRecord {
+  const char* op;                       // static string, e.g. "add"
+  Device device;                        // the stream's device
+  KernelThunk thunk;
+  const void* args;                     // valid only during the observer call
+  uint32_t args_size;                   // bytes
+  absl::Span<Storage* const> reads;
+  absl::Span<Storage* const> writes;
+};
+
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  // Sees a launch before it runs. Return true to run it now; false when the
+  // observer took it (CPU capture appends it to a graph instead, a profiler
+  // runs it itself between two clock reads).
+  virtual bool on_launch(const LaunchRecord& launch) = 0;
+  // Sees a host read or host-to-device transfer (item, to_vector, printing,
+  // from_vector, synchronize, set_lr) before it happens; may throw
+  // encore::Error to refuse it.
+  virtual void on_host_access(const char* op) {}
+  // Sees every allocation of the observing thread (Storage::allocate, on any
+  // device) once it is made: `nbytes` bytes at `p`.
+  virtual void on_allocate(void* p, int64_t nbytes, Device device) {}
+  // Sees every free by the observing thread of memory Storage::allocate
+  // handed out, before it goes back to its allocator (possibly memory
+  // allocated before the observer was installed).
+  virtual void on_free(void* p) {}
+};
+
+// Installs `observer` for the calling thread's step: on the stream of every
+// device a step may use (the CPU's, and usable_gpu()'s), with this thread as
+// their observing thread, and for this thread's allocations and frees.
+// Restores on exit exactly what was installed before (observer and observing
+// thread of each stream, and the allocation observer), so scopes nest: an
+// inner observer sees everything while it is installed, the outer one again
+// after it. nullptr installs "nobody watches" for the scope.
+//
+// The observer must outlive the scope. Scopes are strictly nested on a
+// thread (RAII); two threads installing on the same stream at once is not
+// supported (the stream keeps one observer: the later scope wins).
+class StepObserverScope {
+ public:
+  explicit StepObserverScope(StepObserver* observer);
+  ~StepObserverScope();
+  StepObserverScope(const StepObserverScope&) = delete;
+  StepObserverScope& operator=(const StepObserverScope&) = delete;
+
+ private:
+  struct Saved {
+    Stream* stream = nullptr;
+    StepObserver* observer = nullptr;
+    std::thread::id thread;
+  };
+  Saved saved_[2];                     // the CPU's stream, and usable_gpu()'s when there is one
+  StepObserver* saved_allocations_;    // this thread's allocation observer before the scope
+};
+
+// The GPU a step may use: cuda:0 when the CUDA backend is built and a GPU
+// answers (one GPU per process, DESIGN.md "Distributed"); nullopt otherwise.
+std::optional<Device> usable_gpu();
+
+// ---- called by the allocation path (Storage::allocate, ~Storage) ----
+
+namespace observer_internal {
+// StepObserverScopes alive in the process, on any thread: while there are
+// none (eager training) the allocation path skips the thread-local read, as
+// Stream::launch skips its observer check.
+inline std::atomic<int> scopes{0};
+// The calling thread's allocation observer: set only by StepObserverScope.
+inline thread_local StepObserver* allocations = nullptr;
+}  // namespace observer_internal
+
+inline void observe_allocate(void* p, int64_t nbytes, Device device) {
+  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_allocate(p, nbytes, device);
+  }
+}
+inline void observe_free(void* p) {
+  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_free(p);
+  }
+}
+
+}  // namespace encore
