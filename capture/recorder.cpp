@@ -11,7 +11,7 @@
 namespace encore::capture_internal {
 
 int32_t Recorder::id_of(const Storage* s) const {
-  auto it = live_.find(s->data());
+  auto it = live_.find(s->id());
   return it == live_.end() ? kPersistent : it->second;
 }
 
@@ -45,17 +45,17 @@ void Recorder::on_host_access(const char* op) {
   kernels_before_host_access_ = static_cast<int64_t>(trace_.kernels.size());
 }
 
-void Recorder::on_allocate(void* p, int64_t nbytes, Device device) {
-  live_[p] = static_cast<int32_t>(trace_.allocs.size());
+void Recorder::on_allocate(const Storage& storage) {
+  live_[storage.id()] = static_cast<int32_t>(trace_.allocs.size());
   AllocRecord a;
-  a.nbytes = nbytes;
-  a.device = device;
+  a.nbytes = storage.nbytes();
+  a.device = storage.device();
   a.allocated_at = static_cast<int64_t>(trace_.kernels.size());
   trace_.allocs.push_back(a);
 }
 
-void Recorder::on_free(void* p) {
-  auto it = live_.find(p);
+void Recorder::on_free(const Storage& storage) {
+  auto it = live_.find(storage.id());
   if (it == live_.end()) return;   // allocated before the recorded step
   trace_.allocs[it->second].freed = true;
   live_.erase(it);

@@ -26,8 +26,8 @@ class Recorder final : public StepObserver {
   // Warm-up steps are real, so a host read runs; the first one is remembered
   // for capture() to refuse the step before it plans anything.
   void on_host_access(const char* op) override;
-  void on_allocate(void* p, int64_t nbytes, Device device) override;
-  void on_free(void* p) override;
+  void on_allocate(const Storage& storage) override;
+  void on_free(const Storage& storage) override;
 
   // Marks the temporary behind `storage` (if any) as a step output.
   void mark_output(const Storage* storage);
@@ -46,7 +46,7 @@ class Recorder final : public StepObserver {
   Trace trace_;
   const char* first_host_access_ = nullptr;
   int64_t kernels_before_host_access_ = 0;
-  absl::flat_hash_map<const void*, int32_t> live_;   // data pointer -> temporary id
+  absl::flat_hash_map<uint64_t, int32_t> live_;   // Storage::id() -> temporary id
 };
 
 // Writes `trace` in Graphviz DOT: one node per kernel, named by op, and an

@@ -11,10 +11,12 @@ std::optional<Device> usable_gpu() {
 
 StepObserverScope::StepObserverScope(StepObserver* observer)
     : saved_allocations_(observer_internal::allocations) {
-  // A thread sees its own increment before its allocations: relaxed suffices.
-  observer_internal::scopes.fetch_add(1, std::memory_order_relaxed);
+  // current_stream() may throw (a CUDA device that fails to start): before
+  // anything is installed or counted, so a failed scope leaves nothing behind.
   saved_[0].stream = &current_stream(kCPU);
   if (const std::optional<Device> gpu = usable_gpu(); gpu.has_value()) saved_[1].stream = &current_stream(*gpu);
+  // A thread sees its own increment before its allocations: relaxed suffices.
+  observer_internal::scopes.fetch_add(1, std::memory_order_relaxed);
   for (Saved& s : saved_) {
     if (s.stream == nullptr) continue;
     s.observer = s.stream->observer();

@@ -55,12 +55,16 @@ class StepObserver {
   // encore::Error to refuse it.
   virtual void on_host_access(const char* op) {}
   // Sees every allocation of the observing thread (Storage::allocate, on any
-  // device) once it is made: `nbytes` bytes at `p`.
-  virtual void on_allocate(void* p, int64_t nbytes, Device device) {}
-  // Sees every free by the observing thread of memory Storage::allocate
-  // handed out, before it goes back to its allocator (possibly memory
-  // allocated before the observer was installed).
-  virtual void on_free(void* p) {}
+  // device) once it is made: the new storage (data(), nbytes(), device(),
+  // and id(), unique for the life of the process).
+  virtual void on_allocate(const Storage& storage) {}
+  // Sees every free by the observing thread of a storage Storage::allocate
+  // made, before its memory goes back to its allocator (possibly a storage
+  // allocated before the observer was installed). Match it to on_allocate by
+  // id(), never by data(): memory is reused, and a view that outlived its
+  // owner (a Graph's output) may point at a block that now holds another
+  // storage.
+  virtual void on_free(const Storage& storage) {}
 };
 
 // Installs `observer` for the calling thread's step: on the stream of every
@@ -106,14 +110,14 @@ inline std::atomic<int> scopes{0};
 inline thread_local StepObserver* allocations = nullptr;
 }  // namespace observer_internal
 
-inline void observe_allocate(void* p, int64_t nbytes, Device device) {
+inline void observe_allocate(const Storage& storage) {
   if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
-    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_allocate(p, nbytes, device);
+    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_allocate(storage);
   }
 }
-inline void observe_free(void* p) {
+inline void observe_free(const Storage& storage) {
   if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
-    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_free(p);
+    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_free(storage);
   }
 }
 

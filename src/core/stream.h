@@ -50,11 +50,12 @@ class Stream {
     static_assert(std::is_trivially_copyable_v<Args>, "kernel args are copied into graphs");
     if (observer_.load(std::memory_order_acquire) != nullptr) [[unlikely]] {
       if (StepObserver* o = watching(op); o != nullptr) {
-        LaunchRecord rec{op, device_, kernel.thunk, &args, sizeof(Args), reads, writes};
+        LaunchRecord rec{op, device_, kernel.thunk_for(args), &args, sizeof(Args), reads, writes};
         if (!o->on_launch(rec)) return;
+        return rec.thunk(&args);
       }
     }
-    kernel.thunk(&args);
+    kernel.thunk_for(args)(&args);
   }
   // The same for a kernel named at compile time: launch<&scale_kernel>(...).
   template <auto Fn, typename Args>

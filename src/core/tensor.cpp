@@ -62,14 +62,14 @@ Storage::Storage(void* data, int64_t nbytes, Device device, Allocator* allocator
 
 Ref<Storage> Storage::allocate(int64_t nbytes, Device device) {
   Allocator& a = current_allocator(device);
-  void* p = a.allocate(nbytes);
-  observe_allocate(p, nbytes, device);   // the thread's step observer, if any (src/core/step_observer.h)
-  return Ref<Storage>(new Storage(p, nbytes, device, &a));
+  Ref<Storage> storage(new Storage(a.allocate(nbytes), nbytes, device, &a));
+  observe_allocate(*storage);   // the thread's step observer, if any (src/core/step_observer.h)
+  return storage;
 }
 
 Storage::~Storage() {
   if (allocator_ == nullptr) return;
-  observe_free(data_);
+  observe_free(*this);
   allocator_->deallocate(data_, nbytes_);
 }
 

@@ -260,6 +260,67 @@ void expect_set_lr_inside_the_step_fails_capture(Device dev) {
 
 TEST(CaptureTest, SetLrInsideTheStepFailsCapture) { expect_set_lr_inside_the_step_fails_capture(kCPU); }
 
+// NOTE [ Specialized kernels ]: the CPU records the loop compiled for the
+// launch's dtype, so a capture run that computes in another dtype than the
+// recorded warm-up issues a different kernel and is refused, for every
+// family (one op of each here), instead of replaying the warm-up's dtype.
+// f16 and bf16 have the same size: every allocation matches, only the kernels differ.
+TEST(CaptureTest, StepChangingDtypeAfterTheRecordedRunFailsCapture) {
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> ops = {
+      {"add", [](const Tensor& t) { return t + t; }},
+      {"exp", [](const Tensor& t) { return exp(t); }},
+      {"where", [](const Tensor& t) { return where(full({1024}, 1.0, kBool), t, t); }},
+      {"copy", [](const Tensor& t) { return t.to(kFloat32); }},
+      {"sum", [](const Tensor& t) { return t.sum(); }},
+      {"softmax", [](const Tensor& t) { return softmax(t.reshape({4, 256}), -1); }},
+      {"matmul", [](const Tensor& t) { return matmul(t.reshape({32, 32}), t.reshape({32, 32})); }},
+  };
+  for (const auto& [name, op] : ops) {
+    const Tensor f16 = full({1024}, 1.0, kFloat16), bf16 = full({1024}, 1.0, kBFloat16);
+    int run = 0;
+    absl::StatusOr<Graph> graph = capture([&] {
+      const bool capture_run = run++ == 2;   // warmup 2: runs 0 and 1 eager (1 recorded), 2 captured
+      return std::vector<Tensor>{op(capture_run ? bf16 : f16)};
+    });
+    ASSERT_FALSE(graph.ok()) << name;
+    EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition) << name;
+    EXPECT_NE(graph.status().message().find("differs from the recorded warm-up"), absl::string_view::npos)
+        << name << ": " << graph.status();
+  }
+}
+
+// A free the recorder never saw allocated (here: an output of a Graph that is
+// gone, whose memory a temporary of the recorded step now reuses) must not
+// end that temporary's lifetime: the recorder matches frees by Storage::id().
+TEST(CaptureTest, FreeOfAStorageFromBeforeTheStepKeepsTemporariesAlive) {
+  const Tensor x = full({1024}, 1.0);
+  Tensor kept;
+  const void* kept_ptr = nullptr;
+  {
+    absl::StatusOr<Graph> g = capture([&] { return std::vector<Tensor>{x * 2.0}; });
+    ASSERT_TRUE(g.ok()) << g.status();
+    kept = g->output(0);
+    kept_ptr = kept.data_ptr();
+  }   // the arena goes back to the caching allocator; `kept` still points into it
+  int run = 0;
+  const void* t_ptr = nullptr;
+  absl::StatusOr<Graph> g = capture(
+      [&] {
+        Tensor t = x * 3.0;   // a temporary on the old arena block
+        if (run++ == 0) {     // the recorded run drops the old output
+          t_ptr = t.data_ptr();
+          kept = Tensor();
+        }
+        Tensor s = x * 5.0;   // allocated while t is still needed
+        return std::vector<Tensor>{t + s};
+      },
+      {.warmup = 1});
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(t_ptr, kept_ptr) << "the scenario needs the temporary on the freed arena block";
+  ASSERT_TRUE(g->replay().ok());
+  EXPECT_EQ(g->output(0).to_vector<float>()[0], 8.0f);
+}
+
 TEST(CaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {
   std::unique_ptr<TrainRig> rig = mlp_setup();
   TrainRig& s = *rig;

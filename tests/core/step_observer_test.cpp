@@ -23,12 +23,12 @@ class Log final : public StepObserver {
     return true;
   }
   void on_host_access(const char* op) override { host.emplace_back(op); }
-  void on_allocate(void* p, int64_t nbytes, Device device) override {
-    allocated.push_back(p);
-    bytes.push_back(nbytes);
-    devices.push_back(device);
+  void on_allocate(const Storage& s) override {
+    allocated.push_back(s.data());
+    bytes.push_back(s.nbytes());
+    devices.push_back(s.device());
   }
-  void on_free(void* p) override { freed.push_back(p); }
+  void on_free(const Storage& s) override { freed.push_back(s.data()); }
 
   std::vector<std::string> ops, host;
   std::vector<void*> allocated, freed;

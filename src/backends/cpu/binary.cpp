@@ -66,34 +66,37 @@ void scalar_loop(const BinaryScalarArgs& a) {
   });
 }
 
-// ---- kernel table entries: the runtime dtype and op as template arguments ----
+// ---- kernel table entries: the runtime dtype and op picked once per launch ----
+// (NOTE [ Specialized kernels ] in src/core/kernel.h: a replay calls the loop directly)
 
-void binary_kernel(const BinaryArgs& a) {
-  dispatch_numeric(a.dtype, "add", [&](auto tag) {
+KernelThunk pick_binary(const BinaryArgs& a) {
+  return dispatch_numeric(a.dtype, "add", [&](auto tag) -> KernelThunk {
     using T = typename decltype(tag)::type;
     switch (a.op) {
-      case BinaryOp::kAdd: return binary_loop<T, BinaryOp::kAdd>(a);
-      case BinaryOp::kSub: return binary_loop<T, BinaryOp::kSub>(a);
-      case BinaryOp::kMul: return binary_loop<T, BinaryOp::kMul>(a);
-      case BinaryOp::kDiv: return binary_loop<T, BinaryOp::kDiv>(a);
+      case BinaryOp::kAdd: return thunk_of<&binary_loop<T, BinaryOp::kAdd>>();
+      case BinaryOp::kSub: return thunk_of<&binary_loop<T, BinaryOp::kSub>>();
+      case BinaryOp::kMul: return thunk_of<&binary_loop<T, BinaryOp::kMul>>();
+      case BinaryOp::kDiv: break;
     }
+    return thunk_of<&binary_loop<T, BinaryOp::kDiv>>();
   });
 }
 
-void binary_scalar_kernel(const BinaryScalarArgs& a) {
-  dispatch_numeric(a.dtype, "add_scalar", [&](auto tag) {
+KernelThunk pick_binary_scalar(const BinaryScalarArgs& a) {
+  return dispatch_numeric(a.dtype, "add_scalar", [&](auto tag) -> KernelThunk {
     using T = typename decltype(tag)::type;
     switch (a.op) {
-      case ScalarOp::kAdd: return scalar_loop<T, ScalarOp::kAdd>(a);
-      case ScalarOp::kMul: return scalar_loop<T, ScalarOp::kMul>(a);
-      case ScalarOp::kRsub: return scalar_loop<T, ScalarOp::kRsub>(a);
-      case ScalarOp::kRdiv: return scalar_loop<T, ScalarOp::kRdiv>(a);
+      case ScalarOp::kAdd: return thunk_of<&scalar_loop<T, ScalarOp::kAdd>>();
+      case ScalarOp::kMul: return thunk_of<&scalar_loop<T, ScalarOp::kMul>>();
+      case ScalarOp::kRsub: return thunk_of<&scalar_loop<T, ScalarOp::kRsub>>();
+      case ScalarOp::kRdiv: break;
     }
+    return thunk_of<&scalar_loop<T, ScalarOp::kRdiv>>();
   });
 }
 
 }  // namespace
 
-extern const BinaryKernels kBinary = {kernel<&binary_kernel>(), kernel<&binary_scalar_kernel>()};
+extern const BinaryKernels kBinary = {specialized_kernel<&pick_binary>(), specialized_kernel<&pick_binary_scalar>()};
 
 }  // namespace encore::cpu

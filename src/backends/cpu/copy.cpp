@@ -87,44 +87,57 @@ void random_loop(T* out, int64_t n, int64_t* state) {
   state[1] = static_cast<int64_t>(offset + static_cast<uint64_t>(n));
 }
 
-// ---- kernel table entries: the runtime dtypes and kind as template arguments ----
+// ---- kernel table entries: the runtime dtypes and kind picked once per launch ----
+// (NOTE [ Specialized kernels ] in src/core/kernel.h: a replay calls the loop directly)
 
-void fill_kernel(const FillArgs& a) {
-  dispatch_all(a.dtype, "fill", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    fill_loop<T>(a.l, backend::from_bits<T>(a.value_bits));
-  });
+template <typename T>
+void fill_entry(const FillArgs& a) {
+  fill_loop<T>(a.l, backend::from_bits<T>(a.value_bits));
 }
 
-void copy_kernel(const CopyArgs& a) {
-  dispatch_all(a.dst_dtype, "copy", [&](auto to) {
-    dispatch_all(a.src_dtype, "copy", [&](auto from) {
-      copy_loop<typename decltype(to)::type, typename decltype(from)::type>(a.l);
+template <typename To, typename From>
+void copy_entry(const CopyArgs& a) {
+  copy_loop<To, From>(a.l);
+}
+
+template <typename T>
+void arange_entry(const ArangeArgs& a) {
+  arange_loop<T>(static_cast<T*>(a.out), a.n, a.start, a.step);
+}
+
+template <typename T, RandomKind kKind>
+void random_entry(const RandomArgs& a) {
+  random_loop<T, kKind>(static_cast<T*>(a.out), a.n, a.state);
+}
+
+KernelThunk pick_fill(const FillArgs& a) {
+  return dispatch_all(a.dtype, "fill", [&](auto tag) { return thunk_of<&fill_entry<typename decltype(tag)::type>>(); });
+}
+
+KernelThunk pick_copy(const CopyArgs& a) {
+  return dispatch_all(a.dst_dtype, "copy", [&](auto to) {
+    return dispatch_all(a.src_dtype, "copy", [&](auto from) {
+      return thunk_of<&copy_entry<typename decltype(to)::type, typename decltype(from)::type>>();
     });
   });
 }
 
-void arange_kernel(const ArangeArgs& a) {
-  dispatch_numeric(a.dtype, "arange", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    arange_loop<T>(static_cast<T*>(a.out), a.n, a.start, a.step);
-  });
+KernelThunk pick_arange(const ArangeArgs& a) {
+  return dispatch_numeric(a.dtype, "arange",
+                          [&](auto tag) { return thunk_of<&arange_entry<typename decltype(tag)::type>>(); });
 }
 
-void random_kernel(const RandomArgs& a) {
-  dispatch_float(a.dtype, "random", [&](auto tag) {
+KernelThunk pick_random(const RandomArgs& a) {
+  return dispatch_float(a.dtype, "random", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if (a.kind == RandomKind::kUniform) {
-      random_loop<T, RandomKind::kUniform>(static_cast<T*>(a.out), a.n, a.state);
-    } else {
-      random_loop<T, RandomKind::kNormal>(static_cast<T*>(a.out), a.n, a.state);
-    }
+    return a.kind == RandomKind::kUniform ? thunk_of<&random_entry<T, RandomKind::kUniform>>()
+                                          : thunk_of<&random_entry<T, RandomKind::kNormal>>();
   });
 }
 
 }  // namespace
 
-extern const CopyKernels kCopy = {kernel<&fill_kernel>(), kernel<&copy_kernel>(), kernel<&arange_kernel>(),
-                                  kernel<&random_kernel>()};
+extern const CopyKernels kCopy = {specialized_kernel<&pick_fill>(), specialized_kernel<&pick_copy>(),
+                                  specialized_kernel<&pick_arange>(), specialized_kernel<&pick_random>()};
 
 }  // namespace encore::cpu

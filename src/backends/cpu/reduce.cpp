@@ -369,50 +369,67 @@ void max_backward_loop(const MaxBackwardArgs& a) {
   });
 }
 
-// ---- kernel table entries: the runtime dtypes and mode as template arguments ----
+// ---- kernel table entries: the runtime mode and dtype picked once per launch ----
+// (NOTE [ Specialized kernels ] in src/core/kernel.h: a replay calls the typed entry directly)
 
 // Output dtype: the input's, or the wide one (f32 for floats, i64 for
 // integers and bool); the host checked which, and that kMean and
 // kSquaredDeviation have float inputs.
-template <SumMode kMode>
-void sum_mode(const SumArgs& a) {
-  dispatch_all(a.in_dtype, "sum", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    constexpr bool kFloat = std::is_floating_point_v<compute_t<T>>;
-    using Wide = std::conditional_t<kFloat, float, int64_t>;
-    if constexpr (kFloat || kMode == SumMode::kSum) {
-      if (a.out_dtype == a.in_dtype) return sum_kernel<T, T, kMode>(a);
-      return sum_kernel<T, Wide, kMode>(a);
-    }
-  });
-}
-
-void sum_entry(const SumArgs& a) {
-  switch (a.mode) {
-    case SumMode::kSum: return sum_mode<SumMode::kSum>(a);
-    case SumMode::kMean: return sum_mode<SumMode::kMean>(a);
-    case SumMode::kSquaredDeviation: return sum_mode<SumMode::kSquaredDeviation>(a);
+template <SumMode kMode, typename T>
+void sum_typed(const SumArgs& a) {
+  constexpr bool kFloat = std::is_floating_point_v<compute_t<T>>;
+  using Wide = std::conditional_t<kFloat, float, int64_t>;
+  if constexpr (kFloat || kMode == SumMode::kSum) {
+    if (a.out_dtype == a.in_dtype) return sum_kernel<T, T, kMode>(a);
+    return sum_kernel<T, Wide, kMode>(a);
   }
 }
 
-void max_entry(const MaxArgs& a) {
-  dispatch_numeric(a.dtype, "max", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if (a.values != nullptr) return max_kernel<T, true>(a);
-    return max_kernel<T, false>(a);
+template <SumMode kMode>
+KernelThunk pick_sum_mode(const SumArgs& a) {
+  return dispatch_all(a.in_dtype, "sum", [](auto tag) {
+    return thunk_of<&sum_typed<kMode, typename decltype(tag)::type>>();
   });
 }
 
-void max_backward_entry(const MaxBackwardArgs& a) {
-  dispatch_float(a.dtype, "max_backward", [&](auto tag) { max_backward_loop<typename decltype(tag)::type>(a); });
+KernelThunk pick_sum(const SumArgs& a) {
+  switch (a.mode) {
+    case SumMode::kSum: return pick_sum_mode<SumMode::kSum>(a);
+    case SumMode::kMean: return pick_sum_mode<SumMode::kMean>(a);
+    case SumMode::kSquaredDeviation: break;
+  }
+  return pick_sum_mode<SumMode::kSquaredDeviation>(a);
+}
+
+template <typename T>
+void max_entry_typed(const MaxArgs& a) {
+  if (a.values != nullptr) return max_kernel<T, true>(a);
+  return max_kernel<T, false>(a);
+}
+
+KernelThunk pick_max_entry(const MaxArgs& a) {
+  return dispatch_numeric(a.dtype, "max", [](auto tag) {
+    return thunk_of<&max_entry_typed<typename decltype(tag)::type>>();
+  });
+}
+
+template <typename T>
+void max_backward_entry_typed(const MaxBackwardArgs& a) {
+  max_backward_loop<T>(a);
+}
+
+KernelThunk pick_max_backward_entry(const MaxBackwardArgs& a) {
+  return dispatch_float(a.dtype, "max_backward", [](auto tag) {
+    return thunk_of<&max_backward_entry_typed<typename decltype(tag)::type>>();
+  });
 }
 
 }  // namespace
 
 extern const ReduceKernels kReduce = {
-    .sum = kernel<&sum_entry>(),
-    .max = kernel<&max_entry>(),
-    .max_backward = kernel<&max_backward_entry>(),
+    .sum = specialized_kernel<&pick_sum>(),
+    .max = specialized_kernel<&pick_max_entry>(),
+    .max_backward = specialized_kernel<&pick_max_backward_entry>(),
     .plan_sum = nullptr,   // one pass over the geometry, no partials scratch
     .plan_max = nullptr,
 };

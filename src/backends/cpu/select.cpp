@@ -61,26 +61,33 @@ void masked_fill_loop(const Layout<3>& l, T v) {   // out, a, mask
   });
 }
 
-// ---- kernel table entries: the runtime dtype and flag as template arguments ----
+// ---- kernel table entries: the runtime dtype and flag picked once per launch ----
+// (NOTE [ Specialized kernels ] in src/core/kernel.h: a replay calls the loop directly)
 
-void where_kernel(const WhereArgs& a) {
-  dispatch_all(a.dtype, "where", [&](auto tag) { where_loop<typename decltype(tag)::type>(a.l); });
+template <typename T>
+void where_entry(const WhereArgs& a) {
+  where_loop<T>(a.l);
 }
 
-void masked_fill_kernel(const MaskedFillArgs& a) {
-  dispatch_all(a.dtype, "masked_fill", [&](auto tag) {
+template <typename T, bool kFillWhen>
+void masked_fill_entry(const MaskedFillArgs& a) {
+  masked_fill_loop<T, kFillWhen>(a.l, backend::from_bits<T>(a.value_bits));
+}
+
+KernelThunk pick_where(const WhereArgs& a) {
+  return dispatch_all(a.dtype, "where",
+                      [&](auto tag) { return thunk_of<&where_entry<typename decltype(tag)::type>>(); });
+}
+
+KernelThunk pick_masked_fill(const MaskedFillArgs& a) {
+  return dispatch_all(a.dtype, "masked_fill", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const T v = backend::from_bits<T>(a.value_bits);
-    if (a.fill_when) {
-      masked_fill_loop<T, true>(a.l, v);
-    } else {
-      masked_fill_loop<T, false>(a.l, v);
-    }
+    return a.fill_when ? thunk_of<&masked_fill_entry<T, true>>() : thunk_of<&masked_fill_entry<T, false>>();
   });
 }
 
 }  // namespace
 
-extern const SelectKernels kSelect = {kernel<&where_kernel>(), kernel<&masked_fill_kernel>()};
+extern const SelectKernels kSelect = {specialized_kernel<&pick_where>(), specialized_kernel<&pick_masked_fill>()};
 
 }  // namespace encore::cpu

@@ -75,33 +75,46 @@ void unary_backward_loop(const Layout<3>& l, compute_t<T> p0, compute_t<T> p1) {
   });
 }
 
-// ---- kernel table entries: the runtime dtype and op as template arguments ----
+// ---- kernel table entries: the runtime dtype and op picked once per launch ----
+// (NOTE [ Specialized kernels ] in src/core/kernel.h: a replay calls the loop directly)
 
-void unary_kernel(const UnaryArgs& a) {
+template <typename T, UnaryOp kOp>
+void unary_entry(const UnaryArgs& a) {
+  using C = compute_t<T>;
+  unary_loop<T, kOp>(a.l, unary_param<C>(a.p0), unary_param<C>(a.p1));
+}
+
+template <typename T, UnaryOp kOp>
+void unary_backward_entry(const UnaryBackwardArgs& a) {
+  using C = compute_t<T>;
+  unary_backward_loop<T, kOp>(a.l, unary_param<C>(a.p0), unary_param<C>(a.p1));
+}
+
+KernelThunk pick_unary(const UnaryArgs& a) {
+  KernelThunk thunk = nullptr;
   dispatch_numeric(a.dtype, "unary", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
     visit_unary_op(a.op, [&](auto k) {
       constexpr UnaryOp kOp = decltype(k)::value;
       if constexpr (!std::is_integral_v<T> || unary_supports_integers(kOp)) {   // the host refused the rest
-        unary_loop<T, kOp>(a.l, unary_param<C>(a.p0), unary_param<C>(a.p1));
+        thunk = thunk_of<&unary_entry<T, kOp>>();
       }
     });
   });
+  return thunk;
 }
 
-void unary_backward_kernel(const UnaryBackwardArgs& a) {
+KernelThunk pick_unary_backward(const UnaryBackwardArgs& a) {
+  KernelThunk thunk = nullptr;
   dispatch_float(a.dtype, "unary_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    using C = compute_t<T>;
-    visit_unary_op(a.op, [&](auto k) {
-      unary_backward_loop<T, decltype(k)::value>(a.l, unary_param<C>(a.p0), unary_param<C>(a.p1));
-    });
+    visit_unary_op(a.op, [&](auto k) { thunk = thunk_of<&unary_backward_entry<T, decltype(k)::value>>(); });
   });
+  return thunk;
 }
 
 }  // namespace
 
-extern const UnaryKernels kUnary = {kernel<&unary_kernel>(), kernel<&unary_backward_kernel>()};
+extern const UnaryKernels kUnary = {specialized_kernel<&pick_unary>(), specialized_kernel<&pick_unary_backward>()};
 
 }  // namespace encore::cpu
