@@ -13,6 +13,11 @@
 // (nvcc contracts a * b + c into an FMA by default, --fmad=true; these it
 // never does); on the host plain operators, since the project builds every
 // C++ source with -ffp-contract=off (meson.build).
+//
+// The rule for a shared formula: either every multiply-add in it goes
+// through these (optim_math.h, adamw_coefs.h), or its .cu compiles with
+// --fmad=false (cu_no_fma_families in src/meson.build: unary_math.h uses
+// plain operators). nn_formulas.h and philox.h have no multiply-add pairs.
 #pragma once
 
 #include <algorithm>
