@@ -91,9 +91,9 @@ void random_loop(T* out, int64_t n, int64_t* state) {
 // (NOTE [ Specialized kernels ] in src/core/kernel.h: a replay calls the loop directly)
 
 template <typename T>
-void fill_entry(const FillArgs& a) {
-  fill_loop<T>(a.l, backend::from_bits<T>(a.value_bits));
-}
+struct FillEntry {
+  static void run(const FillArgs& a) { fill_loop<T>(a.l, backend::from_bits<T>(a.value_bits)); }
+};
 
 template <typename To, typename From>
 void copy_entry(const CopyArgs& a) {
@@ -101,17 +101,13 @@ void copy_entry(const CopyArgs& a) {
 }
 
 template <typename T>
-void arange_entry(const ArangeArgs& a) {
-  arange_loop<T>(static_cast<T*>(a.out), a.n, a.start, a.step);
-}
+struct ArangeEntry {
+  static void run(const ArangeArgs& a) { arange_loop<T>(static_cast<T*>(a.out), a.n, a.start, a.step); }
+};
 
 template <typename T, RandomKind kKind>
 void random_entry(const RandomArgs& a) {
   random_loop<T, kKind>(static_cast<T*>(a.out), a.n, a.state);
-}
-
-KernelThunk pick_fill(const FillArgs& a) {
-  return dispatch_all(a.dtype, "fill", [&](auto tag) { return thunk_of<&fill_entry<typename decltype(tag)::type>>(); });
 }
 
 KernelThunk pick_copy(const CopyArgs& a) {
@@ -120,11 +116,6 @@ KernelThunk pick_copy(const CopyArgs& a) {
       return thunk_of<&copy_entry<typename decltype(to)::type, typename decltype(from)::type>>();
     });
   });
-}
-
-KernelThunk pick_arange(const ArangeArgs& a) {
-  return dispatch_numeric(a.dtype, "arange",
-                          [&](auto tag) { return thunk_of<&arange_entry<typename decltype(tag)::type>>(); });
 }
 
 KernelThunk pick_random(const RandomArgs& a) {
@@ -137,7 +128,11 @@ KernelThunk pick_random(const RandomArgs& a) {
 
 }  // namespace
 
-extern const CopyKernels kCopy = {specialized_kernel<&pick_fill>(), specialized_kernel<&pick_copy>(),
-                                  specialized_kernel<&pick_arange>(), specialized_kernel<&pick_random>()};
+extern const CopyKernels kCopy = {
+    .fill = specialized_kernel<&pick_all<FillEntry, FillArgs>>(),
+    .copy = specialized_kernel<&pick_copy>(),
+    .arange = specialized_kernel<&pick_numeric<ArangeEntry, ArangeArgs>>(),
+    .random = specialized_kernel<&pick_random>(),
+};
 
 }  // namespace encore::cpu

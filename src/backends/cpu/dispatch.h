@@ -12,6 +12,7 @@
 
 #include "encore/dtype.h"
 #include "encore/error.h"
+#include "src/core/kernel.h"
 
 namespace encore::cpu {
 
@@ -48,6 +49,30 @@ template <typename F>
 decltype(auto) dispatch_all(DType t, const char* op, F&& f) {
   if (t == DType::kBool) return f(Tag<bool>{});
   return dispatch_numeric(t, op, std::forward<F>(f));
+}
+
+// Kernel table entries that specialize on one dtype (NOTE [ Specialized
+// kernels ] in src/core/kernel.h): Entry<T>::run is the entry compiled for
+// storage type T, and pick_float/pick_numeric/pick_all<Entry> the
+// specializer that returns its thunk for args.dtype (which the host side
+// has checked; the op name only labels an impossible error).
+//
+//   template <typename T> struct ScaleEntry { static void run(const ScaleArgs& a) { scale_loop<T>(a); } };
+//   constexpr Kernel<ScaleArgs> kScale = specialized_kernel<&pick_float<ScaleEntry, ScaleArgs>>();
+template <template <typename> class Entry, typename Args>
+KernelThunk pick_float(const Args& a) {
+  return dispatch_float(a.dtype, "cpu",
+                      [](auto tag) { return thunk_of<&Entry<typename decltype(tag)::type>::run>(); });
+}
+template <template <typename> class Entry, typename Args>
+KernelThunk pick_numeric(const Args& a) {
+  return dispatch_numeric(a.dtype, "cpu",
+                      [](auto tag) { return thunk_of<&Entry<typename decltype(tag)::type>::run>(); });
+}
+template <template <typename> class Entry, typename Args>
+KernelThunk pick_all(const Args& a) {
+  return dispatch_all(a.dtype, "cpu",
+                      [](auto tag) { return thunk_of<&Entry<typename decltype(tag)::type>::run>(); });
 }
 
 }  // namespace encore::cpu

@@ -106,15 +106,11 @@ void gemm_kernel(const GemmArgs& g) {
 }
 
 template <typename T>
-void column_sum_kernel_typed(const ColumnSumArgs& a) {
-  column_sum_loop<T>(a);
-}
-
-KernelThunk pick_column_sum_kernel(const ColumnSumArgs& a) {
-  return dispatch_float(a.dtype, "column_sum", [](auto tag) {
-    return thunk_of<&column_sum_kernel_typed<typename decltype(tag)::type>>();
-  });
-}
+struct ColumnSumEntry {
+  static void run(const ColumnSumArgs& a) {
+    column_sum_loop<T>(a);
+  }
+};
 
 }  // namespace
 
@@ -123,7 +119,7 @@ extern const GemmKernels kGemm = {
     .half_operands = false,            // OpenBLAS: sgemm only; the host converts f16/bf16
     .max_size = INT_MAX,               // cblas's 32-bit blasint
     .workspace_bytes = nullptr,        // OpenBLAS keeps its own buffers
-    .column_sum = specialized_kernel<&pick_column_sum_kernel>(),
+    .column_sum = specialized_kernel<&pick_float<ColumnSumEntry, ColumnSumArgs>>(),
     .column_sum_chunks = nullptr,      // one pass over blocks of columns
 };
 

@@ -529,152 +529,113 @@ template <typename T>
 T* ptr(void* p) { return static_cast<T*>(p); }
 
 template <typename T>
-void softmax_entry_typed(const backend::SoftmaxArgs& a) {
-  const TypedSoftmaxArgs<T> t{cptr<T>(a.x), ptr<T>(a.y), a.outer, a.n, a.inner};
-  if (a.log) return softmax_kernel<T, true>(t);
-  softmax_kernel<T, false>(t);
-}
-
-KernelThunk pick_softmax_entry(const backend::SoftmaxArgs& a) {
-  return dispatch_float(a.dtype, "softmax", [](auto tag) {
-    return thunk_of<&softmax_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct SoftmaxEntry {
+  static void run(const backend::SoftmaxArgs& a) {
+    const TypedSoftmaxArgs<T> t{cptr<T>(a.x), ptr<T>(a.y), a.outer, a.n, a.inner};
+    if (a.log) return softmax_kernel<T, true>(t);
+    softmax_kernel<T, false>(t);
+  }
+};
 
 template <typename T>
-void softmax_backward_entry_typed(const backend::SoftmaxBackwardArgs& a) {
-  const TypedSoftmaxBackwardArgs<T> t{cptr<T>(a.g), cptr<T>(a.y), ptr<T>(a.gx), a.outer, a.n, a.inner};
-  if (a.log) return softmax_backward_kernel<T, true>(t);
-  softmax_backward_kernel<T, false>(t);
-}
-
-KernelThunk pick_softmax_backward_entry(const backend::SoftmaxBackwardArgs& a) {
-  return dispatch_float(a.dtype, "softmax_backward", [](auto tag) {
-    return thunk_of<&softmax_backward_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct SoftmaxBackwardEntry {
+  static void run(const backend::SoftmaxBackwardArgs& a) {
+    const TypedSoftmaxBackwardArgs<T> t{cptr<T>(a.g), cptr<T>(a.y), ptr<T>(a.gx), a.outer, a.n, a.inner};
+    if (a.log) return softmax_backward_kernel<T, true>(t);
+    softmax_backward_kernel<T, false>(t);
+  }
+};
 
 template <typename T>
-void cross_entropy_entry_typed(const backend::CrossEntropyArgs& a) {
-  dispatch_index(a.index, [&](auto itag) {
-    using I = typename decltype(itag)::type;
-    cross_entropy_kernel<T, I>(TypedCrossEntropyArgs<T, I>{cptr<T>(a.x), cptr<I>(a.target), ptr<T>(a.loss),
-                                                           a.stats, a.rows, a.classes, a.ignore_index});
-  });
-}
-
-KernelThunk pick_cross_entropy_entry(const backend::CrossEntropyArgs& a) {
-  return dispatch_float(a.dtype, "cross_entropy", [](auto tag) {
-    return thunk_of<&cross_entropy_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct CrossEntropyEntry {
+  static void run(const backend::CrossEntropyArgs& a) {
+    dispatch_index(a.index, [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      cross_entropy_kernel<T, I>(TypedCrossEntropyArgs<T, I>{cptr<T>(a.x), cptr<I>(a.target), ptr<T>(a.loss),
+                                                             a.stats, a.rows, a.classes, a.ignore_index});
+    });
+  }
+};
 
 template <typename T>
-void cross_entropy_backward_entry_typed(const backend::CrossEntropyBackwardArgs& a) {
-  dispatch_index(a.index, [&](auto itag) {
-    using I = typename decltype(itag)::type;
-    cross_entropy_backward_kernel<T, I>(TypedCrossEntropyBackwardArgs<T, I>{
-        cptr<T>(a.x), cptr<I>(a.target), a.stats, cptr<T>(a.grad_loss), ptr<T>(a.gx), a.rows, a.classes,
-        a.ignore_index});
-  });
-}
-
-KernelThunk pick_cross_entropy_backward_entry(const backend::CrossEntropyBackwardArgs& a) {
-  return dispatch_float(a.dtype, "cross_entropy_backward", [](auto tag) {
-    return thunk_of<&cross_entropy_backward_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct CrossEntropyBackwardEntry {
+  static void run(const backend::CrossEntropyBackwardArgs& a) {
+    dispatch_index(a.index, [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      cross_entropy_backward_kernel<T, I>(TypedCrossEntropyBackwardArgs<T, I>{
+          cptr<T>(a.x), cptr<I>(a.target), a.stats, cptr<T>(a.grad_loss), ptr<T>(a.gx), a.rows, a.classes,
+          a.ignore_index});
+    });
+  }
+};
 
 template <typename T>
-void layer_norm_entry_typed(const backend::LayerNormArgs& a) {
-  layer_norm_kernel<T>(TypedLayerNormArgs<T>{cptr<T>(a.x), cptr<T>(a.w), cptr<T>(a.b), ptr<T>(a.y), a.stats,
-                                             a.rows, a.cols, a.eps});
-}
-
-KernelThunk pick_layer_norm_entry(const backend::LayerNormArgs& a) {
-  return dispatch_float(a.dtype, "layer_norm", [](auto tag) {
-    return thunk_of<&layer_norm_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct LayerNormEntry {
+  static void run(const backend::LayerNormArgs& a) {
+    layer_norm_kernel<T>(TypedLayerNormArgs<T>{cptr<T>(a.x), cptr<T>(a.w), cptr<T>(a.b), ptr<T>(a.y), a.stats,
+                                               a.rows, a.cols, a.eps});
+  }
+};
 
 template <typename T>
-void layer_norm_backward_entry_typed(const backend::LayerNormBackwardArgs& a) {
-  layer_norm_backward_kernel<T>(TypedLayerNormBackwardArgs<T>{
-      cptr<T>(a.g), cptr<T>(a.x), cptr<T>(a.w), a.stats, ptr<T>(a.dx), ptr<T>(a.dw), ptr<T>(a.db), a.partial,
-      a.rows, a.cols, a.chunks, a.rows_per_chunk});
-}
-
-KernelThunk pick_layer_norm_backward_entry(const backend::LayerNormBackwardArgs& a) {
-  return dispatch_float(a.dtype, "layer_norm_backward", [](auto tag) {
-    return thunk_of<&layer_norm_backward_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct LayerNormBackwardEntry {
+  static void run(const backend::LayerNormBackwardArgs& a) {
+    layer_norm_backward_kernel<T>(TypedLayerNormBackwardArgs<T>{
+        cptr<T>(a.g), cptr<T>(a.x), cptr<T>(a.w), a.stats, ptr<T>(a.dx), ptr<T>(a.dw), ptr<T>(a.db), a.partial,
+        a.rows, a.cols, a.chunks, a.rows_per_chunk});
+  }
+};
 
 template <typename T>
-void embedding_entry_typed(const backend::EmbeddingArgs& a) {
-  dispatch_index(a.index, [&](auto itag) {
-    using I = typename decltype(itag)::type;
-    embedding_kernel<T, I>(
-        TypedEmbeddingArgs<T, I>{cptr<T>(a.w), cptr<I>(a.idx), ptr<T>(a.out), a.n, a.vocab, a.dim});
-  });
-}
-
-KernelThunk pick_embedding_entry(const backend::EmbeddingArgs& a) {
-  return dispatch_numeric(a.dtype, "embedding", [](auto tag) {
-    return thunk_of<&embedding_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct EmbeddingEntry {
+  static void run(const backend::EmbeddingArgs& a) {
+    dispatch_index(a.index, [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      embedding_kernel<T, I>(
+          TypedEmbeddingArgs<T, I>{cptr<T>(a.w), cptr<I>(a.idx), ptr<T>(a.out), a.n, a.vocab, a.dim});
+    });
+  }
+};
 
 template <typename T>
-void embedding_backward_entry_typed(const backend::EmbeddingBackwardArgs& a) {
-  dispatch_index(a.index, [&](auto itag) {
-    using I = typename decltype(itag)::type;
-    embedding_backward_kernel<T, I>(
-        TypedEmbeddingBackwardArgs<T, I>{cptr<T>(a.g), cptr<I>(a.idx), ptr<T>(a.gw), a.n, a.vocab, a.dim});
-  });
-}
-
-KernelThunk pick_embedding_backward_entry(const backend::EmbeddingBackwardArgs& a) {
-  return dispatch_float(a.dtype, "embedding_backward", [](auto tag) {
-    return thunk_of<&embedding_backward_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct EmbeddingBackwardEntry {
+  static void run(const backend::EmbeddingBackwardArgs& a) {
+    dispatch_index(a.index, [&](auto itag) {
+      using I = typename decltype(itag)::type;
+      embedding_backward_kernel<T, I>(
+          TypedEmbeddingBackwardArgs<T, I>{cptr<T>(a.g), cptr<I>(a.idx), ptr<T>(a.gw), a.n, a.vocab, a.dim});
+    });
+  }
+};
 
 template <typename T>
-void dropout_entry_typed(const backend::DropoutArgs& a) {
-  dropout_kernel<T>(TypedDropoutArgs<T>{cptr<T>(a.x), ptr<T>(a.y), a.mask, a.state, a.n, a.p, a.scale});
-}
-
-KernelThunk pick_dropout_entry(const backend::DropoutArgs& a) {
-  return dispatch_float(a.dtype, "dropout", [](auto tag) {
-    return thunk_of<&dropout_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct DropoutEntry {
+  static void run(const backend::DropoutArgs& a) {
+    dropout_kernel<T>(TypedDropoutArgs<T>{cptr<T>(a.x), ptr<T>(a.y), a.mask, a.state, a.n, a.p, a.scale});
+  }
+};
 
 template <typename T>
-void dropout_backward_entry_typed(const backend::DropoutBackwardArgs& a) {
-  dropout_backward_kernel<T>(TypedDropoutBackwardArgs<T>{cptr<T>(a.g), a.mask, ptr<T>(a.gx), a.n, a.scale});
-}
-
-KernelThunk pick_dropout_backward_entry(const backend::DropoutBackwardArgs& a) {
-  return dispatch_float(a.dtype, "dropout_backward", [](auto tag) {
-    return thunk_of<&dropout_backward_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct DropoutBackwardEntry {
+  static void run(const backend::DropoutBackwardArgs& a) {
+    dropout_backward_kernel<T>(TypedDropoutBackwardArgs<T>{cptr<T>(a.g), a.mask, ptr<T>(a.gx), a.n, a.scale});
+  }
+};
 
 }  // namespace
 
 extern const backend::NnKernels kNn = {
-    .softmax = specialized_kernel<&pick_softmax_entry>(),
-    .softmax_backward = specialized_kernel<&pick_softmax_backward_entry>(),
-    .cross_entropy = specialized_kernel<&pick_cross_entropy_entry>(),
-    .cross_entropy_backward = specialized_kernel<&pick_cross_entropy_backward_entry>(),
-    .layer_norm = specialized_kernel<&pick_layer_norm_entry>(),
-    .layer_norm_backward = specialized_kernel<&pick_layer_norm_backward_entry>(),
-    .embedding = specialized_kernel<&pick_embedding_entry>(),
-    .embedding_backward = specialized_kernel<&pick_embedding_backward_entry>(),
-    .dropout = specialized_kernel<&pick_dropout_entry>(),
-    .dropout_backward = specialized_kernel<&pick_dropout_backward_entry>(),
+    .softmax = specialized_kernel<&pick_float<SoftmaxEntry, backend::SoftmaxArgs>>(),
+    .softmax_backward = specialized_kernel<&pick_float<SoftmaxBackwardEntry, backend::SoftmaxBackwardArgs>>(),
+    .cross_entropy = specialized_kernel<&pick_float<CrossEntropyEntry, backend::CrossEntropyArgs>>(),
+    .cross_entropy_backward =
+        specialized_kernel<&pick_float<CrossEntropyBackwardEntry, backend::CrossEntropyBackwardArgs>>(),
+    .layer_norm = specialized_kernel<&pick_float<LayerNormEntry, backend::LayerNormArgs>>(),
+    .layer_norm_backward = specialized_kernel<&pick_float<LayerNormBackwardEntry, backend::LayerNormBackwardArgs>>(),
+    .embedding = specialized_kernel<&pick_numeric<EmbeddingEntry, backend::EmbeddingArgs>>(),
+    .embedding_backward = specialized_kernel<&pick_float<EmbeddingBackwardEntry, backend::EmbeddingBackwardArgs>>(),
+    .dropout = specialized_kernel<&pick_float<DropoutEntry, backend::DropoutArgs>>(),
+    .dropout_backward = specialized_kernel<&pick_float<DropoutBackwardEntry, backend::DropoutBackwardArgs>>(),
     .layer_norm_max_chunks = kMaxRowBlocks,
     .embedding_backward_workspace = nullptr,   // each thread owns a range of rows: no scratch
     .error_word = nullptr,                     // the kernels call report_kernel_error()

@@ -312,73 +312,53 @@ void scale_loop(const ScaleInPlaceArgs& a) {
 // (NOTE [ Specialized kernels ] in src/core/kernel.h: a replay calls the typed entry directly)
 
 template <typename T>
-void sgd_kernel_typed(const SgdArgs& a) {
-  if (!a.has_momentum) return sgd_loop<T, SgdMode::kPlain>(first_two(a.l), *a.lr, a.momentum, a.weight_decay);
-  if (a.nesterov) return sgd_loop<T, SgdMode::kNesterov>(a.l, *a.lr, a.momentum, a.weight_decay);
-  sgd_loop<T, SgdMode::kMomentum>(a.l, *a.lr, a.momentum, a.weight_decay);
-}
-
-KernelThunk pick_sgd_kernel(const SgdArgs& a) {
-  return dispatch_float(a.dtype, "sgd", [](auto tag) {
-    return thunk_of<&sgd_kernel_typed<typename decltype(tag)::type>>();
-  });
-}
+struct SgdEntry {
+  static void run(const SgdArgs& a) {
+    if (!a.has_momentum) return sgd_loop<T, SgdMode::kPlain>(first_two(a.l), *a.lr, a.momentum, a.weight_decay);
+    if (a.nesterov) return sgd_loop<T, SgdMode::kNesterov>(a.l, *a.lr, a.momentum, a.weight_decay);
+    sgd_loop<T, SgdMode::kMomentum>(a.l, *a.lr, a.momentum, a.weight_decay);
+  }
+};
 
 template <typename T>
-void adamw_kernel_typed(const AdamWArgs& a) {
-  adamw_loop<T>(a);
-}
-
-KernelThunk pick_adamw_kernel(const AdamWArgs& a) {
-  return dispatch_float(a.dtype, "adamw", [](auto tag) {
-    return thunk_of<&adamw_kernel_typed<typename decltype(tag)::type>>();
-  });
-}
+struct AdamWStepEntry {
+  static void run(const AdamWArgs& a) {
+    adamw_loop<T>(a);
+  }
+};
 
 template <typename T>
-void adamw_many_kernel_typed(const AdamWManyArgs& a) {
-  adamw_many_loop<T>(a);
-}
-
-KernelThunk pick_adamw_many_kernel(const AdamWManyArgs& a) {
-  return dispatch_float(a.dtype, "adamw", [](auto tag) {
-    return thunk_of<&adamw_many_kernel_typed<typename decltype(tag)::type>>();
-  });
-}
+struct AdamWManyStepEntry {
+  static void run(const AdamWManyArgs& a) {
+    adamw_many_loop<T>(a);
+  }
+};
 
 template <typename T>
-void sum_of_squares_kernel_typed(const SumSquaresArgs& a) {
-  sum_of_squares_loop<T>(a);
-}
-
-KernelThunk pick_sum_of_squares_kernel(const SumSquaresArgs& a) {
-  return dispatch_float(a.dtype, "sum_of_squares", [](auto tag) {
-    return thunk_of<&sum_of_squares_kernel_typed<typename decltype(tag)::type>>();
-  });
-}
+struct SumOfSquaresEntry {
+  static void run(const SumSquaresArgs& a) {
+    sum_of_squares_loop<T>(a);
+  }
+};
 
 template <typename T>
-void scale_in_place_kernel_typed(const ScaleInPlaceArgs& a) {
-  scale_loop<T>(a);
-}
-
-KernelThunk pick_scale_in_place_kernel(const ScaleInPlaceArgs& a) {
-  return dispatch_float(a.dtype, "scale_in_place", [](auto tag) {
-    return thunk_of<&scale_in_place_kernel_typed<typename decltype(tag)::type>>();
-  });
-}
+struct ScaleInPlaceEntry {
+  static void run(const ScaleInPlaceArgs& a) {
+    scale_loop<T>(a);
+  }
+};
 
 }  // namespace
 
 extern const OptimKernels kOptim = {
-    .sgd = specialized_kernel<&pick_sgd_kernel>(),
-    .adamw = specialized_kernel<&pick_adamw_kernel>(),
-    .adamw_many = specialized_kernel<&pick_adamw_many_kernel>(),
+    .sgd = specialized_kernel<&pick_float<SgdEntry, SgdArgs>>(),
+    .adamw = specialized_kernel<&pick_float<AdamWStepEntry, AdamWArgs>>(),
+    .adamw_many = specialized_kernel<&pick_float<AdamWManyStepEntry, AdamWManyArgs>>(),
     .increment = kernel<&increment_kernel>(),
     .sum_of_squares_blocks = nullptr,   // one pass over fixed chunks, no scratch
-    .sum_of_squares = specialized_kernel<&pick_sum_of_squares_kernel>(),
+    .sum_of_squares = specialized_kernel<&pick_float<SumOfSquaresEntry, SumSquaresArgs>>(),
     .clip_coefficient = kernel<&clip_coefficient_kernel>(),
-    .scale_in_place = specialized_kernel<&pick_scale_in_place_kernel>(),
+    .scale_in_place = specialized_kernel<&pick_float<ScaleInPlaceEntry, ScaleInPlaceArgs>>(),
 };
 
 }  // namespace encore::cpu

@@ -402,34 +402,26 @@ KernelThunk pick_sum(const SumArgs& a) {
 }
 
 template <typename T>
-void max_entry_typed(const MaxArgs& a) {
-  if (a.values != nullptr) return max_kernel<T, true>(a);
-  return max_kernel<T, false>(a);
-}
-
-KernelThunk pick_max_entry(const MaxArgs& a) {
-  return dispatch_numeric(a.dtype, "max", [](auto tag) {
-    return thunk_of<&max_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct MaxEntry {
+  static void run(const MaxArgs& a) {
+    if (a.values != nullptr) return max_kernel<T, true>(a);
+    return max_kernel<T, false>(a);
+  }
+};
 
 template <typename T>
-void max_backward_entry_typed(const MaxBackwardArgs& a) {
-  max_backward_loop<T>(a);
-}
-
-KernelThunk pick_max_backward_entry(const MaxBackwardArgs& a) {
-  return dispatch_float(a.dtype, "max_backward", [](auto tag) {
-    return thunk_of<&max_backward_entry_typed<typename decltype(tag)::type>>();
-  });
-}
+struct MaxBackwardEntry {
+  static void run(const MaxBackwardArgs& a) {
+    max_backward_loop<T>(a);
+  }
+};
 
 }  // namespace
 
 extern const ReduceKernels kReduce = {
     .sum = specialized_kernel<&pick_sum>(),
-    .max = specialized_kernel<&pick_max_entry>(),
-    .max_backward = specialized_kernel<&pick_max_backward_entry>(),
+    .max = specialized_kernel<&pick_numeric<MaxEntry, MaxArgs>>(),
+    .max_backward = specialized_kernel<&pick_float<MaxBackwardEntry, MaxBackwardArgs>>(),
     .plan_sum = nullptr,   // one pass over the geometry, no partials scratch
     .plan_max = nullptr,
 };

@@ -65,18 +65,13 @@ void masked_fill_loop(const Layout<3>& l, T v) {   // out, a, mask
 // (NOTE [ Specialized kernels ] in src/core/kernel.h: a replay calls the loop directly)
 
 template <typename T>
-void where_entry(const WhereArgs& a) {
-  where_loop<T>(a.l);
-}
+struct WhereEntry {
+  static void run(const WhereArgs& a) { where_loop<T>(a.l); }
+};
 
 template <typename T, bool kFillWhen>
 void masked_fill_entry(const MaskedFillArgs& a) {
   masked_fill_loop<T, kFillWhen>(a.l, backend::from_bits<T>(a.value_bits));
-}
-
-KernelThunk pick_where(const WhereArgs& a) {
-  return dispatch_all(a.dtype, "where",
-                      [&](auto tag) { return thunk_of<&where_entry<typename decltype(tag)::type>>(); });
 }
 
 KernelThunk pick_masked_fill(const MaskedFillArgs& a) {
@@ -88,6 +83,9 @@ KernelThunk pick_masked_fill(const MaskedFillArgs& a) {
 
 }  // namespace
 
-extern const SelectKernels kSelect = {specialized_kernel<&pick_where>(), specialized_kernel<&pick_masked_fill>()};
+extern const SelectKernels kSelect = {
+    .where = specialized_kernel<&pick_all<WhereEntry, WhereArgs>>(),
+    .masked_fill = specialized_kernel<&pick_masked_fill>(),
+};
 
 }  // namespace encore::cpu
