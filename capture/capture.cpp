@@ -89,9 +89,41 @@ class EagerPeak {
   int64_t cpu_before_, gpu_before_;   // bytes
 };
 
-absl::Status check_escapes(const Recorder& rec, const Trace& trace) {
+// NOTE [ Lazily created state ]: gradients appear in the first backward(),
+// optimizer state (moments, momentum buffers, AdamW's parameter table) in
+// the first step(). A recorded run that creates them is not a steady step:
+// its allocations outlive it, and AdamW builds its table with a host copy.
+// capture() names the state and says what to do instead of blaming the
+// internals (an escaped tensor, from_vector).
+std::string lazy_state_advice(const CaptureOptions& options) {
+  return options.warmup >= 2
+             ? "a captured step must find them made: create them before capture() and keep them between steps "
+               "(zero_grad() keeps gradients; an optimizer keeps its state)"
+             : "capture() records its first warm-up run here (warmup = 1): run one eager step before capture(), "
+               "or keep CaptureOptions::warmup >= 2 (the default)";
+}
+
+absl::Status check_escapes(const Recorder& rec, const Trace& trace, const CaptureOptions& options) {
   std::vector<int32_t> escaped = rec.escaped();
   if (escaped.empty()) return absl::OkStatus();
+  // The phase that made each: backward() makes gradients, step() and zero_grad() optimizer state.
+  int64_t grads = 0, state = 0;
+  int32_t first_lazy = -1;
+  for (int32_t id : escaped) {
+    const capture_internal::AllocRecord& a = trace.allocs[id];
+    const Phase phase = a.first_use >= 0 ? trace.kernels[a.first_use].phase : a.phase;
+    if (phase == Phase::kForward) continue;
+    (phase == Phase::kBackward ? grads : state) += 1;
+    if (first_lazy < 0) first_lazy = id;
+  }
+  if (first_lazy >= 0) {
+    const capture_internal::AllocRecord& a = trace.allocs[first_lazy];
+    const char* op = a.first_use >= 0 ? trace.kernels[a.first_use].op : "(never used)";
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "capture: the recorded warm-up step created %d gradient(s) and %d optimizer state tensor(s) that outlive "
+        "it (the first: %d bytes, first written by '%s'); %s",
+        grads, state, a.nbytes, op, lazy_state_advice(options)));
+  }
   const capture_internal::AllocRecord& a = trace.allocs[escaped[0]];
   const char* op = a.first_use >= 0 ? trace.kernels[a.first_use].op : "(never used)";
   return absl::FailedPreconditionError(absl::StrFormat(
@@ -125,7 +157,8 @@ absl::StatusOr<Device> step_device(const Trace& trace) {
 
 // One eager run of the step watched by `rec`. Refuses a run whose kernels met
 // bad data, that stopped for the host, or that let a temporary escape.
-absl::Status recorded_run(const Step& step, const std::optional<Device>& gpu, Recorder& rec) {
+absl::Status recorded_run(const Step& step, const CaptureOptions& options, const std::optional<Device>& gpu,
+                          Recorder& rec) {
   StepObserverScope observe(&rec);
   std::vector<Tensor> outs = run_step(step);
   // Host index checks are off while recording; CUDA kernels never check on the host.
@@ -138,9 +171,18 @@ absl::Status recorded_run(const Step& step, const std::optional<Device>& gpu, Re
   for (const Tensor& t : outs) rec.mark_output(t.storage());
   if (rec.first_host_access() != nullptr) {
     const int64_t k = rec.kernels_before_host_access();
-    return host_read_error(rec.first_host_access(), k, k > 0 ? rec.trace().kernels[k - 1].op : "(start of step)");
+    absl::Status s =
+        host_read_error(rec.first_host_access(), k, k > 0 ? rec.trace().kernels[k - 1].op : "(start of step)");
+    // NOTE [ Lazily created state ]: a first step() may copy host data to build its state.
+    if (options.warmup == 1 && rec.host_access_phase() == Phase::kOptimizer) {
+      s = absl::FailedPreconditionError(absl::StrCat(
+          s.message(), ". It happened inside an optimizer's step() in the first run of the step: if that is the "
+          "optimizer creating its state (AdamW copies its parameter table from the host once), ",
+          lazy_state_advice(options)));
+    }
+    return s;
   }
-  return check_escapes(rec, rec.trace());
+  return check_escapes(rec, rec.trace(), options);
 }
 
 // Runs the step options.warmup times eagerly, the last run recorded. Fills
@@ -155,7 +197,7 @@ absl::Status record(const Step& step, const CaptureOptions& options, Graph::Impl
   // CUDA reports of earlier eager steps (the warm-ups above) surface here as
   // an error, not in the recorded run (NOTE [ Kernel error words ]).
   if (gpu.has_value()) current_stream(*gpu).synchronize();
-  ENCORE_RETURN_IF_ERROR(recorded_run(step, gpu, rec));
+  ENCORE_RETURN_IF_ERROR(recorded_run(step, options, gpu, rec));
   g.trace = std::move(rec.trace());
   absl::StatusOr<Device> device = step_device(g.trace);
   if (!device.ok()) return device.status();

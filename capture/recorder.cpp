@@ -43,6 +43,7 @@ void Recorder::on_host_access(const char* op) {
   if (first_host_access_ != nullptr) return;
   first_host_access_ = op;
   kernels_before_host_access_ = static_cast<int64_t>(trace_.kernels.size());
+  host_access_phase_ = current_phase();
 }
 
 void Recorder::on_allocate(const Storage& storage) {
@@ -51,6 +52,7 @@ void Recorder::on_allocate(const Storage& storage) {
   a.nbytes = storage.nbytes();
   a.device = storage.device();
   a.allocated_at = static_cast<int64_t>(trace_.kernels.size());
+  a.phase = current_phase();
   trace_.allocs.push_back(a);
 }
 

@@ -38,6 +38,8 @@ class Recorder final : public StepObserver {
   // ran before it.
   const char* first_host_access() const { return first_host_access_; }
   int64_t kernels_before_host_access() const { return kernels_before_host_access_; }
+  // The phase the first host read happened in (forward when there was none).
+  Phase host_access_phase() const { return host_access_phase_; }
 
  private:
   int32_t id_of(const Storage* s) const;
@@ -46,6 +48,7 @@ class Recorder final : public StepObserver {
   Trace trace_;
   const char* first_host_access_ = nullptr;
   int64_t kernels_before_host_access_ = 0;
+  Phase host_access_phase_ = Phase::kForward;
   absl::flat_hash_map<uint64_t, int32_t> live_;   // Storage::id() -> temporary id
 };
 

@@ -39,6 +39,7 @@ struct AllocRecord {
   int64_t last_use = -1;      // last kernel that read or wrote it
   bool freed = false;
   bool output = false;        // held by a step output: lives to the end
+  Phase phase = Phase::kForward;   // the phase that allocated it (backward: a gradient appearing)
 };
 
 struct Trace {

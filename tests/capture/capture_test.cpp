@@ -589,6 +589,57 @@ void expect_bad_indices_in_the_recorded_warmup_fail_capture(Device dev) {
   EXPECT_TRUE(capture([&] { return s.step(); }).ok());   // nothing left over from the bad batch
 }
 
+// NOTE [ Lazily created state ]: with warmup = 1 on a fresh model the
+// recorded run is the first training step, which creates the gradients and
+// the optimizer state; capture refuses it naming that state and the fix
+// (an eager step first, or warmup >= 2), and then works as advised.
+void expect_lazily_created_state_is_refused_by_name(const std::function<std::unique_ptr<optim::Optimizer>(
+                                                        std::vector<Tensor>)>& make_optimizer,
+                                                    const std::vector<std::string>& named) {
+  manual_seed(7);
+  nn::Mlp model({8, 16, 4});
+  std::unique_ptr<optim::Optimizer> opt = make_optimizer(model.parameters());
+  const Tensor x = randn({5, 8});
+  const Tensor y = from_vector<int64_t>({0, 1, 2, 3, 0});
+  auto step = [&] {
+    opt->zero_grad();
+    Tensor loss = cross_entropy(model.forward(x), y);
+    loss.backward();
+    opt->step();
+    return std::vector<Tensor>{loss};
+  };
+  absl::StatusOr<Graph> graph = capture(step, {.warmup = 1});
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kFailedPrecondition);
+  for (const std::string& text : named) {
+    EXPECT_NE(graph.status().message().find(text), absl::string_view::npos) << text << " in " << graph.status();
+  }
+  EXPECT_NE(graph.status().message().find("run one eager step before capture()"), absl::string_view::npos)
+      << graph.status();
+  EXPECT_NE(graph.status().message().find("warmup >= 2"), absl::string_view::npos) << graph.status();
+  EXPECT_TRUE(capture(step, {.warmup = 1}).ok());   // the refused run was an eager step: the state exists now
+}
+
+TEST(CaptureTest, LazilyCreatedGradientsAndMomentumAreRefusedByName) {
+  expect_lazily_created_state_is_refused_by_name(
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::SGD>(std::move(p), optim::SgdOptions{.momentum = 0.9});
+      },
+      {"gradient(s)", "optimizer state"});
+}
+
+TEST(CaptureTest, LazilyCreatedGradientsAreRefusedByName) {
+  expect_lazily_created_state_is_refused_by_name(
+      [](std::vector<Tensor> p) { return std::make_unique<optim::SGD>(std::move(p), optim::SgdOptions{}); },
+      {"4 gradient(s) and 0 optimizer state"});
+}
+
+TEST(CaptureTest, AdamWCreatingItsTableInTheRecordedRunIsRefusedByName) {
+  expect_lazily_created_state_is_refused_by_name(
+      [](std::vector<Tensor> p) { return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions{}); },
+      {"optimizer creating its state"});
+}
+
 TEST(CaptureTest, BadIndicesInTheRecordedWarmupFailCapture) {
   expect_bad_indices_in_the_recorded_warmup_fail_capture(kCPU);
 }
