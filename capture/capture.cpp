@@ -294,6 +294,29 @@ class CaptureObserver final : public StepObserver {
   absl::flat_hash_set<Storage*> seen_;
 };
 
+// NOTE [ Outputs keep the arena ]: an output the step returned from the
+// arena is handed out as a view of the arena storage itself (not of the
+// non-owning storage the arena allocator made for it), so a kept output
+// handle keeps the arena's memory alive after its Graph is gone: it then
+// holds the last replay's values, never another allocation's bytes.
+// Persistent outputs (a parameter returned by the step) stay as they are.
+Tensor arena_view(const Ref<Storage>& arena, const Tensor& out) {
+  const char* base = static_cast<const char*>(arena->data());
+  const char* p = static_cast<const char*>(out.storage()->data());
+  if (p < base || p >= base + arena->nbytes()) return out;
+  const int64_t esize = dtype_size(out.dtype());
+  ENCORE_CHECK((p - base) % esize == 0, "capture: internal: output at arena byte %d is not aligned to its %s",
+               p - base, dtype_name(out.dtype()));
+  auto impl = make_ref<TensorImpl>();
+  impl->storage = arena;
+  impl->offset = (p - base) / esize + out.storage_offset();
+  impl->shape = out.shape();
+  impl->strides = out.strides();
+  impl->dtype = out.dtype();
+  impl->compute_contiguous();
+  return Tensor(std::move(impl));
+}
+
 // Runs the step once more with its allocations served from the planned arena
 // and its launches matched and taken by the device's Capturer. Fills g.arena,
 // g.executable, g.outputs, g.guards, stats.kernels and stats.capture_ms.
@@ -319,6 +342,7 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
         "must issue the same work every time",
         cap.launches(), arena.next, g.trace.kernels.size(), arena.sizes.size()));
   }
+  for (Tensor& t : g.outputs) t = arena_view(g.arena, t);
   g.executable = *std::move(executable);
   g.guards = std::move(cap.guards);
   g.stats.kernels = static_cast<int64_t>(cap.launches());

@@ -15,12 +15,18 @@ Graph::~Graph() = default;
 
 absl::Status Graph::replay() {
   if (absl::Status s = impl_->check_guards(); !s.ok()) return s;
-  return impl_->executable->replay();
+  absl::Status s = impl_->executable->replay();
+  if (s.ok()) impl_->replayed = true;
+  return s;
 }
 
 const Tensor& Graph::output(size_t i) const {
   ENCORE_CHECK(i < impl_->outputs.size(), "Graph::output: index %d out of range (%d outputs)", i,
                impl_->outputs.size());
+  ENCORE_CHECK_CODE(impl_->replayed, kFailedPrecondition,
+                    "Graph::output: no replay has run yet, so output %d holds nothing (capture() records the "
+                    "step; its capture run computes nothing): call replay() first",
+                    i);
   return impl_->outputs[i];
 }
 size_t Graph::num_outputs() const { return impl_->outputs.size(); }
@@ -48,7 +54,9 @@ absl::Status Graph::Impl::check_guards() const {
 
 absl::Status Graph::Impl::replay_timed(std::vector<int64_t>& stamps) {
   if (absl::Status s = check_guards(); !s.ok()) return s;
-  return executable->replay_timed(stamps);
+  absl::Status s = executable->replay_timed(stamps);
+  if (s.ok()) replayed = true;
+  return s;
 }
 
 const char* Graph::Impl::node_op(size_t i) const { return trace.kernels.at(i).op; }

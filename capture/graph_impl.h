@@ -36,7 +36,8 @@ struct Guard {
 }  // namespace capture_internal
 
 // Members in destruction order, last first: the executable and the outputs
-// (views into the arena) go before the arena they point into.
+// (views into the arena, which they keep alive: NOTE [ Outputs keep the
+// arena ] in capture/capture.cpp) go before the arena.
 struct Graph::Impl {
   Device device;                                         // where the step runs
   Ref<Storage> arena;                                    // owns the arena memory (from the caching allocator)
@@ -48,6 +49,7 @@ struct Graph::Impl {
   std::vector<int64_t> offsets;                          // bytes into the arena of each of buffers
   capture_internal::Trace trace;                         // the recorded warm-up
   CaptureStats stats;
+  bool replayed = false;                                 // a replay ran: the outputs hold its values
 
   // FailedPrecondition naming the first guard whose tensor was freed or replaced.
   [[nodiscard]] absl::Status check_guards() const;

@@ -94,8 +94,12 @@ class Graph {
   // has finished by then (that replay is then not launched).
   [[nodiscard]] absl::Status replay();
   // The i-th tensor `step` returned: a view into the arena (or a persistent
-  // tensor), valid until the next replay() and while the Graph lives; clone()
-  // keeps one.
+  // tensor) holding the last replay's value; the next replay() overwrites
+  // it, clone() keeps one. The handle keeps the arena's memory alive, so a
+  // kept output stays readable (the last replay's value) after the Graph is
+  // destroyed. Before the first successful replay() there is no value:
+  // output() throws encore::Error (FailedPrecondition) saying so. Throws
+  // InvalidArgument for i >= num_outputs().
   const Tensor& output(size_t i) const;
   size_t num_outputs() const;
   const CaptureStats& stats() const;
