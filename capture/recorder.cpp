@@ -96,6 +96,7 @@ absl::Status write_trace_dot(const Trace& trace, const std::string& path) {
     }
   }
   out << "}\n";
+  out.close();   // a full disk shows at the last flush, not at the writes into the buffer
   return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("dump_dot: write to ", path, " failed"));
 }
 

@@ -547,6 +547,10 @@ TEST(CaptureTest, DumpDotNamesNodesByOp) {
   EXPECT_NE(dot.find("mul_scalar"), std::string::npos);
   EXPECT_NE(dot.find("n0 -> n1"), std::string::npos);
   EXPECT_FALSE(graph->dump_dot("/nonexistent/dir/g.dot").ok());
+  if (std::ifstream("/dev/full").good()) {   // a write that fails at the last flush (a full disk)
+    const absl::Status full = graph->dump_dot("/dev/full");
+    EXPECT_EQ(full.code(), absl::StatusCode::kDataLoss) << full;
+  }
 }
 
 // NOTE [ Index checks ]: replays cannot stop for host checks, so kernels
