@@ -146,8 +146,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   absl::StatusOr<encore::Device> device = chosen_device();
-  absl::StatusOr<std::unique_ptr<Workload>> w =
-      device.ok() ? build_workload(*device) : absl::StatusOr<std::unique_ptr<Workload>>(device.status());
+  // Flags that size or configure the model (a size whose bytes do not fit,
+  // --lr=nan) make the library throw: reported like any other bad flag.
+  absl::StatusOr<std::unique_ptr<Workload>> w = absl::UnknownError("no workload");
+  const absl::Status built = !device.ok() ? device.status() : encore::status_of([&] { w = build_workload(*device); });
+  if (!built.ok()) w = built;
   if (!w.ok()) {
     std::fprintf(stderr, "encore-prof: %s\n", std::string(w.status().message()).c_str());
     return 2;

@@ -131,12 +131,25 @@ Tensor empty_for(const char* op, Shape shape, DType dtype, Device device) {
   }
   ENCORE_CHECK(static_cast<int64_t>(shape.size()) <= kMaxDims, "%s: shape %s has more than %d dims", op,
                shape_str(shape), kMaxDims);
+  const int64_t numel = checked_numel(op, shape);
+  int64_t nbytes = 0;
+  ENCORE_CHECK_CODE(!__builtin_mul_overflow(numel, dtype_size(dtype), &nbytes), kResourceExhausted,
+                    "%s: shape %s of %s needs more than 2^63 bytes", op, shape_str(shape), dtype_name(dtype));
   auto impl = make_ref<TensorImpl>();
-  impl->storage = Storage::allocate(numel_of(shape) * dtype_size(dtype), device);
+  impl->storage = Storage::allocate(nbytes, device);
   impl->strides = contiguous_strides(shape);
   impl->shape = std::move(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
+}
+
+int64_t checked_numel(const char* op, absl::Span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) {
+    ENCORE_CHECK(!__builtin_mul_overflow(n, s, &n), "%s: shape %s has more than 2^63 elements", op,
+                 shape_str(shape));
+  }
+  return n;
 }
 
 Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {

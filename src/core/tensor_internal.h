@@ -8,6 +8,11 @@ namespace encore {
 // empty() for the user-facing factories: a shape with a negative size or too
 // many dims is refused naming op ("full", "randn", ...) instead of "empty".
 Tensor empty_for(const char* op, Shape shape, DType dtype, Device device);
+// The number of elements of `shape` (sizes >= 0), refused (encore::Error,
+// InvalidArgument, naming `op` and the shape) when the product does not fit
+// in int64: numel_of() would wrap, and a wrapped count sizes allocations and
+// loops wrongly.
+int64_t checked_numel(const char* op, absl::Span<const int64_t> shape);
 // Row-major strides (elements) for shape.
 Shape contiguous_strides(absl::Span<const int64_t> shape);
 // A tensor sharing base's storage (and version counter) with the given

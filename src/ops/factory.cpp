@@ -1,4 +1,5 @@
 // Creation functions and random draws.
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 
@@ -32,7 +33,11 @@ Tensor scalar_tensor(double value, DType dtype, Device device) {
 
 Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device device) {
   ENCORE_CHECK(step != 0, "arange: step must not be 0 (start %d, end %d)", start, end);
-  const int64_t n = std::max<int64_t>(0, (end - start + step - (step > 0 ? 1 : -1)) / step);
+  // In 128 bits: end - start overflows int64 for ranges wider than 2^63.
+  const __int128 span = static_cast<__int128>(end) - start + step - (step > 0 ? 1 : -1);
+  const __int128 count = std::max<__int128>(0, span / step);
+  ENCORE_CHECK(count <= INT64_MAX, "arange: [%d, %d) with step %d has more than 2^63 elements", start, end, step);
+  const int64_t n = static_cast<int64_t>(count);
   Tensor t = empty_for("arange", {n}, dtype, device);
   backend::arange(t, static_cast<double>(start), static_cast<double>(step));
   return t;

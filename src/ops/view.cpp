@@ -23,7 +23,8 @@ Shape infer_shape(const char* op, const Tensor& t, Shape shape) {
       infer = static_cast<int>(d);
     } else {
       ENCORE_CHECK(shape[d] >= 0, "%s: invalid size in %s (input %s)", op, shape_str(shape), shape_str(t.shape()));
-      known *= shape[d];
+      ENCORE_CHECK(!__builtin_mul_overflow(known, shape[d], &known), "%s: shape %s has more than 2^63 elements",
+                   op, shape_str(shape));
     }
   }
   if (infer >= 0) {
@@ -187,6 +188,7 @@ Tensor Tensor::expand(Shape target) const {
                  "expand: cannot expand shape %s to %s (dim %d)", shape_str(shape()), shape_str(target), i);
     strides[i] = shape()[k] == target[i] ? this->strides()[k] : 0;
   }
+  (void)checked_numel("expand", target);   // a broadcast view still counts its elements in int64
   Tensor out = make_view(*this, target, std::move(strides), storage_offset());
   if (autograd::any_requires_grad(*this)) {
     autograd::record("expand", {*this}, out, [shape = shape()](const Tensor& g) -> Grads { return {sum_to(g, shape)}; });

@@ -79,5 +79,25 @@ TEST(TensorTest, RandomDrawsAreSeededAndAdvanceTheOffset) {
   }
 }
 
+// Sizes whose element or byte count does not fit in int64 are refused naming
+// the op and the shape (issue #17: they wrapped to tiny or zero allocations
+// that kernels then wrote past).
+TEST(TensorTest, ShapesWhoseSizeOverflowsAreRefused) {
+  constexpr int64_t k2to32 = int64_t{1} << 32, k2to61 = int64_t{1} << 61, k2to62 = int64_t{1} << 62;
+  expect_error([&] { (void)empty({k2to32, k2to32}); }, absl::StatusCode::kInvalidArgument,
+               {"empty", "[4294967296, 4294967296]", "2^63 elements"});
+  expect_error([&] { (void)ones({k2to61}); }, absl::StatusCode::kResourceExhausted, {"ones", "2^63 bytes"});
+  expect_error([&] { (void)zeros({k2to62}); }, absl::StatusCode::kResourceExhausted, {"zeros", "2^63 bytes"});
+  expect_error([&] { (void)arange(0, k2to62); }, absl::StatusCode::kResourceExhausted, {"arange", "2^63 bytes"});
+  expect_error([&] { (void)arange(INT64_MIN, INT64_MAX); }, absl::StatusCode::kInvalidArgument,
+               {"arange", "2^63 elements"});
+  const Tensor one = zeros({1, 1});
+  expect_error([&] { (void)one.expand({k2to32, k2to32}); }, absl::StatusCode::kInvalidArgument,
+               {"expand", "2^63 elements"});
+  expect_error([&] { (void)zeros({0}).view({-1, k2to32, k2to32}); }, absl::StatusCode::kInvalidArgument,
+               {"view", "2^63 elements"});
+  EXPECT_EQ(zeros({0, k2to62}).numel(), 0);   // an empty tensor of any width is fine
+}
+
 }  // namespace
 }  // namespace encore

@@ -110,6 +110,9 @@ TEST(EncoreProfTest, FlagErrors) {
   expect_flag_error(prof("stray"), "unexpected argument 'stray'");
   // A config the model refuses (width not divisible by heads) is a flag error with the model's message.
   expect_flag_error(prof("--model=gpt --n_embd=10 --n_head=4"), "n_head");
+  // Values the library refuses while building the model: a message and exit 2, never an abort (issue #17).
+  expect_flag_error(prof("--model=mlp --hidden=4611686018427387904"), "more than 2^63 elements");
+  expect_flag_error(prof("--model=mlp --lr=nan"), "lr must be finite");
 }
 
 TEST(EncoreProfTest, HelpDescribesEveryFlag) {
