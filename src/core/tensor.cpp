@@ -17,14 +17,26 @@ std::atomic<uint64_t> next_storage_id{1};
 // A per-thread cache of freed small objects of one size. Blocks freed on
 // another thread join that thread's cache; beyond kMaxCached they go back to
 // the heap.
-template <size_t kSize>
+//
+// NOTE [ Objects that outlive their thread's cache ]: a tensor held in a
+// static, a global or a thread_local made before the cache is destroyed
+// after it (at exit, or at the thread's end). Such frees, and any allocation
+// after that point, go to the heap: cache_state<T> is a trivially
+// destructible thread_local, readable while the thread's other thread_locals
+// are destroyed and after.
+template <typename T>
+inline thread_local uint8_t cache_state = 0;   // 0: not made yet, 1: alive, 2: destroyed
+
+template <typename T>
 class ObjectCache {
  public:
+  ObjectCache() { cache_state<T> = 1; }
   ~ObjectCache() {
+    cache_state<T> = 2;
     for (void* p : free_) ::operator delete(p);
   }
   void* get() {
-    if (free_.empty()) return ::operator new(kSize);
+    if (free_.empty()) return ::operator new(sizeof(T));
     void* p = free_.back();
     free_.pop_back();
     return p;
@@ -43,18 +55,30 @@ class ObjectCache {
 };
 
 template <typename T>
-ObjectCache<sizeof(T)>& object_cache() {
-  thread_local ObjectCache<sizeof(T)> cache;
+ObjectCache<T>& object_cache() {
+  thread_local ObjectCache<T> cache;
   return cache;
+}
+
+template <typename T>
+void* cached_new() {
+  if (cache_state<T> == 2) [[unlikely]] return ::operator new(sizeof(T));
+  return object_cache<T>().get();
+}
+
+template <typename T>
+void cached_delete(void* p) {
+  if (cache_state<T> == 2) [[unlikely]] return ::operator delete(p);
+  object_cache<T>().put(p);
 }
 }  // namespace
 
-void* Storage::operator new(size_t size) { return object_cache<Storage>().get(); }
-void Storage::operator delete(void* p, size_t size) { object_cache<Storage>().put(p); }
-void* AutogradMeta::operator new(size_t size) { return object_cache<AutogradMeta>().get(); }
-void AutogradMeta::operator delete(void* p, size_t size) { object_cache<AutogradMeta>().put(p); }
-void* TensorImpl::operator new(size_t size) { return object_cache<TensorImpl>().get(); }
-void TensorImpl::operator delete(void* p, size_t size) { object_cache<TensorImpl>().put(p); }
+void* Storage::operator new(size_t size) { return cached_new<Storage>(); }
+void Storage::operator delete(void* p, size_t size) { cached_delete<Storage>(p); }
+void* AutogradMeta::operator new(size_t size) { return cached_new<AutogradMeta>(); }
+void AutogradMeta::operator delete(void* p, size_t size) { cached_delete<AutogradMeta>(p); }
+void* TensorImpl::operator new(size_t size) { return cached_new<TensorImpl>(); }
+void TensorImpl::operator delete(void* p, size_t size) { cached_delete<TensorImpl>(p); }
 
 Storage::Storage(void* data, int64_t nbytes, Device device, Allocator* allocator)
     : data_(data), nbytes_(nbytes), device_(device), allocator_(allocator),

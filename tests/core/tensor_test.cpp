@@ -1,6 +1,8 @@
 // Tensor metadata, creation, views' geometry and host access.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "encore/encore.h"
 #include "tests/test_util.h"
 
@@ -97,6 +99,21 @@ TEST(TensorTest, ShapesWhoseSizeOverflowsAreRefused) {
   expect_error([&] { (void)zeros({0}).view({-1, k2to32, k2to32}); }, absl::StatusCode::kInvalidArgument,
                {"view", "2^63 elements"});
   EXPECT_EQ(zeros({0, k2to62}).numel(), 0);   // an empty tensor of any width is fine
+}
+
+// NOTE [ Objects that outlive their thread's cache ]: tensors freed after the
+// thread's object caches are gone (a thread_local made before them, a static
+// freed at exit) go to the heap instead of into a destroyed cache (issue #17:
+// heap-use-after-free under ASan, "free(): unaligned chunk" aborts).
+TEST(TensorTest, TensorsOutlivingTheirThreadsObjectCachesAreFreedSafely) {
+  std::thread([] {
+    thread_local Tensor held;   // made before this thread's object caches ...
+    held = ones({4}).reshape({2, 2});   // ... which its first allocations create
+    EXPECT_EQ(held.to_vector<float>(), std::vector<float>(4, 1.0f));
+  }).join();   // at thread exit the caches go first, then `held`
+  // A static freed after main's thread_locals, at exit: the test binary must exit cleanly.
+  static const Tensor kept_until_exit = full({16}, 3.0);
+  EXPECT_EQ(kept_until_exit.to_vector<float>(), std::vector<float>(16, 3.0f));
 }
 
 }  // namespace
