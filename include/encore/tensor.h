@@ -115,6 +115,9 @@ class Tensor {
   Tensor detach() const;                     // same data, no autograd history
 
   // ---- in-place (bump the version counter) ----
+  // copy_ and add_ refuse (encore::Error, InvalidArgument) a source that
+  // shares memory with this tensor without being the very same view
+  // (a[1:] += a[:-1]): clone() it first. The same view (x.add_(x)) is fine.
   Tensor& copy_(const Tensor& src);          // src broadcast to shape(); dtype converted
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }

@@ -1,5 +1,6 @@
 // Copies, conversions, in-place writes and host access of Tensor.
 #include <ostream>
+#include <utility>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,39 @@ namespace encore {
 using autograd::Grads;
 
 namespace {
+
+// The bytes [first, last] a view can touch (numel > 0).
+std::pair<const char*, const char*> byte_range(const Tensor& t) {
+  const char* p = static_cast<const char*>(t.data_ptr());
+  int64_t lo = 0, hi = 0;   // in elements from the first element
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t step = (t.shape()[d] - 1) * t.strides()[d];
+    (step < 0 ? lo : hi) += step;
+  }
+  const int64_t esize = dtype_size(t.dtype());
+  return {p + lo * esize, p + hi * esize + esize - 1};
+}
+
+// NOTE [ Overlapping in-place writes ]: an in-place op whose source shares
+// memory with its output without being exactly the same view is refused, as
+// PyTorch does (NumPy copies the source first): an element of the output
+// may be written before it is read as another element of the source, so the
+// result would depend on the kernel's order (a[1:] += a[:-1] gave
+// [0, 1, 3, 6]), and a copy between overlapping views was an overlapping
+// memcpy. Overlap is judged on byte ranges, so interleaved views (a[::2]
+// and a[1::2]) are refused too. The same view (x.add_(x)) is elementwise
+// and allowed.
+void check_no_partial_overlap(const char* op, const Tensor& self, const Tensor& src) {
+  if (self.storage() != src.storage() || self.numel() == 0 || src.numel() == 0) return;
+  if (self.data_ptr() == src.data_ptr() && self.shape() == src.shape() && self.strides() == src.strides()) return;
+  const auto [a0, a1] = byte_range(self);
+  const auto [b0, b1] = byte_range(src);
+  ENCORE_CHECK(a1 < b0 || b1 < a0,
+               "%s: the source (shape %s, strides %s) overlaps the output (shape %s, strides %s) in memory without "
+               "being the same view; the result would depend on the order of the writes: clone() the source first",
+               op, shape_str(src.shape()), shape_str(src.strides()), shape_str(self.shape()),
+               shape_str(self.strides()));
+}
 
 // Checks an in-place write: allowed by autograd, not into a broadcast view.
 // The caller bumps the version once the write happened (a refused write
@@ -36,6 +70,7 @@ void check_inplace_write(const char* op, const Tensor& self, const Tensor* src) 
     ENCORE_CHECK(b == self.shape(), "%s: source of shape %s (%s) cannot be broadcast to %s (%s)", op,
                  shape_str(src->shape()), dtype_name(src->dtype()), shape_str(self.shape()),
                  dtype_name(self.dtype()));
+    check_no_partial_overlap(op, self, *src);
   }
 }
 

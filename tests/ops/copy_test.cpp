@@ -695,5 +695,25 @@ TEST(CopyTest, BackwardRefusesTensorsModifiedInPlace) {
   expect_near(a.grad(), expected, 1e-5, 1e-4);
 }
 
+// NOTE [ Overlapping in-place writes ]: in-place ops whose source overlaps the
+// output are refused (a[1:] += a[:-1] gave [0, 1, 3, 6]); the same view and
+// disjoint views of one storage work.
+TEST(CopyTest, InPlaceWritesFromAnOverlappingSourceAreRefused) {
+  Tensor a = from_vector<float>({0, 1, 2, 3});
+  testing::expect_error([&] { a.slice(0, 1, 4).add_(a.slice(0, 0, 3)); }, absl::StatusCode::kInvalidArgument,
+                        {"add_", "overlaps the output", "clone()"});
+  testing::expect_error([&] { a.slice(0, 1, 4).copy_(a.slice(0, 0, 3)); }, absl::StatusCode::kInvalidArgument,
+                        {"copy_", "overlaps the output"});
+  testing::expect_error([&] { a.slice(0, 0, 4, 2).copy_(a.slice(0, 1, 4, 2)); }, absl::StatusCode::kInvalidArgument,
+                        {"copy_", "overlaps"});   // interleaved: judged on byte ranges
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>({0, 1, 2, 3}));   // refused writes change nothing
+  a.slice(0, 1, 4).add_(a.slice(0, 0, 3).clone());                     // as advised
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>({0, 1, 3, 5}));
+  a.slice(0, 0, 2).copy_(a.slice(0, 2, 4));                            // disjoint views of one storage
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>({3, 5, 3, 5}));
+  a.add_(a);                                                           // the same view: elementwise
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>({6, 10, 6, 10}));
+}
+
 }  // namespace
 }  // namespace encore
