@@ -149,7 +149,7 @@ Outcome CapacitySearch::split_and_solve(const Partition& partition, std::vector<
 
 std::vector<int32_t> CapacitySearch::rank_items(const std::vector<int32_t>& items) const {
   struct Key {
-    int64_t width;
+    uint64_t width;
     __int128 area;
     int64_t total;
     int32_t item;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -22,7 +23,9 @@ namespace {
 std::vector<int32_t> greedy_order(absl::Span<const Buffer> buffers, GreedyOrder order) {
   std::vector<int32_t> indices(buffers.size());
   std::iota(indices.begin(), indices.end(), 0);
-  auto length = [&](int32_t i) { return buffers[i].upper - buffers[i].lower; };
+  // Lifetime lengths in uint64: upper - lower of [INT64_MIN, INT64_MAX) does
+  // not fit in int64, but upper > lower makes the unsigned difference exact.
+  auto length = [&](int32_t i) { return lifetime_length(buffers[i]); };
   auto area = [&](int32_t i) { return static_cast<__int128>(buffers[i].size) * length(i); };
   auto by_size = [&](int32_t a, int32_t b) {
     if (buffers[a].size != buffers[b].size) return buffers[a].size > buffers[b].size;
@@ -49,12 +52,26 @@ std::vector<int32_t> greedy_order(absl::Span<const Buffer> buffers, GreedyOrder 
 
 }  // namespace
 
-Plan plan_greedy(absl::Span<const Buffer> buffers, GreedyOrder order) {
+namespace {
+
+// From this many placements on, greedy checks the clock every so often.
+constexpr int kPlacementsPerClockCheck = 4096;
+
+// Places the buffers in `order`; false, leaving *out alone, if `deadline`
+// (if any) passes first.
+bool greedy_within(absl::Span<const Buffer> buffers, GreedyOrder order, const Deadline* deadline, Plan* out) {
+  // The sorts below are O(n log n) too: check the clock after each.
+  auto expired = [&] { return deadline != nullptr && deadline->expired(); };
   const TimeSlots slots = make_time_slots(buffers);
+  if (expired()) return false;
+  const std::vector<int32_t> indices = greedy_order(buffers, order);
+  if (expired()) return false;
   OccupancyTree occupancy(slots.num_slots());
   Plan plan;
   plan.offsets.assign(buffers.size(), 0);
-  for (int32_t i : greedy_order(buffers, order)) {
+  int placed = 0;
+  for (int32_t i : indices) {
+    if (++placed % kPlacementsPerClockCheck == 0 && expired()) return false;
     const Buffer& b = buffers[i];
     if (b.size == 0) continue;
     const int lo = slots.slot_of(b.lower), hi = slots.slot_of(b.upper);
@@ -63,6 +80,15 @@ Plan plan_greedy(absl::Span<const Buffer> buffers, GreedyOrder order) {
     plan.offsets[i] = offset;
     plan.peak = std::max(plan.peak, offset + b.size);
   }
+  *out = std::move(plan);
+  return true;
+}
+
+}  // namespace
+
+Plan plan_greedy(absl::Span<const Buffer> buffers, GreedyOrder order) {
+  Plan plan;
+  greedy_within(buffers, order, nullptr, &plan);
   return plan;
 }
 
@@ -80,21 +106,39 @@ void keep_better(Plan plan, Plan* best) {
 
 }  // namespace
 
-Plan plan_best_greedy(absl::Span<const Buffer> buffers) {
-  if (buffers.size() < kParallelBuffers) return plan_greedy_until(buffers, nullptr);
+Plan plan_best_greedy(absl::Span<const Buffer> buffers) { return *plan_best_greedy_until(buffers, nullptr); }
+
+std::optional<Plan> plan_best_greedy_until(absl::Span<const Buffer> buffers, const Deadline* deadline) {
+  if (buffers.empty()) return Plan{};
+  if (buffers.size() < kParallelBuffers) {
+    Plan best;
+    for (GreedyOrder order : kOrders) {
+      if (deadline != nullptr && deadline->expired()) break;
+      Plan plan;
+      if (greedy_within(buffers, order, deadline, &plan)) keep_better(std::move(plan), &best);
+    }
+    if (best.offsets.empty()) return std::nullopt;
+    return best;
+  }
   // Two threads take the next ordering as they finish, slowest (area) first.
   constexpr GreedyOrder kByCost[] = {GreedyOrder::kArea, GreedyOrder::kSize, GreedyOrder::kStart,
                                      GreedyOrder::kLength};
-  std::array<Plan, std::size(kByCost)> plans;
+  std::array<Plan, std::size(kByCost)> plans;  // empty offsets: not made in time
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t k = next++; k < plans.size(); k = next++) plans[k] = plan_greedy(buffers, kByCost[k]);
+    for (size_t k = next++; k < plans.size(); k = next++) {
+      if (deadline != nullptr && deadline->expired()) break;
+      greedy_within(buffers, kByCost[k], deadline, &plans[k]);
+    }
   };
   std::thread helper(work);
   work();
   helper.join();
   Plan best;
-  for (Plan& plan : plans) keep_better(std::move(plan), &best);
+  for (Plan& plan : plans) {
+    if (!plan.offsets.empty()) keep_better(std::move(plan), &best);
+  }
+  if (best.offsets.empty()) return std::nullopt;
   return best;
 }
 

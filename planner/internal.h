@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,12 @@ namespace encore::planner::internal {
 // Rounds `value` up to a multiple of `alignment` (a power of two).
 inline int64_t align_up(int64_t value, int64_t alignment) {
   return (value + alignment - 1) & ~(alignment - 1);
+}
+
+// upper - lower, exact for every valid buffer (upper > lower) even when the
+// difference does not fit in int64 ([INT64_MIN, INT64_MAX)).
+inline uint64_t lifetime_length(const Buffer& b) {
+  return static_cast<uint64_t>(b.upper) - static_cast<uint64_t>(b.lower);
 }
 
 // The largest offset + size of a placement (0 for no buffers).
@@ -75,7 +82,11 @@ enum class GreedyOrder {
 Plan plan_greedy(absl::Span<const Buffer> buffers, GreedyOrder order);
 // The best plan of all orderings (on two threads for large inputs).
 Plan plan_best_greedy(absl::Span<const Buffer> buffers);
-// The same, one ordering after another, stopping once `deadline` (if any) has
+// The same within `deadline` (if any): an ordering still running when it
+// passes is dropped and none is started after it; nothing if no ordering
+// finished in time. With time to spare it equals plan_best_greedy.
+std::optional<Plan> plan_best_greedy_until(absl::Span<const Buffer> buffers, const Deadline* deadline);
+// One ordering after another, stopping once `deadline` (if any) has
 // passed and at least one plan exists.
 Plan plan_greedy_until(absl::Span<const Buffer> buffers, const Deadline* deadline);
 

@@ -1,6 +1,7 @@
 // lower_bound(): the most bytes live at one time step. No plan can beat it.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <queue>
 #include <utility>
 #include <vector>
@@ -49,7 +50,7 @@ int64_t lower_bound(absl::Span<const Buffer> buffers) {
 
   std::vector<char> live(buffers.size(), 0);
   std::priority_queue<std::pair<int64_t, int32_t>> slack;  // lazily pruned max-heap
-  int64_t live_bytes = 0, best = 0;
+  __int128 live_bytes = 0, best = 0;  // sums of sizes may exceed int64: saturated below
   const std::vector<Event> events = make_events(buffers);
   for (size_t e = 0; e < events.size(); ++e) {
     const Event& event = events[e];
@@ -61,7 +62,7 @@ int64_t lower_bound(absl::Span<const Buffer> buffers) {
     while (!slack.empty() && !live[slack.top().second]) slack.pop();
     best = std::max(best, live_bytes - (slack.empty() ? 0 : slack.top().first));
   }
-  return best;
+  return static_cast<int64_t>(std::min<__int128>(best, std::numeric_limits<int64_t>::max()));
 }
 
 }  // namespace encore::planner

@@ -1,6 +1,8 @@
 // Builds sections, overlaps and cuts; see NOTE [ Sections ] in sections.h.
 #include "planner/sections.h"
 
+#include "planner/internal.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -83,7 +85,7 @@ std::optional<SectionProblem> make_section_problem(absl::Span<const Buffer> buff
   for (int32_t i = 0; i < static_cast<int32_t>(buffers.size()); ++i) {
     const Buffer& b = buffers[i];
     if (b.size == 0) continue;
-    p.items.push_back({i, b.size, b.alignment, b.upper - b.lower, 0, 0});
+    p.items.push_back({i, b.size, b.alignment, lifetime_length(b), 0, 0});
     grain = std::gcd(grain, std::gcd(b.size, b.alignment));
   }
   p.grain = std::max<int64_t>(grain, 1);

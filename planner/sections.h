@@ -25,7 +25,7 @@ struct SearchItem {
   int32_t buffer;     // index into the input buffers
   int64_t size;       // bytes, > 0
   int64_t alignment;  // bytes
-  int64_t width;      // lifetime length, time steps
+  uint64_t width;     // lifetime length, time steps (may exceed INT64_MAX)
   int32_t first;      // first section it is live in
   int32_t last;       // one past the last section
 };

@@ -40,7 +40,12 @@ absl::Status check_offsets(absl::Span<const Buffer> buffers, const Plan& plan) {
       return absl::InvalidArgumentError(absl::StrCat("buffer '", b.id, "' at offset ", offset,
                                                      " is not aligned to ", b.alignment));
     }
-    if (offset + b.size > plan.peak) {
+    int64_t end = 0;
+    if (__builtin_add_overflow(offset, b.size, &end)) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer '", b.id, "' at offset ", offset, " of size ", b.size,
+                                                     " ends above 2^63"));
+    }
+    if (end > plan.peak) {
       return absl::InvalidArgumentError(absl::StrCat("buffer '", b.id, "' ends at ", offset + b.size,
                                                      ", above the peak ", plan.peak));
     }
