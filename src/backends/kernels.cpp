@@ -1,4 +1,4 @@
-// kernels_for() and the dtype checks shared by every kernel family's host side.
+// cuda_kernels(), copy_to_device() and the dtype checks shared by every kernel family's host side.
 #include "src/backends/kernels.h"
 
 #include "encore/error.h"
@@ -6,13 +6,11 @@
 
 namespace encore::backend {
 
-extern const KernelTable kCpuKernels;    // cpu/kernel_table.cpp
 #if ENCORE_HAVE_CUDA
 extern const KernelTable kCudaKernels;   // cuda/kernel_table.cpp
 #endif
 
-const KernelTable& kernels_for(Device device) {
-  if (device.is_cpu()) [[likely]] return kCpuKernels;
+const KernelTable& cuda_kernels(Device device) {
 #if ENCORE_HAVE_CUDA
   return kCudaKernels;
 #else

@@ -22,9 +22,17 @@
 
 namespace encore::backend {
 
+extern const KernelTable kCpuKernels;   // cpu/kernel_table.cpp
+// The CUDA backend's table (cuda/kernel_table.cpp); throws (Unimplemented)
+// when encore was built without CUDA.
+const KernelTable& cuda_kernels(Device device);
+
 // The kernel table of `device`'s backend. Throws (Unimplemented) for a CUDA
-// device when encore was built without CUDA.
-const KernelTable& kernels_for(Device device);
+// device when encore was built without CUDA. Inline: every launch asks.
+inline const KernelTable& kernels_for(Device device) {
+  if (device.is_cpu()) [[likely]] return kCpuKernels;
+  return cuda_kernels(device);
+}
 
 // A new dense tensor on `target` holding dense `src`, when exactly one of
 // src's device and `target` is the CPU and the other's backend copies to and
