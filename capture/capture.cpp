@@ -9,11 +9,13 @@
 #include <cstring>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "capture/arena.h"
 #include "capture/executable.h"
 #include "capture/graph_impl.h"
+#include "capture/launch_match.h"
 #include "capture/recorder.h"
 #include "src/core/allocator.h"
 #include "src/core/kernel_errors.h"
@@ -265,6 +267,20 @@ class CaptureObserver final : public StepObserver {
                                   "(no data-dependent shapes or control flow)",
                                   k, k < trace_.kernels.size() ? trace_.kernels[k].op : "nothing more", launch.op));
     }
+    // Every host value and operand as recorded (capture/launch_match.h).
+    temporaries_.clear();
+    for (const auto* list : {&launch.reads, &launch.writes}) {
+      for (Storage* s : *list) {
+        auto it = temporary_ids_.find(s->id());
+        temporaries_.push_back(it == temporary_ids_.end() ? capture_internal::kPersistent : it->second);
+      }
+    }
+    if (std::string why = capture_internal::launch_difference(trace_.kernels[k], launch, temporaries_);
+        !why.empty()) {
+      throw_error(absl::StatusCode::kFailedPrecondition,
+                  absl::StrFormat("capture: kernel #%d '%s' (%s) %s", k, launch.op,
+                                  phase_name(trace_.kernels[k].phase), why));
+    }
     for (Storage* s : launch.reads) guard(s, launch.op);
     for (Storage* s : launch.writes) guard(s, launch.op);
     const bool run_now = capturer_.take(launch);
@@ -276,9 +292,31 @@ class CaptureObserver final : public StepObserver {
   void on_host_access(const char* op) override {
     throw Error(host_read_error(op, static_cast<int64_t>(launches_), plan_.last_op));
   }
+  // NOTE [ Host state as a precondition ] (capture/graph_impl.h).
+  void on_host_state(TensorImpl& owner, bool write, bool value) override {
+    auto [it, added] = condition_index_.try_emplace(&owner, conditions.size());
+    if (added) {
+      conditions.push_back({.owner = Ref<TensorImpl>(&owner), .kernel = static_cast<int64_t>(launches_),
+                            .phase = current_phase()});
+    }
+    capture_internal::HostCondition& c = conditions[it->second];
+    if (write) {
+      c.has_post = true;
+      c.post = value;
+    } else if (!c.has_post && !c.has_pre) {
+      c.has_pre = true;
+      c.pre = value;
+    }
+  }
+  // Allocations come from the arena in recorded order: the i-th is temporary i.
+  void on_allocate(const Storage& storage) override {
+    const char* p = static_cast<const char*>(storage.data());
+    if (p >= plan_.base && p < arena_end_) temporary_ids_[storage.id()] = static_cast<int32_t>(plan_.next - 1);
+  }
 
   size_t launches() const { return launches_; }
   std::vector<Guard> guards;   // every persistent storage the run touched, once
+  std::vector<capture_internal::HostCondition> conditions;   // every host state the run used, once
 
  private:
   void guard(Storage* s, const char* op) {
@@ -292,6 +330,9 @@ class CaptureObserver final : public StepObserver {
   Capturer& capturer_;
   size_t launches_ = 0;
   absl::flat_hash_set<Storage*> seen_;
+  absl::flat_hash_map<const TensorImpl*, size_t> condition_index_;   // owner -> conditions[i]
+  absl::flat_hash_map<uint64_t, int32_t> temporary_ids_;   // Storage::id() -> temporary, for arena storages
+  std::vector<int32_t> temporaries_;                       // the current launch's operands: temporary or kPersistent
 };
 
 // NOTE [ Outputs keep the arena ]: an output the step returned from the
@@ -345,8 +386,34 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
   for (Tensor& t : g.outputs) t = arena_view(g.arena, t);
   g.executable = *std::move(executable);
   g.guards = std::move(cap.guards);
+  g.conditions = std::move(cap.conditions);
   g.stats.kernels = static_cast<int64_t>(cap.launches());
   g.stats.capture_ms = ms_since(t0);
+  return absl::OkStatus();
+}
+
+// CaptureOptions::inputs, names and verify_every into the graph. Each input
+// must be one of the persistent tensors the capture run read.
+absl::Status bind(const Step& step, const CaptureOptions& options, Graph::Impl& g) {
+  absl::flat_hash_set<const Storage*> touched;
+  for (const Guard& guard : g.guards) touched.insert(guard.storage.get());
+  for (size_t i = 0; i < options.inputs.size(); ++i) {
+    const Tensor& t = *options.inputs[i];
+    if (!touched.contains(t.storage())) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "capture: input %d (%s %s) is not read by the step: pass the variables the step reads its batch from",
+          i, shape_str(t.shape()), dtype_name(t.dtype())));
+    }
+    g.input_vars.push_back(options.inputs[i]);
+    g.inputs.push_back(t);
+  }
+  for (const auto& [name, t] : options.names) {
+    if (t.defined()) g.names[t.storage()->id()] = {name, t.dtype(), t.storage_offset()};
+  }
+  if (options.verify_every > 0) {
+    g.step = step;
+    g.verify_every = options.verify_every;
+  }
   return absl::OkStatus();
 }
 
@@ -365,6 +432,17 @@ bool inside_capture() {
 
 absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const Step& step, const CaptureOptions& options) {
   if (options.warmup < 1) return absl::InvalidArgumentError("capture: warmup must be at least 1 (the recorded run)");
+  if (options.verify_every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("capture: verify_every is %d; it counts replays (0: never verify)", options.verify_every));
+  }
+  for (size_t i = 0; i < options.inputs.size(); ++i) {
+    if (options.inputs[i] == nullptr || !options.inputs[i]->defined()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "capture: input %d is %s; inputs are the step's variables (&x), holding tensors made before capture()",
+          i, options.inputs[i] == nullptr ? "null" : "an undefined tensor"));
+    }
+  }
   if (inside_capture()) {
     return absl::FailedPreconditionError(
         "capture: called inside a step that another capture() is recording or capturing; a captured step cannot "
@@ -374,6 +452,7 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const Step& step, cons
   ENCORE_RETURN_IF_ERROR(record(step, options, *g));
   ENCORE_RETURN_IF_ERROR(plan(options, *g));
   ENCORE_RETURN_IF_ERROR(capture_run(step, options, *g));
+  ENCORE_RETURN_IF_ERROR(bind(step, options, *g));
   return g;
 }
 

@@ -1,10 +1,14 @@
 // Graph: replay and the read-only view of what capture() recorded
 // (include/encore/capture.h, capture/graph_impl.h).
 #include <algorithm>
+#include <cstring>
 
 #include "capture/graph_impl.h"
+#include "capture/launch_match.h"
 #include "encore/error.h"
+#include "absl/strings/str_format.h"
 #include "src/core/phase.h"
+#include "src/core/step_observer.h"
 
 namespace encore {
 
@@ -14,10 +18,46 @@ Graph& Graph::operator=(Graph&&) noexcept = default;
 Graph::~Graph() = default;
 
 absl::Status Graph::replay() {
+  if (absl::Status s = impl_->check_inputs(); !s.ok()) return s;
+  return impl_->replay_once();
+}
+
+absl::Status Graph::replay(absl::Span<const Tensor> data) {
+  const std::vector<Tensor>& inputs = impl_->inputs;
+  if (data.size() != inputs.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "replay: given %d tensors for the graph's %d inputs (CaptureOptions::inputs)", data.size(), inputs.size()));
+  }
+  for (size_t i = 0; i < data.size(); ++i) {
+    if (!data[i].defined() || data[i].shape() != inputs[i].shape() || data[i].dtype() != inputs[i].dtype()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "replay: input %d is %s, the step was captured with %s %s", i,
+          data[i].defined() ? absl::StrCat(shape_str(data[i].shape()), " ", std::string(dtype_name(data[i].dtype())))
+                            : std::string("undefined"),
+          shape_str(inputs[i].shape()), dtype_name(inputs[i].dtype())));
+    }
+  }
+  // The data goes into the captured tensors: what the variables hold now no longer matters.
   if (absl::Status s = impl_->check_guards(); !s.ok()) return s;
-  absl::Status s = impl_->executable->replay();
-  if (s.ok()) impl_->replayed = true;
-  return s;
+  absl::Status copied = status_of([&] {
+    for (size_t i = 0; i < data.size(); ++i) {
+      Tensor dst = inputs[i];
+      dst.copy_(data[i].detach());
+    }
+  });
+  if (!copied.ok()) return copied;
+  return impl_->replay_once();
+}
+
+std::vector<FrozenValue> Graph::frozen() const {
+  std::vector<FrozenValue> out;
+  const std::vector<capture_internal::KernelRecord>& kernels = impl_->trace.kernels;
+  for (size_t k = 0; k < kernels.size(); ++k) {
+    for (auto& [name, value] : capture_internal::frozen_values(kernels[k])) {
+      out.push_back({k, kernels[k].op, phase_name(kernels[k].phase), std::move(name), std::move(value)});
+    }
+  }
+  return out;
 }
 
 const Tensor& Graph::output(size_t i) const {
@@ -37,7 +77,215 @@ Graph::Impl& Graph::internals() const { return *impl_; }
 
 // ---- Graph::Impl ----
 
+namespace {
+
+std::string owner_str(const TensorImpl& owner) {
+  return absl::StrFormat("%s %s parameter", shape_str(owner.shape), dtype_name(owner.dtype));
+}
+
+// NOTE [ Host state as a precondition ]: the lazy zero_grad flag as the graph needs it.
+absl::Status check_condition(const capture_internal::HostCondition& c) {
+  if (c.owner->use_count() < 2) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "replay: the %s whose gradient the captured step uses (in %s, from kernel #%d) was freed or replaced "
+        "since capture; keep it alive, refill it in place with copy_(), and capture again after changing it",
+        owner_str(*c.owner), phase_name(c.phase), c.kernel));
+  }
+  if (!c.has_pre || c.owner->autograd == nullptr || c.owner->autograd->grad_zero_pending_ == c.pre) {
+    return absl::OkStatus();
+  }
+  if (c.pre) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "replay: the captured step overwrites the gradient of a %s (in %s, from kernel #%d) because zero_grad() "
+        "was pending when it was captured, but no zero_grad() is pending now: an eager step would add to the "
+        "gradient. Call zero_grad() before every replay() as before capture, or inside the captured step",
+        owner_str(*c.owner), phase_name(c.phase), c.kernel));
+  }
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "replay: the captured step adds to the gradient of a %s (in %s, from kernel #%d) because no zero_grad() "
+      "was pending when it was captured, but zero_grad() was called since: an eager step would overwrite the "
+      "gradient. Call zero_grad() inside the captured step (for accumulation over several graphs, in the first "
+      "micro-batch's graph), not between replays",
+      owner_str(*c.owner), phase_name(c.phase), c.kernel));
+}
+
+// ---- NOTE [ Shadow verification ] ----
+// Every verify_every-th replay checks itself against the eager step: the
+// state the step touches (every persistent storage the capture run read or
+// wrote, byte for byte, and the lazy zero_grad flags) is saved, the graph
+// replays, its results are saved, the state before is put back, the step
+// runs eagerly, and the two results are compared. The eager step's state
+// stays (the outputs are overwritten with its values), so a verified replay
+// trains exactly as eager even when the comparison fails.
+
+// The bytes of a whole storage as a tensor that copies them unchanged.
+Tensor byte_view(const Ref<Storage>& s) {
+  auto impl = make_ref<TensorImpl>();
+  impl->storage = s;
+  impl->dtype = s->nbytes() % 4 == 0 ? kInt32 : kBool;   // copies of one dtype move bytes (bool: 0 or 1)
+  impl->shape = {s->nbytes() / dtype_size(impl->dtype)};
+  impl->strides = {1};
+  impl->compute_contiguous();
+  return Tensor(std::move(impl));
+}
+
+std::vector<unsigned char> read_bytes(const Tensor& t) {
+  const Tensor h = t.to(kCPU).contiguous();   // waits for the device's stream
+  const auto* p = static_cast<const unsigned char*>(h.data_ptr());
+  return {p, p + h.numel() * dtype_size(h.dtype())};
+}
+
+void write_bytes(const Ref<Storage>& s, const std::vector<unsigned char>& bytes) {
+  if (s->device().is_cpu()) {
+    std::memcpy(s->data(), bytes.data(), bytes.size());
+    return;
+  }
+  Tensor view = byte_view(s);
+  Tensor host = empty(view.shape(), view.dtype());
+  std::memcpy(host.data_ptr(), bytes.data(), bytes.size());
+  view.copy_(host);
+}
+
+// The first byte where a and b differ, or -1.
+int64_t first_difference(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b) {
+  if (a.size() != b.size()) return 0;
+  auto [pa, pb] = std::mismatch(a.begin(), a.end(), b.begin());
+  return pa == a.end() ? -1 : pa - a.begin();
+}
+
+std::string element_string(const std::vector<unsigned char>& bytes, int64_t element, DType dtype) {
+  const ArgField f{"", -1, 0, static_cast<uint8_t>(dtype_size(dtype)), ArgKind::kBits, false, dtype};
+  return arg_value_string(f, bytes.data() + element * dtype_size(dtype));
+}
+
+bool flag_of(const capture_internal::HostCondition& c) {
+  return c.owner->autograd != nullptr && c.owner->autograd->grad_zero_pending_;
+}
+
+}  // namespace
+
+absl::Status Graph::Impl::replay_verified() {
+  // The state before.
+  std::vector<std::vector<unsigned char>> before;
+  for (const capture_internal::Guard& g : guards) before.push_back(read_bytes(byte_view(g.storage)));
+  std::vector<bool> flags_before;
+  for (const capture_internal::HostCondition& c : conditions) flags_before.push_back(flag_of(c));
+  // The replay, and its results.
+  if (absl::Status s = executable->replay(); !s.ok()) return s;
+  replayed = true;
+  apply_postconditions();
+  std::vector<std::vector<unsigned char>> replayed_state, replayed_outputs;
+  for (const capture_internal::Guard& g : guards) replayed_state.push_back(read_bytes(byte_view(g.storage)));
+  for (const Tensor& t : outputs) replayed_outputs.push_back(read_bytes(t));
+  std::vector<bool> replayed_flags;
+  for (const capture_internal::HostCondition& c : conditions) replayed_flags.push_back(flag_of(c));
+  // The eager step from the same state.
+  for (size_t i = 0; i < guards.size(); ++i) write_bytes(guards[i].storage, before[i]);
+  for (size_t i = 0; i < conditions.size(); ++i) {
+    if (conditions[i].owner->autograd != nullptr) write_grad_zero_pending(*conditions[i].owner, flags_before[i]);
+  }
+  std::vector<Tensor> eager;
+  if (absl::Status s = status_of([&] { eager = step(); }); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("replay verification: the eager step failed: ", s.message()));
+  }
+  // Compare: outputs, then the persistent state, then the flags.
+  std::string diff;
+  if (eager.size() != outputs.size()) {
+    diff = absl::StrFormat("the eager step returned %d outputs, the graph %d", eager.size(), outputs.size());
+  }
+  for (size_t i = 0; i < outputs.size() && diff.empty(); ++i) {
+    const Tensor& e = eager[i];
+    if (e.shape() != outputs[i].shape() || e.dtype() != outputs[i].dtype()) {
+      diff = absl::StrFormat("output %d is %s %s eagerly, %s %s in the graph", i, shape_str(e.shape()),
+                             dtype_name(e.dtype()), shape_str(outputs[i].shape()), dtype_name(outputs[i].dtype()));
+      break;
+    }
+    const std::vector<unsigned char> bytes = read_bytes(e);
+    if (const int64_t at = first_difference(replayed_outputs[i], bytes); at >= 0) {
+      const int64_t element = at / dtype_size(e.dtype());
+      diff = absl::StrFormat("output %d differs from the eager step at element %d: replay %s, eager %s", i, element,
+                             element_string(replayed_outputs[i], element, e.dtype()),
+                             element_string(bytes, element, e.dtype()));
+    }
+  }
+  for (size_t i = 0; i < guards.size() && diff.empty(); ++i) {
+    const std::vector<unsigned char> bytes = read_bytes(byte_view(guards[i].storage));
+    const int64_t at = first_difference(replayed_state[i], bytes);
+    if (at < 0) continue;
+    auto it = names.find(guards[i].storage->id());
+    if (it != names.end()) {
+      const int64_t esize = dtype_size(it->second.dtype);
+      diff = absl::StrFormat("'%s' differs from the eager step at element %d: replay %s, eager %s", it->second.name,
+                             at / esize - it->second.offset, element_string(replayed_state[i], at / esize, it->second.dtype),
+                             element_string(bytes, at / esize, it->second.dtype));
+    } else {
+      diff = absl::StrFormat("%s differs from the eager step at byte %d: replay 0x%02x, eager 0x%02x",
+                             describe(*guards[i].storage, guards[i].first_op), at, replayed_state[i][at], bytes[at]);
+    }
+  }
+  for (size_t i = 0; i < conditions.size() && diff.empty(); ++i) {
+    if (flag_of(conditions[i]) != replayed_flags[i]) {
+      diff = absl::StrFormat("the lazy zero_grad flag of a %s is %s after the replay, %s after the eager step",
+                             owner_str(*conditions[i].owner), replayed_flags[i] ? "set" : "clear",
+                             flag_of(conditions[i]) ? "set" : "clear");
+    }
+  }
+  for (size_t i = 0; i < outputs.size() && i < eager.size(); ++i) {
+    if (outputs[i].storage() != eager[i].storage() && outputs[i].shape() == eager[i].shape()) {
+      Tensor out = outputs[i];
+      out.copy_(eager[i].detach());
+    }
+  }
+  if (diff.empty()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      absl::StrFormat("replay verification (replay #%d): ", replays), diff,
+      ". The state is now the eager step's. The step depends on something capture() cannot see (host state "
+      "that is not a tensor, such as a counter or a file), or encore replayed it wrongly: please report it"));
+}
+
+absl::Status Graph::Impl::replay_once() {
+  if (absl::Status s = check_guards(); !s.ok()) return s;
+  if (verify_every > 0 && (replays + 1) % verify_every == 0) {
+    ++replays;
+    return replay_verified();
+  }
+  absl::Status s = executable->replay();
+  if (s.ok()) {
+    ++replays;
+    replayed = true;
+    apply_postconditions();
+  }
+  return s;
+}
+
+absl::Status Graph::Impl::check_inputs() const {
+  for (size_t i = 0; i < input_vars.size(); ++i) {
+    if (input_vars[i]->defined() && input_vars[i]->impl() == inputs[i].impl()) continue;
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "replay: input %d was rebound to another tensor since capture (x = next instead of x.copy_(next)); the "
+        "graph reads the tensor it held at capture, so this replay would train on old data. Refill it in place "
+        "with copy_(), or pass the new data: graph.replay({x, y})",
+        i));
+  }
+  return absl::OkStatus();
+}
+
+std::string Graph::Impl::describe(const Storage& s, const char* first_op) const {
+  if (auto it = names.find(s.id()); it != names.end()) return absl::StrCat("'", it->second.name, "'");
+  return absl::StrFormat("a %d-byte tensor first used by '%s'", s.nbytes(), first_op);
+}
+
+void Graph::Impl::apply_postconditions() const {
+  for (const capture_internal::HostCondition& c : conditions) {
+    if (c.has_post && c.owner->autograd != nullptr) write_grad_zero_pending(*c.owner, c.post);
+  }
+}
+
 absl::Status Graph::Impl::check_guards() const {
+  // First: the conditions hold their owners, which blinds the use counts of their storages.
+  for (const capture_internal::HostCondition& c : conditions) {
+    if (absl::Status s = check_condition(c); !s.ok()) return s;
+  }
   for (const capture_internal::Guard& g : guards) {
     // The graph holds one reference; nobody else holding one means the tensor
     // was freed or its handle now points at other storage.
@@ -55,7 +303,10 @@ absl::Status Graph::Impl::check_guards() const {
 absl::Status Graph::Impl::replay_timed(std::vector<int64_t>& stamps) {
   if (absl::Status s = check_guards(); !s.ok()) return s;
   absl::Status s = executable->replay_timed(stamps);
-  if (s.ok()) replayed = true;
+  if (s.ok()) {
+    replayed = true;
+    apply_postconditions();
+  }
   return s;
 }
 

@@ -15,9 +15,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "capture/executable.h"
 #include "capture/trace.h"
 #include "encore/capture.h"
@@ -33,6 +36,23 @@ struct Guard {
   const char* first_op;   // the first launch that touched it, for messages
 };
 
+// NOTE [ Host state as a precondition ]: host state that decides which
+// kernels a step issues (autograd's lazy zero_grad flag of each parameter:
+// overwrite or accumulate the gradient) cannot live in the graph, so the
+// graph checks it. What the capture run read before writing is a
+// precondition of replay() (refused, naming the parameter and what to do,
+// when it does not hold); what it wrote last is set after each replay, as
+// the eager step would leave it. The graph keeps the owner alive and
+// refuses a replay once only the graph holds it (the parameter was dropped
+// or replaced).
+struct HostCondition {
+  Ref<TensorImpl> owner;             // the leaf whose flag it is
+  bool has_pre = false, pre = false; // the value the step read before writing it
+  bool has_post = false, post = false;   // the value the step left
+  int64_t kernel = 0;                // launches before the first use, for messages
+  Phase phase = Phase::kForward;     // the phase of the first use
+};
+
 }  // namespace capture_internal
 
 // Members in destruction order, last first: the executable and the outputs
@@ -43,6 +63,7 @@ struct Graph::Impl {
   Ref<Storage> arena;                                    // owns the arena memory (from the caching allocator)
   std::unique_ptr<capture_internal::Executable> executable;
   std::vector<capture_internal::Guard> guards;           // every persistent storage the step touches, once
+  std::vector<capture_internal::HostCondition> conditions;   // NOTE [ Host state as a precondition ]
   std::vector<Tensor> outputs;                           // what the step returned: views into the arena or
                                                          // persistent tensors
   std::vector<planner::Buffer> buffers;                  // the recorded temporaries, lifetimes in launches
@@ -50,9 +71,36 @@ struct Graph::Impl {
   capture_internal::Trace trace;                         // the recorded warm-up
   CaptureStats stats;
   bool replayed = false;                                 // a replay ran: the outputs hold its values
+  // CaptureOptions::inputs: the variables, and the tensors they held at capture.
+  std::vector<Tensor*> input_vars;
+  std::vector<Tensor> inputs;
+  // CaptureOptions::names, by Storage::id(): for messages.
+  struct Named {
+    std::string name;
+    DType dtype;
+    int64_t offset;   // elements from the storage's start
+  };
+  absl::flat_hash_map<uint64_t, Named> names;
+  // Shadow verification (CaptureOptions::verify_every): the step, and replays so far.
+  std::function<std::vector<Tensor>()> step;
+  int verify_every = 0;
+  int64_t replays = 0;
 
-  // FailedPrecondition naming the first guard whose tensor was freed or replaced.
+  // FailedPrecondition naming the first guard whose tensor was freed or
+  // replaced, or the first host condition that does not hold.
   [[nodiscard]] absl::Status check_guards() const;
+  // Leaves the host state as the step would (after a replay ran).
+  void apply_postconditions() const;
+  // check_guards(), then one replay (verified every verify_every-th), then
+  // the postconditions.
+  [[nodiscard]] absl::Status replay_once();
+  // FailedPrecondition naming the first input variable rebound since capture.
+  [[nodiscard]] absl::Status check_inputs() const;
+  // One replay, then the same step run eagerly from the state before it, and
+  // the two compared (NOTE [ Shadow verification ] in graph.cpp).
+  [[nodiscard]] absl::Status replay_verified();
+  // "parameter 'fc1.weight'" or "a 256-byte tensor first used by 'gemm'".
+  std::string describe(const Storage& s, const char* first_op) const;
   // Executable::replay_timed after check_guards().
   [[nodiscard]] absl::Status replay_timed(std::vector<int64_t>& stamps);
   // The CUDA graph of a step captured on a GPU (owned by the executable); nullptr on CPU.

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "capture/launch_match.h"
 #include "encore/tensor.h"
 
 namespace encore::capture_internal {
@@ -33,6 +34,7 @@ bool Recorder::on_launch(const LaunchRecord& launch) {
     rec.writes.push_back(id_of(s));
     rec.write_bytes.push_back(s->nbytes());
   }
+  record_launch_identity(launch, rec);
   for (int32_t id : rec.reads) touch(id, k);
   for (int32_t id : rec.writes) touch(id, k);
   trace_.kernels.push_back(std::move(rec));

@@ -22,6 +22,16 @@ namespace encore::capture_internal {
 
 inline constexpr int32_t kPersistent = -1;
 
+// Where a pointer argument points: into operand `operand` (reads, then
+// writes) at byte `offset` from its storage's start, or nowhere in them.
+struct PointerTarget {
+  static constexpr int32_t kNull = -1;    // a null pointer
+  static constexpr int32_t kOther = -2;   // memory outside the launch's operands: compared by value
+  int32_t operand = kNull;
+  int64_t offset = 0;
+  bool operator==(const PointerTarget&) const = default;
+};
+
 struct KernelRecord {
   const char* op;
   KernelThunk thunk;
@@ -29,6 +39,11 @@ struct KernelRecord {
   std::vector<int32_t> reads, writes;   // temporary ids (kPersistent for others)
   Phase phase = Phase::kForward;        // forward / backward / optimizer when launched
   std::vector<int64_t> read_bytes, write_bytes;   // bytes of each storage in reads / writes
+  // What capture/launch_match.h compares with the capture run's launch:
+  std::vector<unsigned char> args;      // the argument bytes
+  std::vector<ArgField> fields;         // what they are (src/core/kernel_args.h)
+  std::vector<PointerTarget> targets;   // one per pointer field, in order
+  std::vector<uint64_t> storage_ids;    // Storage::id() of each operand (reads, then writes)
 };
 
 struct AllocRecord {

@@ -42,12 +42,15 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "encore/planner.h"
 #include "encore/tensor.h"
 
@@ -64,6 +67,38 @@ struct CaptureOptions {
   // on a GPU (bench/gpu_bench "pdl" rows). Ignored on CPU, on older GPUs and
   // when encore was built for an older architecture (-Dgpu_arch below sm_90).
   bool programmatic_launch = false;
+  // The step's inputs: the variables the step reads its batch from, e.g.
+  // {&x, &y}. Optional: without it refill the tensors in place (x.copy_()).
+  // With it, replay(data) copies each data[i] into input i's tensor, and
+  // replay() refuses (FailedPrecondition) once a variable was rebound to
+  // another tensor (x = next instead of x.copy_(next)), even while some other
+  // handle keeps the old tensor alive. Every input must exist before
+  // capture() and be read by the step (else InvalidArgument). The variables
+  // are not owned: they must outlive the Graph.
+  std::vector<Tensor*> inputs;
+  // Shadow verification (NOTE [ Shadow verification ] in capture/graph.cpp):
+  // every verify_every-th replay() (0: never) also runs the step eagerly from
+  // the state before that replay and compares, bit for bit, every output and
+  // every persistent tensor the step touches (parameters, gradients,
+  // optimizer state, generator state, inputs) and the lazy zero_grad flags.
+  // A difference returns Internal naming the first one (tensor, element,
+  // both values); either way the state is left as the eager step left it.
+  // The step function must stay callable while the graph replays. Costs an
+  // eager step and a copy of the state per verified replay (bench/RESULTS.md).
+  int verify_every = 0;
+  // Names for the persistent tensors in messages (verification's
+  // difference, the frozen list), e.g. model.named_parameters() plus
+  // opt.state(); unnamed tensors are described by size and first op.
+  std::vector<std::pair<std::string, Tensor>> names;
+};
+
+// A host value baked into a captured kernel's arguments (Graph::frozen()).
+struct FrozenValue {
+  size_t node;          // the kernel's index in the graph
+  const char* op;       // its op, e.g. "mul" (static string)
+  const char* phase;    // "forward", "backward" or "optimizer": the phase that launched it
+  std::string name;     // the argument, e.g. "s", "alpha", "value"
+  std::string value;    // e.g. "0.5", "f32 0.00999999978" (a fill value and its dtype)
 };
 
 struct CaptureStats {
@@ -93,6 +128,19 @@ class Graph {
   // op), or as this InvalidArgument from the next replay() when the bad one
   // has finished by then (that replay is then not launched).
   [[nodiscard]] absl::Status replay();
+  // Copies data[i] into the tensor of CaptureOptions::inputs[i] (the one the
+  // variable held at capture), then replays. InvalidArgument, with nothing
+  // run, when the count, a shape, dtype or device does not match.
+  [[nodiscard]] absl::Status replay(absl::Span<const Tensor> data);
+  [[nodiscard]] absl::Status replay(std::initializer_list<Tensor> data) {
+    return replay(absl::MakeConstSpan(data.begin(), data.size()));
+  }
+  // Every host number baked into a kernel argument (floats and fill values:
+  // a loss scale, betas, eps, dropout's p), in node order. Each is the same
+  // at every replay. Shapes, dtypes and modes are frozen too; capture()
+  // checked all of them, with every other argument, against the recorded
+  // warm-up, so none of them changed between the two runs.
+  std::vector<FrozenValue> frozen() const;
   // The i-th tensor `step` returned: a view into the arena (or a persistent
   // tensor) holding the last replay's value; the next replay() overwrites
   // it, clone() keeps one. The handle keeps the arena's memory alive, so a

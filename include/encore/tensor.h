@@ -167,8 +167,13 @@ struct AutogradMeta {
   // NOTE [ Lazy zero_grad ]: zero_grad() only sets this. The next gradient
   // accumulated into `grad` overwrites it (a copy instead of a fill plus an
   // add); Tensor::grad() fills the zeros first if someone reads it before.
-  // The storage of `grad` never changes, so captured graphs keep pointing at it.
-  bool grad_zero_pending = false;
+  // The storage of `grad` never changes, so captured graphs keep pointing at
+  // it. The flag decides on the host which kernels backward() issues, so a
+  // captured step checks it at every replay (a precondition) and sets it as
+  // the step would: encore code reads and writes it only through
+  // read_grad_zero_pending / write_grad_zero_pending (src/core/step_observer.h),
+  // which report to the step's observer.
+  bool grad_zero_pending_ = false;
 };
 
 // The data behind a Tensor handle. Internal: use Tensor's methods.

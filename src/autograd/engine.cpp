@@ -9,6 +9,7 @@
 #include "encore/ops.h"
 #include "src/autograd/node.h"
 #include "src/core/phase.h"
+#include "src/core/step_observer.h"
 
 namespace encore {
 namespace {
@@ -63,7 +64,7 @@ void find_grad_buffers(Node* n, const PendingMap& pending, std::vector<Tensor>& 
     auto* acc = dynamic_cast<AccumulateGrad*>(e.fn.get());
     if (acc == nullptr || acc->leaf() == nullptr) continue;
     const AutogradMeta* meta = acc->leaf()->autograd.get();
-    if (meta == nullptr || !meta->grad_zero_pending || !meta->grad.defined()) continue;
+    if (meta == nullptr || !meta->grad.defined() || !read_grad_zero_pending(*acc->leaf())) continue;
     auto it = pending.find(acc);
     if (it == pending.end() || it->second.deps != 1) continue;   // another node adds to it too
     out[i] = meta->grad;

@@ -3,6 +3,7 @@
 #include "encore/autograd.h"
 #include "encore/ops.h"
 #include "src/autograd/function.h"
+#include "src/core/step_observer.h"
 
 namespace encore::autograd {
 namespace {
@@ -28,8 +29,8 @@ Grads AccumulateGrad::apply(Grads&& grads) {
   Tensor leaf{Ref<TensorImpl>(leaf_)};
   AutogradMeta* meta = leaf_->autograd.get();
   Tensor current = meta != nullptr ? meta->grad : Tensor();
-  if (current.defined() && meta->grad_zero_pending) {
-    meta->grad_zero_pending = false;   // NOTE [ Lazy zero_grad ]: overwrite instead of 0 + g
+  if (current.defined() && read_grad_zero_pending(*leaf_)) {
+    write_grad_zero_pending(*leaf_, false);   // NOTE [ Lazy zero_grad ]: overwrite instead of 0 + g
     const bool written_in_place = g.storage() == current.storage() &&
                                   g.storage_offset() == current.storage_offset();   // NOTE [ Gradients written in place ]
     if (written_in_place) {

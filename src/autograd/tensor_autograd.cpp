@@ -1,6 +1,7 @@
 // Tensor's autograd accessors.
 #include "encore/autograd.h"
 #include "src/autograd/node.h"
+#include "src/core/step_observer.h"
 
 namespace encore {
 
@@ -27,8 +28,8 @@ bool Tensor::is_leaf() const {
 Tensor Tensor::grad() const {
   AutogradMeta* m = impl_->autograd.get();
   if (m == nullptr) return Tensor();
-  if (m->grad_zero_pending) [[unlikely]] {   // NOTE [ Lazy zero_grad ]
-    m->grad_zero_pending = false;
+  if (m->grad.defined() && read_grad_zero_pending(*impl_)) [[unlikely]] {   // NOTE [ Lazy zero_grad ]
+    write_grad_zero_pending(*impl_, false);
     NoGradGuard no_grad;
     m->grad.zero_();
   }
@@ -42,13 +43,13 @@ void Tensor::set_grad(const Tensor& g) {
                g.defined() ? g.device().str() : "-", shape_str(shape()), dtype_name(dtype()), device().str());
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
   impl_->autograd->grad = g;
-  impl_->autograd->grad_zero_pending = false;
+  write_grad_zero_pending(*impl_, false);
 }
 
 namespace autograd {
 void zero_grad(const Tensor& t) {
   AutogradMeta* m = t.impl()->autograd.get();
-  if (m != nullptr && m->grad.defined()) m->grad_zero_pending = true;   // NOTE [ Lazy zero_grad ]
+  if (m != nullptr && m->grad.defined()) write_grad_zero_pending(*t.impl(), true);   // NOTE [ Lazy zero_grad ]
 }
 }  // namespace autograd
 

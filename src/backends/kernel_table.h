@@ -21,7 +21,9 @@
 // docs/ARCHITECTURE.md walks through it.
 //
 // Argument structs are plain data (trivially copyable: captured graphs copy
-// them). Pointers are device pointers of the launch's device, owned by
+// them), and each lists its members in a fields() template
+// (src/core/kernel_args.h): capture() compares every host value of a launch
+// with the recorded warm-up's, and a Graph reports what it froze. Pointers are device pointers of the launch's device, owned by
 // tensors that the launch's read/write lists keep alive during capture.
 // Sizes are in elements and strides in bytes unless a field says otherwise.
 #pragma once
@@ -48,6 +50,10 @@ struct BinaryArgs {
   DType dtype;
   BinaryOp op;
   double alpha;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("op", op); v("alpha", alpha);
+  }
 };
 
 // out = a op s (a + s, a * s, s - a, s / a); operands out, a; both of `dtype` (not bool).
@@ -56,6 +62,10 @@ struct BinaryScalarArgs {
   DType dtype;
   ScalarOp op;
   double s;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("op", op); v("s", s);
+  }
 };
 
 struct BinaryKernels {
@@ -75,6 +85,10 @@ struct UnaryArgs {
   DType dtype;
   UnaryOp op;
   double p0, p1;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("op", op); v("p0", p0); v("p1", p1);
+  }
 };
 
 // grad_in = g * op'(saved), saved being y or x as unary_saves_output says;
@@ -84,6 +98,10 @@ struct UnaryBackwardArgs {
   DType dtype;
   UnaryOp op;
   double p0, p1;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("op", op); v("p0", p0); v("p1", p1);
+  }
 };
 
 struct UnaryKernels {
@@ -100,6 +118,10 @@ struct UnaryKernels {
 struct WhereArgs {
   Layout<4> l;
   DType dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype);
+  }
 };
 
 // out = (mask == fill_when) ? value : a; operands out, a, mask (bool); out
@@ -109,6 +131,10 @@ struct MaskedFillArgs {
   DType dtype;
   uint64_t value_bits;   // the value converted to `dtype` (value_bits in convert.h): its storage bytes, low first
   bool fill_when;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v.bits("value", value_bits, dtype); v("fill_when", fill_when);
+  }
 };
 
 struct SelectKernels {
@@ -123,6 +149,10 @@ struct FillArgs {
   Layout<1> l;
   DType dtype;
   uint64_t value_bits;   // the value converted to `dtype` (value_bits in convert.h): its storage bytes, low first
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v.bits("value", value_bits, dtype);
+  }
 };
 
 // dst = convert(src) (convert.h; bit for bit on both backends); operands dst,
@@ -130,6 +160,10 @@ struct FillArgs {
 struct CopyArgs {
   Layout<2> l;
   DType dst_dtype, src_dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dst_dtype", dst_dtype); v("src_dtype", src_dtype);
+  }
 };
 
 // out[i] = convert(start + step * i), the sum in double; out dense, n elements.
@@ -138,6 +172,10 @@ struct ArangeArgs {
   int64_t n;
   DType dtype;   // not bool
   double start, step;
+  template <typename V>
+  void fields(V& v) const {
+    v("out", out); v("n", n); v("dtype", dtype); v("start", start); v("step", step);
+  }
 };
 
 // out[i] = draw i of Philox (src/core/philox.h) at counter state[1] + i, key
@@ -152,6 +190,10 @@ struct RandomArgs {
   int64_t* state;
   DType dtype;
   RandomKind kind;
+  template <typename V>
+  void fields(V& v) const {
+    v("out", out); v("n", n); v("state", state); v("dtype", dtype); v("kind", kind);
+  }
 };
 
 struct CopyKernels {
@@ -179,6 +221,12 @@ struct ReduceGeom {
   int64_t out_numel, red_numel;     // elements; red_numel per output
   int64_t kept_shape[kLayoutMaxDims], kept_stride[kLayoutMaxDims];   // strides in input elements
   int64_t red_shape[kLayoutMaxDims], red_stride[kLayoutMaxDims];
+  template <typename V>
+  void fields(V& v) const {
+    v("in", in); v("kept_ndim", kept_ndim); v("red_ndim", red_ndim); v("out_numel", out_numel);
+    v("red_numel", red_numel); v("kept_shape", kept_shape, kept_ndim); v("kept_stride", kept_stride, kept_ndim);
+    v("red_shape", red_shape, red_ndim); v("red_stride", red_stride, red_ndim);
+  }
 };
 
 // How a backend splits a reduction over its threads, from the geometry alone
@@ -190,6 +238,10 @@ struct ReducePlan {
   int32_t tx, ty;       // outputs per block, threads per output
   int32_t splits;       // chunks per output (1: a single pass, no partials)
   bool row_threads;     // y varies fastest across the threads of a block
+  template <typename V>
+  void fields(V& v) const {
+    v("tx", tx); v("ty", ty); v("splits", splits); v("row_threads", row_threads);
+  }
 };
 
 enum class SumMode : int32_t {
@@ -211,6 +263,11 @@ struct SumArgs {
   const float* mean;              // kSquaredDeviation: the mean of each output (f32, contiguous), else null
   double divisor;                 // kMean, kSquaredDeviation (see SumMode)
   void* partials;                 // scratch of plan_sum's bytes (null when it asked for none)
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("plan", plan); v("in_dtype", in_dtype); v("out_dtype", out_dtype); v("mode", mode);
+    v("out", out); v("mean", mean); v("divisor", divisor); v("partials", partials);
+  }
 };
 
 // values[o] / indices[o] = the max of output o's reduced elements and the
@@ -223,6 +280,11 @@ struct MaxArgs {
   void* values;                   // contiguous, g.out_numel elements; null for argmax
   int64_t* indices;               // contiguous, g.out_numel elements
   void* partials;                 // scratch of plan_max's bytes (null when it asked for none)
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("plan", plan); v("dtype", dtype); v("values", values); v("indices", indices);
+    v("partials", partials);
+  }
 };
 
 // grad_in [outer, n, inner] = 0 except grad_in[p, indices[p, i], i] =
@@ -233,6 +295,11 @@ struct MaxBackwardArgs {
   const int64_t* indices;         // [outer, inner]
   int64_t outer, n, inner;
   DType dtype;                    // f32, f16 or bf16
+  template <typename V>
+  void fields(V& v) const {
+    v("grad_in", grad_in); v("grad_out", grad_out); v("indices", indices); v("outer", outer); v("n", n);
+    v("inner", inner); v("dtype", dtype);
+  }
 };
 
 struct ReduceKernels {
@@ -273,6 +340,11 @@ struct SoftmaxArgs {
   int64_t outer, n, inner;
   DType dtype;
   bool log;
+  template <typename V>
+  void fields(V& v) const {
+    v("x", x); v("y", y); v("outer", outer); v("n", n); v("inner", inner); v("dtype", dtype);
+    v("log", log);
+  }
 };
 
 // gx from g (grad_out) and the forward output y, all [outer, n, inner]:
@@ -284,6 +356,11 @@ struct SoftmaxBackwardArgs {
   int64_t outer, n, inner;
   DType dtype;
   bool log;
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("y", y); v("gx", gx); v("outer", outer); v("n", n); v("inner", inner);
+    v("dtype", dtype); v("log", log);
+  }
 };
 
 // loss (0-d, dtype) = the mean of logsumexp(row) - x[row, target] over rows
@@ -297,6 +374,11 @@ struct CrossEntropyArgs {
   int64_t rows, classes, ignore_index;
   DType dtype, index;
   uint32_t* errors;               // a target neither in [0, classes) nor ignore_index: KernelError::kClassIndex
+  template <typename V>
+  void fields(V& v) const {
+    v("x", x); v("target", target); v("loss", loss); v("stats", stats); v("rows", rows);
+    v("classes", classes); v("ignore_index", ignore_index); v("dtype", dtype); v("index", index); v("errors", errors);
+  }
 };
 
 // gx [rows, classes] = (softmax - onehot(target)) * grad_loss / count on
@@ -310,6 +392,11 @@ struct CrossEntropyBackwardArgs {
   void* gx;
   int64_t rows, classes, ignore_index;
   DType dtype, index;
+  template <typename V>
+  void fields(V& v) const {
+    v("x", x); v("target", target); v("stats", stats); v("grad_loss", grad_loss); v("gx", gx);
+    v("rows", rows); v("classes", classes); v("ignore_index", ignore_index); v("dtype", dtype); v("index", index);
+  }
 };
 
 // y [rows, cols] = (x - mean) * rstd * w + b per row; stats f32 [rows, 2] =
@@ -323,6 +410,11 @@ struct LayerNormArgs {
   int64_t rows, cols;
   float eps;
   DType dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("x", x); v("w", w); v("b", b); v("y", y); v("stats", stats); v("rows", rows); v("cols", cols);
+    v("eps", eps); v("dtype", dtype);
+  }
 };
 
 // NOTE [ Deterministic layer_norm sums ]: dw/db are column sums over rows.
@@ -342,6 +434,12 @@ struct LayerNormBackwardArgs {
   float* partial;                 // scratch [chunks, 2, cols]; null when dw and db both are
   int64_t rows, cols, chunks, rows_per_chunk;
   DType dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("x", x); v("w", w); v("stats", stats); v("dx", dx); v("dw", dw); v("db", db);
+    v("partial", partial); v("rows", rows); v("cols", cols); v("chunks", chunks); v("rows_per_chunk", rows_per_chunk);
+    v("dtype", dtype);
+  }
 };
 
 // out [n, dim] = rows idx[i] of w [vocab, dim] (any dtype but bool); a bad
@@ -353,6 +451,11 @@ struct EmbeddingArgs {
   int64_t n, vocab, dim;
   DType dtype, index;
   uint32_t* errors;               // an index outside [0, vocab): KernelError::kEmbeddingIndex
+  template <typename V>
+  void fields(V& v) const {
+    v("w", w); v("idx", idx); v("out", out); v("n", n); v("vocab", vocab); v("dim", dim);
+    v("dtype", dtype); v("index", index); v("errors", errors);
+  }
 };
 
 // gw [vocab, dim] = 0, then row idx[i] += g[i] for each i in order (f16/bf16
@@ -366,6 +469,12 @@ struct EmbeddingBackwardArgs {
   int64_t workspace_bytes;
   int64_t n, vocab, dim;
   DType dtype, index;
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("idx", idx); v("gw", gw); v("workspace", workspace);
+    v("workspace_bytes", workspace_bytes); v("n", n); v("vocab", vocab); v("dim", dim); v("dtype", dtype);
+    v("index", index);
+  }
 };
 
 // y = keep ? x / (1 - p) : 0 with keep = uniform(philox(offset + i, seed)
@@ -380,6 +489,11 @@ struct DropoutArgs {
   int64_t n;
   float p, scale;                 // scale = 1 / (1 - p)
   DType dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("x", x); v("y", y); v("mask", mask); v("state", state); v("n", n); v("p", p); v("scale", scale);
+    v("dtype", dtype);
+  }
 };
 
 // gx = mask ? g * scale : 0.
@@ -390,6 +504,10 @@ struct DropoutBackwardArgs {
   int64_t n;
   float scale;
   DType dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("mask", mask); v("gx", gx); v("n", n); v("scale", scale); v("dtype", dtype);
+  }
 };
 
 struct NnKernels {
@@ -446,6 +564,15 @@ struct GemmArgs {
   void* workspace;             // GemmKernels::workspace_bytes of scratch; null when it asks for none
   int64_t workspace_bytes;
   int device;                  // the device's index (CUDA: whose cuBLAS handle)
+  template <typename V>
+  void fields(V& v) const {
+    v("a", a); v("b", b); v("c", c); v("dtype", dtype); v("c_dtype", c_dtype); v("m", m); v("n", n);
+    v("k", k); v("lda", lda); v("ldb", ldb); v("ldc", ldc); v("trans_a", trans_a); v("trans_b", trans_b);
+    v("alpha", alpha); v("beta", beta); v("batch_ndim", batch_ndim); v("batch_shape", batch_shape, batch_ndim);
+    v("batch_stride_a", batch_stride[0], batch_ndim); v("batch_stride_b", batch_stride[1], batch_ndim);
+    v("batch_stride_c", batch_stride[2], batch_ndim); v("workspace", workspace);
+    v("workspace_bytes", workspace_bytes); v("device", device);
+  }
 };
 
 // out[j] = sum_i x[i, j], accumulated in f32 in an order that depends on the
@@ -458,6 +585,11 @@ struct ColumnSumArgs {
   int64_t chunk_rows;          // rows per chunk: ceil(rows / chunks)
   int chunks;                  // from GemmKernels::column_sum_chunks; 1 without it
   DType dtype;                 // f32, f16 or bf16
+  template <typename V>
+  void fields(V& v) const {
+    v("x", x); v("out", out); v("partial", partial); v("rows", rows); v("cols", cols); v("ldx", ldx);
+    v("chunk_rows", chunk_rows); v("chunks", chunks); v("dtype", dtype);
+  }
 };
 
 struct GemmKernels {
@@ -495,6 +627,11 @@ struct SgdArgs {
   bool has_momentum, nesterov;
   const float* lr;             // device scalar: this step's learning rate
   float momentum, weight_decay;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("has_momentum", has_momentum); v("nesterov", nesterov); v("lr", lr);
+    v("momentum", momentum); v("weight_decay", weight_decay);
+  }
 };
 
 // One AdamW step in place; operands param, grad (dtype), exp_avg, exp_avg_sq (f32).
@@ -504,6 +641,11 @@ struct AdamWArgs {
   const float* lr;             // device scalar: this step's learning rate
   const int64_t* step;         // device scalar: t, counting this step (t >= 1)
   float beta1, beta2, eps, weight_decay;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("lr", lr); v("step", step); v("beta1", beta1); v("beta2", beta2);
+    v("eps", eps); v("weight_decay", weight_decay);
+  }
 };
 
 // One parameter of a multi-tensor AdamW launch (NOTE [ One AdamW launch ] in
@@ -528,10 +670,19 @@ struct AdamWManyArgs {
   const float* lr;
   const int64_t* step;
   float beta1, beta2, eps, weight_decay;
+  template <typename V>
+  void fields(V& v) const {
+    v("table", table); v("count", count); v("total", total); v("dtype", dtype); v("lr", lr);
+    v("step", step); v("beta1", beta1); v("beta2", beta2); v("eps", eps); v("weight_decay", weight_decay);
+  }
 };
 
 struct IncrementArgs {
   int64_t* counter;            // device scalar, += 1
+  template <typename V>
+  void fields(V& v) const {
+    v("counter", counter);
+  }
 };
 
 // *out = sum of x^2 over x (operand 0, float of `dtype`), accumulated in
@@ -542,6 +693,10 @@ struct SumSquaresArgs {
   double* scratch;             // `blocks` doubles (an encore temporary); null when blocks == 0
   int blocks;                  // from OptimKernels::sum_of_squares_blocks; 0 without it
   float* out;                  // one f32 slot of the partial sums
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("scratch", scratch); v("blocks", blocks); v("out", out);
+  }
 };
 
 // norm = sqrt(sum(partial)); scale = min(1, max_norm / (norm + 1e-6)), NaN kept.
@@ -551,6 +706,10 @@ struct ClipCoefArgs {
   float* norm;                 // device scalars, written
   float* scale;
   double max_norm;
+  template <typename V>
+  void fields(V& v) const {
+    v("partial", partial); v("n", n); v("norm", norm); v("scale", scale); v("max_norm", max_norm);
+  }
 };
 
 // x *= *scale in place (operand 0, float of `dtype`); writes nothing unless *scale < 1.
@@ -558,6 +717,10 @@ struct ScaleInPlaceArgs {
   Layout<1> l;
   DType dtype;
   const float* scale;          // device scalar
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("scale", scale);
+  }
 };
 
 struct OptimKernels {

@@ -25,6 +25,18 @@ struct Layout {
   int64_t shape[kLayoutMaxDims];          // after merging
   int64_t stride[N][kLayoutMaxDims];      // bytes; 0 on broadcast dims
   char* ptr[N];
+
+  template <typename V>
+  void fields(V& v) const {   // src/core/kernel_args.h: entries past ndim are not set, so not visited
+    static constexpr const char* kStrideNames[] = {"stride0", "stride1", "stride2", "stride3"};
+    static_assert(N <= 4, "name the strides of more operands");
+    v("ndim", ndim);
+    v("numel", numel);
+    v("contiguous", contiguous);
+    v("shape", shape, ndim);
+    for (int n = 0; n < N; ++n) v(kStrideNames[n], stride[n], ndim);
+    v("ptr", ptr);
+  }
 };
 
 }  // namespace encore::backend

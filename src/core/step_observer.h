@@ -26,11 +26,12 @@
 
 #include "absl/types/span.h"
 #include "encore/device.h"
+#include "encore/tensor.h"
 #include "src/core/kernel.h"
+#include "src/core/kernel_args.h"
 
 namespace encore {
 
-class Storage;
 class Stream;
 
 struct LaunchRecord {
@@ -39,6 +40,7 @@ struct LaunchRecord {
   KernelThunk thunk;
   const void* args;                     // valid only during the observer call
   uint32_t args_size;                   // bytes
+  absl::Span<const ArgField> fields;    // what the bytes of args are (src/core/kernel_args.h); same lifetime
   absl::Span<Storage* const> reads;
   absl::Span<Storage* const> writes;
 };
@@ -65,6 +67,14 @@ class StepObserver {
   // owner (a Graph's output) may point at a block that now holds another
   // storage.
   virtual void on_free(const Storage& storage) {}
+  // Sees host state that decides which kernels the step issues being read
+  // or written by the observing thread: today autograd's lazy zero_grad flag
+  // of the leaf `owner` (NOTE [ Lazy zero_grad ] in encore/tensor.h; read
+  // and written only through read_grad_zero_pending / write_grad_zero_pending
+  // below). `value` is the flag's value read, or the value written. A
+  // captured graph turns what its step reads first into a precondition of
+  // replay() and what it writes last into the state a replay leaves.
+  virtual void on_host_state(TensorImpl& owner, bool write, bool value) {}
 };
 
 // Installs `observer` for the calling thread's step: on the stream of every
@@ -118,6 +128,23 @@ inline void observe_allocate(const Storage& storage) {
 inline void observe_free(const Storage& storage) {
   if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
     if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_free(storage);
+  }
+}
+
+// NOTE [ Lazy zero_grad ]'s flag, read and written only through these two,
+// so that a step observer sees every use (StepObserver::on_host_state).
+// `owner` is the leaf whose AutogradMeta holds the flag; it must have one.
+inline bool read_grad_zero_pending(TensorImpl& owner) {
+  const bool value = owner.autograd->grad_zero_pending_;
+  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_host_state(owner, false, value);
+  }
+  return value;
+}
+inline void write_grad_zero_pending(TensorImpl& owner, bool value) {
+  owner.autograd->grad_zero_pending_ = value;
+  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_host_state(owner, true, value);
   }
 }
 

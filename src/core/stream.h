@@ -7,7 +7,10 @@
 // sees every launch first: that single hook is what makes recording,
 // planning, capture and profiling possible.
 //
-//   struct ScaleArgs { float* x; int64_t n; float s; };
+//   struct ScaleArgs {
+//     float* x; int64_t n; float s;
+//     template <typename V> void fields(V& v) const { v("x", x); v("n", n); v("s", s); }   // kernel_args.h
+//   };
 //   void scale_kernel(const ScaleArgs& a) { for (int64_t i = 0; i < a.n; ++i) a.x[i] *= a.s; }
 //   current_stream(kCPU).launch(kernel<&scale_kernel>(), "scale", ScaleArgs{p, n, 2.f}, {}, {storage});
 //
@@ -23,6 +26,7 @@
 #include <initializer_list>
 #include <thread>
 #include <type_traits>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "encore/tensor.h"
@@ -50,7 +54,9 @@ class Stream {
     static_assert(std::is_trivially_copyable_v<Args>, "kernel args are copied into graphs");
     if (observer_.load(std::memory_order_acquire) != nullptr) [[unlikely]] {
       if (StepObserver* o = watching(op); o != nullptr) {
-        LaunchRecord rec{op, device_, kernel.thunk_for(args), &args, sizeof(Args), reads, writes};
+        std::vector<ArgField> fields;
+        collect_arg_fields(args, fields);
+        LaunchRecord rec{op, device_, kernel.thunk_for(args), &args, sizeof(Args), fields, reads, writes};
         if (!o->on_launch(rec)) return;
         return rec.thunk(&args);
       }

@@ -45,7 +45,13 @@ Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device devi
 
 namespace {
 template <typename T>
-struct HostCopyArgs { T* dst; const T* src; int64_t n; };
+struct HostCopyArgs {
+  T* dst;
+  const T* src;   // host memory outside any tensor
+  int64_t n;
+  template <typename V>
+  void fields(V& v) const { v("dst", dst); v("src", src); v("n", n); }
+};
 template <typename T>
 void host_copy_kernel(const HostCopyArgs<T>& a) {
   if (a.n > 0) std::memcpy(a.dst, a.src, a.n * sizeof(T));   // an empty vector's data() may be null

@@ -359,15 +359,20 @@ TEST(CaptureTest, StepIssuingDifferentKernelsFailsNamingBothOps) {
 // One kernel serving several ops under different names (as CUDA's unary_launch
 // does for relu and tanh): the capture run must issue the same op, not only
 // the same kernel function.
-void scale_in_place(const float* const& p) { (void)p; }
+struct NoArgs {
+  const float* p;
+  template <typename V>
+  void fields(V& v) const { v("p", p); }
+};
+void scale_in_place(const NoArgs& a) { (void)a; }
 
 TEST(CaptureTest, SameKernelUnderAnotherOpNameFailsCapture) {
   Tensor x = zeros({4});
   int calls = 0;
   absl::StatusOr<Graph> graph = capture([&] {
     Tensor y = add(x, 1.0);
-    const float* p = y.data<float>();
-    current_stream(kCPU).launch<&scale_in_place>(++calls == 3 ? "tanh" : "relu", p, {}, {y.storage()});
+    current_stream(kCPU).launch<&scale_in_place>(++calls == 3 ? "tanh" : "relu", NoArgs{y.data<float>()}, {},
+                                                 {y.storage()});
     return std::vector<Tensor>{y};
   });
   ASSERT_FALSE(graph.ok());

@@ -23,6 +23,8 @@ struct TransferArgs {
   const char* src;
   int64_t nbytes;
   int device;   // the CUDA side's index
+  template <typename V>
+  void fields(V& v) const { v("dst", dst); v("src", src); v("nbytes", nbytes); v("device", device); }
 };
 
 // Pageable host memory is staged through pinned blocks (NOTE [ Staged

@@ -1,0 +1,553 @@
+// The replay contract's hazard suite (include/encore/capture.h, README
+// "Capturing your own step"): training loops written in the ways a user
+// plausibly writes them, with the capture boundary in different places. Each
+// must either train exactly as its eager twin, bit for bit over kSteps steps
+// (parameters, their gradients and the lazy zero_grad flags), or be refused
+// by capture() or replay() with a message that names the op or call and says
+// what to do. None may silently differ.
+//
+// The eager twin of a captured loop runs the same calls eagerly: capture()
+// runs its step `warmup` times eagerly (real steps) and then once more
+// without computing anything, so the twin runs the step `warmup` times where
+// the captured loop calls capture().
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "capture/graph_impl.h"
+#include "encore/capture.h"
+#include "encore/encore.h"
+#include "encore/nn.h"
+#include "encore/optim.h"
+#include "tests/backends/cuda_test_util.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+constexpr int kSteps = 50;
+constexpr int kWarmup = 2;   // CaptureOptions::warmup's default
+
+using Step = std::function<std::vector<Tensor>()>;
+
+// A small model, its optimizer and static inputs.
+struct Rig {
+  std::unique_ptr<nn::Mlp> model;
+  std::unique_ptr<optim::Optimizer> opt;
+  Tensor x, y;
+  Tensor loss() { return cross_entropy(model->forward(x), y); }
+  // Batch i into the static inputs, in place.
+  void fill(int i) {
+    NoGradGuard no_grad;
+    x.copy_(testing::random_tensor({8, 12}, 100 + i).to(x.device()));
+    y.copy_(from_vector<int64_t>({0, 1, 2, 3, 4, i % 5, (i / 5) % 5, 2}).to(y.device()));
+  }
+};
+
+enum class Opt { kAdamW, kSgdMomentum };
+
+std::unique_ptr<Rig> make_rig(Opt which = Opt::kAdamW, Device dev = kCPU) {
+  auto r = std::make_unique<Rig>();
+  manual_seed(11);
+  r->model = std::make_unique<nn::Mlp>(std::vector<int64_t>{12, 16, 5});
+  r->model->to(dev);
+  if (which == Opt::kAdamW) {
+    r->opt = std::make_unique<optim::AdamW>(r->model->parameters(), optim::AdamWOptions{.lr = 1e-2});
+  } else {
+    r->opt = std::make_unique<optim::SGD>(r->model->parameters(),
+                                          optim::SgdOptions{.lr = 5e-2, .momentum = 0.9});
+  }
+  r->x = zeros({8, 12}, dev);
+  r->y = zeros({8}, kInt64, dev);
+  // One eager step, so that gradients and optimizer state exist (NOTE [ Lazily created state ]).
+  r->fill(0);
+  r->opt->zero_grad();
+  r->loss().backward();
+  r->opt->step();
+  return r;
+}
+
+// Bits of t (any float dtype) as bytes, read without touching autograd state.
+std::vector<unsigned char> bits(const Tensor& t) {
+  Tensor c = t.to(kCPU).contiguous();
+  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+  return {p, p + c.numel() * dtype_size(c.dtype())};
+}
+
+// The gradient as stored (Tensor::grad() would fill pending zeros, changing
+// the state under test) and the lazy flag.
+const Tensor& stored_grad(const Tensor& p) { return p.impl()->autograd->grad; }
+bool zero_pending(const Tensor& p) { return p.impl()->autograd->grad_zero_pending_; }
+
+// Parameters, stored gradients and the lazy zero_grad flags of both rigs are
+// the same bits.
+void expect_same_state(const Rig& eager, const Rig& captured, int step) {
+  const std::vector<Tensor> a = eager.model->parameters(), b = captured.model->parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(bits(a[i]), bits(b[i])) << "step " << step << ": parameter " << i << " differs from eager";
+    ASSERT_EQ(bits(stored_grad(a[i])), bits(stored_grad(b[i])))
+        << "step " << step << ": gradient " << i << " differs from eager";
+    ASSERT_EQ(zero_pending(a[i]), zero_pending(b[i]))
+        << "step " << step << ": zero_grad() pending on parameter " << i << " differs from eager";
+  }
+}
+
+void run_eagerly(const Step& step, int times) {
+  for (int i = 0; i < times; ++i) step();
+}
+
+void expect_refused(const absl::Status& s, std::initializer_list<const char*> words) {
+  ASSERT_FALSE(s.ok()) << "expected a refusal naming " << *words.begin();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  for (const char* w : words) EXPECT_NE(s.message().find(w), absl::string_view::npos) << "'" << w << "' in " << s;
+}
+
+// ---- 1. The lazy zero_grad flag across the capture boundary ----
+
+// A loop whose captured part is `step` and whose eager parts run around
+// every replay: before(rig) and after(rig). The eager twin runs the same
+// with the step run eagerly. Expects bit-equality over kSteps, or (when
+// `refusal` is given) that the first replay is refused naming those words.
+struct Loop {
+  std::function<std::vector<Tensor>(Rig&)> step;
+  std::function<void(Rig&)> before = [](Rig&) {};
+  std::function<void(Rig&)> after = [](Rig&) {};
+};
+
+void expect_loop_matches_eager(const Loop& loop, Opt opt = Opt::kAdamW, Device dev = kCPU,
+                               const CaptureOptions& options = {}) {
+  std::unique_ptr<Rig> eager = make_rig(opt, dev), cap = make_rig(opt, dev);
+  // capture() where the eager twin runs the step kWarmup times.
+  loop.before(*eager);
+  run_eagerly([&] { return loop.step(*eager); }, kWarmup);
+  loop.before(*cap);
+  absl::StatusOr<Graph> graph = capture([&] { return loop.step(*cap); }, options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  loop.after(*eager);
+  loop.after(*cap);
+  expect_same_state(*eager, *cap, 0);
+  for (int i = 1; i <= kSteps; ++i) {
+    eager->fill(i);
+    loop.before(*eager);
+    const std::vector<Tensor> outs = loop.step(*eager);
+    loop.after(*eager);
+    cap->fill(i);
+    loop.before(*cap);
+    const absl::Status replayed = graph->replay();
+    ASSERT_TRUE(replayed.ok()) << "step " << i << ": " << replayed;
+    loop.after(*cap);
+    if (!outs.empty()) {
+      ASSERT_EQ(bits(outs[0]), bits(graph->output(0))) << "step " << i << ": loss differs from eager";
+    }
+    expect_same_state(*eager, *cap, i);
+  }
+}
+
+absl::Status first_replay_of(const Loop& loop, Opt opt = Opt::kAdamW) {
+  std::unique_ptr<Rig> cap = make_rig(opt);
+  loop.before(*cap);
+  absl::StatusOr<Graph> graph = capture([&] { return loop.step(*cap); });
+  if (!graph.ok()) return graph.status();
+  loop.after(*cap);
+  absl::Status s;
+  for (int i = 1; i <= kSteps && s.ok(); ++i) {
+    cap->fill(i);
+    loop.before(*cap);
+    s = graph->replay();
+    loop.after(*cap);
+  }
+  return s;
+}
+
+std::vector<Tensor> whole_step(Rig& r) {
+  r.opt->zero_grad();
+  Tensor loss = r.loss();
+  loss.backward();
+  r.opt->step();
+  return {loss};
+}
+std::vector<Tensor> forward_backward(Rig& r) {
+  Tensor loss = r.loss();
+  loss.backward();
+  return {loss};
+}
+std::vector<Tensor> zero_forward_backward(Rig& r) {
+  r.opt->zero_grad();
+  return forward_backward(r);
+}
+
+TEST(ReplayContractTest, TheWholeStepCapturedTrainsAsEager) {
+  expect_loop_matches_eager({.step = whole_step});
+  expect_loop_matches_eager({.step = whole_step}, Opt::kSgdMomentum);
+}
+
+TEST(ReplayContractTest, ZeroGradInsideAndTheOptimizerOutsideTrainsAsEager) {
+  expect_loop_matches_eager({.step = zero_forward_backward, .after = [](Rig& r) { r.opt->step(); }});
+  expect_loop_matches_eager({.step = zero_forward_backward, .after = [](Rig& r) { r.opt->step(); }},
+                            Opt::kSgdMomentum);
+}
+
+TEST(ReplayContractTest, ZeroGradAtTheEndOfTheCapturedStepTrainsAsEager) {
+  // zero_grad() last: every replay starts with zeros pending, as capture saw.
+  const Loop loop{.step = [](Rig& r) {
+                    Tensor loss = r.loss();
+                    loss.backward();
+                    r.opt->step();
+                    r.opt->zero_grad();
+                    return std::vector<Tensor>{loss};
+                  }};
+  expect_loop_matches_eager(loop);
+}
+
+TEST(ReplayContractTest, ZeroGradBetweenReplaysOfAForwardBackwardGraphIsRefused) {
+  // The graph was captured accumulating (its warm-ups left no zeros pending):
+  // with zero_grad() before each replay an eager step would overwrite.
+  const absl::Status s = first_replay_of({.step = forward_backward,
+                                          .before = [](Rig& r) { r.opt->zero_grad(); },
+                                          .after = [](Rig& r) { r.opt->step(); }});
+  expect_refused(s, {"replay:", "zero_grad()", "backward", "inside the captured step"});
+}
+
+TEST(ReplayContractTest, ZeroGradBeforeReplaysOfAForwardBackwardStepGraphIsRefused) {
+  const absl::Status s = first_replay_of({.step = [](Rig& r) {
+                                            std::vector<Tensor> out = forward_backward(r);
+                                            r.opt->step();
+                                            return out;
+                                          },
+                                          .before = [](Rig& r) { r.opt->zero_grad(); }},
+                                         Opt::kSgdMomentum);
+  expect_refused(s, {"replay:", "zero_grad()", "adds to the gradient"});
+}
+
+TEST(ReplayContractTest, AccumulationWithTheFirstMicroBatchZeroingTrainsAsEager) {
+  // K micro-batches per update: graph A zeroes and accumulates the first,
+  // graph B accumulates each further one, the optimizer runs eagerly after.
+  constexpr int kMicro = 3;
+  std::unique_ptr<Rig> eager = make_rig(), cap = make_rig();
+  run_eagerly([&] { return zero_forward_backward(*eager); }, kWarmup);
+  run_eagerly([&] { return forward_backward(*eager); }, kWarmup);
+  absl::StatusOr<Graph> first = capture([&] { return zero_forward_backward(*cap); });
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<Graph> more = capture([&] { return forward_backward(*cap); });
+  ASSERT_TRUE(more.ok()) << more.status();
+  for (int i = 1; i <= kSteps; ++i) {
+    for (int m = 0; m < kMicro; ++m) {
+      eager->fill(i * kMicro + m);
+      m == 0 ? zero_forward_backward(*eager) : forward_backward(*eager);
+      cap->fill(i * kMicro + m);
+      ASSERT_TRUE((m == 0 ? first->replay() : more->replay()).ok()) << "step " << i << " micro-batch " << m;
+    }
+    eager->opt->step();
+    cap->opt->step();
+    expect_same_state(*eager, *cap, i);
+  }
+}
+
+TEST(ReplayContractTest, AccumulationGraphAfterAnUpdateGraphThatZeroesIsRefused) {
+  // "accumulate" replayed K times, then "update" = step + zero_grad: the
+  // accumulate graph was captured adding, but after the update zeros are
+  // pending, where eager would overwrite.
+  std::unique_ptr<Rig> cap = make_rig();
+  absl::StatusOr<Graph> accumulate = capture([&] { return forward_backward(*cap); });
+  ASSERT_TRUE(accumulate.ok()) << accumulate.status();
+  absl::StatusOr<Graph> update = capture([&] {
+    cap->opt->step();
+    cap->opt->zero_grad();
+    return std::vector<Tensor>{};
+  });
+  ASSERT_TRUE(update.ok()) << update.status();
+  expect_refused(accumulate->replay(), {"replay:", "adds to the gradient", "zero_grad()", "first micro-batch"});
+}
+
+TEST(ReplayContractTest, ARefusedReplayChangesNothing) {
+  std::unique_ptr<Rig> cap = make_rig(), twin = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return forward_backward(*cap); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  run_eagerly([&] { return forward_backward(*twin); }, kWarmup);
+  cap->opt->zero_grad();
+  twin->opt->zero_grad();
+  ASSERT_FALSE(graph->replay().ok());
+  expect_same_state(*twin, *cap, 0);
+}
+
+// ---- 2. Host values a step computes: scalars, tensor choices, fills ----
+
+TEST(ReplayContractTest, AHostScalarThatChangesPerCallIsRefusedNamingTheOpAndArgument) {
+  std::unique_ptr<Rig> r = make_rig();
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    r->opt->zero_grad();
+    Tensor loss = mul(r->loss(), 1024.0 / (1 << (++calls % 3)));   // a loss scale that changes per call
+    loss.backward();
+    r->opt->step();
+    return std::vector<Tensor>{loss};
+  });
+  ASSERT_FALSE(graph.ok());
+  expect_refused(graph.status(), {"capture: kernel #", "'mul_scalar'", "argument 's'", "in the capture run",
+                                  "hold it in a tensor"});
+}
+
+TEST(ReplayContractTest, AConstantHostScalarTrainsAsEagerAndIsListedAsFrozen) {
+  const Loop loop{.step = [](Rig& r) {
+    r.opt->zero_grad();
+    Tensor loss = mul(r.loss(), 0.5);
+    loss.backward();
+    r.opt->step();
+    return std::vector<Tensor>{loss};
+  }};
+  expect_loop_matches_eager(loop);
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return loop.step(*r); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  // The scale appears twice: the forward's mul and its backward's.
+  std::set<std::string> phases;
+  for (const FrozenValue& f : graph->frozen()) {
+    if (std::string(f.op) == "mul_scalar" && f.name == "s" && f.value == "0.5") {
+      EXPECT_LT(f.node, static_cast<size_t>(graph->stats().kernels));
+      EXPECT_STREQ(graph->internals().node_op(f.node), "mul_scalar");
+      phases.insert(f.phase);
+    }
+  }
+  EXPECT_EQ(phases, (std::set<std::string>{"forward", "backward"})) << "the loss scale 0.5 in Graph::frozen()";
+}
+
+TEST(ReplayContractTest, AChangingScalarHeldInATensorTrainsAsEager) {
+  // The recommended way: the scale lives in a 0-d tensor refilled before each step.
+  std::unique_ptr<Rig> eager = make_rig(), cap = make_rig();
+  Tensor scale_e = full({}, 1.0, kFloat32), scale_c = full({}, 1.0, kFloat32);
+  auto step = [](Rig& r, const Tensor& scale) {
+    r.opt->zero_grad();
+    Tensor loss = mul(r.loss(), scale);
+    loss.backward();
+    r.opt->step();
+    return std::vector<Tensor>{loss};
+  };
+  run_eagerly([&] { return step(*eager, scale_e); }, kWarmup);
+  absl::StatusOr<Graph> graph = capture([&] { return step(*cap, scale_c); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  for (int i = 1; i <= kSteps; ++i) {
+    const double s = 1.0 / (1 + i % 4);
+    eager->fill(i);
+    scale_e.fill_(s);
+    const std::vector<Tensor> outs = step(*eager, scale_e);
+    cap->fill(i);
+    scale_c.fill_(s);
+    ASSERT_TRUE(graph->replay().ok());
+    ASSERT_EQ(bits(outs[0]), bits(graph->output(0))) << "step " << i;
+    expect_same_state(*eager, *cap, i);
+  }
+}
+
+TEST(ReplayContractTest, DoubleBufferedInputsChosenByACounterAreRefused) {
+  std::unique_ptr<Rig> r = make_rig();
+  Tensor x0 = testing::random_tensor({8, 12}, 1), x1 = testing::random_tensor({8, 12}, 2);
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    const Tensor& x = (++calls % 2 == 0) ? x0 : x1;
+    r->opt->zero_grad();
+    Tensor loss = cross_entropy(r->model->forward(x), r->y);
+    loss.backward();
+    r->opt->step();
+    return std::vector<Tensor>{loss};
+  });
+  ASSERT_FALSE(graph.ok());
+  expect_refused(graph.status(), {"capture: kernel #", "another persistent tensor", "x.copy_(next)"});
+}
+
+TEST(ReplayContractTest, ALearningRateFilledInsideTheStepIsRefusedWhenItChanges) {
+  std::unique_ptr<Rig> r = make_rig();
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    {
+      NoGradGuard no_grad;
+      Tensor lr = r->opt->lr();
+      lr.fill_(1e-2 / ++calls);   // a schedule computed on the host, inside the step
+    }
+    return whole_step(*r);
+  });
+  ASSERT_FALSE(graph.ok());
+  expect_refused(graph.status(), {"'fill'", "argument 'value'", "f32 0.00"});
+}
+
+TEST(ReplayContractTest, SetLrInsideTheStepIsRefused) {
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] {
+    r->opt->set_lr(1e-3);
+    return whole_step(*r);
+  });
+  ASSERT_FALSE(graph.ok());
+  expect_refused(graph.status(), {"set_lr"});
+}
+
+TEST(ReplayContractTest, AConstantFillInsideTheStepTrainsAsEagerAndIsListedAsFrozen) {
+  const Loop loop{.step = [](Rig& r) {
+    {
+      NoGradGuard no_grad;
+      Tensor lr = r.opt->lr();
+      lr.fill_(2e-2);
+    }
+    return whole_step(r);
+  }};
+  expect_loop_matches_eager(loop);
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return loop.step(*r); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  bool found = false;
+  for (const FrozenValue& f : graph->frozen()) found |= std::string(f.op) == "fill" && f.value == "f32 0.0199999996";
+  EXPECT_TRUE(found);
+}
+
+TEST(ReplayContractTest, AShapeChosenOnTheHostIsRefused) {
+  std::unique_ptr<Rig> r = make_rig();
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    NoGradGuard no_grad;
+    // A view of a persistent tensor: no allocation differs, only the launch's sizes.
+    Tensor part = r->x.slice(0, 0, ++calls == 3 ? 4 : 8);
+    return std::vector<Tensor>{part.sum()};
+  });
+  ASSERT_FALSE(graph.ok());
+  expect_refused(graph.status(), {"capture: kernel #0 'sum'", "in the capture run"});
+}
+
+// ---- 3. Inputs ----
+
+TEST(ReplayContractTest, BoundInputsRefilledThroughReplayTrainAsEager) {
+  std::unique_ptr<Rig> eager = make_rig(), cap = make_rig();
+  run_eagerly([&] { return whole_step(*eager); }, kWarmup);
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*cap); }, {.inputs = {&cap->x, &cap->y}});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::unique_ptr<Rig> batches = make_rig();   // only for its fill()
+  for (int i = 1; i <= kSteps; ++i) {
+    eager->fill(i);
+    const std::vector<Tensor> outs = whole_step(*eager);
+    batches->fill(i);
+    // New tensors each step, as a data loader hands them out.
+    ASSERT_TRUE(graph->replay({batches->x.clone(), batches->y.clone()}).ok()) << "step " << i;
+    ASSERT_EQ(bits(outs[0]), bits(graph->output(0))) << "step " << i;
+    expect_same_state(*eager, *cap, i);
+  }
+}
+
+TEST(ReplayContractTest, AReboundInputIsRefusedEvenWhileAnotherHandleKeepsTheOldOne) {
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*r); }, {.inputs = {&r->x, &r->y}});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  Tensor keep = r->x;                              // e.g. a data loader's queue still holds it
+  r->x = testing::random_tensor({8, 12}, 7);       // rebinding instead of x.copy_(...)
+  expect_refused(graph->replay(), {"replay: input 0", "rebound", "copy_("});
+  r->x = keep;                                     // bound back: replays again
+  EXPECT_TRUE(graph->replay().ok());
+}
+
+TEST(ReplayContractTest, ReplayWithInputsChecksThem) {
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*r); }, {.inputs = {&r->x, &r->y}});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::Status s = graph->replay({r->x.clone()});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("2 inputs"), absl::string_view::npos) << s;
+  s = graph->replay({zeros({4, 12}), r->y.clone()});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("input 0"), absl::string_view::npos) << s;
+  s = graph->replay({r->x.clone(), zeros({8})});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("i64"), absl::string_view::npos) << s;
+}
+
+TEST(ReplayContractTest, AnInputTheStepNeverReadsIsRefusedAtCapture) {
+  std::unique_ptr<Rig> r = make_rig();
+  Tensor unused = zeros({3});
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*r); }, {.inputs = {&r->x, &unused}});
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument) << graph.status();
+  EXPECT_NE(graph.status().message().find("input 1"), absl::string_view::npos) << graph.status();
+}
+
+TEST(ReplayContractTest, CopyStyleInputsStillWork) {
+  expect_loop_matches_eager({.step = whole_step});   // fill() refills x and y with copy_()
+}
+
+// ---- The same loops on CUDA (skipped without a GPU) ----
+
+TEST(ReplayContractTest, CudaLoopsTrainAsEagerOrAreRefused) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  expect_loop_matches_eager({.step = whole_step}, Opt::kAdamW, gpu);
+  expect_loop_matches_eager({.step = zero_forward_backward, .after = [](Rig& r) { r.opt->step(); }},
+                            Opt::kSgdMomentum, gpu);
+  expect_loop_matches_eager({.step = whole_step}, Opt::kAdamW, gpu, {.verify_every = 2});
+  std::unique_ptr<Rig> r = make_rig(Opt::kAdamW, gpu);
+  absl::StatusOr<Graph> graph = capture([&] { return forward_backward(*r); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  r->opt->zero_grad();
+  expect_refused(graph->replay(), {"replay:", "zero_grad()"});
+}
+
+// ---- 4. Shadow verification ----
+
+TEST(ReplayContractTest, VerifiedReplaysTrainAsEager) {
+  for (int every : {1, 3}) {
+    expect_loop_matches_eager({.step = whole_step}, Opt::kAdamW, kCPU, {.verify_every = every});
+    expect_loop_matches_eager({.step = zero_forward_backward, .after = [](Rig& r) { r.opt->step(); }},
+                              Opt::kSgdMomentum, kCPU, {.verify_every = every});
+  }
+}
+
+// A step that depends on host state capture() cannot see (a counter that
+// changes the scale only after the capture run): shadow verification finds
+// the difference, names it, and leaves the eager step's state behind.
+TEST(ReplayContractTest, VerificationFindsHostStateCaptureCouldNotSeeAndKeepsTheEagerState) {
+  Tensor w = zeros({4}), x = full({4}, 1.0);
+  int calls = 0;
+  auto step = [&] {
+    w.add_(x, ++calls <= 3 ? 1.0 : 2.0);   // calls 1-3: warm-ups and the capture run
+    return std::vector<Tensor>{mul(w, 3.0)};
+  };
+  absl::StatusOr<Graph> graph = capture(step, {.verify_every = 2, .names = {{"w", w}}});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());   // replay 1, not verified: w = 2 + 1 (the warm-ups' 2, then the graph's 1)
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(4, 3.f));
+  absl::Status s = graph->replay();    // replay 2, verified: the eager step adds 2
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("replay verification (replay #2): output 0 differs from the eager step at element 0: "
+                             "replay f32 12, eager f32 15"),
+            absl::string_view::npos)
+      << s;
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(4, 5.f)) << "the state is the eager step's";
+  EXPECT_EQ(graph->output(0).to_vector<float>(), std::vector<float>(4, 15.f)) << "the outputs are the eager step's";
+}
+
+TEST(ReplayContractTest, VerificationNamesTheFirstDifferingTensor) {
+  Tensor w = zeros({4});
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture(
+      [&] {
+        w.add_(full({4}, 1.0), ++calls <= 3 ? 1.0 : -1.0);
+        return std::vector<Tensor>{};
+      },
+      {.verify_every = 1, .names = {{"w", w}}});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const absl::Status s = graph->replay();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("'w' differs from the eager step at element 0: replay f32 3, eager f32 1"),
+            absl::string_view::npos)
+      << s;
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(4, 1.f));
+}
+
+TEST(ReplayContractTest, NegativeVerifyEveryIsRefused) {
+  Tensor w = zeros({4});
+  absl::StatusOr<Graph> graph = capture([&] { return std::vector<Tensor>{add(w, 1.0)}; }, {.verify_every = -1});
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument) << graph.status();
+}
+
+}  // namespace
+}  // namespace encore
