@@ -90,9 +90,18 @@ std::optional<Plan> plan_best_greedy_until(absl::Span<const Buffer> buffers, con
 // passed and at least one plan exists.
 Plan plan_greedy_until(absl::Span<const Buffer> buffers, const Deadline* deadline);
 
-// Improves on `start` (a valid plan) by searching canonical placements under
-// shrinking capacities until the deadline; returns the best plan found.
-Plan plan_exact(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline);
+// What plan_exact found: the best plan (its peak_floor set to the proven
+// floor) and how many search nodes it took.
+struct ExactResult {
+  Plan plan;
+  int64_t nodes = 0;
+};
+// Improves on `start` (a valid plan) by searching canonical placements
+// (NOTE [ Canonical search ] in exact.cpp) until the deadline. With
+// `capacity` 0 it minimises the peak: it stops once the peak is proven
+// optimal. With a capacity it stops at the first plan within it or at a proof
+// that none exists (then plan.peak_floor > capacity).
+ExactResult plan_exact(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline, int64_t capacity);
 
 }  // namespace encore::planner::internal
 

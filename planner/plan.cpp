@@ -28,21 +28,21 @@ constexpr std::array<absl::string_view, 7> kNames = {"naive",       "caching", "
 // `best` takes the best of online and the greedy orderings (as many as the
 // time limit allows, at least one), then lets the exact search improve on it
 // for what is left of the time limit.
-Plan plan_best(absl::Span<const Buffer> buffers, const internal::Deadline& deadline) {
+Plan plan_best(absl::Span<const Buffer> buffers, const internal::Deadline& deadline, int64_t capacity) {
   Plan best = internal::plan_online(buffers);
   Plan greedy = internal::plan_greedy_until(buffers, &deadline);
   if (greedy.peak < best.peak) best = std::move(greedy);
-  if (best.peak == lower_bound(buffers)) return best;
-  return internal::plan_exact(buffers, std::move(best), deadline);
+  if (best.peak == lower_bound(buffers) || (capacity > 0 && best.peak <= capacity)) return best;
+  return internal::plan_exact(buffers, std::move(best), deadline, capacity).plan;
 }
 
 // `exact` starts from the greedy orderings that finish within the time limit
 // (all four took 40 s on 10^6 buffers, one 17 s); when none does, from the
 // online allocator's plan, which costs about a fifteenth of one ordering.
-Plan plan_exact_within(absl::Span<const Buffer> buffers, const internal::Deadline& deadline) {
+Plan plan_exact_within(absl::Span<const Buffer> buffers, const internal::Deadline& deadline, int64_t capacity) {
   std::optional<Plan> start = internal::plan_best_greedy_until(buffers, &deadline);
   if (!start) return internal::plan_online(buffers);
-  return internal::plan_exact(buffers, *std::move(start), deadline);
+  return internal::plan_exact(buffers, *std::move(start), deadline, capacity).plan;
 }
 
 // Every algorithm places each buffer at most its alignment slack above the
@@ -74,8 +74,8 @@ Plan run(absl::Span<const Buffer> buffers, const PlanOptions& options) {
     case Algorithm::kOnline: return internal::plan_online(buffers);
     case Algorithm::kGreedy: return internal::plan_greedy(buffers, internal::GreedyOrder::kSize);
     case Algorithm::kBestGreedy: return internal::plan_best_greedy(buffers);
-    case Algorithm::kExact: return plan_exact_within(buffers, deadline);
-    case Algorithm::kBest: return plan_best(buffers, deadline);
+    case Algorithm::kExact: return plan_exact_within(buffers, deadline, options.capacity);
+    case Algorithm::kBest: return plan_best(buffers, deadline, options.capacity);
   }
   return internal::plan_naive(buffers);
 }
@@ -100,7 +100,11 @@ absl::StatusOr<Plan> plan_buffers(absl::Span<const Buffer> buffers, const PlanOp
     return absl::InvalidArgumentError(absl::StrCat("time limit ", options.time_limit_s, " s is negative"));
   }
   if (absl::Status status = check_total(buffers); !status.ok()) return status;
+  if (options.capacity < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("capacity ", options.capacity, " is negative"));
+  }
   Plan plan = run(buffers, options);
+  plan.peak_floor = std::max(plan.peak_floor, lower_bound(buffers));
   if (absl::Status status = validate(buffers, plan); !status.ok()) {
     return absl::InternalError(absl::StrCat("algorithm '", algorithm_name(options.algorithm),
                                             "' produced an invalid plan: ", status.message()));

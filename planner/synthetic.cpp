@@ -100,6 +100,70 @@ std::vector<Buffer> training_step_trace(const TraceOptions& options) {
   return std::move(buffers);
 }
 
+namespace {
+
+// A rectangle of the packing in grid units: time [t0, t1) x bytes [a0, a1).
+struct Piece {
+  int64_t t0, t1, a0, a1;
+  int64_t area() const { return (t1 - t0) * (a1 - a0); }
+};
+
+// Cuts the biggest of a few random pieces at a random grid line across its
+// longer side (relative to the other), until there are `count` pieces or
+// none can be cut.
+std::vector<Piece> guillotine(int64_t cells, int count, Rng& rng) {
+  std::vector<Piece> pieces = {{0, cells, 0, cells}};
+  while (static_cast<int>(pieces.size()) < count) {
+    size_t pick = rng.next() % pieces.size();
+    for (int k = 0; k < 3; ++k) {  // the largest of four draws
+      const size_t other = rng.next() % pieces.size();
+      if (pieces[other].area() > pieces[pick].area()) pick = other;
+    }
+    Piece& p = pieces[pick];
+    const int64_t width = p.t1 - p.t0, height = p.a1 - p.a0;
+    if (width < 2 && height < 2) break;  // the largest of the draws is one cell
+    const bool across_time = height < 2 || (width >= 2 && rng.uniform(1, width + height) <= width);
+    Piece cut = p;
+    if (across_time) {
+      const int64_t at = p.t0 + rng.uniform(1, width - 1);
+      cut.t0 = at;
+      p.t1 = at;
+    } else {
+      const int64_t at = p.a0 + rng.uniform(1, height - 1);
+      cut.a0 = at;
+      p.a1 = at;
+    }
+    pieces.push_back(cut);
+  }
+  return pieces;
+}
+
+}  // namespace
+
+std::vector<Buffer> challenging_problem(const ChallengeOptions& options) {
+  constexpr int64_t kGrid = 1024;
+  Rng rng(options.seed);
+  const int64_t cells = std::max<int64_t>(options.capacity / kGrid, 1);
+  const int keep = std::max(options.num_buffers, 1);
+  const int cut = static_cast<int>(int64_t{keep} * 100 / std::max(100 - options.drop_percent, 1));
+  std::vector<Piece> pieces = guillotine(cells, cut, rng);
+  // Drop pieces at random until `keep` are left (Fisher-Yates, then trim).
+  for (size_t i = pieces.size(); i > 1; --i) std::swap(pieces[i - 1], pieces[rng.next() % i]);
+  if (static_cast<int>(pieces.size()) > keep) pieces.resize(keep);
+  std::vector<Buffer> buffers;
+  buffers.reserve(pieces.size());
+  for (Piece& p : pieces) {
+    if (p.t1 - p.t0 >= 2 && rng.chance(options.shrink_percent)) {
+      const int64_t width = p.t1 - p.t0;
+      const int64_t cut_front = rng.uniform(0, width / 2), cut_back = rng.uniform(0, (width - cut_front) / 2);
+      p.t0 += cut_front;
+      p.t1 -= cut_back;
+    }
+    buffers.push_back({absl::StrCat("b", buffers.size()), (p.a1 - p.a0) * kGrid, p.t0 * kGrid, p.t1 * kGrid});
+  }
+  return buffers;
+}
+
 std::vector<Buffer> random_buffers(int num_buffers, int64_t max_size, int64_t horizon, bool aligned,
                                    uint64_t seed) {
   Rng rng(seed);

@@ -26,6 +26,27 @@ struct TraceOptions {
 
 [[nodiscard]] std::vector<Buffer> training_step_trace(const TraceOptions& options);
 
+// A problem like MiniMalloc's "challenging" family: time steps and bytes both
+// span [0, 2^20), sizes and lifetimes are multiples of 1024, and a plan
+// within `capacity` exists by construction. The capacity x time rectangle is
+// cut at random grid lines (guillotine cuts, the larger pieces first) into
+// buffers; then `drop_percent` of them are removed and `shrink_percent` have
+// their lifetimes shortened, which leaves the packing valid and makes the
+// lower bound fall below the capacity, as in C, D and J. Deterministic.
+//
+// Example:
+//   std::vector<Buffer> buffers = challenging_problem({.num_buffers = 300, .seed = 4});
+//   // plan_buffers(buffers, {.algorithm = Algorithm::kExact, .capacity = 1 << 20}) fits.
+struct ChallengeOptions {
+  int num_buffers = 200;
+  uint64_t seed = 1;
+  int drop_percent = 15;    // of the pieces, removed
+  int shrink_percent = 30;  // of the buffers left, lifetimes shortened
+  int64_t capacity = int64_t{1} << 20;  // bytes and time steps
+};
+
+[[nodiscard]] std::vector<Buffer> challenging_problem(const ChallengeOptions& options);
+
 // Independent random buffers: sizes in [1, max_size] bytes, lifetimes inside
 // [0, horizon) time steps; alignment 1 unless `aligned` (then 1..64, powers
 // of two). For property tests.

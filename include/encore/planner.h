@@ -55,6 +55,10 @@ struct Plan {
   std::vector<int64_t> offsets;  // bytes from the arena start
   int64_t peak = 0;              // arena bytes: max(offset + size), or more
                                  // for `caching` (its reserved segment bytes)
+  int64_t peak_floor = 0;        // bytes no plan can beat: lower_bound(), or
+                                 // more where `exact` proved the capacities
+                                 // below it infeasible. peak == peak_floor:
+                                 // the plan is proven optimal
 };
 
 // The planning algorithms, cheapest first. Each is selectable by name; n is
@@ -71,7 +75,7 @@ enum class Algorithm {
                 //   size, lifetime length, area, start
   kExact,       // "exact": search over canonical placements (MiniMalloc-style)
                 //   from the best greedy plan made in time (the online plan if
-                //   none was), until optimal or out of time
+                //   none was), until proven optimal or out of time
   kBest,        // "best": online and greedy, then exact, within the time
                 //   limit; what encore's capture uses
 };
@@ -94,6 +98,11 @@ struct PlanOptions {
   // buffers overlapping in time (it needs memory per pair and recurses once
   // per buffer, up to 2 MiB of stack); they keep the heuristic plan.
   double time_limit_s = 0.5;
+  // For `exact` and `best`: 0 minimises the peak. A positive capacity (bytes)
+  // asks MiniMalloc's decision question instead: they stop at the first plan
+  // whose peak is within it, or at a proof that none exists (then
+  // peak_floor > capacity and the plan returned is the best one found).
+  int64_t capacity = 0;
 };
 
 // Plans `buffers` with options.algorithm. The plan is validated before it is
