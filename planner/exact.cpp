@@ -49,9 +49,6 @@ namespace {
 constexpr int64_t kUnplaced = -1;
 // Beyond this many overlapping pairs the search is skipped (memory, time).
 constexpr int64_t kMaxPairs = 4'000'000;
-// Beyond this many buffers too: the search recurses once per placed buffer,
-// about 250 bytes of stack each, so this keeps it within 2 MiB.
-constexpr size_t kMaxItems = 8'000;
 // The failure memo stops growing here (about 40 bytes an entry).
 constexpr size_t kMaxMemoEntries = size_t{1} << 20;
 
@@ -572,7 +569,7 @@ class CapacityDriver {
 
 ExactResult plan_exact(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline, int64_t capacity) {
   start.peak_floor = lower_bound(buffers);
-  if (buffers.size() > kMaxItems) return {std::move(start), 0};
+  if (buffers.size() > kMaxExactItems) return {std::move(start), 0};
   const std::optional<SectionProblem> problem = make_section_problem(buffers, kMaxPairs);
   if (!problem) return {std::move(start), 0};
   return CapacityDriver(*problem, buffers, std::move(start), deadline, capacity).run();

@@ -83,11 +83,76 @@ void build_step(TraceBuilder& b, int layers) {
   b.add_temporaries(8, t + 1, 64 * kKiB);  // optimizer scratch
 }
 
+// Irregular small sizes: a few hundred bytes to a few hundred KiB.
+int64_t small_size(Rng& rng) { return rng.uniform(1, 4096) * rng.uniform(1, 64); }
+
+// One forward and backward pass of `layers` transformer blocks; `grads`
+// holds each layer's weight gradients, created in the first pass.
+void transformer_pass(TraceBuilder& b, int layers, int64_t& t, std::vector<std::vector<int>>& grads) {
+  Rng& rng = b.rng();
+  std::vector<std::vector<int>> saved(layers);
+  std::vector<char> checkpointed(layers);
+  const int64_t hidden = rng.uniform(2, 8) * 256 * kKiB, scores = hidden * rng.uniform(1, 3);
+  for (int l = 0; l < layers; ++l) {  // forward
+    checkpointed[l] = rng.chance(50);  // keeps only its input; the rest is recomputed in backward
+    for (int64_t size : {hidden, hidden, hidden, scores, scores / 2, hidden, 4 * hidden, 4 * hidden}) {
+      const int64_t jitter = size / 16 * rng.uniform(0, 7);
+      const int index = b.add(size + jitter, t, t + 1);
+      if (checkpointed[l] && !saved[l].empty()) b.buffers()[index].upper = t + rng.uniform(1, 3);
+      else saved[l].push_back(index);
+      for (int k = static_cast<int>(rng.uniform(0, 3)); k > 0; --k) b.add(small_size(rng), t, t + rng.uniform(1, 4));
+      ++t;
+    }
+  }
+  int grad_in = b.add(hidden, t, t + 1);
+  for (int l = layers - 1; l >= 0; --l) {  // backward, freeing what layer l saved
+    if (grads[l].empty()) {
+      for (int64_t size : {hidden / 4, hidden / 4, hidden})  // weights of qkv, out, MLP
+        grads[l].push_back(b.add(size * rng.uniform(1, 3), t, t + 1));
+    }
+    if (checkpointed[l]) {  // recompute the layer's forward, saving everything this time
+      for (int64_t size : {hidden, hidden, hidden, scores, scores / 2, hidden, 4 * hidden, 4 * hidden}) {
+        saved[l].push_back(b.add(size + size / 16 * rng.uniform(0, 7), t, t + 1));
+        ++t;
+      }
+    }
+    for (size_t k = saved[l].size(); k-- > 0;) {
+      b.buffers()[saved[l][k]].upper = t + 1;
+      b.add(std::max(b.buffers()[saved[l][k]].size / rng.uniform(1, 4), int64_t{1}), t, t + 1);  // its gradient
+      for (int j = static_cast<int>(rng.uniform(0, 3)); j > 0; --j) b.add(small_size(rng), t, t + rng.uniform(1, 3));
+      ++t;
+    }
+    b.buffers()[grad_in].upper = t;
+    grad_in = b.add(hidden, t - 1, t + 1);
+  }
+  b.buffers()[grad_in].upper = t + 1;
+}
+
+// Micro-batches of transformer passes, then the optimizer reading every
+// weight gradient.
+void build_transformer_step(TraceBuilder& b, int buffers_per_pass, int micro_batches) {
+  const int layers = std::max(1, buffers_per_pass / 40);
+  std::vector<std::vector<int>> grads(layers);
+  int64_t t = 0;
+  for (int m = 0; m < micro_batches; ++m) transformer_pass(b, layers, t, grads);
+  for (const std::vector<int>& layer : grads) {
+    for (int index : layer) {
+      b.buffers()[index].upper = t + 2;
+      b.add(b.buffers()[index].size, t + 1, t + 2);  // optimizer scratch
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<Buffer> training_step_trace(const TraceOptions& options) {
   TraceBuilder builder(options);
-  build_step(builder, std::max(1, options.num_buffers / 10));
+  if (options.style == TraceStyle::kTransformer) {
+    build_transformer_step(builder, options.num_buffers / std::max(options.micro_batches, 1),
+                           std::max(options.micro_batches, 1));
+  } else {
+    build_step(builder, std::max(1, options.num_buffers / 10));
+  }
   std::vector<Buffer>& buffers = builder.buffers();
   // Trim or pad with short temporaries to exactly num_buffers.
   while (static_cast<int>(buffers.size()) > options.num_buffers) buffers.pop_back();

@@ -8,6 +8,8 @@
 //
 // Example:
 //   std::vector<Buffer> buffers = training_step_trace({.num_buffers = 10000, .seed = 7});
+//   std::vector<Buffer> big = training_step_trace(
+//       {.num_buffers = 1'000'000, .style = TraceStyle::kTransformer});
 #ifndef ENCORE_PLANNER_SYNTHETIC_H_
 #define ENCORE_PLANNER_SYNTHETIC_H_
 
@@ -18,10 +20,22 @@
 
 namespace encore::planner {
 
+// kLayers is the trace described above. kTransformer is a transformer
+// block stack trained with gradient accumulation over `micro_batches`: per
+// layer the attention scores (the largest, seq^2), q/k/v, MLP activations
+// (4x), saved until that layer's backward; weight gradients created in the
+// first backward and kept until the optimizer; many small temporaries of
+// irregular sizes. The peak falls inside a backward pass, where saved
+// activations are being freed while gradients accumulate, which is what
+// makes greedy orderings miss the lower bound.
+enum class TraceStyle { kLayers, kTransformer };
+
 struct TraceOptions {
   int num_buffers = 1000;  // exactly this many buffers are returned
   uint64_t seed = 1;
   int64_t alignment = 256;  // bytes; sizes are multiples of it too
+  TraceStyle style = TraceStyle::kLayers;
+  int micro_batches = 2;  // kTransformer: forward/backward passes per step
 };
 
 [[nodiscard]] std::vector<Buffer> training_step_trace(const TraceOptions& options);

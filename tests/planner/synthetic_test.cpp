@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "encore/planner.h"
 #include "gtest/gtest.h"
 #include "planner/synthetic.h"
@@ -53,6 +54,29 @@ TEST(ChallengingProblemTest, APerfectPackingFillsEveryTimeStep) {
   for (const Buffer& b : buffers) area += b.size / 1024 * ((b.upper - b.lower) / 1024);
   EXPECT_EQ(area, int64_t{1024} * 1024);
   EXPECT_EQ(lower_bound(buffers), int64_t{1} << 20);
+}
+
+TEST(TrainingStepTraceTest, TransformerTracesHaveTheAskedSizeAndAreValid) {
+  for (int n : {1000, 25'000}) {
+    const std::vector<Buffer> buffers =
+        training_step_trace({.num_buffers = n, .seed = 5, .style = TraceStyle::kTransformer, .micro_batches = 2});
+    ASSERT_EQ(static_cast<int>(buffers.size()), n);
+    EXPECT_TRUE(check_buffers(buffers).ok());
+  }
+}
+
+// What makes these traces worth planning: greedy by size misses the lower
+// bound on some of them (the kLayers traces it nearly always meets).
+TEST(TrainingStepTraceTest, GreedyMissesTheBoundOnSomeTransformerTraces) {
+  int missed = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    const std::vector<Buffer> buffers =
+        training_step_trace({.num_buffers = 5000, .seed = seed, .style = TraceStyle::kTransformer});
+    absl::StatusOr<Plan> greedy = plan_buffers(buffers, {.algorithm = Algorithm::kGreedy});
+    ASSERT_TRUE(greedy.ok());
+    missed += greedy->peak > lower_bound(buffers);
+  }
+  EXPECT_GT(missed, 0);
 }
 
 }  // namespace
