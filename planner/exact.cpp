@@ -1,8 +1,9 @@
 // `exact`: proves or improves on a heuristic plan.
 //
-// The driver (plan_exact) searches for the smallest capacity that admits a
-// plan, between the lower bound and the best peak known so far, asking a
-// decision search "is there a plan within C bytes?" for each probe.
+// The driver (CapacityDriver) asks a decision search "is there a plan within
+// C bytes?" for capacities between the proven floor and the best peak known,
+// or for one given capacity. Each answer is a plan, a proof that none exists,
+// or "out of nodes" (no answer yet; asked again with a larger node limit).
 //
 // NOTE [ Canonical search ]
 // The decision search follows MiniMalloc (Moffitt, ASPLOS '23 vol. 4, 2024). Any plan can
@@ -15,10 +16,18 @@
 //     decides, so each canonical plan is built in one order only;
 //   - dominance: a buffer placed at or above the top some unplaced buffer
 //     could reach leaves a gap that buffer could have used; skipped;
-//   - section inference: in each section (sections.h), the unplaced bytes
-//     stacked on the section's floor must fit under the capacity;
+//   - hatless pruning: a buffer that overlaps no unplaced buffer changes
+//     nothing for the others; if the rest fails after it, every later
+//     candidate fails too (it could no longer be placed below them);
+//   - section inference: the unplaced buffers of a section (sections.h) are
+//     stacked, each at or above its min offset, like jobs with release times
+//     on one machine: for every h, those released at h or later must fit in
+//     [h, capacity). One bound per node: o + (unplaced bytes of a section)
+//     <= capacity for the candidate's offset o;
 //   - decomposition: once no unplaced buffer spans a section boundary, the
-//     two sides are solved separately.
+//     two sides are solved separately;
+//   - a failure memo (NOTE [ Failure memo ]): a state proved hopeless is not
+//     searched again, however it was reached.
 // Candidates are tried by min offset, ties by a static rank; several static
 // rankings are tried round-robin with growing node limits.
 #include <algorithm>
@@ -29,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "encore/planner.h"
 #include "planner/internal.h"
 #include "planner/sections.h"
@@ -39,9 +49,8 @@ namespace {
 constexpr int64_t kUnplaced = -1;
 // Beyond this many overlapping pairs the search is skipped (memory, time).
 constexpr int64_t kMaxPairs = 4'000'000;
-// Beyond this many buffers too: the search recurses once per placed buffer,
-// about 250 bytes of stack each, so this keeps it within 2 MiB.
-constexpr size_t kMaxItems = 8'000;
+// The failure memo stops growing here (about 40 bytes an entry).
+constexpr size_t kMaxMemoEntries = size_t{1} << 20;
 
 // Static rankings, as priority lists of keys, all larger-first:
 // W = lifetime width, A = area (bytes x width), T = the largest section
@@ -55,6 +64,7 @@ struct Partition {
   int32_t first_section;
   int32_t last_section;  // one past
   std::vector<int32_t> items;
+  uint64_t ranks = 0;    // a fingerprint of the items' ranks, NOTE [ Failure memo ]
 };
 
 struct Candidate {
@@ -64,34 +74,108 @@ struct Candidate {
   bool operator<(const Candidate& o) const { return offset != o.offset ? offset < o.offset : rank < o.rank; }
 };
 
-class CapacitySearch {
- public:
-  CapacitySearch(const SectionProblem& problem, int64_t capacity, const Deadline& deadline)
-      : p_(problem), capacity_(capacity), deadline_(deadline) {}
+// splitmix64's finalizer: a well-mixed 64-bit function of its input.
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
 
-  Outcome solve(absl::string_view ranking, int64_t node_limit);
-  // Item offsets of the plan found by the last successful solve().
-  const std::vector<int64_t>& solution() const { return solution_; }
+// NOTE [ Failure memo ]
+// What the rest of the search can do depends only on which buffers are
+// placed and on the min offsets of the others (their offsets matter no
+// further), on the partition being solved, and on the canonical constraint
+// left by the last placement: offsets >= o, ranks above r at o. Two paths
+// that stack the same buffers differently but leave the same min offsets
+// (A below B or B below A, same top) reach the same state. A state that
+// failed under (capacity C, o, r) fails again under any C' <= C and any
+// constraint at least as strict: o' > o, or o' == o with r' >= r in the
+// same ranking (r = -1, a partition's start, allows every rank; ranks are
+// made afresh for each partition, so a ranking is identified by a
+// fingerprint of the ranks it gave). States are
+// keyed by 128 bits of Zobrist-style hashes, updated as buffers are placed
+// and min offsets move; a wrong match would need a 128-bit collision.
+struct StateKey {
+  uint64_t a, b;
+  bool operator==(const StateKey& o) const { return a == o.a && b == o.b; }
+  template <typename H>
+  friend H AbslHashValue(H h, const StateKey& k) {
+    return H::combine(std::move(h), k.a, k.b);
+  }
+};
+
+struct Failure {
+  int64_t capacity;
+  int64_t offset;  // the canonical constraint it failed under
+  int32_t rank;    // -1: any rank at `offset`
+  uint64_t ranks;  // the ranking `rank` belongs to (Partition::ranks)
+};
+
+class FailureMemo {
+ public:
+  bool covers(const StateKey& key, const Failure& state) const {
+    auto it = failed_.find(key);
+    if (it == failed_.end()) return false;
+    const Failure& f = it->second;
+    if (state.capacity > f.capacity) return false;
+    if (state.offset != f.offset) return state.offset > f.offset;
+    return f.rank < 0 || (state.ranks == f.ranks && state.rank >= f.rank);
+  }
+  void record(const StateKey& key, const Failure& state) {
+    auto it = failed_.find(key);
+    if (it == failed_.end()) {
+      if (failed_.size() < kMaxMemoEntries) failed_.emplace(key, state);
+      return;
+    }
+    // Keep the more general constraint; on a tie, the larger capacity.
+    Failure& f = it->second;
+    if (state.offset < f.offset || (state.offset == f.offset && state.capacity >= f.capacity)) f = state;
+  }
+  size_t size() const { return failed_.size(); }
 
  private:
-  Outcome solve_partition(const Partition& partition, int depth);
+  absl::flat_hash_map<StateKey, Failure> failed_;
+};
+
+class CapacitySearch {
+ public:
+  CapacitySearch(const SectionProblem& problem, int64_t capacity, const Deadline& deadline, FailureMemo& memo)
+      : p_(problem), capacity_(capacity), deadline_(deadline), memo_(memo) {}
+
+  Outcome solve(int32_t ranking, int64_t node_limit);
+  // Item offsets of the plan found by the last successful solve().
+  const std::vector<int64_t>& solution() const { return solution_; }
+  int64_t nodes() const { return nodes_; }
+
+ private:
+  Outcome solve_partition(Partition& partition, int depth);
   Outcome search(const Partition& partition, const std::vector<Candidate>& previous, const Candidate& last,
                  int depth);
   Outcome try_candidate(const Partition& partition, const std::vector<Candidate>& ordering, const Candidate& c,
-                        int depth);
+                        int depth, bool* hatless);
   Outcome split_and_solve(const Partition& partition, std::vector<int32_t>& cutpoints, int depth);
   void make_ordering(const std::vector<Candidate>& previous, std::vector<Candidate>& ordering);
-  bool place(int32_t item, int64_t offset);
+  bool place(int32_t item, int64_t offset, bool* hatless);
   void unplace(size_t mark, int32_t item);
-  bool section_fits(int32_t section) const;
+  void set_min_offset(int32_t item, int64_t value);
+  bool section_fits(int32_t section, int64_t from);
   std::vector<int32_t> rank_items(const std::vector<int32_t>& items) const;
+  StateKey state_key(const Partition& partition) const;
   std::vector<Candidate>& scratch(int depth);
   Outcome spend_node();
+
+  // The hash terms of an item: unplaced with min offset `value`, or placed.
+  static constexpr int64_t kPlacedTag = std::numeric_limits<int64_t>::min();
+  static uint64_t term_a(int32_t item, int64_t value) { return mix(uint64_t(item) * 0x9e3779b97f4a7c15ull ^ uint64_t(value)); }
+  static uint64_t term_b(int32_t item, int64_t value) {
+    return mix(uint64_t(value) * 0xd6e8feb86659fd93ull + uint64_t(item) + 0x632be59bd9b4e019ull);
+  }
 
   const SectionProblem& p_;
   const int64_t capacity_;
   const Deadline& deadline_;
-  absl::string_view ranking_;
+  FailureMemo& memo_;
+  int32_t ranking_ = 0;
   int64_t nodes_left_ = 0;
   int64_t nodes_ = 0;
 
@@ -101,12 +185,15 @@ class CapacitySearch {
   std::vector<std::pair<int32_t, int64_t>> trail_;       // (item, previous min offset), for undo
   std::vector<uint32_t> stamp_;                          // per section, dedups `affected_`
   uint32_t epoch_ = 0;
-  std::vector<std::pair<int32_t, int64_t>> affected_;    // (section, min offset of a member)
+  std::vector<int32_t> affected_;                        // sections whose members' min offsets rose
+  std::vector<int64_t> raised_;                          // per affected section: the highest new min offset
+  std::vector<std::pair<int64_t, int64_t>> releases_;    // (release, size), section_fits' scratch
   std::vector<Candidate> moved_;
   std::deque<std::vector<Candidate>> scratch_;           // one ordering per recursion depth
+  uint64_t hash_a_ = 0, hash_b_ = 0;                     // of the state, NOTE [ Failure memo ]
 };
 
-Outcome CapacitySearch::solve(absl::string_view ranking, int64_t node_limit) {
+Outcome CapacitySearch::solve(int32_t ranking, int64_t node_limit) {
   ranking_ = ranking;
   nodes_left_ = node_limit;
   const size_t n = p_.items.size(), sections = p_.totals.size();
@@ -116,6 +203,12 @@ Outcome CapacitySearch::solve(absl::string_view ranking, int64_t node_limit) {
   total_ = p_.totals;
   cuts_ = p_.cuts;
   stamp_.assign(sections, 0);
+  raised_.assign(sections, 0);
+  hash_a_ = hash_b_ = 0;
+  for (int32_t i = 0; i < static_cast<int32_t>(n); ++i) {
+    hash_a_ ^= term_a(i, 0);
+    hash_b_ ^= term_b(i, 0);
+  }
   for (int64_t total : total_) {
     if (total > capacity_) return Outcome::kInfeasible;
   }
@@ -147,6 +240,10 @@ Outcome CapacitySearch::split_and_solve(const Partition& partition, std::vector<
   return Outcome::kFound;
 }
 
+// The items of a partition in the current ranking's order. The section
+// totals are those left when the partition starts: MiniMalloc ranks each
+// sub-problem afresh, and on the challenging problems that matters (fixed
+// ranks from the whole problem's totals left E, H and I unsolved in 10 s).
 std::vector<int32_t> CapacitySearch::rank_items(const std::vector<int32_t>& items) const {
   struct Key {
     uint64_t width;
@@ -162,8 +259,9 @@ std::vector<int32_t> CapacitySearch::rank_items(const std::vector<int32_t>& item
     for (int32_t s = it.first; s < it.last; ++s) total = std::max(total, total_[s]);
     keys.push_back({it.width, static_cast<__int128>(it.size) * it.width, total, item});
   }
+  const absl::string_view ranking = kRankings[ranking_];
   std::stable_sort(keys.begin(), keys.end(), [&](const Key& a, const Key& b) {
-    for (char c : ranking_) {
+    for (char c : ranking) {
       if (c == 'W' && a.width != b.width) return a.width > b.width;
       if (c == 'A' && a.area != b.area) return a.area > b.area;
       if (c == 'T' && a.total != b.total) return a.total > b.total;
@@ -171,15 +269,19 @@ std::vector<int32_t> CapacitySearch::rank_items(const std::vector<int32_t>& item
     return false;
   });
   std::vector<int32_t> ranked;
+  ranked.reserve(keys.size());
   for (const Key& k : keys) ranked.push_back(k.item);
   return ranked;
 }
 
-Outcome CapacitySearch::solve_partition(const Partition& partition, int depth) {
-  std::vector<Candidate> candidates;
+Outcome CapacitySearch::solve_partition(Partition& partition, int depth) {
   const std::vector<int32_t> ranked = rank_items(partition.items);
+  std::vector<Candidate> candidates;
+  candidates.reserve(ranked.size());
+  partition.ranks = mix(uint64_t(ranking_) + 1);
   for (int32_t rank = 0; rank < static_cast<int32_t>(ranked.size()); ++rank) {
     candidates.push_back({min_offset_[ranked[rank]], rank, ranked[rank]});
+    partition.ranks = mix(partition.ranks ^ (uint64_t(ranked[rank]) << 32 | uint32_t(rank)));
   }
   std::sort(candidates.begin(), candidates.end());
   return search(partition, candidates, Candidate{0, -1, -1}, depth);
@@ -196,6 +298,11 @@ Outcome CapacitySearch::spend_node() {
 std::vector<Candidate>& CapacitySearch::scratch(int depth) {
   while (static_cast<int>(scratch_.size()) <= depth) scratch_.emplace_back();
   return scratch_[depth];
+}
+
+StateKey CapacitySearch::state_key(const Partition& partition) const {
+  const uint64_t where = mix(uint64_t(partition.first_section) << 32 | uint32_t(partition.last_section));
+  return {hash_a_ ^ where, hash_b_ + where};
 }
 
 // The unplaced candidates of `previous` (sorted) by their current min offset,
@@ -228,6 +335,9 @@ Outcome CapacitySearch::search(const Partition& partition, const std::vector<Can
     for (int32_t item : partition.items) solution_[item] = offset_[item];
     return Outcome::kFound;
   }
+  const StateKey key = state_key(partition);
+  const Failure state{capacity_, last.offset, last.rank, partition.ranks};
+  if (memo_.covers(key, state)) return Outcome::kInfeasible;
   // NOTE [ Section inference at a node ]
   // Buffers placed from here on sit at or above the candidate's offset, and
   // those of one section are stacked, so a candidate at offset o is only
@@ -240,17 +350,20 @@ Outcome CapacitySearch::search(const Partition& partition, const std::vector<Can
   for (const Candidate& c : ordering) {
     if (c.offset > highest) break;
     if (c < last) continue;  // not canonical
-    if (Outcome r = try_candidate(partition, ordering, c, depth); r != Outcome::kInfeasible) return r;
+    bool hatless = false;
+    if (Outcome r = try_candidate(partition, ordering, c, depth, &hatless); r != Outcome::kInfeasible) return r;
+    if (hatless) break;
   }
+  memo_.record(key, state);
   return Outcome::kInfeasible;
 }
 
 Outcome CapacitySearch::try_candidate(const Partition& partition, const std::vector<Candidate>& ordering,
-                                      const Candidate& c, int depth) {
+                                      const Candidate& c, int depth, bool* hatless) {
   if (const Outcome spent = spend_node(); spent != Outcome::kFound) return spent;
   const size_t mark = trail_.size();
   Outcome result = Outcome::kInfeasible;
-  if (place(c.item, c.offset)) {
+  if (place(c.item, c.offset, hatless)) {
     solution_[c.item] = c.offset;  // a leaf of a later split piece records only its own items
     const SearchItem& it = p_.items[c.item];
     std::vector<int32_t> cutpoints;
@@ -265,63 +378,90 @@ Outcome CapacitySearch::try_candidate(const Partition& partition, const std::vec
   return result;
 }
 
+void CapacitySearch::set_min_offset(int32_t item, int64_t value) {
+  hash_a_ ^= term_a(item, min_offset_[item]) ^ term_a(item, value);
+  hash_b_ ^= term_b(item, min_offset_[item]) ^ term_b(item, value);
+  min_offset_[item] = value;
+}
+
 // Places `item` at `offset` and raises the min offsets of the unplaced
-// buffers it overlaps. False if a section whose buffers had to move up can
-// no longer hold its unplaced bytes under the capacity (undo with unplace).
-bool CapacitySearch::place(int32_t item, int64_t offset) {
+// buffers it overlaps; *hatless tells whether there were none. False if a
+// section whose buffers had to move up can no longer hold its unplaced
+// bytes under the capacity (undo with unplace).
+bool CapacitySearch::place(int32_t item, int64_t offset, bool* hatless) {
   const SearchItem& it = p_.items[item];
   const int64_t top = offset + it.size;
   offset_[item] = offset;
+  hash_a_ ^= term_a(item, min_offset_[item]) ^ term_a(item, kPlacedTag);
+  hash_b_ ^= term_b(item, min_offset_[item]) ^ term_b(item, kPlacedTag);
   for (int32_t s = it.first; s < it.last; ++s) total_[s] -= it.size;
   ++epoch_;
   affected_.clear();
+  *hatless = true;
   for (int32_t other : p_.overlaps[item]) {
     if (offset_[other] != kUnplaced) continue;
+    *hatless = false;
     const int64_t raised = align_up(top, p_.items[other].alignment);
     if (min_offset_[other] >= raised) continue;
     trail_.emplace_back(other, min_offset_[other]);
-    min_offset_[other] = raised;
+    set_min_offset(other, raised);
     for (int32_t s = p_.items[other].first; s < p_.items[other].last; ++s) {
-      if (stamp_[s] == epoch_) continue;
-      stamp_[s] = epoch_;
-      affected_.emplace_back(s, raised);
+      if (stamp_[s] != epoch_) {
+        stamp_[s] = epoch_;
+        affected_.push_back(s);
+        raised_[s] = raised;
+      }
+      raised_[s] = std::max(raised_[s], raised);
     }
   }
-  for (const auto& [s, witness] : affected_) {
-    if (witness + total_[s] > capacity_ && !section_fits(s)) return false;
+  // A release at or below capacity - total cannot break the stacking bound
+  // (the node's offset is below it too, NOTE [ Section inference at a node ]),
+  // so only sections where a buffer rose above it are checked in full.
+  for (int32_t s : affected_) {
+    if (raised_[s] + total_[s] > capacity_ && !section_fits(s, offset)) return false;
   }
   return true;
 }
 
-// Can the unplaced buffers of `section` still be stacked from the lowest
-// min offset among them up to the capacity?
-bool CapacitySearch::section_fits(int32_t section) const {
+// Can the unplaced buffers of `section` be stacked below the capacity, each
+// at or above max(its min offset, `from`)? For every release time h, the
+// buffers released at h or later need h + their bytes <= capacity (the
+// makespan bound of one machine with release times; exact for a stack).
+bool CapacitySearch::section_fits(int32_t section, int64_t from) {
+  int64_t lowest = std::numeric_limits<int64_t>::max(), highest = std::numeric_limits<int64_t>::min();
   for (int32_t item : p_.members[section]) {
-    if (offset_[item] == kUnplaced && min_offset_[item] + total_[section] <= capacity_) return true;
+    if (offset_[item] != kUnplaced) continue;
+    const int64_t release = std::max(min_offset_[item], from);
+    lowest = std::min(lowest, release);
+    highest = std::max(highest, release);
   }
-  return false;
+  if (highest == std::numeric_limits<int64_t>::min()) return true;  // nothing left to place
+  const int64_t total = total_[section];
+  if (lowest + total > capacity_) return false;
+  if (highest + total <= capacity_) return true;
+  releases_.clear();
+  for (int32_t item : p_.members[section]) {
+    if (offset_[item] == kUnplaced) releases_.emplace_back(std::max(min_offset_[item], from), p_.items[item].size);
+  }
+  std::sort(releases_.begin(), releases_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  int64_t bytes = 0;
+  for (const auto& [release, size] : releases_) {
+    bytes += size;
+    if (release + bytes > capacity_) return false;
+  }
+  return true;
 }
 
 void CapacitySearch::unplace(size_t mark, int32_t item) {
   while (trail_.size() > mark) {
-    min_offset_[trail_.back().first] = trail_.back().second;
+    set_min_offset(trail_.back().first, trail_.back().second);
     trail_.pop_back();
   }
   const SearchItem& it = p_.items[item];
   for (int32_t s = it.first; s < it.last; ++s) total_[s] += it.size;
   offset_[item] = kUnplaced;
-}
-
-// Is there a plan within `capacity`? Tries each ranking with `node_limit`.
-Outcome decide(const SectionProblem& problem, int64_t capacity, int64_t node_limit, const Deadline& deadline,
-               std::vector<int64_t>* item_offsets) {
-  CapacitySearch search(problem, capacity, deadline);
-  for (absl::string_view ranking : kRankings) {
-    const Outcome outcome = search.solve(ranking, node_limit);
-    if (outcome == Outcome::kFound) *item_offsets = search.solution();
-    if (outcome != Outcome::kOutOfNodes) return outcome;
-  }
-  return Outcome::kOutOfNodes;
+  hash_a_ ^= term_a(item, kPlacedTag) ^ term_a(item, min_offset_[item]);
+  hash_b_ ^= term_b(item, kPlacedTag) ^ term_b(item, min_offset_[item]);
 }
 
 Plan to_plan(const SectionProblem& problem, absl::Span<const Buffer> buffers, const std::vector<int64_t>& offsets) {
@@ -337,48 +477,80 @@ Plan to_plan(const SectionProblem& problem, absl::Span<const Buffer> buffers, co
 // capacity proven infeasible) is optimal, and on real problems it is often
 // reachable, so each round first asks for one there, trying every ranking
 // with the round's node limit (MiniMalloc's round robin). Then it bisects
-// between the floor and the best peak found, with a few cheaper probes. A
-// probe that runs out of nodes proves nothing and counts as infeasible for the
-// rest of the round. The node limit doubles every round until the floor is
-// reached or the deadline passes. Capacities are multiples of the grain, as
-// canonical peaks are.
+// between the floor and the best peak found. A probe that runs out of nodes
+// proves nothing and counts as infeasible for the rest of the round. The node
+// limit doubles every round until the floor is reached or the deadline
+// passes; the failure memo keeps what every probe proved, so a round resumes
+// the last one's work rather than repeating it. Capacities are multiples of
+// the grain, as canonical peaks are. With a target capacity the driver only
+// asks about that one.
 class CapacityDriver {
  public:
   CapacityDriver(const SectionProblem& problem, absl::Span<const Buffer> buffers, Plan start,
-                 const Deadline& deadline)
-      : problem_(problem), buffers_(buffers), best_(std::move(start)), deadline_(deadline) {
+                 const Deadline& deadline, int64_t target)
+      : problem_(problem), buffers_(buffers), best_(std::move(start)), deadline_(deadline), target_(target) {
     floor_ = round_up(lower_bound(buffers));
   }
 
-  Plan run() {
-    for (int64_t limit = std::max<int64_t>(problem_.items.size(), 64); best_.peak > floor_; limit *= 2) {
+  ExactResult run() {
+    if (target_ > 0) {
+      decide_target();
+    } else {
+      minimise();
+    }
+    best_.peak_floor = std::min(floor_, best_.peak);
+    return {std::move(best_), nodes_};
+  }
+
+ private:
+  int64_t grain() const { return problem_.grain; }
+  int64_t round_up(int64_t bytes) const { return (bytes + grain() - 1) / grain() * grain(); }
+  int64_t first_limit() const { return std::max<int64_t>(2 * problem_.items.size(), 64); }
+
+  void decide_target() {
+    for (int64_t limit = first_limit(); best_.peak > target_ && floor_ <= target_; limit *= 2) {
+      if (probe(target_, limit) == Outcome::kOutOfTime) return;
+    }
+  }
+
+  void minimise() {
+    for (int64_t limit = first_limit(); best_.peak > floor_; limit *= 2) {
       const Outcome at_floor = probe(floor_, limit);
-      if (at_floor == Outcome::kFound || at_floor == Outcome::kOutOfTime) break;
+      if (at_floor == Outcome::kOutOfTime) return;
+      if (at_floor == Outcome::kInfeasible) {
+        limit /= 2;  // the floor rose: ask there with the same limit
+        continue;
+      }
       int64_t lo = floor_, hi = best_.peak - grain();
       for (int probes = 0; probes < kProbesPerRound && lo <= hi; ++probes) {
         const int64_t mid = lo + (hi - lo) / grain() / 2 * grain();
         const Outcome outcome = probe(mid, limit / kBisectionShare);
-        if (outcome == Outcome::kOutOfTime) return std::move(best_);
+        if (outcome == Outcome::kOutOfTime) return;
         if (outcome == Outcome::kFound) hi = best_.peak - grain();
         if (outcome != Outcome::kFound) lo = mid + grain();
       }
+      // Step down from the best plan while that is easy.
+      for (Outcome step = Outcome::kFound; step == Outcome::kFound && best_.peak > floor_;) {
+        step = probe(best_.peak - grain(), limit / kBisectionShare);
+        if (step == Outcome::kOutOfTime) return;
+      }
     }
-    return std::move(best_);
   }
 
- private:
-  static constexpr int kProbesPerRound = 2;
+  static constexpr int kProbesPerRound = 3;
   static constexpr int64_t kBisectionShare = 4;  // a bisection probe gets 1/4 of the round's limit
 
-  int64_t grain() const { return problem_.grain; }
-  int64_t round_up(int64_t bytes) const { return (bytes + grain() - 1) / grain() * grain(); }
-
-  // Asks for a plan within `capacity`; keeps it if found, raises the floor if
-  // none can exist.
+  // Asks for a plan within `capacity` under each ranking in turn; keeps a
+  // plan found, raises the floor if none can exist.
   Outcome probe(int64_t capacity, int64_t node_limit) {
-    std::vector<int64_t> offsets;
-    const Outcome outcome = decide(problem_, capacity, node_limit, deadline_, &offsets);
-    if (outcome == Outcome::kFound) best_ = to_plan(problem_, buffers_, offsets);
+    CapacitySearch search(problem_, capacity, deadline_, memo_);
+    Outcome outcome = Outcome::kOutOfNodes;
+    for (int32_t ranking = 0; ranking < static_cast<int32_t>(kRankings.size()); ++ranking) {
+      outcome = search.solve(ranking, node_limit);
+      if (outcome != Outcome::kOutOfNodes) break;
+    }
+    nodes_ += search.nodes();
+    if (outcome == Outcome::kFound) best_ = to_plan(problem_, buffers_, search.solution());
     if (outcome == Outcome::kInfeasible) floor_ = std::max(floor_, capacity + grain());
     return outcome;
   }
@@ -387,16 +559,20 @@ class CapacityDriver {
   absl::Span<const Buffer> buffers_;
   Plan best_;
   const Deadline& deadline_;
-  int64_t floor_;  // no plan has a smaller peak
+  const int64_t target_;  // 0: minimise
+  int64_t floor_;         // no plan has a smaller peak
+  int64_t nodes_ = 0;
+  FailureMemo memo_;
 };
 
 }  // namespace
 
-Plan plan_exact(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline) {
-  if (buffers.size() > kMaxItems) return start;
+ExactResult plan_exact(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline, int64_t capacity) {
+  start.peak_floor = lower_bound(buffers);
+  if (buffers.size() > kMaxExactItems) return {std::move(start), 0};
   const std::optional<SectionProblem> problem = make_section_problem(buffers, kMaxPairs);
-  if (!problem) return start;
-  return CapacityDriver(*problem, buffers, std::move(start), deadline).run();
+  if (!problem) return {std::move(start), 0};
+  return CapacityDriver(*problem, buffers, std::move(start), deadline, capacity).run();
 }
 
 }  // namespace encore::planner::internal

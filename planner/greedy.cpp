@@ -86,6 +86,12 @@ bool greedy_within(absl::Span<const Buffer> buffers, GreedyOrder order, const De
 
 }  // namespace
 
+std::optional<Plan> plan_greedy_within(absl::Span<const Buffer> buffers, GreedyOrder order, const Deadline& deadline) {
+  Plan plan;
+  if (!greedy_within(buffers, order, &deadline, &plan)) return std::nullopt;
+  return plan;
+}
+
 Plan plan_greedy(absl::Span<const Buffer> buffers, GreedyOrder order) {
   Plan plan;
   greedy_within(buffers, order, nullptr, &plan);

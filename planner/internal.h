@@ -46,6 +46,7 @@ class Deadline {
  public:
   explicit Deadline(double seconds);
   bool expired() const { return std::chrono::steady_clock::now() >= end_; }
+  std::chrono::steady_clock::duration remaining() const { return end_ - std::chrono::steady_clock::now(); }
 
  private:
   std::chrono::steady_clock::time_point end_;
@@ -80,6 +81,8 @@ enum class GreedyOrder {
   kStart,   // increasing lower end
 };
 Plan plan_greedy(absl::Span<const Buffer> buffers, GreedyOrder order);
+// The same, or nothing if `deadline` passes first.
+std::optional<Plan> plan_greedy_within(absl::Span<const Buffer> buffers, GreedyOrder order, const Deadline& deadline);
 // The best plan of all orderings (on two threads for large inputs).
 Plan plan_best_greedy(absl::Span<const Buffer> buffers);
 // The same within `deadline` (if any): an ordering still running when it
@@ -90,9 +93,28 @@ std::optional<Plan> plan_best_greedy_until(absl::Span<const Buffer> buffers, con
 // passed and at least one plan exists.
 Plan plan_greedy_until(absl::Span<const Buffer> buffers, const Deadline* deadline);
 
-// Improves on `start` (a valid plan) by searching canonical placements under
-// shrinking capacities until the deadline; returns the best plan found.
-Plan plan_exact(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline);
+// Improves on `start` (a valid plan) by re-placing the buffers of time
+// windows around its highest buffers until the deadline (NOTE [ Repacking
+// the peak region ] in repack.cpp). Never returns a higher peak.
+Plan repack_peak(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline);
+
+// plan_exact keeps the start plan beyond this many buffers: the search
+// recurses once per placed buffer, about 250 bytes of stack each, so this
+// keeps it within 2 MiB.
+constexpr size_t kMaxExactItems = 8'000;
+
+// What plan_exact found: the best plan (its peak_floor set to the proven
+// floor) and how many search nodes it took.
+struct ExactResult {
+  Plan plan;
+  int64_t nodes = 0;
+};
+// Improves on `start` (a valid plan) by searching canonical placements
+// (NOTE [ Canonical search ] in exact.cpp) until the deadline. With
+// `capacity` 0 it minimises the peak: it stops once the peak is proven
+// optimal. With a capacity it stops at the first plan within it or at a proof
+// that none exists (then plan.peak_floor > capacity).
+ExactResult plan_exact(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline, int64_t capacity);
 
 }  // namespace encore::planner::internal
 

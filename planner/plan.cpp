@@ -25,24 +25,50 @@ constexpr std::array<Algorithm, 7> kAlgorithms = {
 constexpr std::array<absl::string_view, 7> kNames = {"naive",       "caching", "online", "greedy",
                                                     "best_greedy", "exact",   "best"};
 
-// `best` takes the best of online and the greedy orderings (as many as the
-// time limit allows, at least one), then lets the exact search improve on it
-// for what is left of the time limit.
-Plan plan_best(absl::Span<const Buffer> buffers, const internal::Deadline& deadline) {
+// NOTE [ What best does ]
+// `best` starts from the online allocator's plan (cheap: 1.1 s for 10^6
+// buffers), then adds greedy plans: up to kAlwaysGreedy buffers every
+// ordering in turn, at least one, whatever the time limit (one costs at most
+// about 0.2 s there); above it only decreasing size, and only if it can
+// finish in time (12.7 s for 10^6 buffers). Then, with what is left of the time
+// limit, the exact search improves on the best plan (up to 8000 buffers) or
+// the peak region is repacked (above). Whenever the limit hits, the best
+// plan so far is returned.
+// Above it, greedy is only started when the time left is kGreedyOverOnline
+// times what the online plan took: greedy by size costs 7 to 11 times as
+// much (bench/RESULTS.md), and a greedy run cut short by the deadline is
+// time the repacking could have used.
+constexpr size_t kAlwaysGreedy = 20'000;
+constexpr int kGreedyOverOnline = 12;
+
+bool good_enough(const Plan& plan, int64_t bound, int64_t capacity) {
+  return plan.peak == bound || (capacity > 0 && plan.peak <= capacity);
+}
+
+Plan plan_best(absl::Span<const Buffer> buffers, const internal::Deadline& deadline, int64_t capacity) {
+  const int64_t bound = lower_bound(buffers);
+  const auto start = std::chrono::steady_clock::now();
   Plan best = internal::plan_online(buffers);
-  Plan greedy = internal::plan_greedy_until(buffers, &deadline);
-  if (greedy.peak < best.peak) best = std::move(greedy);
-  if (best.peak == lower_bound(buffers)) return best;
-  return internal::plan_exact(buffers, std::move(best), deadline);
+  if (good_enough(best, bound, capacity)) return best;
+  std::optional<Plan> greedy;
+  if (buffers.size() <= kAlwaysGreedy) {
+    greedy = internal::plan_greedy_until(buffers, &deadline);
+  } else if (deadline.remaining() > kGreedyOverOnline * (std::chrono::steady_clock::now() - start)) {
+    greedy = internal::plan_greedy_within(buffers, internal::GreedyOrder::kSize, deadline);
+  }
+  if (greedy && greedy->peak < best.peak) best = *std::move(greedy);
+  if (good_enough(best, bound, capacity) || deadline.expired()) return best;
+  if (buffers.size() > internal::kMaxExactItems) return internal::repack_peak(buffers, std::move(best), deadline);
+  return internal::plan_exact(buffers, std::move(best), deadline, capacity).plan;
 }
 
 // `exact` starts from the greedy orderings that finish within the time limit
 // (all four took 40 s on 10^6 buffers, one 17 s); when none does, from the
 // online allocator's plan, which costs about a fifteenth of one ordering.
-Plan plan_exact_within(absl::Span<const Buffer> buffers, const internal::Deadline& deadline) {
+Plan plan_exact_within(absl::Span<const Buffer> buffers, const internal::Deadline& deadline, int64_t capacity) {
   std::optional<Plan> start = internal::plan_best_greedy_until(buffers, &deadline);
   if (!start) return internal::plan_online(buffers);
-  return internal::plan_exact(buffers, *std::move(start), deadline);
+  return internal::plan_exact(buffers, *std::move(start), deadline, capacity).plan;
 }
 
 // Every algorithm places each buffer at most its alignment slack above the
@@ -74,8 +100,8 @@ Plan run(absl::Span<const Buffer> buffers, const PlanOptions& options) {
     case Algorithm::kOnline: return internal::plan_online(buffers);
     case Algorithm::kGreedy: return internal::plan_greedy(buffers, internal::GreedyOrder::kSize);
     case Algorithm::kBestGreedy: return internal::plan_best_greedy(buffers);
-    case Algorithm::kExact: return plan_exact_within(buffers, deadline);
-    case Algorithm::kBest: return plan_best(buffers, deadline);
+    case Algorithm::kExact: return plan_exact_within(buffers, deadline, options.capacity);
+    case Algorithm::kBest: return plan_best(buffers, deadline, options.capacity);
   }
   return internal::plan_naive(buffers);
 }
@@ -100,7 +126,11 @@ absl::StatusOr<Plan> plan_buffers(absl::Span<const Buffer> buffers, const PlanOp
     return absl::InvalidArgumentError(absl::StrCat("time limit ", options.time_limit_s, " s is negative"));
   }
   if (absl::Status status = check_total(buffers); !status.ok()) return status;
+  if (options.capacity < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("capacity ", options.capacity, " is negative"));
+  }
   Plan plan = run(buffers, options);
+  plan.peak_floor = std::max(plan.peak_floor, lower_bound(buffers));
   if (absl::Status status = validate(buffers, plan); !status.ok()) {
     return absl::InternalError(absl::StrCat("algorithm '", algorithm_name(options.algorithm),
                                             "' produced an invalid plan: ", status.message()));

@@ -83,11 +83,76 @@ void build_step(TraceBuilder& b, int layers) {
   b.add_temporaries(8, t + 1, 64 * kKiB);  // optimizer scratch
 }
 
+// Irregular small sizes: a few hundred bytes to a few hundred KiB.
+int64_t small_size(Rng& rng) { return rng.uniform(1, 4096) * rng.uniform(1, 64); }
+
+// One forward and backward pass of `layers` transformer blocks; `grads`
+// holds each layer's weight gradients, created in the first pass.
+void transformer_pass(TraceBuilder& b, int layers, int64_t& t, std::vector<std::vector<int>>& grads) {
+  Rng& rng = b.rng();
+  std::vector<std::vector<int>> saved(layers);
+  std::vector<char> checkpointed(layers);
+  const int64_t hidden = rng.uniform(2, 8) * 256 * kKiB, scores = hidden * rng.uniform(1, 3);
+  for (int l = 0; l < layers; ++l) {  // forward
+    checkpointed[l] = rng.chance(50);  // keeps only its input; the rest is recomputed in backward
+    for (int64_t size : {hidden, hidden, hidden, scores, scores / 2, hidden, 4 * hidden, 4 * hidden}) {
+      const int64_t jitter = size / 16 * rng.uniform(0, 7);
+      const int index = b.add(size + jitter, t, t + 1);
+      if (checkpointed[l] && !saved[l].empty()) b.buffers()[index].upper = t + rng.uniform(1, 3);
+      else saved[l].push_back(index);
+      for (int k = static_cast<int>(rng.uniform(0, 3)); k > 0; --k) b.add(small_size(rng), t, t + rng.uniform(1, 4));
+      ++t;
+    }
+  }
+  int grad_in = b.add(hidden, t, t + 1);
+  for (int l = layers - 1; l >= 0; --l) {  // backward, freeing what layer l saved
+    if (grads[l].empty()) {
+      for (int64_t size : {hidden / 4, hidden / 4, hidden})  // weights of qkv, out, MLP
+        grads[l].push_back(b.add(size * rng.uniform(1, 3), t, t + 1));
+    }
+    if (checkpointed[l]) {  // recompute the layer's forward, saving everything this time
+      for (int64_t size : {hidden, hidden, hidden, scores, scores / 2, hidden, 4 * hidden, 4 * hidden}) {
+        saved[l].push_back(b.add(size + size / 16 * rng.uniform(0, 7), t, t + 1));
+        ++t;
+      }
+    }
+    for (size_t k = saved[l].size(); k-- > 0;) {
+      b.buffers()[saved[l][k]].upper = t + 1;
+      b.add(std::max(b.buffers()[saved[l][k]].size / rng.uniform(1, 4), int64_t{1}), t, t + 1);  // its gradient
+      for (int j = static_cast<int>(rng.uniform(0, 3)); j > 0; --j) b.add(small_size(rng), t, t + rng.uniform(1, 3));
+      ++t;
+    }
+    b.buffers()[grad_in].upper = t;
+    grad_in = b.add(hidden, t - 1, t + 1);
+  }
+  b.buffers()[grad_in].upper = t + 1;
+}
+
+// Micro-batches of transformer passes, then the optimizer reading every
+// weight gradient.
+void build_transformer_step(TraceBuilder& b, int buffers_per_pass, int micro_batches) {
+  const int layers = std::max(1, buffers_per_pass / 40);
+  std::vector<std::vector<int>> grads(layers);
+  int64_t t = 0;
+  for (int m = 0; m < micro_batches; ++m) transformer_pass(b, layers, t, grads);
+  for (const std::vector<int>& layer : grads) {
+    for (int index : layer) {
+      b.buffers()[index].upper = t + 2;
+      b.add(b.buffers()[index].size, t + 1, t + 2);  // optimizer scratch
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<Buffer> training_step_trace(const TraceOptions& options) {
   TraceBuilder builder(options);
-  build_step(builder, std::max(1, options.num_buffers / 10));
+  if (options.style == TraceStyle::kTransformer) {
+    build_transformer_step(builder, options.num_buffers / std::max(options.micro_batches, 1),
+                           std::max(options.micro_batches, 1));
+  } else {
+    build_step(builder, std::max(1, options.num_buffers / 10));
+  }
   std::vector<Buffer>& buffers = builder.buffers();
   // Trim or pad with short temporaries to exactly num_buffers.
   while (static_cast<int>(buffers.size()) > options.num_buffers) buffers.pop_back();
@@ -98,6 +163,70 @@ std::vector<Buffer> training_step_trace(const TraceOptions& options) {
     builder.add(builder.temporary_size(256 * kKiB), t, t + 1);
   }
   return std::move(buffers);
+}
+
+namespace {
+
+// A rectangle of the packing in grid units: time [t0, t1) x bytes [a0, a1).
+struct Piece {
+  int64_t t0, t1, a0, a1;
+  int64_t area() const { return (t1 - t0) * (a1 - a0); }
+};
+
+// Cuts the biggest of a few random pieces at a random grid line across its
+// longer side (relative to the other), until there are `count` pieces or
+// none can be cut.
+std::vector<Piece> guillotine(int64_t cells, int count, Rng& rng) {
+  std::vector<Piece> pieces = {{0, cells, 0, cells}};
+  while (static_cast<int>(pieces.size()) < count) {
+    size_t pick = rng.next() % pieces.size();
+    for (int k = 0; k < 3; ++k) {  // the largest of four draws
+      const size_t other = rng.next() % pieces.size();
+      if (pieces[other].area() > pieces[pick].area()) pick = other;
+    }
+    Piece& p = pieces[pick];
+    const int64_t width = p.t1 - p.t0, height = p.a1 - p.a0;
+    if (width < 2 && height < 2) break;  // the largest of the draws is one cell
+    const bool across_time = height < 2 || (width >= 2 && rng.uniform(1, width + height) <= width);
+    Piece cut = p;
+    if (across_time) {
+      const int64_t at = p.t0 + rng.uniform(1, width - 1);
+      cut.t0 = at;
+      p.t1 = at;
+    } else {
+      const int64_t at = p.a0 + rng.uniform(1, height - 1);
+      cut.a0 = at;
+      p.a1 = at;
+    }
+    pieces.push_back(cut);
+  }
+  return pieces;
+}
+
+}  // namespace
+
+std::vector<Buffer> challenging_problem(const ChallengeOptions& options) {
+  constexpr int64_t kGrid = 1024;
+  Rng rng(options.seed);
+  const int64_t cells = std::max<int64_t>(options.capacity / kGrid, 1);
+  const int keep = std::max(options.num_buffers, 1);
+  const int cut = static_cast<int>(int64_t{keep} * 100 / std::max(100 - options.drop_percent, 1));
+  std::vector<Piece> pieces = guillotine(cells, cut, rng);
+  // Drop pieces at random until `keep` are left (Fisher-Yates, then trim).
+  for (size_t i = pieces.size(); i > 1; --i) std::swap(pieces[i - 1], pieces[rng.next() % i]);
+  if (static_cast<int>(pieces.size()) > keep) pieces.resize(keep);
+  std::vector<Buffer> buffers;
+  buffers.reserve(pieces.size());
+  for (Piece& p : pieces) {
+    if (p.t1 - p.t0 >= 2 && rng.chance(options.shrink_percent)) {
+      const int64_t width = p.t1 - p.t0;
+      const int64_t cut_front = rng.uniform(0, width / 2), cut_back = rng.uniform(0, (width - cut_front) / 2);
+      p.t0 += cut_front;
+      p.t1 -= cut_back;
+    }
+    buffers.push_back({absl::StrCat("b", buffers.size()), (p.a1 - p.a0) * kGrid, p.t0 * kGrid, p.t1 * kGrid});
+  }
+  return buffers;
 }
 
 std::vector<Buffer> random_buffers(int num_buffers, int64_t max_size, int64_t horizon, bool aligned,

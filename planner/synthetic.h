@@ -8,6 +8,8 @@
 //
 // Example:
 //   std::vector<Buffer> buffers = training_step_trace({.num_buffers = 10000, .seed = 7});
+//   std::vector<Buffer> big = training_step_trace(
+//       {.num_buffers = 1'000'000, .style = TraceStyle::kTransformer});
 #ifndef ENCORE_PLANNER_SYNTHETIC_H_
 #define ENCORE_PLANNER_SYNTHETIC_H_
 
@@ -18,13 +20,46 @@
 
 namespace encore::planner {
 
+// kLayers is the trace described above. kTransformer is a transformer
+// block stack trained with gradient accumulation over `micro_batches`: per
+// layer the attention scores (the largest, seq^2), q/k/v, MLP activations
+// (4x), saved until that layer's backward; weight gradients created in the
+// first backward and kept until the optimizer; many small temporaries of
+// irregular sizes. The peak falls inside a backward pass, where saved
+// activations are being freed while gradients accumulate, which is what
+// makes greedy orderings miss the lower bound.
+enum class TraceStyle { kLayers, kTransformer };
+
 struct TraceOptions {
   int num_buffers = 1000;  // exactly this many buffers are returned
   uint64_t seed = 1;
   int64_t alignment = 256;  // bytes; sizes are multiples of it too
+  TraceStyle style = TraceStyle::kLayers;
+  int micro_batches = 2;  // kTransformer: forward/backward passes per step
 };
 
 [[nodiscard]] std::vector<Buffer> training_step_trace(const TraceOptions& options);
+
+// A problem like MiniMalloc's "challenging" family: time steps and bytes both
+// span [0, 2^20), sizes and lifetimes are multiples of 1024, and a plan
+// within `capacity` exists by construction. The capacity x time rectangle is
+// cut at random grid lines (guillotine cuts, the larger pieces first) into
+// buffers; then `drop_percent` of them are removed and `shrink_percent` have
+// their lifetimes shortened, which leaves the packing valid and makes the
+// lower bound fall below the capacity, as in C, D and J. Deterministic.
+//
+// Example:
+//   std::vector<Buffer> buffers = challenging_problem({.num_buffers = 300, .seed = 4});
+//   // plan_buffers(buffers, {.algorithm = Algorithm::kExact, .capacity = 1 << 20}) fits.
+struct ChallengeOptions {
+  int num_buffers = 200;
+  uint64_t seed = 1;
+  int drop_percent = 15;    // of the pieces, removed
+  int shrink_percent = 30;  // of the buffers left, lifetimes shortened
+  int64_t capacity = int64_t{1} << 20;  // bytes and time steps
+};
+
+[[nodiscard]] std::vector<Buffer> challenging_problem(const ChallengeOptions& options);
 
 // Independent random buffers: sizes in [1, max_size] bytes, lifetimes inside
 // [0, horizon) time steps; alignment 1 unless `aligned` (then 1..64, powers

@@ -1,13 +1,18 @@
 // encore-plan: plan a CSV of buffers with each algorithm and compare.
 //
-//   encore-plan [--algorithm=NAME] [--time_limit_s=S] [--out=PLAN.csv]
-//               [--svg=PLAN.svg] FILE.csv
+//   encore-plan [--algorithm=NAME] [--time_limit_s=S] [--capacity=BYTES]
+//               [--out=PLAN.csv] [--svg=PLAN.svg] FILE.csv
 //
 // Prints one row per algorithm: name, peak bytes, lower bound, peak / lower
-// bound and planning time. --out and --svg use the last algorithm run (the
-// chosen one, or `best` when all run). Exits 1 with a one-line message on bad
-// input.
+// bound, planning time, and what is proven: "optimal" when the peak equals
+// the proven floor (always so at the lower bound), otherwise the floor the
+// search proved. By default `exact` and `best` look for the minimal capacity;
+// with --capacity they decide that one capacity (MiniMalloc's question) and
+// say "fits", "infeasible" (proven) or "unknown" (out of time). --out and
+// --svg use the last algorithm run (the chosen one, or `best` when all run).
+// Exits 1 with a one-line message on bad input.
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -27,6 +32,9 @@ ABSL_FLAG(std::string, algorithm, "all",
           "Algorithm to run: naive, caching, online, greedy, best_greedy, exact, best, or all (every one, in "
           "that order).");
 ABSL_FLAG(double, time_limit_s, 0.5, "Time limit in seconds for the searching algorithms (exact, best).");
+ABSL_FLAG(int64_t, capacity, 0,
+          "Bytes. For exact and best: decide whether the buffers fit in this capacity instead of minimising the "
+          "peak (0: find the minimal capacity).");
 ABSL_FLAG(std::string, out, "", "If set, write the plan as CSV here: the input's columns plus `offset`.");
 ABSL_FLAG(std::string, svg, "", "If set, draw the plan as SVG here (time across, address up).");
 
@@ -57,6 +65,16 @@ absl::Status write_outputs(const encore::planner::CsvProblem& problem, const Pla
   return absl::OkStatus();
 }
 
+// What a plan proves, for the last column.
+std::string proven(const Plan& plan, int64_t capacity, bool searched) {
+  if (capacity > 0 && searched) {
+    if (plan.peak <= capacity) return "fits";
+    return plan.peak_floor > capacity ? "infeasible" : "unknown";
+  }
+  if (plan.peak == plan.peak_floor) return "optimal";
+  return searched ? absl::StrCat("floor ", plan.peak_floor) : "-";
+}
+
 absl::Status run(const std::string& path) {
   absl::StatusOr<std::vector<Algorithm>> algorithms = chosen_algorithms();
   if (!algorithms.ok()) return algorithms.status();
@@ -64,17 +82,21 @@ absl::Status run(const std::string& path) {
   if (!problem.ok()) return problem.status();
   if (absl::Status status = encore::planner::check_buffers(problem->buffers); !status.ok()) return status;
   const int64_t bound = encore::planner::lower_bound(problem->buffers);
-  absl::PrintF("%-12s %14s %14s %10s %12s\n", "algorithm", "peak_bytes", "lower_bound", "ratio", "time_ms");
+  const int64_t capacity = absl::GetFlag(FLAGS_capacity);
+  absl::PrintF("%-12s %14s %14s %10s %12s  %s\n", "algorithm", "peak_bytes", "lower_bound", "ratio", "time_ms",
+               capacity > 0 ? absl::StrCat("capacity ", capacity) : std::string("proven"));
   Plan plan;
   for (Algorithm algorithm : *algorithms) {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<Plan> planned = encore::planner::plan_buffers(
-        problem->buffers, {.algorithm = algorithm, .time_limit_s = absl::GetFlag(FLAGS_time_limit_s)});
+        problem->buffers,
+        {.algorithm = algorithm, .time_limit_s = absl::GetFlag(FLAGS_time_limit_s), .capacity = capacity});
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if (!planned.ok()) return planned.status();
     plan = *std::move(planned);
-    absl::PrintF("%-12s %14d %14d %10.4f %12.2f\n", encore::planner::algorithm_name(algorithm), plan.peak, bound,
-                 bound > 0 ? double(plan.peak) / double(bound) : 1.0, ms);
+    const bool searched = algorithm == Algorithm::kExact || algorithm == Algorithm::kBest;
+    absl::PrintF("%-12s %14d %14d %10.4f %12.2f  %s\n", encore::planner::algorithm_name(algorithm), plan.peak,
+                 bound, bound > 0 ? double(plan.peak) / double(bound) : 1.0, ms, proven(plan, capacity, searched));
   }
   return write_outputs(*problem, plan);
 }
@@ -87,8 +109,10 @@ int main(int argc, char** argv) {
       {.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "encore_plan.cpp"); }});
   absl::SetProgramUsageMessage(
       "Plans the buffers of a MiniMalloc-format CSV (id,lower,upper,size[,alignment]) into one arena\n"
-      "and prints, per algorithm, the peak, the lower bound, their ratio and the planning time.\n"
-      "Usage: encore-plan [--algorithm=NAME] [--time_limit_s=S] [--out=PLAN.csv] [--svg=PLAN.svg] FILE.csv");
+      "and prints, per algorithm, the peak, the lower bound, their ratio, the planning time and what is\n"
+      "proven (optimal, or the floor proven; with --capacity: fits, infeasible or unknown).\n"
+      "Usage: encore-plan [--algorithm=NAME] [--time_limit_s=S] [--capacity=BYTES] [--out=PLAN.csv]\n"
+      "                   [--svg=PLAN.svg] FILE.csv");
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2) {
     std::fprintf(stderr, "encore-plan: expected one input CSV file (see --help)\n");

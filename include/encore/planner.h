@@ -55,6 +55,10 @@ struct Plan {
   std::vector<int64_t> offsets;  // bytes from the arena start
   int64_t peak = 0;              // arena bytes: max(offset + size), or more
                                  // for `caching` (its reserved segment bytes)
+  int64_t peak_floor = 0;        // bytes no plan can beat: lower_bound(), or
+                                 // more where `exact` proved the capacities
+                                 // below it infeasible. peak == peak_floor:
+                                 // the plan is proven optimal
 };
 
 // The planning algorithms, cheapest first. Each is selectable by name; n is
@@ -71,8 +75,9 @@ enum class Algorithm {
                 //   size, lifetime length, area, start
   kExact,       // "exact": search over canonical placements (MiniMalloc-style)
                 //   from the best greedy plan made in time (the online plan if
-                //   none was), until optimal or out of time
-  kBest,        // "best": online and greedy, then exact, within the time
+                //   none was), until proven optimal or out of time
+  kBest,        // "best": online and greedy, then exact (up to 8000 buffers)
+                //   or repacking of the peak region (above), within the time
                 //   limit; what encore's capture uses
 };
 
@@ -85,15 +90,22 @@ enum class Algorithm {
 struct PlanOptions {
   Algorithm algorithm = Algorithm::kBest;
   // Wall-clock budget for the searching algorithms (exact, best), in seconds.
-  // They return the best plan found when it runs out; `best` always makes at
-  // least one greedy plan (about 15 s for 10^6 buffers on a 2-core machine,
-  // so there it overruns), `exact` falls back to the online plan when no
-  // greedy ordering finishes in time. Checking the input and validating the
-  // plan are outside the budget. The fast algorithms ignore it. The exact search is
-  // skipped for problems of more than 8000 buffers or 4 million pairs of
-  // buffers overlapping in time (it needs memory per pair and recurses once
-  // per buffer, up to 2 MiB of stack); they keep the heuristic plan.
+  // They return the best plan found when it runs out. `best` makes the
+  // online plan first, whatever the limit (1.1 s for 10^6 buffers), and up
+  // to 20,000 buffers at least one greedy plan (0.2 s there); above, greedy
+  // only runs when it can finish in time. `exact` falls back to the online
+  // plan when no greedy ordering finishes in time. Checking the input,
+  // computing the lower bound and validating the plan are outside the
+  // budget. The fast algorithms ignore it. The exact search is skipped for
+  // problems of more than 8000 buffers or 4 million pairs of buffers
+  // overlapping in time (it needs memory per pair and recurses once per
+  // buffer, up to 2 MiB of stack); `best` repacks the peak region there.
   double time_limit_s = 0.5;
+  // For `exact` and `best`: 0 minimises the peak. A positive capacity (bytes)
+  // asks MiniMalloc's decision question instead: they stop at the first plan
+  // whose peak is within it, or at a proof that none exists (then
+  // peak_floor > capacity and the plan returned is the best one found).
+  int64_t capacity = 0;
 };
 
 // Plans `buffers` with options.algorithm. The plan is validated before it is

@@ -124,7 +124,7 @@ TEST(PlannerSafetyTest, ExactWithoutTimeFallsBackToOnline) {
 // measured in bench/planner, not asserted here).
 TEST(PlannerSafetyTest, ExactOnALargeProblemReturnsAValidPlan) {
   const std::vector<Buffer> buffers = training_step_trace({.num_buffers = 200'000, .seed = 5});
-  for (Algorithm algorithm : {Algorithm::kExact}) {  // `best` always makes one greedy plan: slow here
+  for (Algorithm algorithm : {Algorithm::kExact, Algorithm::kBest}) {
     absl::StatusOr<Plan> plan = plan_buffers(buffers, {.algorithm = algorithm, .time_limit_s = 0.2});
     ASSERT_TRUE(plan.ok()) << algorithm_name(algorithm) << ": " << plan.status();
     EXPECT_TRUE(validate(buffers, *plan).ok());

@@ -84,7 +84,21 @@ TEST(EncorePlanToolTest, WritesAValidPlanAndPicture) {
 TEST(EncorePlanToolTest, HelpExplainsTheFlags) {
   const ToolRun run = run_tool("--help");
   const std::string text = run.out + run.err;
-  for (const char* flag : {"algorithm", "time_limit_s", "out", "svg"}) EXPECT_THAT(text, HasSubstr(flag));
+  for (const char* flag : {"algorithm", "time_limit_s", "capacity", "out", "svg"}) EXPECT_THAT(text, HasSubstr(flag));
+}
+
+// The example's optimum is 12 bytes, its lower bound too.
+TEST(EncorePlanToolTest, SaysWhatExactProved) {
+  const std::string input = write_temp("proof.csv", kExample);
+  const ToolRun minimal = run_tool("--algorithm=exact " + input);
+  ASSERT_EQ(minimal.exit_code, 0) << minimal.err;
+  EXPECT_THAT(minimal.out, HasSubstr("optimal"));
+  const ToolRun fits = run_tool("--algorithm=exact --capacity=12 " + input);
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  EXPECT_THAT(fits.out, HasSubstr("fits"));
+  const ToolRun below = run_tool("--algorithm=exact --capacity=11 " + input);
+  ASSERT_EQ(below.exit_code, 0) << below.err;
+  EXPECT_THAT(below.out, HasSubstr("infeasible"));
 }
 
 }  // namespace

@@ -1,0 +1,128 @@
+// The exact search on MiniMalloc-like problems: the challenging files and
+// instances of planner/synthetic.h's challenging_problem.
+//
+//   build/bench/planner/exact_bench [--dir=DIR] [--seeds=20] [--time_limit_s=10]
+//
+// For each problem, two runs of plan_buffers: `exact` deciding the capacity
+// 2^20 (MiniMalloc's question; its published times are 0.6-5.4 s), and
+// `exact` minimising the peak (the minimal capacity, proven or not). Prints
+// one row per problem and one summary row per family: solved count, median
+// and largest time. DIR holds *.1048576.csv files (default
+// $ENCORE_SHARED_DIR/data/minimalloc; the eleven of google/minimalloc's
+// benchmarks/challenging can be given instead). Times are wall clock on one
+// thread.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "encore/planner.h"
+#include "planner/synthetic.h"
+
+ABSL_FLAG(std::string, dir, "", "Folder of *.1048576.csv problems (default: $ENCORE_SHARED_DIR/data/minimalloc).");
+ABSL_FLAG(int, seeds, 20, "Generated instances per size (sizes 150, 250, 400 buffers).");
+ABSL_FLAG(double, time_limit_s, 10, "Time limit per run, seconds.");
+
+namespace encore::planner {
+namespace {
+
+constexpr int64_t kCapacity = int64_t{1} << 20;
+
+struct Run {
+  Plan plan;
+  double seconds = 0;
+};
+
+Run run(const std::vector<Buffer>& buffers, int64_t capacity) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<Plan> plan = plan_buffers(
+      buffers, {.algorithm = Algorithm::kExact, .time_limit_s = absl::GetFlag(FLAGS_time_limit_s), .capacity = capacity});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!plan.ok()) {
+    absl::FPrintF(stderr, "exact_bench: %s\n", plan.status().ToString());
+    std::exit(1);
+  }
+  return {*std::move(plan), seconds};
+}
+
+struct Family {
+  std::string name;
+  int problems = 0, fits = 0, optimal = 0;
+  std::vector<double> fit_s, min_s;
+  double worst_ratio = 1;  // minimised peak / lower bound
+
+  void print() const {
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    auto largest = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
+    absl::PrintF("%-24s %3d problems | capacity 2^20: %3d fit, median %.3f s, max %.3f s | minimal: %3d proven "
+                 "optimal, median %.3f s, max %.3f s, worst peak/lb %.4f\n",
+                 name, problems, fits, median(fit_s), largest(fit_s), optimal, median(min_s), largest(min_s),
+                 worst_ratio);
+  }
+};
+
+void measure(const std::string& name, const std::vector<Buffer>& buffers, Family& family) {
+  const int64_t bound = lower_bound(buffers);
+  const Run fit = run(buffers, kCapacity);
+  const Run min = run(buffers, 0);
+  const bool optimal = min.plan.peak == min.plan.peak_floor;
+  absl::PrintF("%-16s %4d buffers lb %8d | 2^20: %-10s %8.3f s | minimal: peak %8d (%.4f x lb) %8.3f s %s\n", name,
+               buffers.size(), bound, fit.plan.peak <= kCapacity ? "fits" : "not found", fit.seconds, min.plan.peak,
+               double(min.plan.peak) / double(bound), min.seconds,
+               optimal ? "optimal" : absl::StrCat("floor ", min.plan.peak_floor));
+  ++family.problems;
+  family.fits += fit.plan.peak <= kCapacity;
+  family.optimal += optimal;
+  family.fit_s.push_back(fit.seconds);
+  family.min_s.push_back(min.seconds);
+  family.worst_ratio = std::max(family.worst_ratio, double(min.plan.peak) / double(bound));
+}
+
+int main_(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  std::string dir = absl::GetFlag(FLAGS_dir);
+  if (dir.empty() && std::getenv("ENCORE_SHARED_DIR") != nullptr) {
+    dir = std::string(std::getenv("ENCORE_SHARED_DIR")) + "/data/minimalloc";
+  }
+  std::vector<Family> families;
+  if (!dir.empty() && std::filesystem::is_directory(dir)) {
+    std::vector<std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      if (absl::EndsWith(entry.path().string(), ".1048576.csv")) files.push_back(entry.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    Family& family = families.emplace_back(Family{.name = "minimalloc " + dir});
+    for (const std::string& file : files) {
+      absl::StatusOr<CsvProblem> problem = read_csv(file);
+      if (!problem.ok()) continue;
+      measure(std::filesystem::path(file).filename().string(), problem->buffers, family);
+    }
+  }
+  for (int size : {150, 250, 400}) {
+    Family& family = families.emplace_back(Family{.name = absl::StrCat("challenging_problem n=", size)});
+    for (int seed = 1; seed <= absl::GetFlag(FLAGS_seeds); ++seed) {
+      measure(absl::StrCat("gen n=", size, " s=", seed),
+              challenging_problem({.num_buffers = size, .seed = static_cast<uint64_t>(seed)}), family);
+    }
+  }
+  absl::PrintF("\n");
+  for (const Family& family : families) family.print();
+  return 0;
+}
+
+}  // namespace
+}  // namespace encore::planner
+
+int main(int argc, char** argv) { return encore::planner::main_(argc, argv); }
