@@ -1,6 +1,7 @@
 // encore-prof: the replay profiler. Builds a built-in model's training step,
 // profiles it eagerly and captured + replayed, prints a summary of each and
-// writes a Chrome trace (Perfetto, chrome://tracing) and a DOT graph.
+// writes a Chrome trace (Perfetto, chrome://tracing) and a DOT graph, and lists
+// the host values the captured graph froze into its kernels (--frozen).
 //
 //   encore-prof --model=mlp [--hidden=128] [--batch=128] --trace=mlp.json
 //   encore-prof --model=gpt --n_layer=2 --n_embd=64 --seq=32 --trace=gpt.json --dot=gpt.dot
@@ -12,7 +13,9 @@
 // same functions around its own captured step. Exits 2 on bad flags, 1 when
 // capture, profiling or writing fails, with a one-line message.
 #include <cstdio>
+#include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -45,6 +48,8 @@ ABSL_FLAG(int32_t, warmup_runs, 2, "Untimed warm-up runs before each profile.");
 ABSL_FLAG(bool, eager, true, "Also profile the step eagerly (kernel times and the dispatch gaps between them).");
 ABSL_FLAG(int32_t, top, 10, "Ops listed in each summary, by total time.");
 ABSL_FLAG(std::string, trace, "", "If set, write a Chrome trace JSON here (eager and replay as two processes).");
+ABSL_FLAG(bool, frozen, true,
+          "List the host values the captured graph froze into its kernels (Graph::frozen()), grouped.");
 ABSL_FLAG(std::string, dot, "", "If set, write the captured graph in Graphviz DOT here (nodes by op, data edges).");
 
 namespace {
@@ -87,6 +92,27 @@ absl::StatusOr<std::unique_ptr<Workload>> build_workload(encore::Device device) 
   return absl::InvalidArgumentError(absl::StrFormat("--model must be mlp or gpt, got '%s'", model));
 }
 
+// Graph::frozen(), one line per distinct (op, phase, argument, value): how
+// many kernels hold it and the first of them.
+void print_frozen(const encore::Graph& graph) {
+  struct Group {
+    size_t count = 0, first_node = 0;
+  };
+  std::map<std::tuple<std::string, std::string, std::string, std::string>, Group> groups;
+  const std::vector<encore::FrozenValue> frozen = graph.frozen();
+  for (const encore::FrozenValue& f : frozen) {
+    Group& g = groups[{f.phase, f.op, f.name, f.value}];
+    if (g.count++ == 0) g.first_node = f.node;
+  }
+  absl::PrintF("frozen host values: %d in %d kernels' arguments (each replay reuses them; capture checked them "
+               "against the warm-up)\n", frozen.size(), graph.stats().kernels);
+  absl::PrintF("  %-10s %-22s %-12s %-24s %7s %10s\n", "phase", "op", "argument", "value", "kernels", "first");
+  for (const auto& [key, g] : groups) {
+    const auto& [phase, op, name, value] = key;
+    absl::PrintF("  %-10s %-22s %-12s %-24s %7d %10d\n", phase, op, name, value, g.count, g.first_node);
+  }
+}
+
 absl::Status run(Workload& w) {
   const encore::ProfileOptions options{.warmup_runs = absl::GetFlag(FLAGS_warmup_runs),
                                        .runs = absl::GetFlag(FLAGS_runs)};
@@ -104,6 +130,7 @@ absl::Status run(Workload& w) {
   const encore::CaptureStats& st = graph->stats();
   absl::PrintF("capture: %d kernels, %d temporaries, arena %d bytes, captured in %.1f ms (plan %.1f ms)\n",
                st.kernels, st.temporaries, st.arena_bytes, st.capture_ms, st.plan_ms);
+  if (absl::GetFlag(FLAGS_frozen)) print_frozen(*graph);
   absl::StatusOr<encore::StepProfile> replayed = encore::profile_replay(*graph, options);
   if (!replayed.ok()) return replayed.status();
   std::fputs(encore::format_summary(*replayed, top).c_str(), stdout);
