@@ -33,6 +33,27 @@
 //     differing op.
 //  5. replay() runs the list: no allocation, no shape checks, no autograd.
 //
+// The contract (README "Capturing your own step"): a replay does exactly
+// what the eager step would have done, bit for bit, or capture() / replay()
+// refuses with a Status saying why and what to do.
+//  - capture() compares the capture run with the recorded warm-up launch by
+//    launch: the kernel and op, every non-pointer argument byte (scalars,
+//    sizes, dtypes, modes: src/core/kernel_args.h), every pointer's target
+//    operand and offset, and the identity of every persistent tensor and
+//    temporary read or written. A difference is refused naming the kernel
+//    index, op, argument and both values.
+//  - replay() checks that the persistent tensors are alive and not replaced,
+//    that bound inputs (CaptureOptions::inputs) still hold their tensors,
+//    and that host state deciding which kernels the step issues (the lazy
+//    zero_grad flag of each parameter) is as the capture run read it; it
+//    then leaves that state as the step would (NOTE [ Host state as a
+//    precondition ] in capture/graph_impl.h).
+//  - What stays frozen at the capture run's values, by design: host numbers
+//    baked into kernel arguments (Graph::frozen() lists them), and whatever
+//    the step's C++ code decides on the host without launching anything
+//    differently. CaptureOptions::verify_every re-runs replays eagerly and
+//    compares, for the cases no check can see.
+//
 // Errors instead of silent wrong answers: a host read inside the step
 // (item(), to_vector(), printing), a tensor allocated in the step that
 // outlives it without being an output, or an exception thrown by the step

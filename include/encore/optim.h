@@ -54,9 +54,15 @@ class Optimizer {
   // Launches kernels only (no host reads), so it can be captured.
   virtual void step() = 0;
 
-  // Zeroes every existing .grad() IN PLACE (a fill kernel). Gradients keep
-  // their storage, which a captured graph points at; unlike PyTorch's default
-  // (set_to_none=True) we never make gradients undefined.
+  // Zeroes every existing .grad(), lazily and in place (NOTE [ Lazy
+  // zero_grad ] in tensor.h): it launches nothing, it marks each gradient so
+  // that the next backward() overwrites it instead of adding to it (and
+  // .grad() reads as zeros until then). Gradients keep their storage, which a
+  // captured graph points at; unlike PyTorch's default (set_to_none=True) we
+  // never make gradients undefined. Whether backward() overwrites or adds is
+  // decided when its kernels are issued, so a captured graph checks the mark
+  // at every replay (NOTE [ Host state as a precondition ] in
+  // capture/graph_impl.h): call zero_grad() inside a captured step.
   void zero_grad();
 
   // The learning rate: an f32 0-d tensor on the parameters' device, read by

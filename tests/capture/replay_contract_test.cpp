@@ -471,6 +471,34 @@ TEST(ReplayContractTest, AnInputTheStepNeverReadsIsRefusedAtCapture) {
   EXPECT_NE(graph.status().message().find("input 1"), absl::string_view::npos) << graph.status();
 }
 
+TEST(ReplayContractTest, AnUnboundInputReboundWithNoOtherHandleIsRefused) {
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*r); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  r->x = testing::random_tensor({8, 12}, 7);   // the old x is gone: only the graph holds it
+  expect_refused(graph->replay(), {"replay:", "freed or replaced", "copy_()"});
+}
+
+// A backward-only graph: the forward runs eagerly, the step backpropagates
+// the loss variable, the optimizer runs eagerly. A new forward rebinds the
+// variable; the graph would still backpropagate the old one, and it is
+// refused because the old forward's saved tensors are gone.
+TEST(ReplayContractTest, ABackwardOnlyGraphOfALossRecomputedOutsideIsRefused) {
+  std::unique_ptr<Rig> r = make_rig();
+  Tensor loss = r->loss();
+  absl::StatusOr<Graph> graph = capture([&] {
+    r->opt->zero_grad();
+    autograd::backward({loss}, {}, /*retain_graph=*/true);
+    return std::vector<Tensor>{};
+  });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  r->opt->step();
+  r->fill(1);
+  loss = r->loss();
+  expect_refused(graph->replay(), {"replay:", "freed or replaced"});
+}
+
 TEST(ReplayContractTest, CopyStyleInputsStillWork) {
   expect_loop_matches_eager({.step = whole_step});   // fill() refills x and y with copy_()
 }

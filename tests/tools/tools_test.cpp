@@ -72,6 +72,20 @@ TEST(EncoreProfTest, ProfilesTheGpt) {
   EXPECT_THAT(run.out, ::testing::Not(HasSubstr("eager (cpu)")));
 }
 
+// Graph::frozen(), grouped: AdamW's constants and dropout's p are host values baked into kernels.
+TEST(EncoreProfTest, ListsTheHostValuesTheGraphFroze) {
+  const std::string flags = "--device=cpu --model=gpt --n_layer=1 --n_embd=16 --n_head=2 --seq=8 --vocab=11 "
+                            "--batch=2 --dropout=0.25 --runs=1 --warmup_runs=0 --eager=false";
+  const ToolRun run = prof(flags);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("frozen host values: "));
+  EXPECT_THAT(run.out, ::testing::ContainsRegex("forward +dropout +p +0.25 "));
+  EXPECT_THAT(run.out, ::testing::ContainsRegex("optimizer +adamw +beta1 +0.899999976 +1 "));
+  const ToolRun quiet = prof(flags + " --frozen=false");
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_THAT(quiet.out, ::testing::Not(HasSubstr("frozen host values")));
+}
+
 TEST(EncoreProfTest, ProfilesOnCudaWhenAGpuAnswers) {
   const std::string trace = temp_path("cuda_trace.json");
   std::remove(trace.c_str());
