@@ -22,7 +22,7 @@ class ArenaAllocator final : public Allocator {
                       i, plan->kernels_so_far, plan->last_op, nbytes,
                       i < static_cast<int64_t>(plan->sizes.size()) ? std::to_string(plan->sizes[i]) + " bytes"
                                                                    : std::string("nothing more"));
-    return plan->base + plan->offsets[i];
+    return plan->addresses[i];
   }
   void deallocate(void* p, int64_t nbytes) override {}   // the arena lives with its Graph
 };

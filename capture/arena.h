@@ -2,7 +2,7 @@
 // arena + offset[i] for the step's i-th allocation, checks its size against
 // the recorded warm-up's, and ignores frees (the arena lives with its Graph).
 //
-//   ArenaPlan plan{.base = arena_data, .offsets = offsets, .sizes = recorded_sizes};
+//   ArenaPlan plan{.addresses = where_each_goes, .sizes = recorded_sizes, .regions = {{arena, arena_end}}};
 //   {
 //     ArenaScope scope(&plan, device);   // this thread's allocations on `device`
 //     outputs = step();                  //   come from the arena
@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "src/core/allocator.h"
@@ -23,9 +24,17 @@
 namespace encore::capture_internal {
 
 struct ArenaPlan {
-  char* base = nullptr;             // the arena (not owned)
-  std::vector<int64_t> offsets;     // bytes from base, per allocation index
+  std::vector<char*> addresses;     // where allocation i goes (inside one of regions; not owned)
   std::vector<int64_t> sizes;       // recorded bytes per allocation index
+  // The memory the addresses lie in, [begin, end): the arena, and a graph's
+  // own output region when its outputs live apart (GraphedStep).
+  std::vector<std::pair<const char*, const char*>> regions;
+  bool contains(const void* p) const {
+    for (const auto& [begin, end] : regions) {
+      if (p >= begin && p < end) return true;
+    }
+    return false;
+  }
   int64_t next = 0;                 // allocations served so far
   int64_t kernels_so_far = 0;       // for messages: launches of the capture run so far
   const char* last_op = "(start of step)";

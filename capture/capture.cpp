@@ -17,6 +17,7 @@
 #include "capture/graph_impl.h"
 #include "capture/launch_match.h"
 #include "capture/recorder.h"
+#include "capture/steps.h"
 #include "src/core/allocator.h"
 #include "src/core/kernel_errors.h"
 #include "src/core/step_observer.h"
@@ -160,9 +161,9 @@ absl::StatusOr<Device> step_device(const Trace& trace) {
 // One eager run of the step watched by `rec`. Refuses a run whose kernels met
 // bad data, that stopped for the host, or that let a temporary escape.
 absl::Status recorded_run(const Step& step, const CaptureOptions& options, const std::optional<Device>& gpu,
-                          Recorder& rec) {
+                          Recorder& rec, std::vector<Tensor>& outs) {
   StepObserverScope observe(&rec);
-  std::vector<Tensor> outs = run_step(step);
+  outs = run_step(step);
   // Host index checks are off while recording; CUDA kernels never check on the host.
   const uint32_t errors = take_kernel_errors(kCPU) | (gpu.has_value() ? take_kernel_errors(*gpu) : 0u);
   if (errors != 0) {
@@ -187,11 +188,13 @@ absl::Status recorded_run(const Step& step, const CaptureOptions& options, const
   return check_escapes(rec, rec.trace(), options);
 }
 
-// Runs the step options.warmup times eagerly, the last run recorded. Fills
-// g.trace, g.device, stats.eager_peak_bytes and stats.warmup_ms.
-absl::Status record(const Step& step, const CaptureOptions& options, Graph::Impl& g) {
+// Runs the step `eager_runs` times eagerly, then once recorded, whose
+// outputs go to `outs`. Fills g.trace, g.device, stats.eager_peak_bytes and
+// stats.warmup_ms.
+absl::Status record(const Step& step, const CaptureOptions& options, int eager_runs, Graph::Impl& g,
+                    std::vector<Tensor>& outs) {
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i + 1 < options.warmup; ++i) run_step(step);
+  for (int i = 0; i < eager_runs; ++i) run_step(step);
   const std::optional<Device> gpu = usable_gpu();
   Recorder rec;
   const EagerPeak peak(gpu);
@@ -199,7 +202,7 @@ absl::Status record(const Step& step, const CaptureOptions& options, Graph::Impl
   // CUDA reports of earlier eager steps (the warm-ups above) surface here as
   // an error, not in the recorded run (NOTE [ Kernel error words ]).
   if (gpu.has_value()) current_stream(*gpu).synchronize();
-  ENCORE_RETURN_IF_ERROR(recorded_run(step, options, gpu, rec));
+  ENCORE_RETURN_IF_ERROR(recorded_run(step, options, gpu, rec, outs));
   g.trace = std::move(rec.trace());
   absl::StatusOr<Device> device = step_device(g.trace);
   if (!device.ok()) return device.status();
@@ -229,17 +232,38 @@ std::vector<planner::Buffer> lifetimes(const Trace& trace, int64_t alignment) {
 
 // Places the recorded temporaries in one arena. Fills g.buffers, g.offsets,
 // stats.arena_bytes, lower_bound_bytes, temporaries and plan_ms.
-absl::Status plan(const CaptureOptions& options, Graph::Impl& g) {
+// With outputs_apart the step outputs are laid out one after another in a
+// region of their own (stats.output_bytes) and the rest planned into the
+// arena, which graphs that never run at once can then share (GraphedStep).
+absl::Status plan(const CaptureOptions& options, bool outputs_apart, Graph::Impl& g) {
   const auto t0 = std::chrono::steady_clock::now();
-  g.buffers = lifetimes(g.trace, arena_alignment(g.device));
-  absl::StatusOr<planner::Plan> plan =
-      planner::plan_buffers(g.buffers, {.algorithm = options.planner, .time_limit_s = options.planner_time_limit_s});
+  const int64_t alignment = arena_alignment(g.device);
+  g.buffers = lifetimes(g.trace, alignment);
+  const size_t n = g.buffers.size();
+  g.offsets.assign(n, 0);
+  g.in_output_region.assign(n, false);
+  std::vector<planner::Buffer> arena_buffers;
+  std::vector<size_t> index;   // arena_buffers[j] is g.buffers[index[j]]
+  int64_t output_bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (outputs_apart && g.trace.allocs[i].output) {
+      g.in_output_region[i] = true;
+      g.offsets[i] = (output_bytes + alignment - 1) / alignment * alignment;
+      output_bytes = g.offsets[i] + g.buffers[i].size;
+    } else {
+      arena_buffers.push_back(g.buffers[i]);
+      index.push_back(i);
+    }
+  }
+  absl::StatusOr<planner::Plan> plan = planner::plan_buffers(
+      arena_buffers, {.algorithm = options.planner, .time_limit_s = options.planner_time_limit_s});
   if (!plan.ok()) return plan.status();
+  for (size_t j = 0; j < index.size(); ++j) g.offsets[index[j]] = plan->offsets[j];
   g.stats.plan_ms = ms_since(t0);
   g.stats.arena_bytes = plan->peak;
-  g.offsets = std::move(plan->offsets);
-  g.stats.lower_bound_bytes = planner::lower_bound(g.buffers);
-  g.stats.temporaries = static_cast<int64_t>(g.buffers.size());
+  g.stats.output_bytes = output_bytes;
+  g.stats.lower_bound_bytes = planner::lower_bound(arena_buffers);
+  g.stats.temporaries = static_cast<int64_t>(n);
   return absl::OkStatus();
 }
 
@@ -252,8 +276,8 @@ absl::Status plan(const CaptureOptions& options, Graph::Impl& g) {
 // are the caller's and outlive it; it updates the plan's message fields.
 class CaptureObserver final : public StepObserver {
  public:
-  CaptureObserver(const Trace& trace, ArenaPlan& plan, int64_t arena_bytes, Capturer& capturer)
-      : trace_(trace), plan_(plan), arena_end_(plan.base + arena_bytes), capturer_(capturer) {}
+  CaptureObserver(const Trace& trace, ArenaPlan& plan, Capturer& capturer)
+      : trace_(trace), plan_(plan), capturer_(capturer) {}
 
   bool on_launch(const LaunchRecord& launch) override {
     const size_t k = launches_;
@@ -296,8 +320,8 @@ class CaptureObserver final : public StepObserver {
   void on_host_state(TensorImpl& owner, bool write, bool value) override {
     auto [it, added] = condition_index_.try_emplace(&owner, conditions.size());
     if (added) {
-      conditions.push_back({.owner = Ref<TensorImpl>(&owner), .kernel = static_cast<int64_t>(launches_),
-                            .phase = current_phase()});
+      conditions.push_back({.owner = Ref<TensorImpl>(&owner), .before = owner.autograd->grad_zero_pending_,
+                            .kernel = static_cast<int64_t>(launches_), .phase = current_phase()});
     }
     capture_internal::HostCondition& c = conditions[it->second];
     if (write) {
@@ -310,8 +334,7 @@ class CaptureObserver final : public StepObserver {
   }
   // Allocations come from the arena in recorded order: the i-th is temporary i.
   void on_allocate(const Storage& storage) override {
-    const char* p = static_cast<const char*>(storage.data());
-    if (p >= plan_.base && p < arena_end_) temporary_ids_[storage.id()] = static_cast<int32_t>(plan_.next - 1);
+    if (plan_.contains(storage.data())) temporary_ids_[storage.id()] = static_cast<int32_t>(plan_.next - 1);
   }
 
   size_t launches() const { return launches_; }
@@ -320,13 +343,11 @@ class CaptureObserver final : public StepObserver {
 
  private:
   void guard(Storage* s, const char* op) {
-    const char* p = static_cast<const char*>(s->data());
-    if (p >= plan_.base && p < arena_end_) return;   // a temporary in the arena
+    if (plan_.contains(s->data())) return;   // a temporary in the arena
     if (seen_.insert(s).second) guards.push_back({Ref<Storage>(s), op});
   }
   const Trace& trace_;
   ArenaPlan& plan_;
-  const char* arena_end_;
   Capturer& capturer_;
   size_t launches_ = 0;
   absl::flat_hash_set<Storage*> seen_;
@@ -342,6 +363,7 @@ class CaptureObserver final : public StepObserver {
 // holds the last replay's values, never another allocation's bytes.
 // Persistent outputs (a parameter returned by the step) stay as they are.
 Tensor arena_view(const Ref<Storage>& arena, const Tensor& out) {
+  if (!arena) return out;
   const char* base = static_cast<const char*>(arena->data());
   const char* p = static_cast<const char*>(out.storage()->data());
   if (p < base || p >= base + arena->nbytes()) return out;
@@ -359,23 +381,42 @@ Tensor arena_view(const Ref<Storage>& arena, const Tensor& out) {
 }
 
 // Runs the step once more with its allocations served from the planned arena
-// and its launches matched and taken by the device's Capturer. Fills g.arena,
-// g.executable, g.outputs, g.guards, stats.kernels and stats.capture_ms.
-absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph::Impl& g) {
+// (`shared` when given, at least stats.arena_bytes; else a new one) and its
+// launches matched and taken by the device's Capturer. Fills g.arena,
+// g.output_arena, g.executable, g.outputs, g.guards, g.conditions,
+// stats.kernels and stats.capture_ms. The capture run computes nothing and
+// leaves the host state it touched (lazy zero_grad flags) as it found it.
+absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph::Impl& g,
+                         const Ref<Storage>& shared) {
   const auto t0 = std::chrono::steady_clock::now();
-  g.arena = Storage::allocate(std::max<int64_t>(g.stats.arena_bytes, 1), g.device);
+  g.arena = shared ? shared : Storage::allocate(std::max<int64_t>(g.stats.arena_bytes, 1), g.device);
+  ENCORE_CHECK_CODE(g.arena->nbytes() >= g.stats.arena_bytes && g.arena->device() == g.device, kInternal,
+                    "capture: a shared arena of %d bytes on %s for a plan of %d bytes on %s", g.arena->nbytes(),
+                    g.arena->device().str(), g.stats.arena_bytes, g.device.str());
+  g.output_arena = g.stats.output_bytes > 0 ? Storage::allocate(g.stats.output_bytes, g.device) : Ref<Storage>();
   std::unique_ptr<Capturer> capturer = g.device.is_cpu()
                                            ? capture_internal::make_cpu_capturer()
                                            : capture_internal::make_cuda_capturer(g.device, options.programmatic_launch);
   capturer->prepare_arena(*g.arena);
-  ArenaPlan arena{.base = static_cast<char*>(g.arena->data()), .offsets = g.offsets};
-  for (const capture_internal::AllocRecord& a : g.trace.allocs) arena.sizes.push_back(a.nbytes);
-  CaptureObserver cap(g.trace, arena, g.arena->nbytes(), *capturer);
+  if (g.output_arena) capturer->prepare_arena(*g.output_arena);
+  ArenaPlan arena;
+  for (const Ref<Storage>& r : {g.arena, g.output_arena}) {
+    if (r) arena.regions.emplace_back(static_cast<char*>(r->data()), static_cast<char*>(r->data()) + r->nbytes());
+  }
+  for (size_t i = 0; i < g.trace.allocs.size(); ++i) {
+    arena.sizes.push_back(g.trace.allocs[i].nbytes);
+    char* base = static_cast<char*>((g.in_output_region[i] ? g.output_arena : g.arena)->data());
+    arena.addresses.push_back(base + g.offsets[i]);
+  }
+  CaptureObserver cap(g.trace, arena, *capturer);
   absl::StatusOr<std::unique_ptr<Executable>> executable = capturer->capture([&] {
     StepObserverScope observe(&cap);
     ArenaScope scope(&arena, g.device);
     g.outputs = run_step(step);
   });
+  for (const capture_internal::HostCondition& c : cap.conditions) {
+    if (c.owner->autograd != nullptr) c.owner->autograd->grad_zero_pending_ = c.before;
+  }
   if (!executable.ok()) return executable.status();
   if (cap.launches() != g.trace.kernels.size() || arena.next != static_cast<int64_t>(arena.sizes.size())) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -383,7 +424,7 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
         "must issue the same work every time",
         cap.launches(), arena.next, g.trace.kernels.size(), arena.sizes.size()));
   }
-  for (Tensor& t : g.outputs) t = arena_view(g.arena, t);
+  for (Tensor& t : g.outputs) t = arena_view(g.output_arena ? g.output_arena : g.arena, t);
   g.executable = *std::move(executable);
   g.guards = std::move(cap.guards);
   g.conditions = std::move(cap.conditions);
@@ -449,14 +490,42 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const Step& step, cons
         "capture a step itself: capture each step on its own, outside the other's step");
   }
   auto g = std::make_unique<Graph::Impl>();
-  ENCORE_RETURN_IF_ERROR(record(step, options, *g));
-  ENCORE_RETURN_IF_ERROR(plan(options, *g));
-  ENCORE_RETURN_IF_ERROR(capture_run(step, options, *g));
+  std::vector<Tensor> recorded_outputs;
+  ENCORE_RETURN_IF_ERROR(record(step, options, options.warmup - 1, *g, recorded_outputs));
+  ENCORE_RETURN_IF_ERROR(plan(options, /*outputs_apart=*/false, *g));
+  ENCORE_RETURN_IF_ERROR(capture_run(step, options, *g, Ref<Storage>()));
   ENCORE_RETURN_IF_ERROR(bind(step, options, *g));
   return g;
 }
 
 }  // namespace
+
+namespace capture_internal {
+
+absl::StatusOr<std::unique_ptr<Graph::Impl>> record_and_plan(const Step& step, const CaptureOptions& options,
+                                                             std::vector<Tensor>& outputs) {
+  if (inside_capture()) {
+    return absl::FailedPreconditionError(
+        "capture: a graphed step called inside a step that capture() is recording or capturing; call it outside");
+  }
+  auto g = std::make_unique<Graph::Impl>();
+  absl::Status s = status_of([&] {
+    absl::Status r = record(step, options, 0, *g, outputs);
+    if (r.ok()) r = plan(options, /*outputs_apart=*/true, *g);
+    if (!r.ok()) throw Error(r);
+  });
+  if (!s.ok()) return s;
+  return g;
+}
+
+absl::Status capture_into(const Step& step, const CaptureOptions& options, Graph::Impl& g,
+                          const Ref<Storage>& shared) {
+  absl::Status ran;
+  absl::Status thrown = status_of([&] { ran = capture_run(step, options, g, shared); });
+  return thrown.ok() ? ran : thrown;
+}
+
+}  // namespace capture_internal
 
 absl::StatusOr<Graph> capture(const std::function<std::vector<Tensor>()>& step, const CaptureOptions& options) {
   absl::StatusOr<std::unique_ptr<Graph::Impl>> impl;

@@ -49,6 +49,7 @@ struct HostCondition {
   Ref<TensorImpl> owner;             // the leaf whose flag it is
   bool has_pre = false, pre = false; // the value the step read before writing it
   bool has_post = false, post = false;   // the value the step left
+  bool before = false;               // the value before the capture run (which leaves it so)
   int64_t kernel = 0;                // launches before the first use, for messages
   Phase phase = Phase::kForward;     // the phase of the first use
 };
@@ -60,14 +61,18 @@ struct HostCondition {
 // arena ] in capture/capture.cpp) go before the arena.
 struct Graph::Impl {
   Device device;                                         // where the step runs
-  Ref<Storage> arena;                                    // owns the arena memory (from the caching allocator)
+  Ref<Storage> arena;                                    // owns the arena memory (from the caching allocator),
+                                                         // or shares it with other graphs (GraphedStep)
+  Ref<Storage> output_arena;                             // the outputs' own region when they live apart, or null
   std::unique_ptr<capture_internal::Executable> executable;
   std::vector<capture_internal::Guard> guards;           // every persistent storage the step touches, once
   std::vector<capture_internal::HostCondition> conditions;   // NOTE [ Host state as a precondition ]
   std::vector<Tensor> outputs;                           // what the step returned: views into the arena or
                                                          // persistent tensors
   std::vector<planner::Buffer> buffers;                  // the recorded temporaries, lifetimes in launches
-  std::vector<int64_t> offsets;                          // bytes into the arena of each of buffers
+  std::vector<int64_t> offsets;                          // bytes into the arena of each of buffers (into
+                                                         // output_arena where in_output_region[i])
+  std::vector<bool> in_output_region;
   capture_internal::Trace trace;                         // the recorded warm-up
   CaptureStats stats;
   bool replayed = false;                                 // a replay ran: the outputs hold its values

@@ -126,6 +126,7 @@ struct CaptureStats {
   int64_t kernels = 0;             // nodes in the graph
   int64_t temporaries = 0;         // buffers placed in the arena
   int64_t arena_bytes = 0;         // the planned arena
+  int64_t output_bytes = 0;        // the outputs' own region, when they live apart from the arena (GraphedStep)
   int64_t lower_bound_bytes = 0;   // planner::lower_bound of the recorded lifetimes
   int64_t eager_peak_bytes = 0;    // caching allocator's in-use peak during the recorded warm-up,
                                    // above what was in use before it

@@ -71,7 +71,8 @@ class StepObserver {
   // or written by the observing thread: today autograd's lazy zero_grad flag
   // of the leaf `owner` (NOTE [ Lazy zero_grad ] in encore/tensor.h; read
   // and written only through read_grad_zero_pending / write_grad_zero_pending
-  // below). `value` is the flag's value read, or the value written. A
+  // below). `value` is the flag's value read, or the value about to be
+  // written (the owner still holds the value before). A
   // captured graph turns what its step reads first into a precondition of
   // replay() and what it writes last into the state a replay leaves.
   virtual void on_host_state(TensorImpl& owner, bool write, bool value) {}
@@ -142,10 +143,10 @@ inline bool read_grad_zero_pending(TensorImpl& owner) {
   return value;
 }
 inline void write_grad_zero_pending(TensorImpl& owner, bool value) {
-  owner.autograd->grad_zero_pending_ = value;
-  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {   // sees the value before
     if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_host_state(owner, true, value);
   }
+  owner.autograd->grad_zero_pending_ = value;
 }
 
 }  // namespace encore
