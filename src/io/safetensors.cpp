@@ -645,7 +645,12 @@ absl::Status write_contents(const Where& w, Fd fd, const std::string& file, cons
   if (!write_full(fd.get(), prefix, kPrefixBytes) || !write_full(fd.get(), header.data(), header.size())) {
     return w.io_error("cannot write", file, errno);
   }
-  for (const auto& [name, t] : tensors) {
+  // NOTE [ No structured bindings in lambdas ]: the lambda below names the
+  // tensor through a plain reference, not a structured binding: clang 14
+  // refuses to capture a binding, and clang 16 refuses it under -fopenmp.
+  for (const auto& entry : tensors) {
+    const std::string& name = entry.first;
+    const Tensor& t = entry.second;
     Tensor c;  // one contiguous CPU copy at a time keeps peak memory low
     absl::Status s = status_of([&] {
       current_stream(t.device()).host_access(w.op);

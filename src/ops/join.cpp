@@ -66,8 +66,12 @@ void check_joinable(const char* op, const std::vector<Tensor>& tensors, int64_t 
 Tensor concat_values(const std::vector<Tensor>& tensors, int64_t dim) {
   Shape shape = tensors[0].shape();
   shape[dim] = 0;
-  for (const Tensor& t : tensors) shape[dim] += t.shape()[dim];
-  Tensor out = empty(std::move(shape), tensors[0].dtype(), tensors[0].device());
+  for (const Tensor& t : tensors) {
+    ENCORE_CHECK(!__builtin_add_overflow(shape[dim], t.shape()[dim], &shape[dim]),
+                 "concat: %d tensors of shape %s in dim %d: the sizes add up past int64", tensors.size(),
+                 shape_str(tensors[0].shape()), dim);
+  }
+  Tensor out = empty_for("concat", std::move(shape), tensors[0].dtype(), tensors[0].device());
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
     const int64_t n = t.shape()[dim];

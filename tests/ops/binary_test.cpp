@@ -285,6 +285,15 @@ TEST(BinaryTest, BoolArithmeticIsRejected) {
   expect_error([&] { (void)(-a); }, kInvalid, {"neg", "bool", "[3]"});
 }
 
+// A broadcast whose element count does not fit in int64 is refused naming
+// the op (issue #17): [2^32, 1] + [1, 2^32], both broadcast views.
+TEST(BinaryTest, BroadcastsWhoseSizeOverflowsAreRefused) {
+  constexpr int64_t k2to32 = int64_t{1} << 32;
+  const Tensor a = ones({1, 1}).expand({k2to32, 1}), b = ones({1, 1}).expand({1, k2to32});
+  expect_error([&] { (void)add(a, b); }, kInvalid, {"add", "[4294967296, 4294967296]", "2^63 elements"});
+  expect_error([&] { (void)mul(a, b); }, kInvalid, {"mul", "[4294967296, 4294967296]", "2^63 elements"});
+}
+
 TEST(BinaryTest, DtypeMismatchNamesOpShapesAndDtypes) {
   Tensor f = make({2, 3}, 1), h = make({3}, 2, kFloat16), i = make({3}, 3, kInt64);
   for (Op op : kOps) {

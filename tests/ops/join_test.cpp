@@ -198,6 +198,16 @@ TEST(JoinTest, ConcatErrorsNameTheShapes) {
   expect_error([&] { (void)concat({scalar_tensor(1), scalar_tensor(2)}); }, kInvalid, {"concat", "0-d"});
 }
 
+// Sizes that add up past int64 are refused before they size an output
+// (issue #17): broadcast views of 2^62 elements each.
+TEST(JoinTest, ConcatWhoseSizesOverflowIsRefused) {
+  const Tensor huge = ones({1}).expand({int64_t{1} << 62}), half = ones({1}).expand({int64_t{1} << 61});
+  expect_error([&] { (void)concat({huge, huge}); }, kInvalid,
+               {"concat", "2 tensors", "[4611686018427387904]", "add up past int64"});
+  expect_error([&] { (void)concat({half, half}); }, absl::StatusCode::kResourceExhausted,
+               {"concat", "[4611686018427387904]", "2^63 bytes"});
+}
+
 TEST(JoinTest, StackAndSplitErrors) {
   Tensor a = zeros({2, 3});
   expect_error([&] { (void)stack({}); }, kInvalid, {"stack", "at least one"});
