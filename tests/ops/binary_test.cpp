@@ -254,7 +254,9 @@ TEST(BinaryTest, IntegerTensorWithFractionalScalarIsNotTruncatedSilently) {
       {[&] { return a / 2.0; }, {0, 1, 1, 2, -1}},
       {[&] { return a + 1.5; }, {2, 3, 4, 5, -1}},
   };
-  for (const auto& [fn, expected] : cases) {
+  for (const auto& entry : cases) {
+    const auto& fn = entry.first;  // NOTE [ No structured bindings in lambdas ]
+    const auto& expected = entry.second;
     const absl::Status s = status_of([&] { expect_near(fn(), expected, 0, 0); });
     if (!s.ok()) {
       EXPECT_EQ(s.code(), kInvalid) << s;
