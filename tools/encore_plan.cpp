@@ -6,7 +6,8 @@
 // Prints one row per algorithm: name, peak bytes, lower bound, peak / lower
 // bound and planning time. --out and --svg use the last algorithm run (the
 // chosen one, or `best` when all run). Exits 1 with a one-line message on bad
-// input.
+// input or a failed write, 2 on bad flags (a value that does not parse or is
+// out of range, a missing or extra file argument).
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -22,11 +23,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "encore/planner.h"
+#include "tools/flags.h"
 
 ABSL_FLAG(std::string, algorithm, "all",
           "Algorithm to run: naive, caching, online, greedy, best_greedy, exact, best, or all (every one, in "
           "that order).");
-ABSL_FLAG(double, time_limit_s, 0.5, "Time limit in seconds for the searching algorithms (exact, best).");
+ABSL_FLAG(double, time_limit_s, 0.5, "Time limit in seconds for the searching algorithms (exact, best), 0..86400.");
 ABSL_FLAG(std::string, out, "", "If set, write the plan as CSV here: the input's columns plus `offset`.");
 ABSL_FLAG(std::string, svg, "", "If set, draw the plan as SVG here (time across, address up).");
 
@@ -89,10 +91,14 @@ int main(int argc, char** argv) {
       "Plans the buffers of a MiniMalloc-format CSV (id,lower,upper,size[,alignment]) into one arena\n"
       "and prints, per algorithm, the peak, the lower bound, their ratio and the planning time.\n"
       "Usage: encore-plan [--algorithm=NAME] [--time_limit_s=S] [--out=PLAN.csv] [--svg=PLAN.svg] FILE.csv");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = encore::tools::parse_flags(argc, argv, "encore-plan");
   if (args.size() != 2) {
     std::fprintf(stderr, "encore-plan: expected one input CSV file (see --help)\n");
     return 2;
+  }
+  if (absl::Status s = encore::tools::finite_in_range("--time_limit_s", absl::GetFlag(FLAGS_time_limit_s), 0, 86400);
+      !s.ok()) {
+    return encore::tools::flag_error("encore-plan", s);
   }
   if (absl::Status status = run(args[1]); !status.ok()) {
     std::fprintf(stderr, "encore-plan: %s\n", std::string(status.message()).c_str());
