@@ -225,7 +225,7 @@ Tensor factory(Gen& g) {
     case 0: return encore::zeros(s, dt);
     case 1: return encore::ones(s, dt);
     case 2: return encore::full(s, g.scalar(), dt);
-    case 3: return encore::empty(s, dt);
+    case 3: return encore::empty(s, dt).fill_(0);   // empty's bytes are unset: a bool byte 5 is UB to read
     default: return encore::randn(s, dt);
   }
 }

@@ -146,9 +146,15 @@ std::vector<Tensor> split(const Tensor& a, int64_t size, int64_t dim) {
   const int64_t n = a.shape()[dim];
   // An empty dim still gives one (empty) piece, so concat(split(a)) is a again.
   if (n == 0) return {a.slice(dim, 0, 0)};
+  // No start + size or n + size - 1: both overflow for a huge size (found
+  // by fuzz/ops_fuzz: split(a, INT64_MAX)).
   std::vector<Tensor> pieces;
-  pieces.reserve((n + size - 1) / size);
-  for (int64_t start = 0; start < n; start += size) pieces.push_back(a.slice(dim, start, std::min(n, start + size)));
+  pieces.reserve(n / size + (n % size != 0));
+  for (int64_t start = 0; start < n;) {
+    const int64_t end = size < n - start ? start + size : n;
+    pieces.push_back(a.slice(dim, start, end));
+    start = end;
+  }
   return pieces;
 }
 
