@@ -3,6 +3,7 @@
 #include "encore/profile.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -541,10 +542,12 @@ std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles) {
 
 absl::Status write_chrome_trace(const std::string& path, absl::Span<const StepProfile* const> profiles) {
   std::ofstream out(path);
-  if (!out) return absl::NotFoundError(absl::StrCat("write_chrome_trace: cannot open ", path));
+  if (!out) return absl::ErrnoToStatus(errno, absl::StrCat("write_chrome_trace: cannot open ", path));
+  errno = 0;   // so a failed write below names its own cause
   out << chrome_trace_json(profiles) << "\n";
-  out.close();
-  return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("write_chrome_trace: write to ", path, " failed"));
+  out.close();   // a full disk shows at the last flush, not at the writes into the buffer
+  if (out) return absl::OkStatus();
+  return absl::ErrnoToStatus(errno != 0 ? errno : EIO, absl::StrCat("write_chrome_trace: write to ", path, " failed"));
 }
 
 }  // namespace encore

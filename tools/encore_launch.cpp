@@ -22,9 +22,11 @@
 // chain's first kernel (which reads x) at another buffer of the same size,
 // and back (CudaGraph::update_pointer_ns); JSON: graph_update_ns per row and,
 // under "cuda", the median over the chain rows (null when not measured).
-// Exits 2 on bad flags, 1 when a measurement or a file write fails (after
+// Exits 2 on bad flags (a value that does not parse, or is out of the range
+// its --help gives), 1 when a measurement or a file write fails (after
 // writing what the other backends measured).
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -53,6 +55,7 @@
 #include "capture/graph_impl.h"
 #include "nlohmann/json.hpp"
 #include "src/core/stream.h"
+#include "tools/flags.h"
 #include "tools/workloads.h"
 
 ABSL_FLAG(std::vector<std::string>, n, std::vector<std::string>({"1", "10", "100", "1000", "10000"}),
@@ -61,17 +64,22 @@ ABSL_FLAG(std::vector<std::string>, variants, std::vector<std::string>({"chain",
           "Comma-separated variants to run: chain, wide, mlp.");
 ABSL_FLAG(std::vector<std::string>, backends, std::vector<std::string>({"auto"}),
           "Comma-separated backends: cpu, cuda, or auto (the CPU, and CUDA when built and a GPU answers).");
-ABSL_FLAG(int64_t, elements, 16, "Floats per tensor in the chain and wide kernels.");
-ABSL_FLAG(int32_t, reps, 21, "Repetitions of each eager and replay measurement (median, min, max reported).");
-ABSL_FLAG(int32_t, capture_reps, 5, "Repetitions of each capture() measurement.");
+ABSL_FLAG(int64_t, elements, 16,
+          "Floats per tensor in the chain and wide kernels (1..2^24; N x elements at most 2^28).");
+ABSL_FLAG(int32_t, reps, 21,
+          "Repetitions of each eager and replay measurement, 1..10000 (median, min, max reported).");
+ABSL_FLAG(int32_t, capture_reps, 5, "Repetitions of each capture() measurement, 1..1000.");
 ABSL_FLAG(double, min_rep_ms, 5.0,
-          "Each eager or replay repetition runs the step enough times to last at least this long (ms).");
+          "Each eager or replay repetition runs the step enough times to last at least this long (ms, 0..10000).");
 ABSL_FLAG(std::string, json, "", "If set, write every result and the machine description as JSON here.");
 ABSL_FLAG(std::string, svg, "", "If set, draw CPU cost per kernel against N (log-log), eager and replayed, here.");
 
 namespace {
 
 using encore::Tensor;
+
+constexpr int64_t kMaxElements = int64_t{1} << 24;     // floats per tensor (64 MiB)
+constexpr int64_t kMaxLiveFloats = int64_t{1} << 28;   // N x elements: the wide variant's outputs (1 GiB)
 using Step = std::function<std::vector<Tensor>()>;
 
 struct Stat {
@@ -267,18 +275,29 @@ absl::StatusOr<std::vector<int64_t>> parse_counts() {
   return out;
 }
 
-absl::Status check_flags() {
+absl::Status check_flags(const std::vector<int64_t>& counts) {
   if (absl::StatusOr<std::vector<encore::Device>> d = chosen_devices(); !d.ok()) return d.status();
   for (const std::string& v : absl::GetFlag(FLAGS_variants)) {
     if (v != "chain" && v != "wide" && v != "mlp") {
       return absl::InvalidArgumentError(absl::StrFormat("--variants: unknown variant '%s' (chain, wide, mlp)", v));
     }
   }
-  if (absl::GetFlag(FLAGS_elements) < 1) return absl::InvalidArgumentError("--elements must be >= 1");
-  if (absl::GetFlag(FLAGS_reps) < 1 || absl::GetFlag(FLAGS_capture_reps) < 1) {
-    return absl::InvalidArgumentError("--reps and --capture_reps must be >= 1");
+  using encore::tools::in_range;
+  const int64_t elements = absl::GetFlag(FLAGS_elements);
+  for (absl::Status s : {in_range("--elements", elements, 1, kMaxElements),
+                         in_range("--reps", absl::GetFlag(FLAGS_reps), 1, 10000),
+                         in_range("--capture_reps", absl::GetFlag(FLAGS_capture_reps), 1, 1000),
+                         encore::tools::finite_in_range("--min_rep_ms", absl::GetFlag(FLAGS_min_rep_ms), 0, 10000)}) {
+    if (!s.ok()) return s;
   }
-  if (!(absl::GetFlag(FLAGS_min_rep_ms) >= 0)) return absl::InvalidArgumentError("--min_rep_ms must be >= 0");
+  // The wide variant keeps N outputs of --elements floats alive.
+  for (int64_t n : counts) {
+    if (n * elements > kMaxLiveFloats) {   // both at most 10^6 and 2^24: no overflow
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--n=%d with --elements=%d keeps %d floats alive in the wide variant; at most %d (1 GiB)", n, elements,
+          n * elements, kMaxLiveFloats));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -388,10 +407,12 @@ std::string render_svg(const std::vector<Row>& rows, const std::string& title) {
 
 absl::Status write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
-  if (!out) return absl::NotFoundError(absl::StrCat("cannot open ", path, " for writing"));
+  if (!out) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path, " for writing"));
+  errno = 0;   // so a failed write below names its own cause
   out << text;
-  out.close();
-  return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("write to ", path, " failed"));
+  out.close();   // a full disk shows at the last flush
+  if (out) return absl::OkStatus();
+  return absl::ErrnoToStatus(errno != 0 ? errno : EIO, absl::StrCat("write to ", path, " failed"));
 }
 
 nlohmann::json results_json(const std::vector<Row>& rows, const std::string& machine, bool cuda_measured,
@@ -519,17 +540,14 @@ int main(int argc, char** argv) {
       "The launch-overhead lab: N tiny kernels eager vs captured and replayed; eager cost per kernel,\n"
       "capture cost and replay cost per kernel as N grows (CPU; CUDA when built and captured).\n"
       "Usage: encore-launch [--n=1,10,100,1000,10000] [--variants=chain,wide,mlp] [--json=FILE] [--svg=FILE]");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = encore::tools::parse_flags(argc, argv, "encore-launch");
   if (args.size() != 1) {
     std::fprintf(stderr, "encore-launch: unexpected argument '%s' (see --help)\n", args[1]);
     return 2;
   }
   absl::StatusOr<std::vector<int64_t>> counts = parse_counts();
-  absl::Status flags = counts.ok() ? check_flags() : counts.status();
-  if (!flags.ok()) {
-    std::fprintf(stderr, "encore-launch: %s\n", std::string(flags.message()).c_str());
-    return 2;
-  }
+  absl::Status flags = counts.ok() ? check_flags(*counts) : counts.status();
+  if (!flags.ok()) return encore::tools::flag_error("encore-launch", flags);
   absl::Status ran;
   absl::Status thrown = encore::status_of([&] { ran = run(*counts, *chosen_devices()); });
   const absl::Status& status = thrown.ok() ? ran : thrown;

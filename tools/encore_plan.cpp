@@ -10,7 +10,9 @@
 // with --capacity they decide that one capacity (MiniMalloc's question) and
 // say "fits", "infeasible" (proven) or "unknown" (out of time). --out and
 // --svg use the last algorithm run (the chosen one, or `best` when all run).
-// Exits 1 with a one-line message on bad input.
+// Exits 1 with a one-line message on bad input or a failed write, 2 on bad
+// flags (a value that does not parse or is out of range, a missing or extra
+// file argument).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -27,11 +29,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "encore/planner.h"
+#include "tools/flags.h"
 
 ABSL_FLAG(std::string, algorithm, "all",
           "Algorithm to run: naive, caching, online, greedy, best_greedy, exact, best, or all (every one, in "
           "that order).");
-ABSL_FLAG(double, time_limit_s, 0.5, "Time limit in seconds for the searching algorithms (exact, best).");
+ABSL_FLAG(double, time_limit_s, 0.5, "Time limit in seconds for the searching algorithms (exact, best), 0..86400.");
 ABSL_FLAG(int64_t, capacity, 0,
           "Bytes. For exact and best: decide whether the buffers fit in this capacity instead of minimising the "
           "peak (0: find the minimal capacity).");
@@ -113,9 +116,17 @@ int main(int argc, char** argv) {
       "proven (optimal, or the floor proven; with --capacity: fits, infeasible or unknown).\n"
       "Usage: encore-plan [--algorithm=NAME] [--time_limit_s=S] [--capacity=BYTES] [--out=PLAN.csv]\n"
       "                   [--svg=PLAN.svg] FILE.csv");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = encore::tools::parse_flags(argc, argv, "encore-plan");
   if (args.size() != 2) {
     std::fprintf(stderr, "encore-plan: expected one input CSV file (see --help)\n");
+    return 2;
+  }
+  if (absl::Status s = encore::tools::finite_in_range("--time_limit_s", absl::GetFlag(FLAGS_time_limit_s), 0, 86400);
+      !s.ok()) {
+    return encore::tools::flag_error("encore-plan", s);
+  }
+  if (absl::GetFlag(FLAGS_capacity) < 0) {
+    std::fprintf(stderr, "encore-plan: --capacity must be >= 0 bytes (0: find the minimal capacity)\n");
     return 2;
   }
   if (absl::Status status = run(args[1]); !status.ok()) {

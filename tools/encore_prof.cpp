@@ -10,8 +10,10 @@
 // --device=auto (the default) profiles on cuda:0 when a GPU answers, else on
 // the CPU, like examples/train_gpt's --device.
 // A thin main over include/encore/profile.h; your own program can call the
-// same functions around its own captured step. Exits 2 on bad flags, 1 when
-// capture, profiling or writing fails, with a one-line message.
+// same functions around its own captured step. Exits 2 on bad flags (a value
+// that does not parse, is out of the range --help gives, or sizes a tensor
+// past 2^28 elements), 1 when capture, profiling or writing fails, with a
+// one-line message.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -26,27 +28,28 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "encore/profile.h"
+#include "tools/flags.h"
 #include "tools/workloads.h"
 
 ABSL_FLAG(std::string, device, "auto",
           "Where the step runs: cpu, cuda (cuda:0), or auto (cuda when a GPU answers, else cpu).");
 ABSL_FLAG(std::string, model, "mlp",
           "Built-in model to profile: mlp (examples/train_mlp) or gpt (examples/train_gpt).");
-ABSL_FLAG(int64_t, batch, 0, "Examples per step; 0 = the model's default (mlp 128, gpt 16).");
-ABSL_FLAG(int64_t, hidden, 128, "mlp: hidden width of the 32-hidden-10 MLP.");
-ABSL_FLAG(int64_t, seq, 32, "gpt: characters per sequence (T), also the block size.");
-ABSL_FLAG(int64_t, n_layer, 2, "gpt: transformer blocks.");
-ABSL_FLAG(int64_t, n_head, 4, "gpt: attention heads per block.");
-ABSL_FLAG(int64_t, n_embd, 64, "gpt: model width (C); must divide by n_head.");
-ABSL_FLAG(int64_t, vocab, 65, "gpt: vocabulary size (token ids are synthetic).");
-ABSL_FLAG(double, dropout, 0.0, "gpt: dropout probability.");
+ABSL_FLAG(int64_t, batch, 0, "Examples per step, 0..65536; 0 = the model's default (mlp 128, gpt 16).");
+ABSL_FLAG(int64_t, hidden, 128, "mlp: hidden width of the 32-hidden-10 MLP, 1..65536.");
+ABSL_FLAG(int64_t, seq, 32, "gpt: characters per sequence (T), also the block size, 1..4096.");
+ABSL_FLAG(int64_t, n_layer, 2, "gpt: transformer blocks, 1..256.");
+ABSL_FLAG(int64_t, n_head, 4, "gpt: attention heads per block, 1..1024.");
+ABSL_FLAG(int64_t, n_embd, 64, "gpt: model width (C), 1..16384; must divide by n_head.");
+ABSL_FLAG(int64_t, vocab, 65, "gpt: vocabulary size (token ids are synthetic), 1..1048576.");
+ABSL_FLAG(double, dropout, 0.0, "gpt: dropout probability, in [0, 1).");
 ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate.");
 ABSL_FLAG(uint64_t, seed, 1337, "Seed for the model's initialisation and inputs.");
 ABSL_FLAG(int32_t, runs, 20,
-          "Timed runs per profile (node times are medians); as many untimed runs give the step time.");
-ABSL_FLAG(int32_t, warmup_runs, 2, "Untimed warm-up runs before each profile.");
+          "Timed runs per profile, 1..100000 (node times are medians); as many untimed runs give the step time.");
+ABSL_FLAG(int32_t, warmup_runs, 2, "Untimed warm-up runs before each profile, 0..100000.");
 ABSL_FLAG(bool, eager, true, "Also profile the step eagerly (kernel times and the dispatch gaps between them).");
-ABSL_FLAG(int32_t, top, 10, "Ops listed in each summary, by total time.");
+ABSL_FLAG(int32_t, top, 10, "Ops listed in each summary, by total time, 0..10000.");
 ABSL_FLAG(std::string, trace, "", "If set, write a Chrome trace JSON here (eager and replay as two processes).");
 ABSL_FLAG(bool, frozen, true,
           "List the host values the captured graph froze into its kernels (Graph::frozen()), grouped.");
@@ -67,13 +70,52 @@ absl::StatusOr<encore::Device> chosen_device() {
   return d == "cpu" ? encore::kCPU : d == "cuda" ? encore::Device::cuda(0) : encore::default_device();
 }
 
+constexpr int64_t kMaxTensorElements = int64_t{1} << 28;   // 1 GiB of f32: the largest tensor a step may make
+
+// Each size flag in its range, and the step's largest tensors (activations,
+// logits, attention scores, parameters) at most kMaxTensorElements: a size
+// that would exhaust memory is a flag error, not an allocation failure.
+absl::Status check_sizes() {
+  using encore::tools::in_range;
+  const int64_t batch = absl::GetFlag(FLAGS_batch), hidden = absl::GetFlag(FLAGS_hidden);
+  const int64_t seq = absl::GetFlag(FLAGS_seq), n_layer = absl::GetFlag(FLAGS_n_layer);
+  const int64_t n_head = absl::GetFlag(FLAGS_n_head), n_embd = absl::GetFlag(FLAGS_n_embd);
+  const int64_t vocab = absl::GetFlag(FLAGS_vocab);
+  for (absl::Status s : {in_range("--runs", absl::GetFlag(FLAGS_runs), 1, 100000),
+                         in_range("--warmup_runs", absl::GetFlag(FLAGS_warmup_runs), 0, 100000),
+                         in_range("--top", absl::GetFlag(FLAGS_top), 0, 10000), in_range("--batch", batch, 0, 65536),
+                         in_range("--hidden", hidden, 1, 65536), in_range("--seq", seq, 1, 4096),
+                         in_range("--n_layer", n_layer, 1, 256), in_range("--n_head", n_head, 1, 1024),
+                         in_range("--n_embd", n_embd, 1, 16384), in_range("--vocab", vocab, 1, 1 << 20)}) {
+    if (!s.ok()) return s;
+  }
+  if (const double p = absl::GetFlag(FLAGS_dropout); !(p >= 0 && p < 1)) {
+    return absl::InvalidArgumentError(absl::StrFormat("--dropout must be in [0, 1), got %g", p));
+  }
+  // Every product below is at most 2^16 * 2^12 * 2^20 = 2^48: no overflow.
+  const bool mlp = absl::GetFlag(FLAGS_model) == "mlp";
+  const int64_t b = batch > 0 ? batch : mlp ? 128 : 16;
+  const std::pair<const char*, int64_t> largest[] = {
+      {"batch x hidden", mlp ? b * hidden : 0},
+      {"batch x seq x vocab (logits)", mlp ? 0 : b * seq * vocab},
+      {"batch x seq x 4 n_embd (MLP)", mlp ? 0 : b * seq * 4 * n_embd},
+      {"batch x n_head x seq x seq (attention)", mlp ? 0 : b * n_head * seq * seq},
+      {"12 n_layer x n_embd^2 (parameters)", mlp ? 0 : 12 * n_layer * n_embd * n_embd},
+      {"vocab x n_embd (embedding)", mlp ? 0 : vocab * n_embd}};
+  for (const auto& [what, n] : largest) {
+    if (n > kMaxTensorElements) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the sizes make %s = %d elements; at most %d (1 GiB of f32)", what, n, kMaxTensorElements));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Workload>> build_workload(encore::Device device) {
   const std::string model = absl::GetFlag(FLAGS_model);
   const int64_t batch = absl::GetFlag(FLAGS_batch);
-  if (batch < 0) return absl::InvalidArgumentError(absl::StrFormat("--batch must be >= 0, got %d", batch));
   if (model == "mlp") {
     const int64_t hidden = absl::GetFlag(FLAGS_hidden);
-    if (hidden < 1) return absl::InvalidArgumentError(absl::StrFormat("--hidden must be >= 1, got %d", hidden));
     return encore::tools::make_mlp({.widths = {32, hidden, 10}, .batch = batch > 0 ? batch : 128,
                                     .lr = absl::GetFlag(FLAGS_lr), .seed = absl::GetFlag(FLAGS_seed),
                                     .device = device});
@@ -163,15 +205,12 @@ int main(int argc, char** argv) {
       "times mapped to ops and phases (forward, backward, optimizer), a summary, a Chrome trace and a DOT graph.\n"
       "Usage: encore-prof [--device=cpu|cuda|auto] [--model=mlp|gpt] [model flags] [--runs=N] [--trace=FILE.json]\n"
       "       [--dot=FILE.dot]");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = encore::tools::parse_flags(argc, argv, "encore-prof");
   if (args.size() != 1) {
     std::fprintf(stderr, "encore-prof: unexpected argument '%s' (see --help)\n", args[1]);
     return 2;
   }
-  if (absl::GetFlag(FLAGS_runs) < 1 || absl::GetFlag(FLAGS_warmup_runs) < 0 || absl::GetFlag(FLAGS_top) < 0) {
-    std::fprintf(stderr, "encore-prof: --runs must be >= 1, --warmup_runs and --top >= 0\n");
-    return 2;
-  }
+  if (absl::Status s = check_sizes(); !s.ok()) return encore::tools::flag_error("encore-prof", s);
   absl::StatusOr<encore::Device> device = chosen_device();
   // Flags that size or configure the model (a size whose bytes do not fit,
   // --lr=nan) make the library throw: reported like any other bad flag.

@@ -28,7 +28,10 @@
 //                     duplicate names); load_into: extra tensors in the file, or a
 //                     shape/dtype that differs from its target
 //   Unimplemented     a valid safetensors dtype encore does not store (F64, U8, ...)
-//   other codes       I/O errors, mapped from errno; the message has the errno text
+//   FailedPrecondition save: `path` is a device, fifo or socket
+//   other codes       I/O errors, mapped from errno (ENOSPC: ResourceExhausted,
+//                     EFBIG: OutOfRange, EACCES: PermissionDenied); the message
+//                     has the errno text
 // Messages name the file and, where one is involved, the tensor.
 #pragma once
 
@@ -48,10 +51,25 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // Writes `tensors` (in the given order; non-contiguous ones are written
 // contiguous) and `metadata` (the header's "__metadata__") to `path`.
-// Atomic: the bytes go to `path + ".tmp.<pid>.<n>"`, which is fsynced and then
-// renamed over `path`, so a crash or error mid-save leaves any previous file at
-// `path` as it was (and removes the temporary). A tensor may not be named
-// "__metadata__". Reads tensor data on the host, so it is refused inside capture.
+// Atomic: the bytes go to `path + ".tmp.<pid>.<n>"` (this process's pid, a
+// per-process counter), which is fsynced and then renamed over `path`. So
+// `path` always holds a whole file, the previous one or the new one:
+//   - an error mid-save (a full disk, a failed write, fsync or rename) is
+//     returned, leaves any previous file as it was and removes the temporary;
+//   - a crash or kill -9 mid-save leaves the previous file and the temporary.
+//     The next save or load of `path` (any of the four functions here)
+//     removes such leftovers: files in path's directory named exactly
+//     "<file name>.tmp.<pid>.<n>" whose pid is not this process and names no
+//     live process (kill(pid, 0) fails with ESRCH). Temporaries of live
+//     processes, of other paths and any other name are never touched.
+//     Caveat: on a directory shared between machines or pid namespaces, a
+//     save in progress elsewhere may lose its temporary; that save then fails
+//     (cannot rename) and `path` still holds a whole file.
+// A `path` that is a device, fifo or socket (/dev/full) is refused
+// (FailedPrecondition) before anything is written: the rename would replace
+// the node. Over a directory the rename fails and the temporary is removed.
+// A tensor may not be named "__metadata__". Reads tensor data on the host,
+// so it is refused inside capture.
 [[nodiscard]] absl::Status save_safetensors(const std::string& path, const NamedTensors& tensors,
                                             const std::map<std::string, std::string>& metadata = {});
 

@@ -12,6 +12,8 @@
 // strict: every tensor of the model (and optimizer) must be in the file with
 // its shape and dtype, and the file may hold nothing else. Values are copied
 // into the existing tensors, so captured graphs that use them stay valid.
+// Saves are atomic and crash leftovers are cleaned up as save_safetensors
+// says (checkpoint.h); every error, a full disk included, is the Status.
 #pragma once
 
 #include <string>

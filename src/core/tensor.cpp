@@ -137,12 +137,17 @@ template bool* Tensor::data<bool>() const;
 
 namespace encore {
 
-Shape contiguous_strides(absl::Span<const int64_t> shape) {
+Shape contiguous_strides(const char* op, absl::Span<const int64_t> shape) {
   Shape strides(shape.size());
   int64_t s = 1;
   for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
     strides[d] = s;
-    s *= std::max<int64_t>(shape[d], 1);
+    // Only an empty tensor gets here with a product that may not fit
+    // ([0, 2^62, 4]): its elements fit, its strides would not.
+    if (d > 0) {
+      ENCORE_CHECK(!__builtin_mul_overflow(s, std::max<int64_t>(shape[d], 1), &s),
+                   "%s: the strides of shape %s do not fit in int64", op, shape_str(shape));
+    }
   }
   return strides;
 }
@@ -161,7 +166,7 @@ Tensor empty_for(const char* op, Shape shape, DType dtype, Device device) {
                     "%s: shape %s of %s needs more than 2^63 bytes", op, shape_str(shape), dtype_name(dtype));
   auto impl = make_ref<TensorImpl>();
   impl->storage = Storage::allocate(nbytes, device);
-  impl->strides = contiguous_strides(shape);
+  impl->strides = contiguous_strides(op, shape);
   impl->shape = std::move(shape);
   impl->dtype = dtype;
   return Tensor(std::move(impl));
@@ -176,7 +181,34 @@ int64_t checked_numel(const char* op, absl::Span<const int64_t> shape) {
   return n;
 }
 
-Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+// NOTE [ Views stay inside their storage ]: every view is checked where it
+// is made: its elements' offsets, offset + sum((size - 1) * stride), are
+// computed without overflow and, unless the view is empty, the lowest lies
+// at or after the storage's first element and the highest ends inside it.
+// Kernels index with these offsets unchecked, so no op can hand them a view
+// that reaches past the bytes it owns. An empty view reaches no element; its
+// offset may lie one step past the end (slice(d, n, n) of a strided view).
+void check_view_bounds(const char* op, const Storage& storage, DType dtype, absl::Span<const int64_t> shape,
+                       absl::Span<const int64_t> strides, int64_t offset) {
+  int64_t lo = offset, hi = offset;   // elements reached, lowest and highest
+  bool empty = false, ok = true;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) empty = true;
+    int64_t span = 0;
+    ok = ok && !__builtin_mul_overflow(std::max<int64_t>(shape[d] - 1, 0), strides[d], &span) &&
+         !__builtin_add_overflow(span < 0 ? lo : hi, span, span < 0 ? &lo : &hi);
+  }
+  ENCORE_CHECK(ok, "%s: a view of shape %s with strides %s at offset %d has element offsets that overflow int64",
+               op, shape_str(shape), shape_str(strides), offset);
+  if (empty) return;
+  const int64_t elements = storage.nbytes() / dtype_size(dtype);
+  ENCORE_CHECK(lo >= 0 && hi < elements,
+               "%s: a view of shape %s with strides %s at offset %d reaches elements [%d, %d] of a storage of %d "
+               "%s elements", op, shape_str(shape), shape_str(strides), offset, lo, hi, elements, dtype_name(dtype));
+}
+
+Tensor make_view(const char* op, const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  check_view_bounds(op, *base.storage(), base.dtype(), shape, strides, offset);
   auto impl = make_ref<TensorImpl>();
   impl->storage = base.impl()->storage;
   impl->offset = offset;

@@ -13,10 +13,17 @@ Tensor empty_for(const char* op, Shape shape, DType dtype, Device device);
 // in int64: numel_of() would wrap, and a wrapped count sizes allocations and
 // loops wrongly.
 int64_t checked_numel(const char* op, absl::Span<const int64_t> shape);
-// Row-major strides (elements) for shape.
-Shape contiguous_strides(absl::Span<const int64_t> shape);
+// Row-major strides (elements) for shape; refused (naming `op` and the shape)
+// when they do not fit in int64, which only an empty shape can reach.
+Shape contiguous_strides(const char* op, absl::Span<const int64_t> shape);
+// Refuses (encore::Error, InvalidArgument, naming `op`, the geometry and the
+// storage) a view whose element offsets overflow or, unless it is empty,
+// reach outside `storage`. NOTE [ Views stay inside their storage ].
+void check_view_bounds(const char* op, const Storage& storage, DType dtype, absl::Span<const int64_t> shape,
+                       absl::Span<const int64_t> strides, int64_t offset);
 // A tensor sharing base's storage (and version counter) with the given
-// geometry; no autograd history.
-Tensor make_view(const Tensor& base, Shape shape, Shape strides, int64_t offset);
+// geometry (sizes, strides and offset in elements), checked by
+// check_view_bounds; no autograd history.
+Tensor make_view(const char* op, const Tensor& base, Shape shape, Shape strides, int64_t offset);
 
 }  // namespace encore

@@ -10,7 +10,9 @@
 // range with pread at a checked file offset into a tensor of exactly that many
 // bytes. Allocation is bounded by the file size. No JSON value from the file
 // is ever serialised back (deep nesting would recurse), only its type name.
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +33,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "encore/autograd.h"
@@ -149,6 +153,10 @@ bool write_full(int fd, const void* src, uint64_t n) {
     const ssize_t r = ::write(fd, static_cast<const char*>(src) + done, n - done);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return false;
+    if (r == 0) {   // no progress and no error: report it as a full device rather than spin
+      errno = ENOSPC;
+      return false;
+    }
     done += static_cast<uint64_t>(r);
   }
   return true;
@@ -178,6 +186,54 @@ absl::StatusOr<OpenFile> open_for_reading(const Where& w) {
   if (::fstat(fd.get(), &st) != 0) return w.io_error("cannot stat", w.path, errno);
   if (!S_ISREG(st.st_mode)) return w.error(absl::StatusCode::kInvalidArgument, "not a regular file");
   return OpenFile{std::move(fd), static_cast<uint64_t>(st.st_size)};
+}
+
+// The directory of `path` and its last component ("m.st" -> ".", "m.st").
+std::pair<std::string, std::string> split_path(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
+}
+
+// The pid of `name` when it is exactly "<base>.tmp.<pid>.<n>" (both decimal), else 0.
+pid_t temporary_pid(absl::string_view name, absl::string_view base) {
+  if (!absl::ConsumePrefix(&name, base) || !absl::ConsumePrefix(&name, ".tmp.")) return 0;
+  const size_t dot = name.find('.');
+  if (dot == absl::string_view::npos) return 0;
+  const absl::string_view pid_text = name.substr(0, dot), counter_text = name.substr(dot + 1);
+  auto digits = [](absl::string_view t) {
+    return !t.empty() && t.size() <= 20 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  int32_t pid = 0;
+  uint64_t counter = 0;
+  if (!digits(pid_text) || !digits(counter_text) || !absl::SimpleAtoi(pid_text, &pid) ||
+      !absl::SimpleAtoi(counter_text, &counter) || pid <= 0) {
+    return 0;
+  }
+  return static_cast<pid_t>(pid);
+}
+
+// NOTE [ Stale temporaries ]: a save killed between creating its temporary
+// and renaming it (kill -9, a crash, power loss) leaves "<path>.tmp.<pid>.<n>"
+// behind. Every save and load of `path` first removes those whose process is
+// gone: exactly that pattern in path's directory, a pid other than ours, and
+// kill(pid, 0) failing with ESRCH. A live pid (ours included) keeps its file,
+// so saves in progress are never touched; a reused pid only keeps a stale
+// file longer. Best effort: an unreadable directory or a failed unlink
+// changes nothing and is not an error.
+void remove_stale_temporaries(const std::string& path) {
+  const auto [dir, base] = split_path(path);
+  if (base.empty()) return;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  const pid_t self = ::getpid();
+  std::vector<std::string> stale;
+  while (const dirent* e = ::readdir(d)) {
+    const pid_t pid = temporary_pid(e->d_name, base);
+    if (pid > 0 && pid != self && ::kill(pid, 0) != 0 && errno == ESRCH) stale.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  for (const std::string& name : stale) (void)::unlink(absl::StrCat(dir, "/", name).c_str());
 }
 
 // ---- header parsing and validation ----
@@ -520,6 +576,7 @@ absl::StatusOr<NamedTensors> read_tensors(const Where& w, const OpenFile& f, con
 }
 
 absl::StatusOr<NamedTensors> load(const Where& w) {
+  remove_stale_temporaries(w.path);
   absl::StatusOr<OpenFile> f = open_for_reading(w);
   if (!f.ok()) return f.status();
   absl::StatusOr<Header> h = read_header(w, *f);
@@ -645,7 +702,12 @@ absl::Status write_contents(const Where& w, Fd fd, const std::string& file, cons
   if (!write_full(fd.get(), prefix, kPrefixBytes) || !write_full(fd.get(), header.data(), header.size())) {
     return w.io_error("cannot write", file, errno);
   }
-  for (const auto& [name, t] : tensors) {
+  // NOTE [ No structured bindings in lambdas ]: the lambda below names the
+  // tensor through a plain reference, not a structured binding: clang 14
+  // refuses to capture a binding, and clang 16 refuses it under -fopenmp.
+  for (const auto& entry : tensors) {
+    const std::string& name = entry.first;
+    const Tensor& t = entry.second;
     Tensor c;  // one contiguous CPU copy at a time keeps peak memory low
     absl::Status s = status_of([&] {
       current_stream(t.device()).host_access(w.op);
@@ -668,11 +730,23 @@ std::string temp_path(const std::string& path) {
   return absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
 }
 
+// A save replaces a regular file or creates one; renaming over a device
+// (/dev/full), a fifo or a socket would replace that node, so it is refused
+// before any byte is written. A symlink is replaced, not followed; over a
+// directory the rename fails (and the temporary is removed).
+absl::Status check_save_target(const Where& w) {
+  struct stat st {};
+  if (::lstat(w.path.c_str(), &st) != 0) return absl::OkStatus();   // absent: created (or open fails below)
+  if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)) return absl::OkStatus();
+  return w.error(absl::StatusCode::kFailedPrecondition,
+                 "exists and is not a regular file; a save would replace it (atomic saves rename a temporary "
+                 "over the path)");
+}
+
 // Makes the rename durable. Best effort: the rename itself is atomic either
 // way, and some filesystems refuse to fsync a directory.
 void sync_parent_directory(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = split_path(path).first;
   Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (fd.get() >= 0) (void)::fsync(fd.get());
 }
@@ -686,6 +760,8 @@ absl::Status save_safetensors(const std::string& path, const NamedTensors& tenso
   if (!s.ok()) return s;
   absl::StatusOr<std::string> header = build_header(w, tensors, metadata);
   if (!header.ok()) return header.status();
+  if (s = check_save_target(w); !s.ok()) return s;
+  remove_stale_temporaries(path);
   const std::string tmp = temp_path(path);
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return w.io_error("cannot create", tmp, errno);
@@ -707,6 +783,7 @@ absl::StatusOr<NamedTensors> load_safetensors(const std::string& path) {
 
 absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(const std::string& path) {
   const Where w{"load_safetensors_metadata", path};
+  remove_stale_temporaries(path);
   absl::StatusOr<OpenFile> f = open_for_reading(w);
   if (!f.ok()) return f.status();
   absl::StatusOr<Header> h = read_header(w, *f);

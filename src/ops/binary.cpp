@@ -22,7 +22,7 @@ Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tens
   ENCORE_CHECK(op != BinaryOp::kDiv || is_floating(a.dtype()),
                "div: integer tensors %s and %s (%s) are not supported; convert with .to(kFloat32)",
                shape_str(a.shape()), shape_str(b.shape()), dtype_name(a.dtype()));
-  Tensor out = empty(ops::broadcast_shapes(name, a, b), a.dtype(), a.device());
+  Tensor out = empty_for(name, ops::broadcast_shapes(name, a, b), a.dtype(), a.device());
   backend::binary(op, out, a, b);
   return out;
 }

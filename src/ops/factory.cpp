@@ -60,7 +60,7 @@ void host_copy_kernel(const HostCopyArgs<T>& a) {
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, Shape shape, Device device) {
-  ENCORE_CHECK(numel_of(shape) == static_cast<int64_t>(values.size()),
+  ENCORE_CHECK(checked_numel("from_vector", shape) == static_cast<int64_t>(values.size()),
                "from_vector: %d values do not fill shape %s (%s)", values.size(), shape_str(shape),
                dtype_name(dtype_of<T>));
   if (!device.is_cpu()) return from_vector<T>(values, std::move(shape), kCPU).to(device);

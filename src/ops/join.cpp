@@ -66,8 +66,12 @@ void check_joinable(const char* op, const std::vector<Tensor>& tensors, int64_t 
 Tensor concat_values(const std::vector<Tensor>& tensors, int64_t dim) {
   Shape shape = tensors[0].shape();
   shape[dim] = 0;
-  for (const Tensor& t : tensors) shape[dim] += t.shape()[dim];
-  Tensor out = empty(std::move(shape), tensors[0].dtype(), tensors[0].device());
+  for (const Tensor& t : tensors) {
+    ENCORE_CHECK(!__builtin_add_overflow(shape[dim], t.shape()[dim], &shape[dim]),
+                 "concat: %d tensors of shape %s in dim %d: the sizes add up past int64", tensors.size(),
+                 shape_str(tensors[0].shape()), dim);
+  }
+  Tensor out = empty_for("concat", std::move(shape), tensors[0].dtype(), tensors[0].device());
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
     const int64_t n = t.shape()[dim];
@@ -142,9 +146,15 @@ std::vector<Tensor> split(const Tensor& a, int64_t size, int64_t dim) {
   const int64_t n = a.shape()[dim];
   // An empty dim still gives one (empty) piece, so concat(split(a)) is a again.
   if (n == 0) return {a.slice(dim, 0, 0)};
+  // No start + size or n + size - 1: both overflow for a huge size (found
+  // by fuzz/ops_fuzz: split(a, INT64_MAX)).
   std::vector<Tensor> pieces;
-  pieces.reserve((n + size - 1) / size);
-  for (int64_t start = 0; start < n; start += size) pieces.push_back(a.slice(dim, start, std::min(n, start + size)));
+  pieces.reserve(n / size + (n % size != 0));
+  for (int64_t start = 0; start < n;) {
+    const int64_t end = size < n - start ? start + size : n;
+    pieces.push_back(a.slice(dim, start, end));
+    start = end;
+  }
   return pieces;
 }
 

@@ -101,7 +101,7 @@ bool fold_into_rows(const Tensor& ap, const Tensor& bp) { return bp.dim() == 2 &
 
 Tensor matmul_forward(const Tensor& a, const Tensor& b, const MatmulShapes& s) {
   const Tensor ap = promote_a(a.detach()), bp = promote_b(b.detach());
-  Tensor out = empty(s.out, a.dtype(), a.device());
+  Tensor out = empty_for("matmul", s.out, a.dtype(), a.device());
   if (fold_into_rows(ap, bp)) {
     backend::matmul(as_rows(out), as_rows(ap), bp);
   } else {

@@ -213,7 +213,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   check_embedding_indices(idx, weight);
   Shape out_shape = indices.shape();
   out_shape.push_back(weight.size(1));
-  Tensor out = empty(out_shape, weight.dtype(), weight.device());
+  Tensor out = empty_for(kOp, out_shape, weight.dtype(), weight.device());
   backend::embedding(out, weight.detach().contiguous(), idx);
   if (autograd::any_requires_grad(weight)) {
     autograd::record(kOp, {weight}, out,

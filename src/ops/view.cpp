@@ -40,10 +40,10 @@ Shape infer_shape(const char* op, const Tensor& t, Shape shape) {
 // Strides that view (old shape, old strides) as new_shape without copying;
 // false when the memory layout does not allow it. Walks chunks of old dims
 // that are contiguous with each other and matches them to runs of new dims.
-bool view_strides(const Shape& old_shape, const Shape& old_strides, const Shape& new_shape, Shape* out) {
+bool view_strides(const char* op, const Shape& old_shape, const Shape& old_strides, const Shape& new_shape, Shape* out) {
   out->assign(new_shape.size(), 1);
   if (numel_of(old_shape) == 0 || old_shape.empty()) {
-    *out = contiguous_strides(new_shape);
+    *out = contiguous_strides(op, new_shape);
     return true;
   }
   int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;
@@ -82,19 +82,19 @@ Tensor Tensor::view(Shape shape) const {
   ops::check_defined("view", *this, "input");
   shape = infer_shape("view", *this, std::move(shape));
   Shape strides;
-  ENCORE_CHECK(view_strides(this->shape(), this->strides(), shape, &strides),
+  ENCORE_CHECK(view_strides("view", this->shape(), this->strides(), shape, &strides),
                "view: a tensor of shape %s with strides %s cannot be viewed as %s; use reshape() (copies)",
                shape_str(this->shape()), shape_str(this->strides()), shape_str(shape));
-  return reshape_grad_view("view", *this, make_view(*this, std::move(shape), std::move(strides), storage_offset()));
+  return reshape_grad_view("view", *this, make_view("view", *this, std::move(shape), std::move(strides), storage_offset()));
 }
 
 Tensor Tensor::reshape(Shape shape) const {
   ops::check_defined("reshape", *this, "input");
   shape = infer_shape("reshape", *this, std::move(shape));
   Shape strides;
-  if (view_strides(this->shape(), this->strides(), shape, &strides)) {
+  if (view_strides("reshape", this->shape(), this->strides(), shape, &strides)) {
     return reshape_grad_view("reshape", *this,
-                             make_view(*this, std::move(shape), std::move(strides), storage_offset()));
+                             make_view("reshape", *this, std::move(shape), std::move(strides), storage_offset()));
   }
   return contiguous().view(std::move(shape));
 }
@@ -108,7 +108,7 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
     std::swap(shape[d0], shape[d1]);
     std::swap(strides[d0], strides[d1]);
   }
-  Tensor out = make_view(*this, std::move(shape), std::move(strides), storage_offset());
+  Tensor out = make_view("transpose", *this, std::move(shape), std::move(strides), storage_offset());
   if (autograd::any_requires_grad(*this)) {
     autograd::record("transpose", {*this}, out, [d0, d1](const Tensor& g) -> Grads { return {g.transpose(d0, d1)}; });
   }
@@ -127,7 +127,7 @@ Tensor Tensor::permute(Shape dims) const {
     shape[i] = this->shape()[d];
     strides[i] = this->strides()[d];
   }
-  Tensor out = make_view(*this, std::move(shape), std::move(strides), storage_offset());
+  Tensor out = make_view("permute", *this, std::move(shape), std::move(strides), storage_offset());
   if (autograd::any_requires_grad(*this)) {
     autograd::record("permute", {*this}, out, [inverse](const Tensor& g) -> Grads { return {g.permute(inverse)}; });
   }
@@ -146,8 +146,16 @@ Tensor Tensor::slice(int64_t d, int64_t start, int64_t end, int64_t step) const 
   end = std::clamp<int64_t>(end, start, n);
   Shape shape = this->shape(), strides = this->strides();
   shape[d] = end == start ? 0 : (end - start - 1) / step + 1;   // no overflow for huge steps
-  strides[d] *= step;
-  Tensor out = make_view(*this, std::move(shape), std::move(strides), storage_offset() + start * this->strides()[d]);
+  // One element (or none) needs no step: a huge step keeps the stride, so
+  // step * stride cannot overflow. Otherwise both products lie inside the
+  // storage unless the view is empty; check_view_bounds has the last word.
+  int64_t offset = 0;
+  ENCORE_CHECK((shape[d] <= 1 || !__builtin_mul_overflow(strides[d], step, &strides[d])) &&
+                   !__builtin_mul_overflow(start, this->strides()[d], &offset) &&
+                   !__builtin_add_overflow(offset, storage_offset(), &offset),
+               "slice: start %d, step %d of dim %d of shape %s with strides %s overflow int64 offsets", start, step,
+               d, shape_str(this->shape()), shape_str(this->strides()));
+  Tensor out = make_view("slice", *this, std::move(shape), std::move(strides), offset);
   if (autograd::any_requires_grad(*this)) {
     autograd::record("slice", {*this}, out,
                      [in_shape = this->shape(), dt = dtype(), d, start, end, step](const Tensor& g) -> Grads {
@@ -189,7 +197,7 @@ Tensor Tensor::expand(Shape target) const {
     strides[i] = shape()[k] == target[i] ? this->strides()[k] : 0;
   }
   (void)checked_numel("expand", target);   // a broadcast view still counts its elements in int64
-  Tensor out = make_view(*this, target, std::move(strides), storage_offset());
+  Tensor out = make_view("expand", *this, target, std::move(strides), storage_offset());
   if (autograd::any_requires_grad(*this)) {
     autograd::record("expand", {*this}, out, [shape = shape()](const Tensor& g) -> Grads { return {sum_to(g, shape)}; });
   }
@@ -203,18 +211,22 @@ Tensor Tensor::squeeze(int64_t d) const {
   Shape shape = this->shape(), strides = this->strides();
   shape.erase(shape.begin() + d);
   strides.erase(strides.begin() + d);
-  return reshape_grad_view("squeeze", *this, make_view(*this, std::move(shape), std::move(strides), storage_offset()));
+  return reshape_grad_view("squeeze", *this, make_view("squeeze", *this, std::move(shape), std::move(strides), storage_offset()));
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
   ops::check_defined("unsqueeze", *this, "input");
   d = ops::normalize_dim("unsqueeze", d, dim() + 1);
   Shape shape = this->shape(), strides = this->strides();
-  const int64_t stride = d < dim() ? this->strides()[d] * this->shape()[d] : 1;
+  // The new dim's stride never moves (its size is 1); it is the one a
+  // contiguous tensor would have, or 0 where that product does not fit
+  // (only an empty tensor's strides can be that large).
+  int64_t stride = 1;
+  if (d < dim() && __builtin_mul_overflow(this->strides()[d], this->shape()[d], &stride)) stride = 0;
   shape.insert(shape.begin() + d, 1);
   strides.insert(strides.begin() + d, stride);
   return reshape_grad_view("unsqueeze", *this,
-                           make_view(*this, std::move(shape), std::move(strides), storage_offset()));
+                           make_view("unsqueeze", *this, std::move(shape), std::move(strides), storage_offset()));
 }
 
 }  // namespace encore

@@ -278,7 +278,9 @@ TEST(CaptureTest, StepChangingDtypeAfterTheRecordedRunFailsCapture) {
       {"softmax", [](const Tensor& t) { return softmax(t.reshape({4, 256}), -1); }},
       {"matmul", [](const Tensor& t) { return matmul(t.reshape({32, 32}), t.reshape({32, 32})); }},
   };
-  for (const auto& [name, op] : ops) {
+  for (const auto& entry : ops) {
+    const auto& name = entry.first;  // NOTE [ No structured bindings in lambdas ]
+    const auto& op = entry.second;
     const Tensor f16 = full({1024}, 1.0, kFloat16), bf16 = full({1024}, 1.0, kBFloat16);
     int run = 0;
     absl::StatusOr<Graph> graph = capture([&] {

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "encore/encore.h"
+#include "src/core/tensor_internal.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -99,6 +100,28 @@ TEST(TensorTest, ShapesWhoseSizeOverflowsAreRefused) {
   expect_error([&] { (void)zeros({0}).view({-1, k2to32, k2to32}); }, absl::StatusCode::kInvalidArgument,
                {"view", "2^63 elements"});
   EXPECT_EQ(zeros({0, k2to62}).numel(), 0);   // an empty tensor of any width is fine
+}
+
+// NOTE [ Views stay inside their storage ]: make_view, which every view op
+// goes through, refuses geometry that reaches outside the storage or whose
+// offsets overflow, naming the op and the geometry (issue #17).
+TEST(TensorTest, ViewsReachingOutsideTheirStorageAreRefused) {
+  const Tensor base = zeros({4});   // 4 f32 elements
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(make_view("as_strided", base, {2}, {3}, 0).shape(), Shape({2}));   // elements 0 and 3
+  EXPECT_EQ(make_view("as_strided", base, {2, 2}, {0, 1}, 2).numel(), 4);      // a broadcast of 2, 3
+  EXPECT_EQ(make_view("as_strided", base, {0, 3}, {INT64_MAX, 1}, 9).numel(), 0);   // empty: reaches nothing
+  expect_error([&] { (void)make_view("as_strided", base, {5}, {1}, 0); }, kInvalid,
+               {"as_strided", "shape [5]", "strides [1]", "offset 0", "elements [0, 4]", "4 f32 elements"});
+  expect_error([&] { (void)make_view("as_strided", base, {2}, {3}, 1); }, kInvalid, {"as_strided", "[1, 4]"});
+  expect_error([&] { (void)make_view("as_strided", base, {2}, {-1}, 0); }, kInvalid, {"as_strided", "[-1, 0]"});
+  expect_error([&] { (void)make_view("as_strided", base, {1}, {1}, -1); }, kInvalid, {"as_strided", "offset -1"});
+  expect_error([&] { (void)make_view("as_strided", base, {3}, {INT64_MAX}, 0); }, kInvalid,
+               {"as_strided", "shape [3]", "overflow int64"});
+  expect_error([&] { (void)make_view("as_strided", base, {2, 2}, {INT64_MAX, 1}, 1); }, kInvalid,
+               {"as_strided", "overflow int64"});
+  expect_error([&] { (void)make_view("as_strided", base, {0, 2}, {1, INT64_MAX}, 1); }, kInvalid,
+               {"as_strided", "overflow int64"});   // even empty, offsets are computed
 }
 
 // NOTE [ Objects that outlive their thread's cache ]: tensors freed after the

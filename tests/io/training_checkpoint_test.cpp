@@ -89,6 +89,19 @@ TEST(CudaTrainingCheckpointTest, CheckpointsMoveBetweenDevicesExactly) {
   expect_same_parameters(gpu, gpu2);   // same device, same state: the same next step
 }
 
+// Write failures reach the caller (issue #17): a missing directory, a
+// device that is not a regular file.
+TEST(TrainingCheckpointTest, SavesThatCannotBeWrittenReturnTheError) {
+  TinyRun run(3);
+  const absl::Status missing = save_checkpoint(::testing::TempDir() + "/no_such_dir/run.safetensors", run.model,
+                                               run.opt.get());
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_NE(missing.message().find("no_such_dir/run.safetensors"), absl::string_view::npos) << missing;
+  const absl::Status full = save_checkpoint("/dev/full", run.model, run.opt.get());
+  EXPECT_EQ(full.code(), absl::StatusCode::kFailedPrecondition) << full;
+  EXPECT_NE(full.message().find("/dev/full"), absl::string_view::npos) << full;
+}
+
 TEST(TrainingCheckpointTest, MismatchesAreRefusedNamingTheTensor) {
   const std::string path = ::testing::TempDir() + "/model_only.safetensors";
   TinyRun a(1);

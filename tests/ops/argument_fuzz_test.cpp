@@ -244,7 +244,9 @@ std::pair<Tensor, Tensor> pair_of(Args& g, bool same_dtype_often = true) {
 TEST_P(ArgumentFuzzTest, BinaryOps) {
   using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
   const std::pair<const char*, BinaryFn> ops[] = {{"add", add}, {"sub", sub}, {"mul", mul}, {"div", div}};
-  for (const auto& [name, fn] : ops) {
+  for (const auto& entry : ops) {
+    const auto& name = entry.first;  // NOTE [ No structured bindings in lambdas ]
+    const auto& fn = entry.second;
     fuzz(name, [fn](Args& g, std::string& what) {
       auto [a, b] = pair_of(g);
       what = describe(a) + ", " + describe(b);
@@ -257,7 +259,9 @@ TEST_P(ArgumentFuzzTest, ScalarOps) {
   using ScalarFn = Tensor (*)(const Tensor&, double);
   const std::pair<const char*, ScalarFn> ops[] = {
       {"add_scalar", add}, {"mul_scalar", mul}, {"rsub_scalar", rsub}, {"rdiv_scalar", rdiv}};
-  for (const auto& [name, fn] : ops) {
+  for (const auto& entry : ops) {
+    const auto& name = entry.first;  // NOTE [ No structured bindings in lambdas ]
+    const auto& fn = entry.second;
     fuzz(name, [fn](Args& g, std::string& what) {
       Tensor a = g.tensor();
       const double s = g.scalar();
@@ -272,7 +276,9 @@ TEST_P(ArgumentFuzzTest, UnaryOps) {
   const std::pair<const char*, UnaryFn> ops[] = {
       {"neg", neg}, {"exp", exp}, {"log", log}, {"sqrt", sqrt}, {"rsqrt", rsqrt}, {"abs", abs}, {"tanh", tanh},
       {"sigmoid", sigmoid}, {"relu", relu}, {"silu", silu}};
-  for (const auto& [name, fn] : ops) {
+  for (const auto& entry : ops) {
+    const auto& name = entry.first;  // NOTE [ No structured bindings in lambdas ]
+    const auto& fn = entry.second;
     fuzz(name, [fn](Args& g, std::string& what) {
       Tensor a = g.tensor();
       what = describe(a);
@@ -318,7 +324,9 @@ TEST_P(ArgumentFuzzTest, Selection) {
 TEST_P(ArgumentFuzzTest, Reductions) {
   using DimsFn = Tensor (*)(const Tensor&, std::vector<int64_t>, bool);
   const std::pair<const char*, DimsFn> ops[] = {{"sum", sum}, {"mean", mean}};
-  for (const auto& [name, fn] : ops) {
+  for (const auto& entry : ops) {
+    const auto& name = entry.first;  // NOTE [ No structured bindings in lambdas ]
+    const auto& fn = entry.second;
     fuzz(name, [fn](Args& g, std::string& what) {
       Tensor a = g.tensor();
       std::vector<int64_t> dims = g.dims(a.dim());

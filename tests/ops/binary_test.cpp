@@ -254,7 +254,9 @@ TEST(BinaryTest, IntegerTensorWithFractionalScalarIsNotTruncatedSilently) {
       {[&] { return a / 2.0; }, {0, 1, 1, 2, -1}},
       {[&] { return a + 1.5; }, {2, 3, 4, 5, -1}},
   };
-  for (const auto& [fn, expected] : cases) {
+  for (const auto& entry : cases) {
+    const auto& fn = entry.first;  // NOTE [ No structured bindings in lambdas ]
+    const auto& expected = entry.second;
     const absl::Status s = status_of([&] { expect_near(fn(), expected, 0, 0); });
     if (!s.ok()) {
       EXPECT_EQ(s.code(), kInvalid) << s;
@@ -283,6 +285,15 @@ TEST(BinaryTest, BoolArithmeticIsRejected) {
   expect_error([&] { (void)(1.0 - a); }, kInvalid, {"rsub_scalar", "bool", "[3]"});
   expect_error([&] { (void)(1.0 / a); }, kInvalid, {"rdiv_scalar", "bool", "[3]"});
   expect_error([&] { (void)(-a); }, kInvalid, {"neg", "bool", "[3]"});
+}
+
+// A broadcast whose element count does not fit in int64 is refused naming
+// the op (issue #17): [2^32, 1] + [1, 2^32], both broadcast views.
+TEST(BinaryTest, BroadcastsWhoseSizeOverflowsAreRefused) {
+  constexpr int64_t k2to32 = int64_t{1} << 32;
+  const Tensor a = ones({1, 1}).expand({k2to32, 1}), b = ones({1, 1}).expand({1, k2to32});
+  expect_error([&] { (void)add(a, b); }, kInvalid, {"add", "[4294967296, 4294967296]", "2^63 elements"});
+  expect_error([&] { (void)mul(a, b); }, kInvalid, {"mul", "[4294967296, 4294967296]", "2^63 elements"});
 }
 
 TEST(BinaryTest, DtypeMismatchNamesOpShapesAndDtypes) {

@@ -1,5 +1,6 @@
 // concat, stack and split against host references, their backward against
 // finite differences, and their errors.
+#include <limits>
 #include <gtest/gtest.h>
 
 #include "encore/encore.h"
@@ -198,6 +199,16 @@ TEST(JoinTest, ConcatErrorsNameTheShapes) {
   expect_error([&] { (void)concat({scalar_tensor(1), scalar_tensor(2)}); }, kInvalid, {"concat", "0-d"});
 }
 
+// Sizes that add up past int64 are refused before they size an output
+// (issue #17): broadcast views of 2^62 elements each.
+TEST(JoinTest, ConcatWhoseSizesOverflowIsRefused) {
+  const Tensor huge = ones({1}).expand({int64_t{1} << 62}), half = ones({1}).expand({int64_t{1} << 61});
+  expect_error([&] { (void)concat({huge, huge}); }, kInvalid,
+               {"concat", "2 tensors", "[4611686018427387904]", "add up past int64"});
+  expect_error([&] { (void)concat({half, half}); }, absl::StatusCode::kResourceExhausted,
+               {"concat", "[4611686018427387904]", "2^63 bytes"});
+}
+
 TEST(JoinTest, StackAndSplitErrors) {
   Tensor a = zeros({2, 3});
   expect_error([&] { (void)stack({}); }, kInvalid, {"stack", "at least one"});
@@ -208,6 +219,24 @@ TEST(JoinTest, StackAndSplitErrors) {
   expect_error([&] { (void)split(a, -2); }, kInvalid, {"split", "positive", "[2, 3]"});
   expect_error([&] { (void)split(a, 1, 2); }, kInvalid, {"split", "dim 2"});
   expect_error([&] { (void)split(scalar_tensor(1), 1); }, kInvalid, {"split", "0-d"});
+}
+
+// Regression (fuzz/ops_fuzz): split with a size near INT64_MAX computed
+// start + size and n + size - 1 in int64 (signed overflow, UB). One piece,
+// the whole tensor; the same for a dim of 2^62 + 1 elements (a broadcast view).
+TEST(JoinTest, SplitWithAHugeSizeDoesNotOverflow) {
+  Tensor a = from_vector<float>({0, 1, 2, 3, 4, 5}, {2, 3});
+  for (int64_t size : {int64_t{3}, int64_t{4}, std::numeric_limits<int64_t>::max()}) {
+    std::vector<Tensor> pieces = split(a, size, 1);
+    ASSERT_EQ(pieces.size(), 1u) << size;
+    EXPECT_EQ(pieces[0].shape(), Shape({2, 3}));
+  }
+  const Tensor wide = ones({1}).expand({(int64_t{1} << 62) + 1});
+  std::vector<Tensor> halves = split(wide, int64_t{1} << 62);
+  ASSERT_EQ(halves.size(), 2u);
+  EXPECT_EQ(halves[0].numel(), int64_t{1} << 62);
+  EXPECT_EQ(halves[1].numel(), 1);
+  EXPECT_EQ(split(wide, std::numeric_limits<int64_t>::max()).size(), 1u);
 }
 
 TEST(JoinTest, ConcatBackwardMatchesFiniteDifferences) {

@@ -396,6 +396,15 @@ TEST(MatmulTest, MatmulErrorsNameShapesAndDtypes) {
   expect_error([] { (void)matmul(Tensor(), zeros({2, 2})); }, code, {"matmul", "undefined"});
 }
 
+// A product whose element count does not fit in int64 is refused naming
+// matmul (issue #17): [2^32, 1] @ [1, 2^32], both broadcast views.
+TEST(MatmulTest, ProductsWhoseSizeOverflowsAreRefused) {
+  constexpr int64_t k2to32 = int64_t{1} << 32;
+  const Tensor a = ones({1, 1}).expand({k2to32, 1}), b = ones({1, 1}).expand({1, k2to32});
+  expect_error([&] { (void)matmul(a, b); }, absl::StatusCode::kInvalidArgument,
+               {"matmul", "[4294967296, 4294967296]", "2^63 elements"});
+}
+
 TEST(MatmulTest, LinearErrorsNameShapesAndDtypes) {
   const auto code = absl::StatusCode::kInvalidArgument;
   expect_error([] { (void)linear(zeros({2, 5}), zeros({3, 4})); }, code,

@@ -433,6 +433,14 @@ TEST(NnOpsTest, EmbeddingErrors) {
   expect_error([&] { (void)embedding(w, zeros({2})); }, kInvalid, {"embedding", "i32 or i64", "f32"});
 }
 
+// An output whose size overflows is refused naming embedding (issue #17):
+// two rows of a broadcast [1, 2^62] weight.
+TEST(NnOpsTest, EmbeddingWhoseOutputOverflowsIsRefused) {
+  const Tensor w = ones({1, 1}).expand({1, int64_t{1} << 62});
+  expect_error([&] { (void)embedding(w, zeros({2}, kInt64)); }, absl::StatusCode::kInvalidArgument,
+               {"embedding", "[2, 4611686018427387904]", "2^63 elements"});
+}
+
 // ---- dropout ----
 
 TEST(NnOpsTest, DropoutZeroesAboutPAndScalesSurvivors) {

@@ -276,7 +276,7 @@ TEST(UnaryTest, RejectsBadInputsWithClearMessages) {
   Tensor i = zeros({2, 3}, kInt32);
   Tensor b = zeros({4}, kBool);
   Tensor f = zeros({3});
-  for (const auto& [name, fn] : std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>>{
+  for (const auto& entry : std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>>{
            {"exp", [](const Tensor& x) { return exp(x); }},
            {"log", [](const Tensor& x) { return log(x); }},
            {"sqrt", [](const Tensor& x) { return sqrt(x); }},
@@ -287,6 +287,8 @@ TEST(UnaryTest, RejectsBadInputsWithClearMessages) {
            {"gelu", [](const Tensor& x) { return gelu(x); }},
            {"gelu", [](const Tensor& x) { return gelu(x, GeluApprox::kNone); }},
            {"silu", [](const Tensor& x) { return silu(x); }}}) {
+    const auto& name = entry.first;  // NOTE [ No structured bindings in lambdas ]
+    const auto& fn = entry.second;
     SCOPED_TRACE(name);
     expect_error([&] { (void)fn(i); }, absl::StatusCode::kInvalidArgument, {name, "[2, 3]", "i32"});
     expect_error([&] { (void)fn(Tensor()); }, absl::StatusCode::kInvalidArgument, {name, "undefined"});

@@ -234,15 +234,39 @@ TEST(ViewTest, SliceMatchesPythonSemantics) {
   expect_near(b.slice(0, 2, 9).slice(0, 1, 6, 2).slice(0, 1, 3), {5, 7}, 0, 0);
 }
 
-// BUG (src/ops/view.cpp, Tensor::slice): shape[d] = (end - start + step - 1) /
-// step overflows int64 for a huge step (and strides[d] *= step too): iota(5)
-// sliced [0:5:INT64_MAX] gets shape [0] instead of [1] (signed overflow is
-// UB). Expected: one element, the first. Enable when fixed.
+// Regression: shape[d] = (end - start + step - 1) / step and strides[d] *=
+// step overflowed int64 for a huge step (signed overflow, UB): iota(5)
+// sliced [0:5:INT64_MAX] got shape [0]. A dim left with one element keeps
+// its stride, so no product overflows.
 TEST(ViewTest, SliceWithHugeStepDoesNotOverflow) {
   Tensor b = iota({5});
   Tensor s = b.slice(0, 0, 5, std::numeric_limits<int64_t>::max());
   ASSERT_EQ(s.shape(), Shape({1}));
   EXPECT_EQ(s.item<float>(), 0.0f);
+  Tensor m = iota({3, 4}).slice(1, 1, 4, std::numeric_limits<int64_t>::max());
+  ASSERT_EQ(m.shape(), Shape({3, 1}));
+  EXPECT_EQ(m.contiguous().to_vector<float>(), std::vector<float>({1, 5, 9}));
+}
+
+// Empty tensors may be arbitrarily wide, but every stride and offset of a
+// view is computed in int64 without overflow (issue #17): strides that do
+// not fit are refused naming the op and the shape, and unsqueeze, whose new
+// stride is a product, falls back to stride 0 for its size-1 dim.
+TEST(ViewTest, ViewsOfEmptyTensorsWhoseStridesOverflowAreRefused) {
+  constexpr int64_t k2to30 = int64_t{1} << 30, k2to32 = int64_t{1} << 32, k2to62 = int64_t{1} << 62;
+  expect_error([] { (void)zeros({0, k2to62, 4}); }, kInvalid,
+               {"zeros", "[0, 4611686018427387904, 4]", "strides", "do not fit in int64"});
+  expect_error([] { (void)zeros({0}).view({0, k2to62, 4}); }, kInvalid,
+               {"view", "[0, 4611686018427387904, 4]", "do not fit in int64"});
+  expect_error([] { (void)zeros({0}).reshape({0, 4, k2to62}); }, kInvalid, {"reshape", "do not fit in int64"});
+  // Strides [2^62 + 2^30, 2^30, 1], then [.., 2^62, 1] after the slice: the
+  // unsqueezed dim's contiguous stride 2 * 2^62 does not fit.
+  Tensor t = zeros({0, k2to32 + 1, k2to30}).slice(1, 0, k2to32 + 1, k2to32);
+  ASSERT_EQ(t.shape(), Shape({0, 2, k2to30}));
+  EXPECT_EQ(t.strides()[1], k2to62);
+  Tensor u = t.unsqueeze(1);
+  EXPECT_EQ(u.shape(), Shape({0, 1, 2, k2to30}));
+  EXPECT_EQ(u.numel(), 0);
 }
 
 TEST(ViewTest, SelectMatchesIndexMap) {

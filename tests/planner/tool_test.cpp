@@ -53,6 +53,34 @@ TEST(EncorePlanToolTest, BadCsv) {
 
 TEST(EncorePlanToolTest, NoInputFile) { expect_one_line_error(run_tool(""), "expected one input CSV file"); }
 
+// Hostile flag values: one line, exit 2 (issue #17).
+TEST(EncorePlanToolTest, BadTimeLimitsAreRefused) {
+  const std::string csv = write_temp("limits.csv", kExample);
+  for (const char* v : {"nan", "inf", "-1", "1e300"}) {
+    const ToolRun run = run_tool(std::string("--time_limit_s=") + v + " " + csv);
+    EXPECT_EQ(run.exit_code, 2) << v;
+    expect_one_line_error(run, "--time_limit_s must be a finite number in [0, 86400]");
+  }
+  const ToolRun run = run_tool("--time_limit_s=soon " + csv);
+  EXPECT_EQ(run.exit_code, 2);
+  expect_one_line_error(run, "--time_limit_s: cannot parse 'soon' as a number");
+}
+
+// A plan or picture that cannot be written: exit 1 naming the file (issue #17).
+TEST(EncorePlanToolTest, WriteFailuresAreReported) {
+  const std::string csv = write_temp("writes.csv", kExample);
+  for (const char* flag : {"--out", "--svg"}) {
+    if (std::ifstream("/dev/full").good()) {
+      const ToolRun run = run_tool(std::string("--algorithm=greedy ") + flag + "=/dev/full " + csv);
+      EXPECT_EQ(run.exit_code, 1) << flag;
+      expect_one_line_error(run, "error while writing '/dev/full'");
+    }
+    const ToolRun run = run_tool(std::string("--algorithm=greedy ") + flag + "=/nonexistent/dir/p " + csv);
+    EXPECT_EQ(run.exit_code, 1) << flag;
+    expect_one_line_error(run, "cannot write '/nonexistent/dir/p'");
+  }
+}
+
 TEST(EncorePlanToolTest, PrintsOneRowPerAlgorithm) {
   const ToolRun run = run_tool(write_temp("all.csv", kExample));
   ASSERT_EQ(run.exit_code, 0) << run.err;

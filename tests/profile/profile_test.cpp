@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -291,6 +292,18 @@ TEST(ProfileTest, BadOptionsAreRefused) {
   EXPECT_EQ(profile_eager([&] { return w->step(); }, {.warmup_runs = -1}).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(write_chrome_trace("/nonexistent-dir/trace.json", {}).ok());
+}
+
+// Write failures reach the caller with their cause (issue #17).
+TEST(ProfileTest, TraceWriteFailuresAreReturned) {
+  const absl::Status missing = write_chrome_trace("/nonexistent-dir/trace.json", {});
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound) << missing;
+  EXPECT_NE(missing.message().find("/nonexistent-dir/trace.json"), absl::string_view::npos) << missing;
+  if (std::ifstream("/dev/full").good()) {   // every write fails: a full disk
+    const absl::Status full = write_chrome_trace("/dev/full", {});
+    EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
+    EXPECT_NE(full.message().find("No space left on device"), absl::string_view::npos) << full;
+  }
 }
 
 // ---- nesting: each StepObserverScope restores what was installed before it ----

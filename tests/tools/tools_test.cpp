@@ -119,14 +119,62 @@ TEST(EncoreProfTest, ProfilesOnCudaWhenAGpuAnswers) {
 TEST(EncoreProfTest, FlagErrors) {
   expect_flag_error(prof("--model=resnet"), "--model must be mlp or gpt, got 'resnet'");
   expect_flag_error(prof("--device=tpu"), "--device must be cpu, cuda or auto, got 'tpu'");
-  expect_flag_error(prof("--runs=0"), "--runs must be >= 1");
-  expect_flag_error(prof("--model=mlp --hidden=0"), "--hidden must be >= 1");
+  expect_flag_error(prof("--runs=0"), "--runs must be in 1..100000, got 0");
+  expect_flag_error(prof("--model=mlp --hidden=0"), "--hidden must be in 1..65536, got 0");
   expect_flag_error(prof("stray"), "unexpected argument 'stray'");
   // A config the model refuses (width not divisible by heads) is a flag error with the model's message.
   expect_flag_error(prof("--model=gpt --n_embd=10 --n_head=4"), "n_head");
   // Values the library refuses while building the model: a message and exit 2, never an abort (issue #17).
-  expect_flag_error(prof("--model=mlp --hidden=4611686018427387904"), "more than 2^63 elements");
   expect_flag_error(prof("--model=mlp --lr=nan"), "lr must be finite");
+}
+
+// Every flag that sizes something, with values that do not parse, are
+// negative, nan, inf or huge: one line and exit 2, never an abort or an
+// allocation that exhausts memory (issue #17).
+TEST(EncoreProfTest, SizeFlagsRefuseHostileValues) {
+  expect_flag_error(prof("--hidden=abc"), "--hidden: cannot parse 'abc' as a 64-bit integer");
+  expect_flag_error(prof("--batch=1e3"), "--batch: cannot parse '1e3' as a 64-bit integer");
+  expect_flag_error(prof("--runs=99999999999"), "--runs: cannot parse '99999999999' as a 32-bit integer");
+  expect_flag_error(prof("--seed=-1"), "--seed: cannot parse '-1' as an unsigned 64-bit integer");
+  expect_flag_error(prof("--eager=maybe"), "--eager: cannot parse 'maybe' as true or false");
+  expect_flag_error(prof("--lr=fast"), "--lr: cannot parse 'fast' as a number");
+  expect_flag_error(prof("--batch=-1"), "--batch must be in 0..65536, got -1");
+  expect_flag_error(prof("--model=mlp --hidden=4611686018427387904"), "--hidden must be in 1..65536");
+  expect_flag_error(prof("--warmup_runs=-1"), "--warmup_runs must be in 0..100000, got -1");
+  expect_flag_error(prof("--top=-1"), "--top must be in 0..10000, got -1");
+  for (const char* flag : {"--seq", "--n_layer", "--n_head", "--n_embd", "--vocab"}) {
+    expect_flag_error(prof(std::string("--model=gpt ") + flag + "=0"), std::string(flag) + " must be in 1..");
+    expect_flag_error(prof(std::string("--model=gpt ") + flag + "=9223372036854775807"),
+                      std::string(flag) + " must be in 1..");
+  }
+  expect_flag_error(prof("--model=gpt --seq=4096 --batch=65536"), "batch x seq x vocab (logits) = 17448304640");
+  expect_flag_error(prof("--model=gpt --seq=4096 --n_head=64 --batch=16"), "batch x n_head x seq x seq (attention)");
+  expect_flag_error(prof("--model=gpt --n_embd=16384 --n_layer=2"), "12 n_layer x n_embd^2 (parameters)");
+  expect_flag_error(prof("--model=mlp --hidden=65536 --batch=65536"), "batch x hidden = 4294967296");
+  for (const char* p : {"nan", "inf", "-0.5", "1"}) {
+    expect_flag_error(prof(std::string("--model=gpt --dropout=") + p), "--dropout must be in [0, 1)");
+  }
+  expect_flag_error(prof("--lr=inf"), "lr must be finite");
+}
+
+// A trace or graph that cannot be written (a full disk, a missing
+// directory): exit 1 with the cause, after profiling (issue #17).
+TEST(EncoreProfTest, WriteFailuresAreReported) {
+  const std::string small = "--device=cpu --model=mlp --hidden=8 --batch=4 --runs=1 --warmup_runs=0 ";
+  if (std::ifstream("/dev/full").good()) {
+    ToolRun run = prof(small + "--trace=/dev/full");
+    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_THAT(run.err, HasSubstr("write_chrome_trace: write to /dev/full failed: No space left on device"));
+    run = prof(small + "--dot=/dev/full");
+    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_THAT(run.err, HasSubstr("dump_dot: write to /dev/full failed"));
+  }
+  ToolRun run = prof(small + "--trace=/nonexistent/dir/t.json");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("write_chrome_trace: cannot open /nonexistent/dir/t.json: No such file"));
+  run = prof(small + "--dot=/nonexistent/dir/g.dot");
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("dump_dot: cannot open /nonexistent/dir/g.dot"));
 }
 
 TEST(EncoreProfTest, HelpDescribesEveryFlag) {
@@ -204,8 +252,43 @@ TEST(EncoreLaunchTest, FlagErrors) {
   expect_flag_error(launch("--n=1,abc"), "--n: 'abc' is not a kernel count");
   expect_flag_error(launch("--n=0"), "--n: '0' is not a kernel count");
   expect_flag_error(launch("--variants=chain,deep"), "unknown variant 'deep'");
-  expect_flag_error(launch("--reps=0"), "--reps and --capture_reps must be >= 1");
+  expect_flag_error(launch("--reps=0"), "--reps must be in 1..10000, got 0");
   expect_flag_error(launch("--backends=cpu,tpu"), "unknown backend 'tpu'");
+}
+
+// Hostile values of the flags that size something (issue #17): one line,
+// exit 2, nothing allocated.
+TEST(EncoreLaunchTest, SizeFlagsRefuseHostileValues) {
+  expect_flag_error(launch("--elements=abc"), "--elements: cannot parse 'abc' as a 64-bit integer");
+  expect_flag_error(launch("--elements=99999999999999999999"), "--elements: cannot parse");
+  expect_flag_error(launch("--elements=0"), "--elements must be in 1..16777216, got 0");
+  expect_flag_error(launch("--elements=-5"), "--elements must be in 1..16777216, got -5");
+  expect_flag_error(launch("--elements=4611686018427387904"), "--elements must be in 1..16777216");
+  expect_flag_error(launch("--n=1000000 --elements=1000"), "keeps 1000000000 floats alive");
+  expect_flag_error(launch("--n=-3"), "--n: '-3' is not a kernel count");
+  expect_flag_error(launch("--n=1e3"), "--n: '1e3' is not a kernel count");
+  expect_flag_error(launch("--reps=2147483647"), "--reps must be in 1..10000");
+  expect_flag_error(launch("--reps=nan"), "--reps: cannot parse 'nan' as a 32-bit integer");
+  expect_flag_error(launch("--capture_reps=0"), "--capture_reps must be in 1..1000, got 0");
+  for (const char* v : {"nan", "inf", "-1", "1e300"}) {
+    expect_flag_error(launch(std::string("--min_rep_ms=") + v), "--min_rep_ms must be a finite number in [0, 10000]");
+  }
+  expect_flag_error(launch("--min_rep_ms=soon"), "--min_rep_ms: cannot parse 'soon' as a number");
+}
+
+// A JSON or SVG that cannot be written: exit 1 with the cause (issue #17).
+TEST(EncoreLaunchTest, WriteFailuresAreReported) {
+  const std::string small = "--backends=cpu --n=1 --variants=chain --reps=1 --capture_reps=1 --min_rep_ms=0 ";
+  for (const char* flag : {"--json", "--svg"}) {
+    if (std::ifstream("/dev/full").good()) {
+      const ToolRun run = launch(small + flag + "=/dev/full");
+      EXPECT_EQ(run.exit_code, 1) << run.err;
+      EXPECT_THAT(run.err, HasSubstr("write to /dev/full failed: No space left on device")) << flag;
+    }
+    const ToolRun run = launch(small + flag + "=/nonexistent/dir/out");
+    EXPECT_EQ(run.exit_code, 1) << run.err;
+    EXPECT_THAT(run.err, HasSubstr("cannot open /nonexistent/dir/out for writing: No such file")) << flag;
+  }
 }
 
 TEST(EncoreLaunchTest, HelpDescribesEveryFlag) {

@@ -1,0 +1,82 @@
+// Command-line flags for encore's tools: Abseil's parser, with every bad
+// value reported the same way, as one line on stderr and exit status 2
+// (never an abort), and range checks for the flags that size something.
+//
+//   int main(int argc, char** argv) {
+//     std::vector<char*> args = encore::tools::parse_flags(argc, argv, "encore-prof");
+//     absl::Status s = encore::tools::in_range("--runs", absl::GetFlag(FLAGS_runs), 1, 100000);
+//     if (!s.ok()) return encore::tools::flag_error("encore-prof", s);   // "encore-prof: --runs must be ..."
+//
+// Abseil itself exits 1 on a value it cannot parse ("--runs=abc",
+// "--runs=1e99"); parse_flags checks every "--name=value" first with the
+// flag's own parser and exits 2 with "<tool>: --name: cannot parse 'abc'
+// as <type>". Values Abseil parses but no tool wants (nan, inf, 0, huge
+// sizes) are what in_range and finite_in_range refuse.
+#pragma once
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+
+namespace encore::tools {
+
+// Prints "<tool>: <message>" and returns 2, the exit status of a bad flag.
+inline int flag_error(const char* tool, const absl::Status& s) {
+  std::fprintf(stderr, "%s: %s\n", tool, std::string(s.message()).c_str());
+  return 2;
+}
+
+// absl::ParseCommandLine, after checking each "--name=value" argument (up to
+// a "--") against its flag's parser; a value that does not parse exits 2.
+// (A value that parses is set here and again, in order, by Abseil.)
+inline std::vector<char*> parse_flags(int argc, char** argv, const char* tool) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!absl::ConsumePrefix(&arg, "-")) continue;
+    absl::ConsumePrefix(&arg, "-");
+    const size_t eq = arg.find('=');
+    if (eq == absl::string_view::npos) continue;
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(arg.substr(0, eq));
+    if (flag == nullptr) continue;   // unknown flags: Abseil's message
+    const absl::string_view value = arg.substr(eq + 1);
+    std::string error;   // Abseil leaves it empty for numbers; the type says more
+    if (!flag->ParseFrom(value, &error)) {
+      const char* type = flag->IsOfType<bool>()                            ? "true or false"
+                         : flag->IsOfType<double>()                        ? "a number"
+                         : flag->IsOfType<std::string>()                   ? "a string"
+                         : flag->IsOfType<std::vector<std::string>>()      ? "a comma-separated list"
+                         : flag->IsOfType<uint64_t>()                      ? "an unsigned 64-bit integer"
+                         : flag->IsOfType<int64_t>()                       ? "a 64-bit integer"
+                         : flag->IsOfType<int32_t>()                       ? "a 32-bit integer"
+                                                                           : "this flag's type";
+      std::exit(flag_error(tool, absl::InvalidArgumentError(absl::StrFormat(
+                                     "--%s: cannot parse '%s' as %s", flag->Name(), value, type))));
+    }
+  }
+  return absl::ParseCommandLine(argc, argv);
+}
+
+// OK when lo <= v <= hi, else "--flag must be in lo..hi, got v".
+inline absl::Status in_range(absl::string_view flag, int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat("%s must be in %d..%d, got %d", flag, lo, hi, v));
+}
+
+// OK when v is finite and lo <= v <= hi (nan and inf are refused).
+inline absl::Status finite_in_range(absl::string_view flag, double v, double lo, double hi) {
+  if (std::isfinite(v) && v >= lo && v <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrFormat("%s must be a finite number in [%g, %g], got %g", flag, lo, hi, v));
+}
+
+}  // namespace encore::tools
