@@ -44,6 +44,7 @@ LAYER_OF_HEADER = {
     "optim.h": "optim",
     "checkpoint.h": "io", "training_checkpoint.h": "io",
     "capture.h": "capture",
+    "graphed.h": "capture",
     "profile.h": "profile",
     "planner.h": "planner",
     "encore.h": "top",

@@ -13,6 +13,7 @@
 #include "encore/device.h"
 #include "encore/dtype.h"
 #include "encore/error.h"
+#include "encore/graphed.h"
 #include "encore/nn.h"
 #include "encore/ops.h"
 #include "encore/optim.h"

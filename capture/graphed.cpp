@@ -1,0 +1,286 @@
+// GraphedStep (include/encore/graphed.h): per-signature graphs over one
+// shared arena, every call one training step.
+#include "encore/graphed.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "capture/graph_impl.h"
+#include "capture/steps.h"
+#include "encore/error.h"
+
+namespace encore {
+
+namespace {
+
+std::vector<Tensor> detached(std::vector<Tensor> outs) {
+  for (Tensor& t : outs) {
+    if (t.defined()) t = t.detach();
+  }
+  return outs;
+}
+
+int64_t bytes_of(const std::vector<Tensor>& ts) {
+  int64_t n = 0;
+  for (const Tensor& t : ts) n += t.storage()->nbytes();
+  return n;
+}
+
+}  // namespace
+
+struct GraphedStep::Impl {
+  // One signature's state, from its first call on.
+  struct Entry {
+    std::string signature;
+    int calls = 0;                                    // calls since the entry (re)started
+    std::vector<Tensor> static_inputs;                // made at the recorded call; the step reads these
+    std::unique_ptr<Graph::Impl> recorded;            // after the recorded call, until its capture
+    std::optional<Graph> graph;                       // after the capture
+    uint64_t arena_generation = 0;                    // the shared arena its graph was captured into
+    bool eager_only = false;                          // its capture was refused: every call runs eagerly
+    int64_t last_used = 0;
+    int64_t held_bytes() const {
+      return bytes_of(static_inputs) + (graph ? graph->internals().stats.output_bytes : 0);
+    }
+    int64_t arena_need() const {
+      return graph ? graph->internals().stats.arena_bytes : recorded ? recorded->stats.arena_bytes : 0;
+    }
+  };
+
+  Fn fn;
+  GraphedOptions options;
+  GraphedStats stats;
+  std::string last_fallback;
+  absl::flat_hash_set<std::string> logged;
+  absl::flat_hash_map<std::string, std::unique_ptr<Entry>> entries;
+  Ref<Storage> arena;            // shared by every graph (one device: the first graph's)
+  uint64_t arena_generation = 0;
+  int64_t clock = 0;
+
+  CaptureOptions capture_options() const {
+    CaptureOptions o = options.capture;
+    o.warmup = options.warmup;
+    o.inputs.clear();
+    return o;
+  }
+
+  void fallback(const Entry& e, const std::string& why) {
+    ++stats.eager_fallbacks;
+    last_fallback = absl::StrCat("graphed step [", e.signature, "]: ", why);
+    if (options.log && logged.insert(why.substr(0, why.find(':'))).second) {
+      std::fprintf(stderr, "encore: %s (runs eagerly; logged once)\n", last_fallback.c_str());
+    }
+  }
+
+  std::vector<Tensor> eager(const std::vector<Tensor>& inputs) { return detached(fn(inputs)); }
+
+  std::function<std::vector<Tensor>()> step_of(Entry& e) {
+    return [this, &e] { return fn(e.static_inputs); };
+  }
+
+  void refresh_stats() {
+    stats.graphs = 0;
+    stats.output_bytes = stats.input_bytes = stats.largest_arena_bytes = 0;
+    for (const auto& [sig, e] : entries) {
+      if (e->graph) {
+        ++stats.graphs;
+        stats.output_bytes += e->graph->internals().stats.output_bytes;
+      }
+      stats.input_bytes += bytes_of(e->static_inputs);
+      stats.largest_arena_bytes = std::max(stats.largest_arena_bytes, e->arena_need());
+    }
+    stats.arena_bytes = arena ? arena->nbytes() : 0;
+  }
+
+  // Forgets e's graph: its signature starts over at its next call.
+  void release(Entry& e) {
+    e.graph.reset();
+    e.recorded.reset();
+    e.static_inputs.clear();
+    e.calls = 0;
+    ++stats.released;
+  }
+
+  // Makes the shared arena fit `need` bytes (and max_bytes, releasing least
+  // recently used graphs other than `keep`); false when it cannot.
+  bool make_room(Entry& keep, int64_t need, Device device) {
+    auto total = [&](int64_t arena_bytes) {
+      int64_t held = 0;
+      for (const auto& [sig, e] : entries) held += e->held_bytes();
+      return arena_bytes + held + keep.recorded->stats.output_bytes;
+    };
+    auto largest = [&] {
+      int64_t n = need;
+      for (const auto& [sig, e] : entries) {
+        if (e->graph) n = std::max(n, e->arena_need());
+      }
+      return n;
+    };
+    if (options.max_bytes > 0) {
+      while (total(largest()) > options.max_bytes) {
+        Entry* lru = nullptr;
+        for (const auto& [sig, e] : entries) {
+          if (e.get() != &keep && e->graph && (lru == nullptr || e->last_used < lru->last_used)) lru = e.get();
+        }
+        if (lru == nullptr) return false;
+        release(*lru);
+      }
+    }
+    const int64_t size = largest();
+    const bool too_small = !arena || arena->nbytes() < size || arena->device() != device;
+    const bool too_large = arena && options.max_bytes > 0 && arena->nbytes() > size;
+    if (too_small || too_large) {
+      arena = Ref<Storage>();   // the graphs captured into it hold it until they move
+      arena = Storage::allocate(std::max<int64_t>(size, 1), device);
+      ++arena_generation;
+    }
+    return true;
+  }
+
+  std::vector<Tensor> replay(Entry& e, const std::vector<Tensor>& inputs) {
+    Graph& g = *e.graph;
+    if (e.arena_generation != arena_generation) {
+      absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), g.internals(), arena);
+      if (!s.ok()) {
+        e.eager_only = true;
+        e.graph.reset();
+        e.static_inputs.clear();
+        fallback(e, absl::StrCat("moving its graph into the shared arena failed: ", s.message()));
+        return eager(inputs);
+      }
+      e.arena_generation = arena_generation;
+      ++stats.recaptures;
+    }
+    absl::Status s = g.replay();
+    if (s.code() == absl::StatusCode::kFailedPrecondition) {   // nothing ran
+      fallback(e, absl::StrCat("replay refused: ", s.message()));
+      return eager(inputs);
+    }
+    if (!s.ok()) throw Error(s);   // bad data met by a kernel, as the eager step would have thrown
+    ++stats.replays;
+    std::vector<Tensor> outs;
+    for (size_t i = 0; i < g.num_outputs(); ++i) outs.push_back(g.output(i));
+    return outs;
+  }
+
+  std::vector<Tensor> call(const std::vector<Tensor>& inputs, const std::string& key) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      ENCORE_CHECK(inputs[i].defined(), "graphed step: input %d is an undefined tensor", i);
+    }
+    const std::string sig = signature(inputs, key);
+    auto it = entries.find(sig);
+    if (it == entries.end()) {
+      if (static_cast<int64_t>(entries.size()) >= options.max_graphs) {
+        Entry over{.signature = sig};
+        fallback(over, absl::StrFormat("graph limit: %d signatures already (GraphedOptions::max_graphs)",
+                                       options.max_graphs));
+        return eager(inputs);
+      }
+      it = entries.emplace(sig, std::make_unique<Entry>()).first;
+      it->second->signature = sig;
+    }
+    Entry& e = *it->second;
+    e.last_used = ++clock;
+    if (e.eager_only) {
+      ++stats.eager_fallbacks;
+      return eager(inputs);
+    }
+    ++e.calls;
+    if (e.calls < options.warmup) {
+      ++stats.eager_calls;
+      return eager(inputs);
+    }
+    if (e.calls == options.warmup) return record(e, inputs);
+    for (size_t i = 0; i < e.static_inputs.size(); ++i) e.static_inputs[i].copy_(inputs[i].detach());
+    if (e.recorded != nullptr) {   // the call after the recorded one: capture, then replay
+      if (!make_room(e, e.recorded->stats.arena_bytes, e.recorded->device)) {
+        e.recorded.reset();
+        e.static_inputs.clear();
+        e.calls = 0;
+        fallback(e, absl::StrFormat("memory cap: its graph does not fit GraphedOptions::max_bytes = %d bytes",
+                                    options.max_bytes));
+        return eager(inputs);
+      }
+      absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), *e.recorded, arena);
+      if (!s.ok()) {
+        e.recorded.reset();
+        e.eager_only = true;
+        fallback(e, absl::StrCat("capture refused: ", s.message()));
+        return eager(inputs);
+      }
+      e.graph.emplace(std::move(e.recorded));
+      e.arena_generation = arena_generation;
+      ++stats.captures;
+    }
+    return replay(e, inputs);
+  }
+
+  // The recorded call: static inputs made from this call's, the step run
+  // once eagerly under the recorder, its plan kept for the next call.
+  std::vector<Tensor> record(Entry& e, const std::vector<Tensor>& inputs) {
+    ++stats.eager_calls;
+    e.static_inputs.clear();
+    for (const Tensor& t : inputs) e.static_inputs.push_back(t.detach().clone());
+    bool completed = false;
+    auto step = [&] {
+      std::vector<Tensor> outs = fn(e.static_inputs);
+      completed = true;
+      return outs;
+    };
+    std::vector<Tensor> outs;
+    absl::StatusOr<std::unique_ptr<Graph::Impl>> recorded =
+        capture_internal::record_and_plan(step, capture_options(), outs);
+    if (!completed) throw Error(recorded.status());   // the step itself failed, as it would eagerly
+    if (!recorded.ok()) {
+      e.eager_only = true;
+      fallback(e, absl::StrCat("capture refused: ", recorded.status().message()));
+      return outs;
+    }
+    e.recorded = *std::move(recorded);
+    return outs;
+  }
+};
+
+GraphedStep::GraphedStep(Fn fn, GraphedOptions options) : impl_(std::make_unique<Impl>()) {
+  ENCORE_CHECK(fn != nullptr, "GraphedStep: the step function is empty");
+  ENCORE_CHECK(options.warmup >= 1, "GraphedStep: warmup must be at least 1 (the recorded call), got %d",
+               options.warmup);
+  ENCORE_CHECK(options.max_graphs >= 0 && options.max_bytes >= 0,
+               "GraphedStep: max_graphs (%d) and max_bytes (%d) must be >= 0", options.max_graphs,
+               options.max_bytes);
+  ENCORE_CHECK(options.capture.inputs.empty(),
+               "GraphedStep: CaptureOptions::inputs is the object's own (each call's inputs are copied)");
+  impl_->fn = std::move(fn);
+  impl_->options = std::move(options);
+}
+
+GraphedStep::~GraphedStep() = default;
+
+std::vector<Tensor> GraphedStep::operator()(const std::vector<Tensor>& inputs, const std::string& key) {
+  std::vector<Tensor> outs = impl_->call(inputs, key);
+  impl_->refresh_stats();
+  return outs;
+}
+
+const GraphedStats& GraphedStep::stats() const { return impl_->stats; }
+const std::string& GraphedStep::last_fallback() const { return impl_->last_fallback; }
+
+std::string GraphedStep::signature(const std::vector<Tensor>& inputs, const std::string& key) {
+  std::vector<std::string> parts;
+  for (const Tensor& t : inputs) {
+    parts.push_back(t.defined() ? absl::StrCat(shape_str(t.shape()), " ", std::string(dtype_name(t.dtype())), " ",
+                                               t.device().str())
+                                : std::string("undefined"));
+  }
+  std::string s = absl::StrJoin(parts, ", ");
+  if (!key.empty()) absl::StrAppend(&s, " | ", key);
+  return s;
+}
+
+}  // namespace encore

@@ -1,0 +1,119 @@
+// Graphed training steps: a step function called like an eager one, where
+// every call is exactly one training step, and repeated calls replay a
+// captured graph. The reference points are PyTorch's
+// torch.cuda.make_graphed_callables and tinygrad's TinyJit: no hidden extra
+// steps, a graph per input signature, and here one arena shared by all of
+// an object's graphs.
+//
+//   encore::GraphedStep train([&](const std::vector<encore::Tensor>& in) {
+//     opt.zero_grad();
+//     encore::Tensor loss = encore::cross_entropy(model.forward(in[0]), in[1]);
+//     loss.backward();
+//     opt.step();
+//     return std::vector<encore::Tensor>{loss};
+//   });
+//   for (const Batch& b : batches) {                    // batches of several shapes, in any order
+//     sched.step();                                    // nothing special: every call is one step
+//     std::vector<encore::Tensor> out = train({b.x, b.y});
+//     float loss = out[0].item<float>();
+//   }
+//   const encore::GraphedStats& s = train.stats();     // graphs, captures, replays, eager calls, bytes
+//
+// A call's signature is the shapes, dtypes and devices of its inputs plus
+// the optional key (e.g. "train" and "eval" for two uses of one step). Per
+// signature, calls 1 .. warmup-1 run the step eagerly, call `warmup` runs it
+// eagerly under the recorder (capture/steps.h), call warmup+1 captures it (the
+// capture run computes nothing) and replays it once, and later calls replay.
+// Each call's inputs are copied into the signature's own static inputs
+// (clones made at the recorded call, which the step function receives; on
+// CUDA the copy does not wait for the GPU), so rebinding cannot happen.
+//
+// Memory: every graph of the object places its temporaries (workspaces
+// included) in one shared arena, as large as the largest graph needs; a
+// graph's outputs live in a small region of their own. So a returned output
+// stays valid until the next call with the same signature, even when other
+// signatures replay in between. When a graph needs a larger arena than the
+// shared one, a larger one is made and the older graphs move into it at
+// their next call (a capture run, counted in stats().recaptures).
+//
+// Fallbacks, never wrong answers: a signature whose capture is refused
+// (capture()'s refusals: a host read in the step, a changing host value, ...),
+// a replay refused for its preconditions (a zero_grad() called between
+// calls, say), signatures past max_graphs, and graphs that do not fit
+// max_bytes run eagerly instead; each reason is counted, kept in
+// last_fallback(), and logged once to stderr (naming the signature) unless
+// options.log is false.
+//
+// Errors the eager step would raise (an exception from the step, bad class
+// ids found by a replayed kernel) are thrown as encore::Error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "encore/capture.h"
+#include "encore/tensor.h"
+
+namespace encore {
+
+struct GraphedOptions {
+  int warmup = 2;            // eager calls per signature, the last of them recorded (>= 1)
+  int max_graphs = 16;       // signatures past this many run eagerly (counted in eager_fallbacks)
+  // Bytes for all of the object's graphs: the shared arena, the outputs'
+  // regions and the static inputs. 0: no limit. When a new graph would
+  // exceed it, least recently used graphs are released (their signatures
+  // start over at their next call); when even that cannot make room, the
+  // new signature runs eagerly.
+  int64_t max_bytes = 0;
+  // planner, planner_time_limit_s, programmatic_launch, verify_every and
+  // names apply to every graph; warmup and inputs are the object's own.
+  CaptureOptions capture;
+  bool log = true;           // one stderr line per distinct fallback reason
+};
+
+struct GraphedStats {
+  int64_t graphs = 0;             // captured graphs held now
+  int64_t captures = 0;           // graphs captured (a capture run each)
+  int64_t recaptures = 0;         // graphs moved into a larger or smaller shared arena
+  int64_t replays = 0;            // calls answered by a replay
+  int64_t eager_calls = 0;        // warm-up calls (eager, the last one recorded)
+  int64_t eager_fallbacks = 0;    // calls run eagerly for a reason (see GraphedStep::last_fallback)
+  int64_t released = 0;           // graphs released for max_bytes
+  int64_t arena_bytes = 0;        // the shared arena now
+  int64_t largest_arena_bytes = 0;   // the largest single graph's arena need among those held
+  int64_t output_bytes = 0;       // the graphs' output regions, summed
+  int64_t input_bytes = 0;        // the static inputs, summed
+};
+
+class GraphedStep {
+ public:
+  // The step: inputs in, outputs out (the outputs are returned detached).
+  using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
+
+  explicit GraphedStep(Fn fn, GraphedOptions options = {});
+  ~GraphedStep();
+  GraphedStep(const GraphedStep&) = delete;
+  GraphedStep& operator=(const GraphedStep&) = delete;
+
+  // One training step on `inputs`. For a replay, the outputs are views of
+  // the graph's output region, valid (holding this call's values) until the
+  // next call with the same signature.
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, const std::string& key = "");
+
+  const GraphedStats& stats() const;
+  // The last reason a call ran eagerly instead of replaying, naming its
+  // signature ("" if none yet).
+  const std::string& last_fallback() const;
+  // The signature string of these inputs and key, as messages show it:
+  // "[8, 12] f32 cpu, [8] i64 cpu | train".
+  static std::string signature(const std::vector<Tensor>& inputs, const std::string& key = "");
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace encore

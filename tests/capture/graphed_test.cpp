@@ -1,0 +1,242 @@
+// GraphedStep (include/encore/graphed.h): every call is one training step,
+// so a graphed loop must equal the same loop of eager calls bit for bit
+// (parameters after every call, and every returned output), whatever the
+// order of signatures, the limits and the fallbacks.
+#include "encore/graphed.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "encore/encore.h"
+#include "encore/nn.h"
+#include "encore/optim.h"
+#include "tests/backends/cuda_test_util.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+std::vector<unsigned char> bits(const Tensor& t) {
+  Tensor c = t.to(kCPU).contiguous();
+  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+  return {p, p + c.numel() * dtype_size(c.dtype())};
+}
+
+std::vector<Tensor> batch(int64_t rows, int i, Device dev = kCPU) {
+  std::vector<int64_t> labels(rows);
+  for (int64_t r = 0; r < rows; ++r) labels[r] = (r * 3 + i + 5) % 5;
+  return {testing::random_tensor({rows, 12}, 500 + i).to(dev), from_vector<int64_t>(labels).to(dev)};
+}
+
+// A model, its optimizer, and the step function a GraphedStep wraps.
+struct Trainer {
+  std::unique_ptr<nn::Mlp> model;
+  std::unique_ptr<optim::AdamW> opt;
+  // stepped: one eager step first, so that gradients and optimizer state
+  // exist (a recorded first call would create them: NOTE [ Lazily created state ]).
+  explicit Trainer(Device dev = kCPU, bool stepped = false) {
+    manual_seed(21);
+    model = std::make_unique<nn::Mlp>(std::vector<int64_t>{12, 16, 5});
+    model->to(dev);
+    opt = std::make_unique<optim::AdamW>(model->parameters(), optim::AdamWOptions{.lr = 1e-2});
+    if (stepped) train(batch(2, -1, dev));
+  }
+  std::vector<Tensor> train(const std::vector<Tensor>& in) {
+    opt->zero_grad();
+    Tensor loss = cross_entropy(model->forward(in[0]), in[1]);
+    loss.backward();
+    opt->step();
+    return {loss};
+  }
+  std::vector<Tensor> eval(const std::vector<Tensor>& in) {
+    NoGradGuard no_grad;
+    return {cross_entropy(model->forward(in[0]), in[1])};
+  }
+};
+
+void expect_same_params(const Trainer& a, const Trainer& b, int call) {
+  const std::vector<Tensor> pa = a.model->parameters(), pb = b.model->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    ASSERT_EQ(bits(pa[i]), bits(pb[i])) << "call " << call << ": parameter " << i << " differs from eager";
+  }
+}
+
+// Calls in a seeded random order over `sizes`, graphed against eager.
+void expect_graphed_matches_eager(const std::vector<int64_t>& sizes, int calls, GraphedOptions options = {},
+                                  Device dev = kCPU, GraphedStats* out_stats = nullptr, bool stepped = false) {
+  Trainer eager(dev, stepped), graphed(dev, stepped);
+  GraphedStep step([&](const std::vector<Tensor>& in) { return graphed.train(in); }, options);
+  std::mt19937 rng(7);
+  for (int i = 0; i < calls; ++i) {
+    const std::vector<Tensor> in = batch(sizes[rng() % sizes.size()], i, dev);
+    const std::vector<Tensor> want = eager.train(in);
+    const std::vector<Tensor> got = step(in);
+    ASSERT_EQ(got.size(), 1u);
+    ASSERT_EQ(bits(want[0]), bits(got[0])) << "call " << i << ": loss differs from eager";
+    expect_same_params(eager, graphed, i);
+  }
+  if (out_stats != nullptr) *out_stats = step.stats();
+}
+
+TEST(GraphedStepTest, ThreeShapesInRandomOrderTrainAsEager) {
+  GraphedStats s;
+  expect_graphed_matches_eager({4, 8, 12}, 60, {}, kCPU, &s);
+  EXPECT_EQ(s.graphs, 3);
+  EXPECT_EQ(s.captures, 3);
+  EXPECT_EQ(s.eager_calls, 6);                 // two per signature, the second recorded
+  EXPECT_EQ(s.replays, 60 - 6);                // every other call, its capture call included
+  EXPECT_EQ(s.eager_fallbacks, 0);
+  EXPECT_EQ(s.arena_bytes, s.largest_arena_bytes) << "one arena, as large as the largest graph needs";
+  EXPECT_GT(s.output_bytes, 0);
+}
+
+TEST(GraphedStepTest, EveryCallIsOneStepWithWarmupOne) {
+  GraphedStats s;
+  expect_graphed_matches_eager({8}, 10, {.warmup = 1}, kCPU, &s, /*stepped=*/true);
+  EXPECT_EQ(s.eager_calls, 1);
+  EXPECT_EQ(s.replays, 9);
+  // On a fresh model the first call creates the state: not capturable, so it
+  // runs eagerly (counted), and the signature stays eager.
+  expect_graphed_matches_eager({8}, 4, {.warmup = 1, .log = false}, kCPU, &s);
+  EXPECT_EQ(s.graphs, 0);
+  EXPECT_EQ(s.eager_fallbacks, 4);
+}
+
+TEST(GraphedStepTest, TrainAndEvalInterleavedMatchEager) {
+  Trainer eager, graphed;
+  GraphedStep train([&](const std::vector<Tensor>& in) { return graphed.train(in); });
+  GraphedStep eval([&](const std::vector<Tensor>& in) { return graphed.eval(in); });
+  for (int i = 0; i < 30; ++i) {
+    const std::vector<Tensor> in = batch(i % 3 == 0 ? 6 : 8, i);
+    const bool training = i % 4 != 3;
+    const std::vector<Tensor> want = training ? eager.train(in) : eager.eval(in);
+    const std::vector<Tensor> got = training ? train(in, "train") : eval(in, "eval");
+    ASSERT_EQ(bits(want[0]), bits(got[0])) << "call " << i;
+    expect_same_params(eager, graphed, i);
+  }
+  EXPECT_EQ(train.stats().graphs, 2);
+  EXPECT_EQ(eval.stats().graphs, 2);
+  EXPECT_EQ(train.stats().eager_fallbacks + eval.stats().eager_fallbacks, 0);
+}
+
+TEST(GraphedStepTest, AnOutputStaysValidWhileOtherSignaturesReplay) {
+  Trainer eager, graphed;
+  GraphedStep step([&](const std::vector<Tensor>& in) { return graphed.train(in); });
+  for (int i = 0; i < 6; ++i) step(batch(i % 2 == 0 ? 4 : 8, i));   // both signatures captured
+  for (int i = 0; i < 6; ++i) eager.train(batch(i % 2 == 0 ? 4 : 8, i));
+  const std::vector<Tensor> in4 = batch(4, 100), in8 = batch(8, 101);
+  const Tensor want4 = eager.train(in4)[0].clone();
+  const Tensor want8 = eager.train(in8)[0].clone();
+  const Tensor got4 = step(in4)[0];
+  const Tensor got8 = step(in8)[0];   // another graph replays, sharing the arena
+  EXPECT_EQ(bits(got4), bits(want4)) << "the first output was overwritten by the other signature's replay";
+  EXPECT_EQ(bits(got8), bits(want8));
+  EXPECT_EQ(step.stats().replays, 2 + 2);
+}
+
+TEST(GraphedStepTest, SignaturesPastTheGraphLimitRunEagerlyAndAreCounted) {
+  GraphedStats s;
+  expect_graphed_matches_eager({4, 8, 12}, 40, {.max_graphs = 2, .log = false}, kCPU, &s);
+  EXPECT_EQ(s.graphs, 2);
+  EXPECT_GT(s.eager_fallbacks, 0);
+  Trainer t;
+  GraphedStep step([&](const std::vector<Tensor>& in) { return t.train(in); }, {.max_graphs = 1, .log = false});
+  step(batch(4, 0));
+  step(batch(8, 1));
+  EXPECT_NE(step.last_fallback().find("graphed step [[8, 12] f32 cpu, [8] i64 cpu]: graph limit"),
+            std::string::npos)
+      << step.last_fallback();
+}
+
+TEST(GraphedStepTest, AMemoryCapReleasesLeastRecentlyUsedGraphs) {
+  // The graphs share one arena, so a cap bites through what each holds on
+  // its own (static inputs, outputs): room for the size-8 graph and a
+  // little, not for a second graph beside it.
+  GraphedStats one;
+  expect_graphed_matches_eager({8}, 4, {}, kCPU, &one);
+  const int64_t cap = one.arena_bytes + one.output_bytes + one.input_bytes + 64;
+  GraphedStats s;
+  expect_graphed_matches_eager({4, 8}, 40, {.max_bytes = cap, .log = false}, kCPU, &s);
+  EXPECT_GT(s.released, 0);
+  EXPECT_LE(s.arena_bytes + s.output_bytes + s.input_bytes, cap);
+  EXPECT_EQ(s.graphs, 1);
+}
+
+TEST(GraphedStepTest, ADtypeChangeIsAnotherSignature) {
+  GraphedStep step([](const std::vector<Tensor>& in) { return std::vector<Tensor>{mul(in[0], 2.0).sum()}; });
+  for (int i = 0; i < 8; ++i) {
+    const Tensor x = full({5}, 1.0 + i, i % 2 == 0 ? kFloat32 : kBFloat16);
+    const Tensor got = step({x})[0];
+    EXPECT_EQ(got.dtype(), x.dtype());
+    EXPECT_EQ(got.to(kFloat32).item<float>(), 10.f * (1 + i)) << "call " << i;
+  }
+  EXPECT_EQ(step.stats().graphs, 2);
+}
+
+TEST(GraphedStepTest, ARefusedCaptureRunsEagerlyAndNamesTheSignature) {
+  int host_reads = 0;
+  GraphedStep step(
+      [&](const std::vector<Tensor>& in) {
+        Tensor s = in[0].sum();
+        host_reads += s.item<float>() > 0;   // a host read: capture refuses it
+        return std::vector<Tensor>{s};
+      },
+      {.log = false});
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(step({full({3}, 1.0)})[0].item<float>(), 3.f);
+  EXPECT_EQ(host_reads, 5) << "every call is exactly one step, also the refused recording";
+  EXPECT_EQ(step.stats().graphs, 0);
+  EXPECT_EQ(step.stats().eager_fallbacks, 4);   // the refused recorded call and the three after it
+  EXPECT_NE(step.last_fallback().find("graphed step [[3] f32 cpu]: capture refused: capture: item stops"),
+            std::string::npos)
+      << step.last_fallback();
+}
+
+TEST(GraphedStepTest, AReplayRefusedForItsPreconditionsRunsEagerly) {
+  // zero_grad() between calls of a forward+backward step: the graph was
+  // captured accumulating, so its replays are refused and the calls run
+  // eagerly, as the eager loop would.
+  Trainer eager, graphed;
+  GraphedStep step(
+      [&](const std::vector<Tensor>& in) {
+        Tensor loss = cross_entropy(graphed.model->forward(in[0]), in[1]);
+        loss.backward();
+        return std::vector<Tensor>{loss};
+      },
+      {.log = false});
+  for (int i = 0; i < 8; ++i) {
+    const std::vector<Tensor> in = batch(8, i);
+    if (i >= 4) {
+      eager.opt->zero_grad();
+      graphed.opt->zero_grad();
+    }
+    Tensor want = cross_entropy(eager.model->forward(in[0]), in[1]);
+    want.backward();
+    const Tensor got = step(in)[0];
+    ASSERT_EQ(bits(want), bits(got)) << "call " << i;
+    eager.opt->step();
+    graphed.opt->step();
+    expect_same_params(eager, graphed, i);
+  }
+  EXPECT_GT(step.stats().eager_fallbacks, 0);
+  EXPECT_NE(step.last_fallback().find("replay refused"), std::string::npos) << step.last_fallback();
+}
+
+TEST(GraphedStepTest, BadOptionsAreRefused) {
+  EXPECT_THROW(GraphedStep(nullptr), Error);
+  EXPECT_THROW(GraphedStep([](const std::vector<Tensor>&) { return std::vector<Tensor>{}; }, {.warmup = 0}), Error);
+}
+
+TEST(GraphedStepTest, CudaShapesInRandomOrderTrainAsEager) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  GraphedStats s;
+  expect_graphed_matches_eager({4, 8, 12}, 40, {}, Device::cuda(0), &s);
+  EXPECT_EQ(s.graphs, 3);
+}
+
+}  // namespace
+}  // namespace encore
