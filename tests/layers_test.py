@@ -45,6 +45,7 @@ LAYER_OF_HEADER = {
     "checkpoint.h": "io", "training_checkpoint.h": "io",
     "capture.h": "capture",
     "graphed.h": "capture",
+    "bucketing.h": "nn",
     "profile.h": "profile",
     "planner.h": "planner",
     "encore.h": "top",

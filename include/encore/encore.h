@@ -8,6 +8,7 @@
 #pragma once
 
 #include "encore/autograd.h"
+#include "encore/bucketing.h"
 #include "encore/capture.h"
 #include "encore/checkpoint.h"
 #include "encore/device.h"

@@ -1,0 +1,44 @@
+// Bucketing variable-length batches: pad a [B, T] batch of token ids and
+// targets up to one of a few lengths, so that a graphed step
+// (include/encore/graphed.h) sees a few signatures instead of one per
+// length, with padded targets set to ignore_index so that the loss (the
+// mean over counted positions, cross_entropy's ignore_index) is the
+// unpadded one. With a causal model (nn::Gpt) the real positions never
+// attend to the padding, so the loss and gradients equal the unpadded ones
+// up to float rounding (a longer GEMM may sum in another order).
+//
+//   encore::nn::Padded p = encore::nn::pad_to_bucket(ids, targets);   // T = 5 -> 8 (powers of two)
+//   std::vector<encore::Tensor> out = train({p.ids, p.targets});     // one graph per bucket
+//   encore::nn::pad_to_bucket(ids, targets, {.buckets = {16, 48, 64}});   // the user's lengths
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "encore/tensor.h"
+
+namespace encore::nn {
+
+struct BucketOptions {
+  std::vector<int64_t> buckets;   // ascending lengths; empty: powers of two
+  int64_t pad_id = 0;             // the token id of padded positions
+  int64_t ignore_index = -100;    // the target of padded positions (cross_entropy's default)
+};
+
+struct Padded {
+  Tensor ids, targets;   // [B, bucket], same dtypes and device as given
+  int64_t length = 0;    // T before padding
+  int64_t bucket = 0;    // T after
+};
+
+// The smallest bucket >= length (the next power of two by default).
+// InvalidArgument when length < 1 or above the largest bucket, or when the
+// buckets are not ascending positive lengths.
+int64_t bucket_for(int64_t length, const BucketOptions& options = {});
+
+// ids and targets [B, T] (integer dtypes, one device) padded along dim 1 to
+// bucket_for(T): ids with pad_id, targets with ignore_index. A batch already
+// at its bucket is returned as it is (the same tensors).
+Padded pad_to_bucket(const Tensor& ids, const Tensor& targets, const BucketOptions& options = {});
+
+}  // namespace encore::nn

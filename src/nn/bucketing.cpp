@@ -1,0 +1,46 @@
+#include "encore/bucketing.h"
+
+#include "encore/error.h"
+#include "encore/ops.h"
+
+namespace encore::nn {
+
+int64_t bucket_for(int64_t length, const BucketOptions& options) {
+  ENCORE_CHECK(length >= 1, "bucket_for: length %d; a batch has at least one position", length);
+  if (options.buckets.empty()) {
+    ENCORE_CHECK(length <= (int64_t{1} << 62), "bucket_for: length %d has no power of two above it", length);
+    int64_t b = 1;
+    while (b < length) b *= 2;
+    return b;
+  }
+  int64_t previous = 0;
+  for (int64_t b : options.buckets) {
+    ENCORE_CHECK(b > previous, "bucket_for: buckets must be ascending positive lengths, got %d after %d", b,
+                 previous);
+    previous = b;
+  }
+  for (int64_t b : options.buckets) {
+    if (b >= length) return b;
+  }
+  throw_error(absl::StatusCode::kInvalidArgument,
+              absl::StrFormat("bucket_for: length %d is above the largest bucket %d", length, previous));
+}
+
+Padded pad_to_bucket(const Tensor& ids, const Tensor& targets, const BucketOptions& options) {
+  ENCORE_CHECK(ids.dim() == 2 && targets.shape() == ids.shape(),
+               "pad_to_bucket: ids %s and targets %s must both be [B, T]", shape_str(ids.shape()),
+               shape_str(targets.shape()));
+  ENCORE_CHECK(!is_floating(ids.dtype()) && !is_floating(targets.dtype()) && ids.device() == targets.device(),
+               "pad_to_bucket: ids (%s on %s) and targets (%s on %s) must be integer tensors on one device",
+               dtype_name(ids.dtype()), ids.device().str(), dtype_name(targets.dtype()), targets.device().str());
+  const int64_t B = ids.size(0), T = ids.size(1);
+  const int64_t bucket = bucket_for(T, options);
+  if (bucket == T) return {ids, targets, T, T};
+  NoGradGuard no_grad;
+  const Tensor pad_ids = full({B, bucket - T}, static_cast<double>(options.pad_id), ids.dtype(), ids.device());
+  const Tensor pad_targets =
+      full({B, bucket - T}, static_cast<double>(options.ignore_index), targets.dtype(), targets.device());
+  return {concat({ids, pad_ids}, 1), concat({targets, pad_targets}, 1), T, bucket};
+}
+
+}  // namespace encore::nn
