@@ -437,49 +437,69 @@ std::string cuda_profiling_status() {
 #endif
 }
 
+// A duration with its unit, readable at a glance: "850 ns", "12.3 us" below a
+// millisecond (as "\u00b5s"), "1.234 ms" from there on.
+std::string duration_str(int64_t ns) {
+  const double v = static_cast<double>(ns);
+  if (ns < 1000) return absl::StrFormat("%d ns", ns);
+  if (ns < 1000000) return absl::StrFormat("%.1f \u00b5s", v / 1e3);
+  return absl::StrFormat("%.3f ms", v / 1e6);
+}
+
+namespace {
+// duration_str right-aligned in `width` columns ("µs" is two bytes, one column).
+std::string duration_col(int64_t ns, size_t width) {
+  const std::string d = duration_str(ns);
+  size_t columns = 0;
+  for (unsigned char c : d) columns += (c & 0xC0) != 0x80;
+  return std::string(width > columns ? width - columns : 0, ' ') + d;
+}
+}  // namespace
+
 std::string format_summary(const StepProfile& profile, int top) {
   const ProfileSummary s = summarize(profile, top);
-  auto ms = [](int64_t ns) { return static_cast<double>(ns) / 1e6; };
+  auto t = duration_str;
   auto pct = [&](int64_t ns) { return s.kernel_ns > 0 ? 100.0 * static_cast<double>(ns) / s.kernel_ns : 0.0; };
   std::string out = absl::StrFormat(
-      "%s (%s): %d nodes; step %.3f ms (median of %d untimed runs, min %.3f, max %.3f)\n", profile.mode,
-      profile.device, profile.nodes.size(), ms(s.step_ns), profile.runs, ms(profile.step_min_ns),
-      ms(profile.step_max_ns));
+      "%s (%s): %d nodes; step %s (median of %d untimed runs, min %s, max %s)\n", profile.mode,
+      profile.device, profile.nodes.size(), t(s.step_ns), profile.runs, t(profile.step_min_ns),
+      t(profile.step_max_ns));
   const bool on_gpu = profile.device != "cpu";
   if (on_gpu) {
-    absl::StrAppendFormat(&out, "  kernels %.3f ms (sum of node medians, GPU time%s)\n", ms(s.kernel_ns),
+    absl::StrAppendFormat(&out, "  kernels %s (sum of node medians, GPU time%s)\n", t(s.kernel_ns),
                           profile.mode == "eager" ? " between events around each launch" : "");
   } else {
-    absl::StrAppendFormat(&out, "  kernels %.3f ms (sum of node medians, each incl. ~%d ns of timer)\n",
-                          ms(s.kernel_ns), profile.timer_ns);
+    absl::StrAppendFormat(&out, "  kernels %s (sum of node medians, each incl. ~%d ns of timer)\n",
+                          t(s.kernel_ns), profile.timer_ns);
   }
   if (profile.mode == "eager") {
-    absl::StrAppendFormat(&out, "  timed run %.3f ms, of which outside kernels %.3f ms (dispatch, autograd, "
-                          "allocation, profiler)\n", ms(profile.timed_step_ns), ms(s.outside_kernels_ns));
+    absl::StrAppendFormat(&out, "  timed run %s, of which outside kernels %s (dispatch, autograd, "
+                          "allocation, profiler)\n", t(profile.timed_step_ns), t(s.outside_kernels_ns));
   } else if (on_gpu) {
-    absl::StrAppendFormat(&out, "  timed run %.3f ms (launch to end of synchronize), of which outside GPU nodes %.3f ms "
-                          "(launch, idle, synchronize)\n", ms(profile.timed_step_ns), ms(s.outside_kernels_ns));
+    absl::StrAppendFormat(&out, "  timed run %s (launch to end of synchronize), of which outside GPU nodes %s "
+                          "(launch, idle, synchronize)\n", t(profile.timed_step_ns), t(s.outside_kernels_ns));
   } else {
-    absl::StrAppendFormat(&out, "  timed run %.3f ms (nodes back to back: the replay loop is inside node times)\n",
-                          ms(profile.timed_step_ns));
+    absl::StrAppendFormat(&out, "  timed run %s (nodes back to back: the replay loop is inside node times)\n",
+                          t(profile.timed_step_ns));
   }
   if (!profile.arena_in_use_bytes.empty()) {
     absl::StrAppendFormat(&out, "  arena %d bytes; peak bytes in use %d\n", profile.arena_bytes,
                           *std::max_element(profile.arena_in_use_bytes.begin(), profile.arena_in_use_bytes.end()));
   }
-  absl::StrAppendFormat(&out, "  %-10s %10s %7s\n", "phase", "ms", "%");
+  absl::StrAppendFormat(&out, "  %-10s %11s %7s\n", "phase", "time", "%");
   for (const auto& [name, ns] : s.phase_ns) {
-    absl::StrAppendFormat(&out, "  %-10s %10.3f %6.1f%%\n", name, ms(ns), pct(ns));
+    absl::StrAppendFormat(&out, "  %-10s %s %6.1f%%\n", name, duration_col(ns, 11), pct(ns));
   }
-  absl::StrAppendFormat(&out, "  top %d ops by time:\n  %-22s %6s %10s %7s\n", s.top_ops.size(), "op", "nodes", "ms",
-                        "%");
+  absl::StrAppendFormat(&out, "  top %d ops by time:\n  %-22s %6s %11s %7s\n", s.top_ops.size(), "op", "nodes",
+                        "time", "%");
   for (const OpTime& o : s.top_ops) {
-    absl::StrAppendFormat(&out, "  %-22s %6d %10.3f %6.1f%%\n", o.op, o.count, ms(o.total_ns), pct(o.total_ns));
+    absl::StrAppendFormat(&out, "  %-22s %6d %s %6.1f%%\n", o.op, o.count, duration_col(o.total_ns, 11),
+                          pct(o.total_ns));
   }
   if (!profile.note.empty()) absl::StrAppendFormat(&out, "  note: %s\n", profile.note);
   if (profile.gpu_idle_ns >= 0) {
-    absl::StrAppendFormat(&out, "  gpu idle %.3f ms between nodes inside one replay (median of %d runs)\n",
-                          ms(profile.gpu_idle_ns), profile.runs);
+    absl::StrAppendFormat(&out, "  gpu idle %s between nodes inside one replay (median of %d runs)\n",
+                          t(profile.gpu_idle_ns), profile.runs);
   }
   absl::StrAppendFormat(&out, "  %s\n", cuda_profiling_status());
   return out;

@@ -27,7 +27,8 @@
 //                     overlaps, holes, duplicate names); bad arguments (empty or
 //                     duplicate names); load_into: extra tensors in the file, or a
 //                     shape/dtype that differs from its target
-//   Unimplemented     a valid safetensors dtype encore does not store (F64, U8, ...)
+//   Unimplemented     a valid safetensors dtype encore does not store (F64, U8, ...);
+//                     load_into with LoadOptions::convert_dtypes reads F64 into float targets
 //   FailedPrecondition save: `path` is a device, fifo or socket
 //   other codes       I/O errors, mapped from errno (ENOSPC: ResourceExhausted,
 //                     EFBIG: OutOfRange, EACCES: PermissionDenied); the message
@@ -83,6 +84,26 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 [[nodiscard]] absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(
     const std::string& path);
 
+// How load_into forgives a file that is not exactly its targets.
+struct LoadOptions {
+  // true: every target must be in the file and the file may hold nothing
+  // else. false: targets the file lacks keep their values and file tensors
+  // no target names are skipped (not read); both are listed in LoadReport.
+  bool strict = true;
+  // Float tensors (F64, F32, F16, BF16 in the file) are converted to the
+  // target's float dtype, rounding to nearest (F64 to F16/BF16 goes through
+  // F32, so it rounds twice); each conversion is listed in LoadReport.
+  // Non-float dtypes must still match. false: a dtype mismatch is refused.
+  bool convert_dtypes = false;
+};
+
+// What a load did beyond copying same-named, same-typed tensors.
+struct LoadReport {
+  std::vector<std::string> missing;      // targets not in the file (strict = false)
+  std::vector<std::string> unexpected;   // file tensors no target names (strict = false)
+  std::vector<std::string> converted;    // "name: f64 -> f32", in target order
+};
+
 // Copies each tensor of `path` into the target of the same name, in place
 // (copy_ under NoGradGuard): targets keep their storage, so parameters that
 // require grad can be loaded and captured graphs that point at them stay valid.
@@ -91,5 +112,15 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // shapes and dtypes must match exactly (InvalidArgument). Everything is read
 // and checked before the first target is written: on error no target changes.
 [[nodiscard]] absl::Status load_into(const std::string& path, const NamedTensors& targets);
+// The same with `options` (see LoadOptions); `report` (optional) receives
+// what was missing, skipped and converted. Shape mismatches and every other
+// refusal still fail, naming the tensor, and still before any target changes.
+//
+//   encore::LoadReport report;
+//   absl::Status s = encore::load_into("model.safetensors", params,
+//                                      {.strict = false, .convert_dtypes = true}, &report);
+//   for (const std::string& m : report.missing) std::cerr << "not in the file: " << m << "\n";
+[[nodiscard]] absl::Status load_into(const std::string& path, const NamedTensors& targets,
+                                     const LoadOptions& options, LoadReport* report = nullptr);
 
 }  // namespace encore

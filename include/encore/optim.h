@@ -196,6 +196,9 @@ class WarmupCosine {
   void step();
   double lr_at(int64_t step) const;   // pure; step >= 0
   int64_t current_step() const { return step_; }
+  // Resumes the schedule at `step` (>= 0): writes lr(step), as if step() had
+  // been called that many times (training checkpoints restore it so).
+  void set_step(int64_t step);
   const WarmupCosineOptions& options() const { return options_; }
 
  private:

@@ -1,32 +1,66 @@
-// Checkpoints of a training run: a module's parameters and, optionally, its
-// optimizer's state, in one safetensors file (see checkpoint.h).
+// Checkpoints of a training run in one safetensors file (see checkpoint.h):
+// a module's parameters and, as asked, its optimizer's state, the learning-
+// rate schedule's position and random generators' states, so that a run
+// saved at any step and resumed equals the uninterrupted run bit for bit.
 //
-//   absl::Status s = encore::save_checkpoint("run.safetensors", model, &opt);
-//   ...
-//   nn::Gpt fresh(cfg);
-//   optim::AdamW fresh_opt(fresh.parameters());
-//   s = encore::load_checkpoint("run.safetensors", fresh, &fresh_opt);   // strict
+//   encore::TrainingState state{.optimizer = &opt, .schedule = &sched,
+//                               .generators = {{"data", &data_gen}}};
+//   absl::Status s = encore::save_checkpoint("run.safetensors", model, state);
+//   ...   // a new process: the same objects built afresh, then
+//   s = encore::load_checkpoint("run.safetensors", model, state);   // strict
+//   // Weights only, from a training checkpoint (the rest of the file is ignored):
+//   s = encore::load_checkpoint("run.safetensors", model);
 //
-// Names in the file: "model.<dotted parameter name>" and "optim.<state name>"
-// (optim::Optimizer::state(): "lr", "step", "exp_avg.<i>", ...). Loading is
-// strict: every tensor of the model (and optimizer) must be in the file with
-// its shape and dtype, and the file may hold nothing else. Values are copied
-// into the existing tensors, so captured graphs that use them stay valid.
+// Names in the file: "model.<dotted parameter name>", "optim.<state name>"
+// (optim::Optimizer::state(): "lr", "step", "exp_avg.<i>", ...),
+// "schedule.step" (i64, WarmupCosine::current_step()) and "rng.<name>" (i64
+// [2], Generator::state(); the default generators are "rng.default.cpu" and,
+// where CUDA is available, "rng.default.cuda:0").
+//
+// Loading restores the parts the TrainingState names, and only those: every
+// tensor of a named part must be in the file with its shape and dtype, and a
+// named part's prefix in the file holds nothing else (LoadOptions relaxes
+// both and converts float dtypes; LoadReport lists what it forgave). Values
+// are copied into the existing tensors, so captured graphs that use them stay
+// valid. Optimizer state not yet created when the file was saved (before the
+// first step(), or for parameters never updated) loads as zeros, which is
+// what the first step() would create: loading works at any step.
 // Saves are atomic and crash leftovers are cleaned up as save_safetensors
 // says (checkpoint.h); every error, a full disk included, is the Status.
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "encore/checkpoint.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
+#include "encore/random.h"
 
 namespace encore {
 
+// The parts of a run a checkpoint holds besides the model's parameters. The
+// pointers are not owned; null parts are neither saved nor loaded.
+struct TrainingState {
+  optim::Optimizer* optimizer = nullptr;
+  optim::WarmupCosine* schedule = nullptr;
+  // Generators of the run's own (data shuffling, ...), by name: "rng.<name>".
+  std::vector<std::pair<std::string, Generator*>> generators;
+  // Also the default generators (dropout and encore's own draws use them).
+  bool default_generators = true;
+};
+
+[[nodiscard]] absl::Status save_checkpoint(const std::string& path, const nn::Module& model,
+                                           const TrainingState& state);
+// Creates the optimizer's state first (init_state) if it has none yet.
+[[nodiscard]] absl::Status load_checkpoint(const std::string& path, nn::Module& model, const TrainingState& state,
+                                           const LoadOptions& options = {}, LoadReport* report = nullptr);
+
+// Model and optimizer only (no schedule, no generators).
 [[nodiscard]] absl::Status save_checkpoint(const std::string& path, const nn::Module& model,
                                            const optim::Optimizer* opt = nullptr);
-// Creates the optimizer's state first (init_state) if it has none yet.
 [[nodiscard]] absl::Status load_checkpoint(const std::string& path, nn::Module& model,
                                            optim::Optimizer* opt = nullptr);
 

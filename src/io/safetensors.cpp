@@ -92,6 +92,9 @@ std::optional<DType> dtype_from_code(absl::string_view code) {
 struct Where {
   const char* op;
   const std::string& path;
+  // load_into with LoadOptions::convert_dtypes: F64 entries are read (as F32,
+  // converted on the way) instead of refused as Unimplemented.
+  bool read_f64 = false;
 
   absl::Status error(absl::StatusCode code, absl::string_view problem) const {
     return absl::Status(code, absl::StrCat(op, ": ", path, ": ", problem));
@@ -240,7 +243,8 @@ void remove_stale_temporaries(const std::string& path) {
 
 struct Entry {
   std::string name;
-  DType dtype = kFloat32;
+  DType dtype = kFloat32;   // as read: F64 entries (f64 true) are read into F32
+  bool f64 = false;         // the file stores F64 (only when Where::read_f64)
   Shape shape;
   uint64_t begin = 0;  // bytes, relative to the data section
   uint64_t end = 0;
@@ -367,7 +371,9 @@ absl::StatusOr<DType> parse_dtype(const Where& w, const std::string& name, const
   if (std::find(std::begin(kForeignDTypes), std::end(kForeignDTypes), code) != std::end(kForeignDTypes)) {
     return w.tensor_error(absl::StatusCode::kUnimplemented, name,
                           absl::StrCat("dtype \"", code, "\" is valid safetensors but encore stores only "
-                                       "F32, F16, BF16, I32, I64 and BOOL"));
+                                       "F32, F16, BF16, I32, I64 and BOOL",
+                                       code == "F64" ? " (load_into with LoadOptions::convert_dtypes reads F64 "
+                                                       "into float targets)" : ""));
   }
   return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
                         absl::StrCat("unknown dtype \"", code, "\" (encore reads F32, F16, BF16, I32, I64, BOOL)"));
@@ -409,7 +415,7 @@ absl::Status parse_offsets(const Where& w, const Json& v, Entry* e) {
     return w.tensor_error(bad, e->name, absl::StrFormat("data_offsets [%d, %d] end before they begin", *begin, *end));
   }
   // Bytes the shape needs, without overflow (a hostile shape can be huge).
-  int64_t nbytes = dtype_size(e->dtype);
+  int64_t nbytes = e->f64 ? 8 : dtype_size(e->dtype);
   for (int64_t s : e->shape) {
     if (__builtin_mul_overflow(nbytes, s, &nbytes)) {
       return w.tensor_error(bad, e->name, absl::StrFormat("shape %s of %s overflows 64-bit byte counts",
@@ -437,7 +443,8 @@ absl::StatusOr<Entry> parse_entry(const Where& w, const std::string& name, const
     if (!v.contains(field)) return w.tensor_error(bad, name, absl::StrCat("entry has no \"", field, "\""));
   }
   Entry e{.name = name};
-  absl::StatusOr<DType> dtype = parse_dtype(w, name, v["dtype"]);
+  e.f64 = w.read_f64 && v["dtype"].is_string() && v["dtype"].get<std::string>() == "F64";
+  absl::StatusOr<DType> dtype = e.f64 ? kFloat32 : parse_dtype(w, name, v["dtype"]);
   if (!dtype.ok()) return dtype.status();
   e.dtype = *dtype;
   absl::StatusOr<Shape> shape = parse_shape(w, name, v["shape"]);
@@ -558,18 +565,33 @@ absl::Status check_bools(const Where& w, const std::string& name, const Tensor& 
 // straight from the file into storage nobody else sees yet, after
 // host_access (which a capture refuses); a device loader would stage through
 // the stream instead.
-absl::StatusOr<NamedTensors> read_tensors(const Where& w, const OpenFile& f, const Header& h) {
+// `wanted` (when given) selects the entries to read; the rest are skipped.
+// F64 entries are rounded to nearest F32 as they are read.
+absl::StatusOr<NamedTensors> read_tensors(const Where& w, const OpenFile& f, const Header& h,
+                                          const absl::flat_hash_set<absl::string_view>* wanted = nullptr) {
+  std::vector<const Entry*> entries;
+  for (const Entry& e : h.entries) {
+    if (wanted == nullptr || wanted->contains(e.name)) entries.push_back(&e);
+  }
   NamedTensors out;
   absl::Status s = status_of([&] {
     current_stream(kCPU).host_access(w.op);
-    out.reserve(h.entries.size());
-    for (const Entry& e : h.entries) out.emplace_back(e.name, empty(e.shape, e.dtype, kCPU));
+    out.reserve(entries.size());
+    for (const Entry* e : entries) out.emplace_back(e->name, empty(e->shape, e->dtype, kCPU));
   });
   if (!s.ok()) return w.wrap(s);
   for (size_t i = 0; i < out.size(); ++i) {
-    const Entry& e = h.entries[i];
-    s = read_exact(w, f.fd.get(), out[i].second.data_ptr(), e.end - e.begin, h.data_start + e.begin);
-    if (s.ok() && e.dtype == kBool) s = check_bools(w, e.name, out[i].second);
+    const Entry& e = *entries[i];
+    Tensor& t = out[i].second;
+    if (e.f64) {
+      std::vector<double> wide(static_cast<size_t>(t.numel()));
+      s = read_exact(w, f.fd.get(), wide.data(), e.end - e.begin, h.data_start + e.begin);
+      float* narrow = static_cast<float*>(t.data_ptr());
+      for (size_t k = 0; s.ok() && k < wide.size(); ++k) narrow[k] = static_cast<float>(wide[k]);
+    } else {
+      s = read_exact(w, f.fd.get(), t.data_ptr(), e.end - e.begin, h.data_start + e.begin);
+    }
+    if (s.ok() && e.dtype == kBool) s = check_bools(w, e.name, t);
     if (!s.ok()) return s;
   }
   return out;
@@ -600,18 +622,23 @@ absl::Status check_names(const Where& w, const NamedTensors& tensors) {
   return absl::OkStatus();
 }
 
-// Strict names: every target in the file, and nothing else in the file.
-absl::Status check_same_names(const Where& w, const NamedTensors& file, const NamedTensors& targets) {
+// Targets the file lacks and file tensors no target names, each in order.
+void compare_names(const Header& h, const NamedTensors& targets, std::vector<std::string>* missing,
+                   std::vector<std::string>* extra) {
   absl::flat_hash_set<absl::string_view> in_file, wanted;
-  for (const auto& [name, t] : file) in_file.insert(name);
-  std::vector<std::string> missing, extra;
+  for (const Entry& e : h.entries) in_file.insert(e.name);
   for (const auto& [name, t] : targets) {
     wanted.insert(name);
-    if (!in_file.contains(name)) missing.push_back(name);
+    if (!in_file.contains(name)) missing->push_back(name);
   }
-  for (const auto& [name, t] : file) {
-    if (!wanted.contains(name)) extra.push_back(name);
+  for (const Entry& e : h.entries) {
+    if (!wanted.contains(e.name)) extra->push_back(e.name);
   }
+}
+
+// Strict names: every target in the file, and nothing else in the file.
+absl::Status check_same_names(const Where& w, const std::vector<std::string>& missing,
+                              const std::vector<std::string>& extra) {
   const std::string extra_note =
       extra.empty() ? "" : absl::StrCat("; the file also holds tensors no target names: ", quoted_list(extra));
   if (!missing.empty()) {
@@ -626,14 +653,26 @@ absl::Status check_same_names(const Where& w, const NamedTensors& file, const Na
   return absl::OkStatus();
 }
 
-// The file tensor for `target`, converted to its device; checks shape, dtype
-// and that an in-place copy can write it.
-absl::StatusOr<Tensor> source_for(const Where& w, const std::string& name, const Tensor& src, const Tensor& target) {
-  if (src.shape() != target.shape() || src.dtype() != target.dtype()) {
+// The file tensor for `target`, converted to its device (and, with
+// convert_dtypes, from one float dtype to the target's, noted in `report`);
+// checks shape, dtype and that an in-place copy can write it.
+absl::StatusOr<Tensor> source_for(const Where& w, const std::string& name, const Entry& e, const Tensor& src,
+                                  const Tensor& target, const LoadOptions& options, LoadReport* report) {
+  const std::string file_dtype(e.f64 ? "f64" : dtype_name(src.dtype()));
+  const bool convert = options.convert_dtypes && (e.f64 || src.dtype() != target.dtype()) &&
+                       is_floating(src.dtype()) && is_floating(target.dtype());
+  if (src.shape() != target.shape() || (src.dtype() != target.dtype() && !convert) || (e.f64 && !convert)) {
+    const bool floats = is_floating(src.dtype()) && is_floating(target.dtype());
     return w.tensor_error(absl::StatusCode::kInvalidArgument, name,
-                          absl::StrFormat("the file has shape %s (%s) but the target has shape %s (%s)",
-                                          shape_str(src.shape()), dtype_name(src.dtype()),
-                                          shape_str(target.shape()), dtype_name(target.dtype())));
+                          absl::StrFormat("the file has shape %s (%s) but the target has shape %s (%s)%s",
+                                          shape_str(src.shape()), file_dtype, shape_str(target.shape()),
+                                          dtype_name(target.dtype()),
+                                          src.shape() == target.shape() && floats && !options.convert_dtypes
+                                              ? "; LoadOptions::convert_dtypes converts float dtypes"
+                                              : ""));
+  }
+  if (convert && report != nullptr) {
+    report->converted.push_back(absl::StrCat(name, ": ", file_dtype, " -> ", std::string(dtype_name(target.dtype()))));
   }
   for (int64_t d = 0; d < target.dim(); ++d) {
     if (target.strides()[d] == 0 && target.shape()[d] > 1) {
@@ -643,25 +682,9 @@ absl::StatusOr<Tensor> source_for(const Where& w, const std::string& name, const
     }
   }
   Tensor out;
-  absl::Status s = status_of([&] { out = src.to(target.device()); });
+  absl::Status s = status_of([&] { out = (convert ? src.to(target.dtype()) : src).to(target.device()); });
   if (!s.ok()) return w.tensor_error(s.code(), name, s.message());
   return out;
-}
-
-// Pairs each target with its checked file tensor. Touches no target.
-absl::StatusOr<std::vector<Tensor>> match_targets(const Where& w, const NamedTensors& file,
-                                                  const NamedTensors& targets) {
-  absl::Status s = check_same_names(w, file, targets);
-  if (!s.ok()) return s;
-  absl::flat_hash_map<absl::string_view, const Tensor*> by_name;
-  for (const auto& [name, t] : file) by_name[name] = &t;
-  std::vector<Tensor> sources;
-  for (const auto& [name, target] : targets) {
-    absl::StatusOr<Tensor> src = source_for(w, name, *by_name.at(name), target);
-    if (!src.ok()) return src.status();
-    sources.push_back(*std::move(src));
-  }
-  return sources;
 }
 
 // ---- saving ----
@@ -792,18 +815,51 @@ absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(con
 }
 
 absl::Status load_into(const std::string& path, const NamedTensors& targets) {
-  const Where w{"load_into", path};
+  return load_into(path, targets, LoadOptions{}, nullptr);
+}
+
+absl::Status load_into(const std::string& path, const NamedTensors& targets, const LoadOptions& options,
+                       LoadReport* report) {
+  const Where w{"load_into", path, options.convert_dtypes};
   absl::Status s = check_names(w, targets);
   if (!s.ok()) return s;
-  absl::StatusOr<NamedTensors> file = load(w);
+  absl::StatusOr<OpenFile> f = open_for_reading(w);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<Header> h = read_header(w, *f);
+  if (!h.ok()) return h.status();
+  LoadReport local;
+  LoadReport& r = report != nullptr ? *report : local;
+  r = LoadReport{};
+  compare_names(*h, targets, &r.missing, &r.unexpected);
+  // Strict: the whole file is read and validated before names are compared
+  // (a malformed file is reported as such). Not strict: only the targeted
+  // tensors are read.
+  absl::flat_hash_set<absl::string_view> wanted;
+  for (const auto& [name, t] : targets) wanted.insert(name);
+  absl::StatusOr<NamedTensors> file = read_tensors(w, *f, *h, options.strict ? nullptr : &wanted);
   if (!file.ok()) return file.status();
-  absl::StatusOr<std::vector<Tensor>> sources = match_targets(w, *file, targets);
-  if (!sources.ok()) return sources.status();
+  if (options.strict) {
+    s = check_same_names(w, r.missing, r.unexpected);
+    if (!s.ok()) return s;
+  }
+  absl::flat_hash_map<absl::string_view, std::pair<const Entry*, const Tensor*>> by_name;
+  for (size_t i = 0, j = 0; i < h->entries.size(); ++i) {
+    const bool read = options.strict || wanted.contains(h->entries[i].name);
+    if (read) by_name[h->entries[i].name] = {&h->entries[i], &(*file)[j++].second};
+  }
+  std::vector<std::pair<Tensor, Tensor>> copies;   // (target, source); checked before any is written
+  for (const auto& [name, target] : targets) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) continue;   // missing, allowed when not strict
+    absl::StatusOr<Tensor> src = source_for(w, name, *it->second.first, *it->second.second, target, options, &r);
+    if (!src.ok()) return src.status();
+    copies.emplace_back(target, *std::move(src));
+  }
   // Everything is read and checked: from here on only in-place copies, which
   // keep each target's storage (and any captured graph pointing at it).
   NoGradGuard no_grad;
   s = status_of([&] {
-    for (size_t i = 0; i < targets.size(); ++i) Tensor(targets[i].second).copy_((*sources)[i]);
+    for (auto& [target, src] : copies) target.copy_(src);
   });
   return w.wrap(s);
 }

@@ -31,6 +31,12 @@ void WarmupCosine::step() {
   opt_.set_lr(lr_at(step_));
 }
 
+void WarmupCosine::set_step(int64_t step) {
+  ENCORE_CHECK(step >= 0, "WarmupCosine: set_step needs step >= 0, got %d", step);
+  step_ = step;
+  opt_.set_lr(lr_at(step_));
+}
+
 double WarmupCosine::lr_at(int64_t step) const {
   ENCORE_CHECK(step >= 0, "WarmupCosine: lr_at needs step >= 0, got %d", step);
   const auto& [base, floor, warmup, total] = options_;

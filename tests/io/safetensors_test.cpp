@@ -735,5 +735,71 @@ TEST_F(SafetensorsTest, FuzzedFilesNeverCrash) {
   EXPECT_GT(ok, 0);  // data-byte flips still load
 }
 
+// ---- forgiving loads (LoadOptions) ----
+
+TEST_F(SafetensorsTest, NonStrictLoadReportsMissingAndUnexpectedNames) {
+  const std::string p = path("m.safetensors");
+  ASSERT_TRUE(save_safetensors(p, {{"w", full({2}, 1.0)}, {"old.b", full({3}, 2.0)}}).ok());
+  Tensor w = full({2}, 7.0), c = full({1}, 7.0);
+  LoadReport r;
+  absl::Status s = load_into(p, {{"w", w}, {"c", c}}, {.strict = false}, &r);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(testing::values(w), std::vector<double>(2, 1.0));
+  EXPECT_EQ(testing::values(c), std::vector<double>(1, 7.0));   // missing: left as it was
+  EXPECT_EQ(r.missing, std::vector<std::string>{"c"});
+  EXPECT_EQ(r.unexpected, std::vector<std::string>{"old.b"});
+  EXPECT_TRUE(r.converted.empty());
+  // A shape mismatch is still refused, naming the tensor, and writes nothing.
+  Tensor w3 = full({3}, 7.0);
+  expect_status(load_into(p, {{"w", w3}}, {.strict = false}, &r), StatusCode::kInvalidArgument, {"\"w\"", "[3]"});
+  EXPECT_EQ(testing::values(w3), std::vector<double>(3, 7.0));
+}
+
+TEST_F(SafetensorsTest, ConvertDtypesConvertsFloatsAndListsThem) {
+  const std::string p = path("m.safetensors");
+  Tensor src = from_vector<float>({1.5f, -2.25f, 3.0f});
+  ASSERT_TRUE(save_safetensors(p, {{"a", src.to(kBFloat16)}, {"b", src}, {"i", from_vector<int32_t>({1, 2})}}).ok());
+  Tensor a = zeros({3}), b = zeros({3}, kFloat16), i = zeros({2}, kInt64);
+  // Without the option a dtype mismatch is refused, pointing at it.
+  expect_status(load_into(p, {{"a", a}, {"b", b}, {"i", zeros({2}, kInt32)}}), StatusCode::kInvalidArgument,
+                {"\"a\"", "bf16", "f32", "convert_dtypes"});
+  LoadReport r;
+  // Integers are never converted: still refused, naming the tensor.
+  expect_status(load_into(p, {{"a", a}, {"b", b}, {"i", i}}, {.convert_dtypes = true}, &r),
+                StatusCode::kInvalidArgument, {"\"i\"", "i32", "i64"});
+  Tensor i32 = zeros({2}, kInt32);
+  absl::Status s = load_into(p, {{"a", a}, {"b", b}, {"i", i32}}, {.convert_dtypes = true}, &r);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(testing::values(a), (std::vector<double>{1.5, -2.25, 3.0}));
+  EXPECT_EQ(testing::values(b), (std::vector<double>{1.5, -2.25, 3.0}));
+  EXPECT_EQ(r.converted, (std::vector<std::string>{"a: bf16 -> f32", "b: f32 -> f16"}));
+}
+
+TEST_F(SafetensorsTest, F64FilesLoadIntoFloatTargetsWhenConverting) {
+  // As NumPy or PyTorch write float64: 0.1 is not a float, so it rounds.
+  const std::vector<double> wide = {0.1, -1e-3, 65504.0, 1.0 / 3.0};
+  Bytes data(reinterpret_cast<const uint8_t*>(wide.data()),
+             reinterpret_cast<const uint8_t*>(wide.data()) + wide.size() * sizeof(double));
+  const std::string p = path("f64.safetensors");
+  write_bytes(p, make_file(R"({"w":{"dtype":"F64","shape":[2,2],"data_offsets":[0,32]}})", data));
+  Tensor w = zeros({2, 2}), h = zeros({2, 2}, kBFloat16);
+  // Refused as before without the option, naming the tensor and the way out.
+  expect_status(load_into(p, {{"w", w}}), StatusCode::kUnimplemented, {"\"w\"", "F64", "convert_dtypes"});
+  EXPECT_EQ(load_safetensors(p).status().code(), StatusCode::kUnimplemented);
+  LoadReport r;
+  absl::Status s = load_into(p, {{"w", w}}, {.convert_dtypes = true}, &r);
+  ASSERT_TRUE(s.ok()) << s;
+  std::vector<float> got = w.to_vector<float>();
+  for (size_t k = 0; k < wide.size(); ++k) EXPECT_EQ(got[k], static_cast<float>(wide[k])) << k;
+  EXPECT_EQ(r.converted, std::vector<std::string>{"w: f64 -> f32"});
+  s = load_into(p, {{"w", h}}, {.convert_dtypes = true}, &r);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(r.converted, std::vector<std::string>{"w: f64 -> bf16"});
+  EXPECT_EQ(testing::values(h), testing::values(w.to(kBFloat16)));
+  // A shape mismatch of an F64 tensor names it and its file dtype.
+  expect_status(load_into(p, {{"w", zeros({4})}}, {.convert_dtypes = true}), StatusCode::kInvalidArgument,
+                {"\"w\"", "f64", "[2, 2]"});
+}
+
 }  // namespace
 }  // namespace encore

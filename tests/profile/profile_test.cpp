@@ -521,5 +521,12 @@ TEST(CudaProfileTest, GraphUpdateRetargetsOnePointer) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(ProfileTest, DurationsReadInTheirUnit) {
+  EXPECT_EQ(duration_str(850), "850 ns");
+  EXPECT_EQ(duration_str(12345), "12.3 \u00b5s");
+  EXPECT_EQ(duration_str(999949), "999.9 \u00b5s");
+  EXPECT_EQ(duration_str(1234567), "1.235 ms");
+}
+
 }  // namespace
 }  // namespace encore
