@@ -48,6 +48,12 @@ class CpuCachingAllocator final : public Allocator {
  public:
   void* allocate(int64_t nbytes) override {
     if (nbytes <= 0) nbytes = 1;
+    // No machine has 2^62 bytes; refusing here also keeps size_class's
+    // rounding from overflowing (found by fuzz/ops_fuzz: arange of 2^60 i64).
+    if (nbytes > (int64_t{1} << 62)) {
+      throw_error(absl::StatusCode::kResourceExhausted,
+                  absl::StrFormat("CPU allocator: out of memory allocating %d bytes", nbytes));
+    }
     int64_t rounded = 0;
     const int cls = size_class(nbytes, &rounded);
     {

@@ -823,6 +823,7 @@ absl::Status load_into(const std::string& path, const NamedTensors& targets, con
   const Where w{"load_into", path, options.convert_dtypes};
   absl::Status s = check_names(w, targets);
   if (!s.ok()) return s;
+  remove_stale_temporaries(path);
   absl::StatusOr<OpenFile> f = open_for_reading(w);
   if (!f.ok()) return f.status();
   absl::StatusOr<Header> h = read_header(w, *f);

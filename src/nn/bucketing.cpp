@@ -1,7 +1,9 @@
 #include "encore/bucketing.h"
 
+#include "encore/autograd.h"
 #include "encore/error.h"
 #include "encore/ops.h"
+#include "absl/strings/str_format.h"
 
 namespace encore::nn {
 

@@ -32,6 +32,23 @@ TEST(AllocatorTest, LargeRequestsRoundToAQuarterOfAPowerOfTwo) {
   EXPECT_EQ(allocator_stats(kCPU).in_use_bytes, before);
 }
 
+// Found by fuzz/ops_fuzz: arange(0, 2^60) as i64 asked for 2^63 - 6 bytes,
+// whose size class rounding overflowed int64.
+TEST(AllocatorTest, RequestsNearTheInt64LimitAreRefusedNotRounded) {
+  Allocator& a = default_allocator(kCPU);
+  const int64_t before = allocator_stats(kCPU).in_use_bytes;
+  for (int64_t n : {INT64_MAX, INT64_MAX - 5, (int64_t{1} << 62) + 1}) {
+    try {
+      a.allocate(n);
+      FAIL() << n << " bytes allocated";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted) << e.status();
+    }
+  }
+  EXPECT_EQ(allocator_stats(kCPU).in_use_bytes, before);
+  EXPECT_THROW((void)arange(0, int64_t{1} << 60, 1, kInt64), Error);
+}
+
 TEST(AllocatorTest, PeakTracksTheHighWaterMark) {
   reset_peak_stats(kCPU);
   const int64_t base = allocator_stats(kCPU).in_use_bytes;
