@@ -148,8 +148,15 @@ std::vector<Tensor> split(const Tensor& a, int64_t size, int64_t dim) {
   if (n == 0) return {a.slice(dim, 0, 0)};
   // No start + size or n + size - 1: both overflow for a huge size (found
   // by fuzz/ops_fuzz: split(a, INT64_MAX)).
+  // A wide view (a broadcast dim of 2^62, say) split finely would make more
+  // handles than memory holds (found by fuzz/ops_fuzz: vector::reserve threw).
+  const int64_t count = n / size + (n % size != 0);
+  constexpr int64_t kMaxPieces = int64_t{1} << 24;
+  ENCORE_CHECK_CODE(count <= kMaxPieces, kResourceExhausted,
+                    "split: %d pieces of size %d along dim %d of shape %s; at most %d pieces", count, size, dim,
+                    shape_str(a.shape()), kMaxPieces);
   std::vector<Tensor> pieces;
-  pieces.reserve(n / size + (n % size != 0));
+  pieces.reserve(count);
   for (int64_t start = 0; start < n;) {
     const int64_t end = size < n - start ? start + size : n;
     pieces.push_back(a.slice(dim, start, end));

@@ -237,6 +237,14 @@ TEST(JoinTest, SplitWithAHugeSizeDoesNotOverflow) {
   EXPECT_EQ(halves[0].numel(), int64_t{1} << 62);
   EXPECT_EQ(halves[1].numel(), 1);
   EXPECT_EQ(split(wide, std::numeric_limits<int64_t>::max()).size(), 1u);
+  // Found by fuzz/ops_fuzz in CI: 2^62 pieces of size 1 threw std::length_error.
+  try {
+    (void)split(wide, 1);
+    FAIL() << "2^62 pieces";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted) << e.status();
+    EXPECT_NE(e.status().message().find("at most 16777216 pieces"), absl::string_view::npos) << e.status();
+  }
 }
 
 TEST(JoinTest, ConcatBackwardMatchesFiniteDifferences) {
