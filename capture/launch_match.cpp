@@ -14,9 +14,9 @@ Storage* operand(const LaunchRecord& launch, size_t i) {
 }
 size_t operands(const LaunchRecord& launch) { return launch.reads.size() + launch.writes.size(); }
 
-std::vector<PointerTarget> pointer_targets(const LaunchRecord& launch) {
+std::vector<PointerTarget> pointer_targets(const LaunchRecord& launch, const std::vector<ArgField>& fields) {
   std::vector<PointerTarget> out;
-  for (const ArgField& f : launch.fields) {
+  for (const ArgField& f : fields) {
     if (f.kind != ArgKind::kPointer) continue;
     const char* p;
     std::memcpy(&p, static_cast<const char*>(launch.args) + f.offset, sizeof p);
@@ -58,8 +58,9 @@ const char* operand_role(const KernelRecord& rec, size_t i) { return i < rec.rea
 void record_launch_identity(const LaunchRecord& launch, KernelRecord& rec) {
   const auto* bytes = static_cast<const unsigned char*>(launch.args);
   rec.args.assign(bytes, bytes + launch.args_size);
-  rec.fields.assign(launch.fields.begin(), launch.fields.end());
-  rec.targets = pointer_targets(launch);
+  rec.fields.clear();
+  launch.collect_fields(launch.args, rec.fields);
+  rec.targets = pointer_targets(launch, rec.fields);
   rec.storage_ids.clear();
   for (size_t i = 0; i < operands(launch); ++i) rec.storage_ids.push_back(operand(launch, i)->id());
 }
@@ -90,13 +91,15 @@ std::string launch_difference(const KernelRecord& recorded, const LaunchRecord& 
     }
   }
   // Arguments: the same fields, the same non-pointer bytes, pointers into the same places.
-  if (now.fields.size() != recorded.fields.size() || now.args_size != recorded.args.size()) {
+  std::vector<ArgField> fields;
+  now.collect_fields(now.args, fields);
+  if (fields.size() != recorded.fields.size() || now.args_size != recorded.args.size()) {
     return "has other arguments than the warm-up's launch of it";
   }
-  const std::vector<PointerTarget> targets = pointer_targets(now);
+  const std::vector<PointerTarget> targets = pointer_targets(now, fields);
   size_t pointer = 0;
-  for (size_t j = 0; j < now.fields.size(); ++j) {
-    const ArgField& f = now.fields[j];
+  for (size_t j = 0; j < fields.size(); ++j) {
+    const ArgField& f = fields[j];
     const ArgField& r = recorded.fields[j];
     if (f.offset != r.offset || f.size != r.size || f.kind != r.kind || std::strcmp(f.name, r.name) != 0) {
       return absl::StrFormat("has argument '%s' where the warm-up's launch had '%s'", field_name(f), field_name(r));

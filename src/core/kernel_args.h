@@ -245,4 +245,11 @@ void collect_arg_fields(const Args& args, std::vector<ArgField>& out) {
   args.fields(c);
 }
 
+// collect_arg_fields for type-erased argument bytes of an Args
+// (LaunchRecord::collect_fields).
+template <typename Args>
+void collect_arg_fields_of(const void* args, std::vector<ArgField>& out) {
+  collect_arg_fields(*static_cast<const Args*>(args), out);
+}
+
 }  // namespace encore

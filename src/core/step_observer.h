@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "encore/device.h"
@@ -40,7 +41,10 @@ struct LaunchRecord {
   KernelThunk thunk;
   const void* args;                     // valid only during the observer call
   uint32_t args_size;                   // bytes
-  absl::Span<const ArgField> fields;    // what the bytes of args are (src/core/kernel_args.h); same lifetime
+  // Appends what the bytes of `args` are (src/core/kernel_args.h). Called
+  // only by observers that compare or report arguments (capture), so those
+  // that only time launches (the profiler) pay nothing for it.
+  void (*collect_fields)(const void* args, std::vector<ArgField>& out);
   absl::Span<Storage* const> reads;
   absl::Span<Storage* const> writes;
 };

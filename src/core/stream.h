@@ -26,7 +26,6 @@
 #include <initializer_list>
 #include <thread>
 #include <type_traits>
-#include <vector>
 
 #include "absl/types/span.h"
 #include "encore/tensor.h"
@@ -54,9 +53,8 @@ class Stream {
     static_assert(std::is_trivially_copyable_v<Args>, "kernel args are copied into graphs");
     if (observer_.load(std::memory_order_acquire) != nullptr) [[unlikely]] {
       if (StepObserver* o = watching(op); o != nullptr) {
-        std::vector<ArgField> fields;
-        collect_arg_fields(args, fields);
-        LaunchRecord rec{op, device_, kernel.thunk_for(args), &args, sizeof(Args), fields, reads, writes};
+        LaunchRecord rec{op,   device_, kernel.thunk_for(args), &args, sizeof(Args), &collect_arg_fields_of<Args>,
+                         reads, writes};
         if (!o->on_launch(rec)) return;
         return rec.thunk(&args);
       }
