@@ -31,31 +31,14 @@
 #include "encore/encore.h"
 #include "src/core/phase.h"
 #include "src/core/step_observer.h"
+#include "bench/cpu_time.h"
 #include "tools/workloads.h"
 
 namespace encore {
 namespace {
 
-double cpu_now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-// Median CPU time of fn() over at least 5 runs and about 0.3 s (at most 200 runs).
-template <typename F>
-double median_cpu_ms(F&& fn) {
-  fn();   // warm caches and lazy state
-  std::vector<double> t;
-  const double start = cpu_now_ms();
-  while (t.size() < 5 || (cpu_now_ms() - start < 300.0 && t.size() < 200)) {
-    const double t0 = cpu_now_ms();
-    fn();
-    t.push_back(cpu_now_ms() - t0);
-  }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
-}
+using bench::cpu_now_ms;
+using bench::median_cpu_ms;
 
 // A model with an optimizer step (AdamW, or plain SGD for the rows named
 // _sgd) on fixed static inputs.

@@ -12,37 +12,18 @@
 // cost of verify_every = K is (K - 1 + verified_vs_replay) / K plain replays.
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
-#include <ctime>
 #include <functional>
 #include <memory>
 #include <vector>
 
+#include "bench/cpu_time.h"
 #include "encore/encore.h"
 #include "tools/workloads.h"
 
 namespace encore {
 namespace {
 
-double cpu_now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-
-template <typename F>
-double median_cpu_ms(F&& fn) {
-  fn();
-  std::vector<double> t;
-  const double start = cpu_now_ms();
-  while (t.size() < 5 || (cpu_now_ms() - start < 300.0 && t.size() < 100)) {
-    const double t0 = cpu_now_ms();
-    fn();
-    t.push_back(cpu_now_ms() - t0);
-  }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
-}
+using bench::median_cpu_ms;
 
 using Make = std::function<std::unique_ptr<tools::Workload>()>;
 
@@ -61,9 +42,9 @@ void BM_VerifiedReplay(benchmark::State& state, const Make& make) {
     return;
   }
   for (auto _ : state) check(verified->replay(), state);
-  const double verified_ms = median_cpu_ms([&] { check(verified->replay(), state); });
-  const double replay_ms = median_cpu_ms([&] { check(graph->replay(), state); });
-  const double eager_ms = median_cpu_ms([&] { eager->step(); });
+  const double verified_ms = median_cpu_ms([&] { check(verified->replay(), state); }, 100);
+  const double replay_ms = median_cpu_ms([&] { check(graph->replay(), state); }, 100);
+  const double eager_ms = median_cpu_ms([&] { eager->step(); }, 100);
   state.counters["verified_ms"] = verified_ms;
   state.counters["replay_ms"] = replay_ms;
   state.counters["eager_ms"] = eager_ms;
