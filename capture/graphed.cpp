@@ -70,9 +70,9 @@ struct GraphedStep::Impl {
     return o;
   }
 
-  void fallback(const Entry& e, const std::string& why) {
+  void fallback(const std::string& signature, const std::string& why) {
     ++stats.eager_fallbacks;
-    last_fallback = absl::StrCat("graphed step [", e.signature, "]: ", why);
+    last_fallback = absl::StrCat("graphed step [", signature, "]: ", why);
     if (options.log && logged.insert(why.substr(0, why.find(':'))).second) {
       std::fprintf(stderr, "encore: %s (runs eagerly; logged once)\n", last_fallback.c_str());
     }
@@ -151,7 +151,7 @@ struct GraphedStep::Impl {
         e.eager_only = true;
         e.graph.reset();
         e.static_inputs.clear();
-        fallback(e, absl::StrCat("moving its graph into the shared arena failed: ", s.message()));
+        fallback(e.signature, absl::StrCat("moving its graph into the shared arena failed: ", s.message()));
         return eager(inputs);
       }
       e.arena_generation = arena_generation;
@@ -159,7 +159,7 @@ struct GraphedStep::Impl {
     }
     absl::Status s = g.replay();
     if (s.code() == absl::StatusCode::kFailedPrecondition) {   // nothing ran
-      fallback(e, absl::StrCat("replay refused: ", s.message()));
+      fallback(e.signature, absl::StrCat("replay refused: ", s.message()));
       return eager(inputs);
     }
     if (!s.ok()) throw Error(s);   // bad data met by a kernel, as the eager step would have thrown
@@ -177,8 +177,7 @@ struct GraphedStep::Impl {
     auto it = entries.find(sig);
     if (it == entries.end()) {
       if (static_cast<int64_t>(entries.size()) >= options.max_graphs) {
-        Entry over{.signature = sig};
-        fallback(over, absl::StrFormat("graph limit: %d signatures already (GraphedOptions::max_graphs)",
+        fallback(sig, absl::StrFormat("graph limit: %d signatures already (GraphedOptions::max_graphs)",
                                        options.max_graphs));
         return eager(inputs);
       }
@@ -203,15 +202,16 @@ struct GraphedStep::Impl {
         e.recorded.reset();
         e.static_inputs.clear();
         e.calls = 0;
-        fallback(e, absl::StrFormat("memory cap: its graph does not fit GraphedOptions::max_bytes = %d bytes",
-                                    options.max_bytes));
+        fallback(e.signature, absl::StrFormat(
+                                  "memory cap: its graph does not fit GraphedOptions::max_bytes = %d bytes",
+                                  options.max_bytes));
         return eager(inputs);
       }
       absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), *e.recorded, arena);
       if (!s.ok()) {
         e.recorded.reset();
         e.eager_only = true;
-        fallback(e, absl::StrCat("capture refused: ", s.message()));
+        fallback(e.signature, absl::StrCat("capture refused: ", s.message()));
         return eager(inputs);
       }
       e.graph.emplace(std::move(e.recorded));
@@ -239,7 +239,7 @@ struct GraphedStep::Impl {
     if (!completed) throw Error(recorded.status());   // the step itself failed, as it would eagerly
     if (!recorded.ok()) {
       e.eager_only = true;
-      fallback(e, absl::StrCat("capture refused: ", recorded.status().message()));
+      fallback(e.signature, absl::StrCat("capture refused: ", recorded.status().message()));
       return outs;
     }
     e.recorded = *std::move(recorded);
