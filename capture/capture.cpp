@@ -399,6 +399,7 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
                                            : capture_internal::make_cuda_capturer(g.device, options.programmatic_launch);
   capturer->prepare_arena(*g.arena);
   if (g.output_arena) capturer->prepare_arena(*g.output_arena);
+  if (g.executable) capturer->reuse(std::move(g.executable));   // captured before: update it if it still fits
   ArenaPlan arena;
   for (const Ref<Storage>& r : {g.arena, g.output_arena}) {
     if (r) arena.regions.emplace_back(static_cast<char*>(r->data()), static_cast<char*>(r->data()) + r->nbytes());
@@ -430,6 +431,8 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
   g.conditions = std::move(cap.conditions);
   g.stats.kernels = static_cast<int64_t>(cap.launches());
   g.stats.capture_ms = ms_since(t0);
+  g.stats.instantiate_ms = static_cast<double>(capturer->instantiate_ns()) / 1e6;
+  g.stats.updated = capturer->updated();
   return absl::OkStatus();
 }
 

@@ -75,14 +75,23 @@ class CpuCapturer final : public Capturer {
     graph_.append(launch);
     return false;
   }
+  // reuse(): ignored. Instantiating a kernel list is resolving its argument
+  // pointers (about 1 ns a node); rewriting an old list's argument bytes in
+  // place measured 25x slower at 10^4 nodes (bench/RESULTS.md).
   absl::StatusOr<std::unique_ptr<Executable>> capture(const std::function<void()>& run) override {
     if (absl::Status s = status_of(run); !s.ok()) return s;
+    const auto t0 = std::chrono::steady_clock::now();
     graph_.freeze();
-    return std::make_unique<CpuExecutable>(std::move(graph_));
+    std::unique_ptr<Executable> exe = std::make_unique<CpuExecutable>(std::move(graph_));
+    instantiate_ns_ = (std::chrono::steady_clock::now() - t0).count();
+    return exe;
   }
+  bool updated() const override { return false; }
+  int64_t instantiate_ns() const override { return instantiate_ns_; }
 
  private:
   CpuGraph graph_;
+  int64_t instantiate_ns_ = 0;
 };
 
 }  // namespace

@@ -28,7 +28,10 @@ class CudaCapturer final : public Capturer {
   CudaCapturer(Device device, bool programmatic_launch);
   ~CudaCapturer() override;
   bool take(const LaunchRecord& launch) override;
+  void reuse(std::unique_ptr<Executable> previous) override { previous_ = std::move(previous); }
   absl::StatusOr<std::unique_ptr<Executable>> capture(const std::function<void()>& run) override;
+  bool updated() const override { return updated_; }
+  int64_t instantiate_ns() const override { return instantiate_ns_; }
 
  private:
   // Begins capturing encore's stream of the device after waiting for the
@@ -40,12 +43,17 @@ class CudaCapturer final : public Capturer {
   // Ends the capture begun by begin(). When `run` (what the captured step
   // returned) failed, or capture broke (a synchronize, a legacy-stream call),
   // the partial graph is dropped, the stream is left usable, and the error is
-  // returned. Otherwise the graph is instantiated and uploaded.
+  // returned. Otherwise reuse()'s executable is updated to the new graph
+  // (cudaGraphExecUpdate) or, where there is none or the driver refuses, the
+  // graph is instantiated; then uploaded.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<CudaGraph>> end(absl::Status run);
 
   const Device device_;
   const bool programmatic_launch_;
   std::unique_ptr<CaptureMarks> marks_;   // between begin() and end()
+  std::unique_ptr<Executable> previous_;  // reuse()'s
+  bool updated_ = false;
+  int64_t instantiate_ns_ = 0;
 };
 
 #if ENCORE_HAVE_CUDA
@@ -172,11 +180,27 @@ absl::StatusOr<std::unique_ptr<CudaGraph>> CudaCapturer::end(absl::Status run) {
   size_t nodes = 0;
   ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphGetNodes(graph, nullptr, &nodes), "capture: cudaGraphGetNodes");
   g->nodes_ = static_cast<int64_t>(nodes);
+  const int64_t t0 = now_ns();
   cudaGraphExec_t exec = nullptr;
-  ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphInstantiateWithFlags(&exec, graph, 0), "capture: cudaGraphInstantiate");
+  if (std::unique_ptr<CudaGraph> old = previous_ ? previous_->take_cuda_graph() : nullptr;
+      old != nullptr && old->exec_ != nullptr) {
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(as_exec(old->exec_), graph, &info) == cudaSuccess) {
+      exec = as_exec(old->exec_);
+      old->exec_ = nullptr;   // now g's; old's graph is destroyed with it
+      updated_ = true;
+    } else {
+      (void)cudaGetLastError();   // a refused update leaves a non-sticky error; instantiate instead
+    }
+  }
+  previous_.reset();
+  if (exec == nullptr) {
+    ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphInstantiateWithFlags(&exec, graph, 0), "capture: cudaGraphInstantiate");
+  }
   g->exec_ = exec;
   ENCORE_RETURN_IF_CUDA_ERROR(cudaGraphUpload(exec, s), "capture: cudaGraphUpload");
   ENCORE_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(s), "capture: waiting for the upload");
+  instantiate_ns_ = now_ns() - t0;
   return g;
 }
 
@@ -444,6 +468,8 @@ absl::StatusOr<int64_t> CudaGraph::update_pointer_ns(const void*, const void*, i
 
 // ---- both builds ----
 
+std::unique_ptr<CudaGraph> Executable::take_cuda_graph() { return nullptr; }
+
 namespace {
 
 class CudaExecutable final : public Executable {
@@ -468,6 +494,7 @@ class CudaExecutable final : public Executable {
   }
   absl::Status dump_dot(const std::string& path, const Trace&) const override { return graph_->dump_dot(path); }
   const CudaGraph* cuda_graph() const override { return graph_.get(); }
+  std::unique_ptr<CudaGraph> take_cuda_graph() override { return std::move(graph_); }
 
  private:
   std::unique_ptr<CudaGraph> graph_;

@@ -42,6 +42,9 @@ class Executable {
   [[nodiscard]] virtual absl::Status dump_dot(const std::string& path, const Trace& trace) const = 0;
   // The CUDA graph behind a CUDA executable (profilers, tools); nullptr otherwise.
   virtual const CudaGraph* cuda_graph() const { return nullptr; }
+  // Moves the CUDA graph out (the executable is then empty: only destroy
+  // it); nullptr on CPU. For a Capturer updating it (Capturer::reuse).
+  virtual std::unique_ptr<CudaGraph> take_cuda_graph();   // capture/cuda_graph.cpp
 };
 
 // Makes an Executable of one capture run of a step, on one device.
@@ -50,6 +53,15 @@ class Capturer {
   virtual ~Capturer() = default;
   // Called once with the arena before the capture run (CPU: touches every page).
   virtual void prepare_arena(Storage& arena) {}
+  // An earlier executable of the same step (its graph moved into another
+  // arena, say), given before capture(): where the new capture has the same
+  // kernels in the same order (only pointers, shapes or launch dimensions
+  // differ), capture() updates it in place and returns it instead of
+  // instantiating a new one (CUDA: cudaGraphExecUpdate, falling back to
+  // cudaGraphInstantiate when the driver refuses; CPU: ignored, a kernel
+  // list is cheaper to make than to rewrite). The capturer owns it from
+  // here on.
+  virtual void reuse(std::unique_ptr<Executable> previous) {}
   // A launch of the capture run that matched the recorded warm-up. Returns
   // whether it runs now (CUDA: into the capturing stream) rather than being
   // taken (CPU: appended to the kernel list, not run). Never throws.
@@ -58,6 +70,11 @@ class Capturer {
   // capture mode and returns the executable, or the error `run` threw (as a
   // Status) or capture met. Called once.
   [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<Executable>> capture(const std::function<void()>& run) = 0;
+  // After capture(): whether it updated reuse()'s executable, and the ns it
+  // spent making the executable (instantiating or updating, uploading on
+  // CUDA; not the capture run's launches).
+  virtual bool updated() const = 0;
+  virtual int64_t instantiate_ns() const = 0;
 };
 
 std::unique_ptr<Capturer> make_cpu_capturer();                                          // capture/cpu_graph.cpp

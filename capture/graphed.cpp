@@ -34,6 +34,22 @@ int64_t bytes_of(const std::vector<Tensor>& ts) {
 
 }  // namespace
 
+struct GraphPool::Impl {
+  Ref<Storage> arena;             // shared by every graph of every member (one device: the last grown for)
+  uint64_t generation = 0;        // bumped with every new arena
+  absl::flat_hash_map<const void*, int64_t> needs;   // each member's largest held graph's arena need
+  int64_t largest_need_except(const void* member) const {
+    int64_t n = 0;
+    for (const auto& [m, need] : needs) {
+      if (m != member) n = std::max(n, need);
+    }
+    return n;
+  }
+};
+
+GraphPool::GraphPool() : impl_(std::make_shared<Impl>()) {}
+int64_t GraphPool::arena_bytes() const { return impl_->arena ? impl_->arena->nbytes() : 0; }
+
 struct GraphedStep::Impl {
   // One signature's state, from its first call on.
   struct Entry {
@@ -42,9 +58,10 @@ struct GraphedStep::Impl {
     std::vector<Tensor> static_inputs;                // made at the recorded call; the step reads these
     std::unique_ptr<Graph::Impl> recorded;            // after the recorded call, until its capture
     std::optional<Graph> graph;                       // after the capture
-    uint64_t arena_generation = 0;                    // the shared arena its graph was captured into
+    uint64_t arena_generation = 0;                    // the pool's arena its graph was captured into
     bool eager_only = false;                          // its capture was refused: every call runs eagerly
     int64_t last_used = 0;
+    int64_t replays = 0;
     int64_t held_bytes() const {
       return bytes_of(static_inputs) + (graph ? graph->internals().stats.output_bytes : 0);
     }
@@ -59,9 +76,12 @@ struct GraphedStep::Impl {
   std::string last_fallback;
   absl::flat_hash_set<std::string> logged;
   absl::flat_hash_map<std::string, std::unique_ptr<Entry>> entries;
-  Ref<Storage> arena;            // shared by every graph (one device: the first graph's)
-  uint64_t arena_generation = 0;
+  std::shared_ptr<GraphPool::Impl> pool;   // options.pool's (set once the options are checked)
   int64_t clock = 0;
+
+  ~Impl() {
+    if (pool) pool->needs.erase(this);
+  }
 
   CaptureOptions capture_options() const {
     CaptureOptions o = options.capture;
@@ -86,16 +106,21 @@ struct GraphedStep::Impl {
 
   void refresh_stats() {
     stats.graphs = 0;
-    stats.output_bytes = stats.input_bytes = stats.largest_arena_bytes = 0;
+    stats.output_bytes = stats.input_bytes = stats.largest_arena_bytes = stats.eager_peak_bytes = 0;
+    int64_t held_need = 0;
     for (const auto& [sig, e] : entries) {
       if (e->graph) {
         ++stats.graphs;
-        stats.output_bytes += e->graph->internals().stats.output_bytes;
+        const CaptureStats& c = e->graph->internals().stats;
+        stats.output_bytes += c.output_bytes;
+        stats.eager_peak_bytes = std::max(stats.eager_peak_bytes, c.eager_peak_bytes);
+        held_need = std::max(held_need, c.arena_bytes);
       }
       stats.input_bytes += bytes_of(e->static_inputs);
       stats.largest_arena_bytes = std::max(stats.largest_arena_bytes, e->arena_need());
     }
-    stats.arena_bytes = arena ? arena->nbytes() : 0;
+    pool->needs[this] = held_need;
+    stats.arena_bytes = pool->arena ? pool->arena->nbytes() : 0;
   }
 
   // Forgets e's graph: its signature starts over at its next call.
@@ -104,6 +129,7 @@ struct GraphedStep::Impl {
     e.recorded.reset();
     e.static_inputs.clear();
     e.calls = 0;
+    e.replays = 0;
     ++stats.released;
   }
 
@@ -113,10 +139,10 @@ struct GraphedStep::Impl {
     auto total = [&](int64_t arena_bytes) {
       int64_t held = 0;
       for (const auto& [sig, e] : entries) held += e->held_bytes();
-      return arena_bytes + held + keep.recorded->stats.output_bytes;
+      return arena_bytes + held + (keep.recorded ? keep.recorded->stats.output_bytes : 0);
     };
     auto largest = [&] {
-      int64_t n = need;
+      int64_t n = std::max(need, pool->largest_need_except(this));
       for (const auto& [sig, e] : entries) {
         if (e->graph) n = std::max(n, e->arena_need());
       }
@@ -133,20 +159,33 @@ struct GraphedStep::Impl {
       }
     }
     const int64_t size = largest();
+    Ref<Storage>& arena = pool->arena;
     const bool too_small = !arena || arena->nbytes() < size || arena->device() != device;
     const bool too_large = arena && options.max_bytes > 0 && arena->nbytes() > size;
     if (too_small || too_large) {
       arena = Ref<Storage>();   // the graphs captured into it hold it until they move
       arena = Storage::allocate(std::max<int64_t>(size, 1), device);
-      ++arena_generation;
+      ++pool->generation;
     }
     return true;
   }
 
   std::vector<Tensor> replay(Entry& e, const std::vector<Tensor>& inputs) {
     Graph& g = *e.graph;
-    if (e.arena_generation != arena_generation) {
-      absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), g.internals(), arena);
+    if (e.arena_generation != pool->generation) {
+      // Into the pool's arena, as it is now (another graph grew it, or moved
+      // it to another device): a larger one first where this graph needs it.
+      const Device device = g.internals().device;
+      if ((!pool->arena || pool->arena->nbytes() < e.arena_need() || pool->arena->device() != device) &&
+          !make_room(e, e.arena_need(), device)) {
+        release(e);
+        --stats.released;   // not released for room for another: it is the one that does not fit
+        fallback(e.signature, absl::StrFormat(
+                                  "memory cap: its graph does not fit GraphedOptions::max_bytes = %d bytes",
+                                  options.max_bytes));
+        return eager(inputs);
+      }
+      absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), g.internals(), pool->arena);
       if (!s.ok()) {
         e.eager_only = true;
         e.graph.reset();
@@ -154,8 +193,9 @@ struct GraphedStep::Impl {
         fallback(e.signature, absl::StrCat("moving its graph into the shared arena failed: ", s.message()));
         return eager(inputs);
       }
-      e.arena_generation = arena_generation;
+      e.arena_generation = pool->generation;
       ++stats.recaptures;
+      if (g.internals().stats.updated) ++stats.updates;
     }
     absl::Status s = g.replay();
     if (s.code() == absl::StatusCode::kFailedPrecondition) {   // nothing ran
@@ -164,6 +204,7 @@ struct GraphedStep::Impl {
     }
     if (!s.ok()) throw Error(s);   // bad data met by a kernel, as the eager step would have thrown
     ++stats.replays;
+    ++e.replays;
     std::vector<Tensor> outs;
     for (size_t i = 0; i < g.num_outputs(); ++i) outs.push_back(g.output(i));
     return outs;
@@ -207,7 +248,7 @@ struct GraphedStep::Impl {
                                   options.max_bytes));
         return eager(inputs);
       }
-      absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), *e.recorded, arena);
+      absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), *e.recorded, pool->arena);
       if (!s.ok()) {
         e.recorded.reset();
         e.eager_only = true;
@@ -215,7 +256,7 @@ struct GraphedStep::Impl {
         return eager(inputs);
       }
       e.graph.emplace(std::move(e.recorded));
-      e.arena_generation = arena_generation;
+      e.arena_generation = pool->generation;
       ++stats.captures;
     }
     return replay(e, inputs);
@@ -258,6 +299,7 @@ GraphedStep::GraphedStep(Fn fn, GraphedOptions options) : impl_(std::make_unique
                "GraphedStep: CaptureOptions::inputs is the object's own (each call's inputs are copied)");
   impl_->fn = std::move(fn);
   impl_->options = std::move(options);
+  impl_->pool = impl_->options.pool.impl_;
 }
 
 GraphedStep::~GraphedStep() = default;
@@ -269,6 +311,17 @@ std::vector<Tensor> GraphedStep::operator()(const std::vector<Tensor>& inputs, c
 }
 
 const GraphedStats& GraphedStep::stats() const { return impl_->stats; }
+
+std::vector<GraphedGraph> GraphedStep::graphs() const {
+  std::vector<std::pair<int64_t, GraphedGraph>> held;
+  for (const auto& [sig, e] : impl_->entries) {
+    if (e->graph) held.push_back({e->last_used, {sig, e->graph->internals().stats, e->replays}});
+  }
+  std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<GraphedGraph> out;
+  for (auto& [used, g] : held) out.push_back(std::move(g));
+  return out;
+}
 const std::string& GraphedStep::last_fallback() const { return impl_->last_fallback; }
 
 std::string GraphedStep::signature(const std::vector<Tensor>& inputs, const std::string& key) {

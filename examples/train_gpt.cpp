@@ -1,13 +1,16 @@
 // Trains a character-level GPT on a text file on the CPU: a short eager run,
-// then the same run captured with encore::capture() and replayed.
+// then the same run through an encore::GraphedStep, which runs the first
+// calls eagerly, captures the next and replays the rest.
 //
 //   build/examples/train_gpt                          # /usr/share/dict/words (Debian wamerican)
 //   build/examples/train_gpt --text=book.txt --steps=2000 --n_layer=4 --json
 //
 // Each step: sample B windows of T+1 characters, predict every next
-// character, AdamW update with warm-up then cosine decay. The eager run's
-// first --eager_steps steps are timed and kept; the captured run starts from
-// the same seed, so its replayed steps must give the same losses bit for bit.
+// character, AdamW update with warm-up then cosine decay. Both runs are the
+// same loop (batch, step, schedule.step()): every call of the graphed step is
+// one training step, so the loop has no special cases for capture. The eager
+// run's first --eager_steps steps are timed and kept; the graphed run starts
+// from the same seed, so its steps must give the same losses bit for bit.
 // Prints progress lines, the figures, and a text sample at the end.
 #include <algorithm>
 #include <chrono>
@@ -29,7 +32,7 @@
 #include "encore/optim.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/dict/words", "Text file to train on (any bytes).");
-ABSL_FLAG(int64_t, steps, 1500, "Training steps (the captured run; the first two are capture's warm-ups).");
+ABSL_FLAG(int64_t, steps, 1500, "Training steps of the graphed run (the first two run eagerly, the third captures).");
 ABSL_FLAG(int64_t, eager_steps, 40, "Steps of the eager reference run, timed and compared bit for bit.");
 ABSL_FLAG(bool, json, false, "End with one JSON line of the figures.");
 ABSL_FLAG(int64_t, batch, 16, "Sequences per step (B).");
@@ -128,10 +131,10 @@ struct Run {
         x(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64, cfg.device)),
         y(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64, cfg.device)) {}
 
-  // One eager training step on whatever x and y hold.
-  std::vector<Tensor> step() {
+  // One training step on a batch: inputs {x, y}, outputs {loss}.
+  std::vector<Tensor> step(const std::vector<Tensor>& in) {
     opt.zero_grad();
-    Tensor loss = gpt.loss(x, y);
+    Tensor loss = gpt.loss(in[0], in[1]);
     loss.backward();
     opt.step();
     return {loss};
@@ -142,7 +145,7 @@ struct Run {
   optim::AdamW opt;
   optim::WarmupCosine schedule;
   std::mt19937_64 rng;
-  Tensor x, y;   // static inputs: refilled in place before every step
+  Tensor x, y;   // the batch: refilled before every step
 };
 
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -166,24 +169,29 @@ void progress(const char* mode, int64_t step, double loss, double ms, int64_t to
 struct Figures {
   double eager_ms = 0, replay_ms = 0, loss_first = 0, loss_last = 0;
   bool bitwise_equal = false;
+  int64_t replays_compared = 0;
   CaptureStats stats;
+  GraphedStats graphed;
 };
 
-// Eager: the first `steps` steps of a run, timed; returns the median step time.
-double train_eager(Run& run, int64_t steps, std::vector<float>& losses) {
+// The training loop of both runs: `steps` calls of `step` (the eager step
+// itself, or the graphed one), each on a new batch and followed by the
+// schedule. `timed(s)` says whether step s's time counts toward the median.
+template <typename Step, typename Timed>
+double train(Run& run, const char* mode, int64_t steps, Step&& step, Timed&& timed, std::vector<float>& losses) {
   const int64_t B = run.x.size(0), T = run.x.size(1), every = absl::GetFlag(FLAGS_log_every);
   double total_ms = 0;
   std::vector<double> step_ms;
   for (int64_t s = 1; s <= steps; ++s) {
-    if (s > 2) next_batch(run.corpus, run.rng, run.x, run.y);   // steps 1 and 2 mirror capture's warm-ups
+    next_batch(run.corpus, run.rng, run.x, run.y);
     auto t0 = std::chrono::steady_clock::now();
-    Tensor loss = run.step()[0];
-    if (s >= 2) run.schedule.step();
-    if (s == 2) run.schedule.step();   // capture's two warm-ups share one learning rate; catch up after them
+    Tensor loss = step(std::vector<Tensor>{run.x, run.y})[0];
+    run.schedule.step();
     losses.push_back(loss.item<float>());   // timed: on a GPU it waits for the step
-    step_ms.push_back(ms_between(t0, std::chrono::steady_clock::now()));
-    total_ms += step_ms.back();
-    if (s % every == 0) progress("eager", s, losses.back(), total_ms / s, B * T);
+    const double ms = ms_between(t0, std::chrono::steady_clock::now());
+    total_ms += ms;
+    if (timed(s)) step_ms.push_back(ms);
+    if (s % every == 0) progress(mode, s, losses.back(), total_ms / s, B * T);
   }
   return median_ms(std::move(step_ms));
 }
@@ -229,35 +237,39 @@ int main(int argc, char** argv) {
     std::vector<float> eager_losses;
     {
       Run eager(*corpus, cfg, steps);
-      next_batch(*corpus, eager.rng, eager.x, eager.y);
-      fig.eager_ms = train_eager(eager, eager_steps, eager_losses);
+      fig.eager_ms = train(
+          eager, "eager", eager_steps, [&](const std::vector<Tensor>& in) { return eager.step(in); },
+          [](int64_t) { return true; }, eager_losses);
     }
     fig.loss_first = eager_losses.front();
-    // 2. The same run again, captured: two warm-up steps, then replays.
+    // 2. The same run again, graphed: calls 1 and 2 run eagerly (the second
+    // recorded), call 3 captures and replays, the rest replay.
     Run run(*corpus, cfg, steps);
-    next_batch(*corpus, run.rng, run.x, run.y);
-    absl::StatusOr<Graph> graph = capture([&] { return run.step(); });
-    if (!graph.ok()) throw Error(graph.status());
-    run.schedule.step();
-    run.schedule.step();
-    fig.stats = graph->stats();
+    GraphedStep graphed([&](const std::vector<Tensor>& in) { return run.step(in); });
+    std::vector<float> losses;
+    bool replayed = false, captured = false;   // by the last call
+    fig.replay_ms = train(
+        run, "graphed", steps,
+        [&](const std::vector<Tensor>& in) {
+          const GraphedStats before = graphed.stats();
+          std::vector<Tensor> out = graphed(in);
+          replayed = graphed.stats().replays > before.replays;
+          captured = graphed.stats().captures > before.captures;
+          return out;
+        },
+        [&](int64_t s) {   // the median is of plain replays: not the eager calls, nor the one that captured
+          if (s <= eager_steps && replayed) ++fig.replays_compared;
+          return replayed && !captured;
+        },
+        losses);
+    fig.graphed = graphed.stats();
+    if (graphed.graphs().empty()) throw Error(absl::InternalError("the graphed step captured no graph"));
+    fig.stats = graphed.graphs()[0].capture;
     fig.bitwise_equal = true;
-    double replay_total = 0;
-    std::vector<double> replay_ms;
-    for (int64_t s = 3; s <= steps; ++s) {
-      next_batch(*corpus, run.rng, run.x, run.y);
-      auto t0 = std::chrono::steady_clock::now();
-      absl::Status st = graph->replay();
-      if (!st.ok()) throw Error(st);
-      run.schedule.step();
-      const float loss = graph->output(0).item<float>();   // timed: on a GPU it waits for the replay
-      replay_ms.push_back(ms_between(t0, std::chrono::steady_clock::now()));
-      replay_total += replay_ms.back();
-      if (s <= eager_steps) fig.bitwise_equal &= std::memcmp(&loss, &eager_losses[s - 1], sizeof(float)) == 0;
-      fig.loss_last = loss;
-      if (s % absl::GetFlag(FLAGS_log_every) == 0) progress("replay", s, loss, replay_total / (s - 2), B * T);
+    for (int64_t s = 1; s <= eager_steps; ++s) {
+      fig.bitwise_equal &= std::memcmp(&losses[s - 1], &eager_losses[s - 1], sizeof(float)) == 0;
     }
-    fig.replay_ms = median_ms(std::move(replay_ms));
+    fig.loss_last = losses.back();
     if (absl::GetFlag(FLAGS_sample_chars) > 0) {
       run.gpt.eval();
       std::printf("sample:\n%s\n", sample(run.gpt, *corpus, absl::GetFlag(FLAGS_sample_chars), run.rng).c_str());
@@ -270,15 +282,20 @@ int main(int argc, char** argv) {
   const CaptureStats& st = fig.stats;
   std::printf("\neager   %.3f ms/step   replay %.3f ms/step   speedup %.2fx   (medians of %lld and %lld steps)\n",
               fig.eager_ms, fig.replay_ms, fig.eager_ms / fig.replay_ms, static_cast<long long>(eager_steps),
-              static_cast<long long>(std::max<int64_t>(0, steps - 2)));
+              static_cast<long long>(std::max<int64_t>(0, fig.graphed.replays - 1)));
+  std::printf("calls   %lld steps: %lld eager (the last recorded), %lld captured, %lld replayed, %lld fell back\n",
+              static_cast<long long>(steps), static_cast<long long>(fig.graphed.eager_calls),
+              static_cast<long long>(fig.graphed.captures), static_cast<long long>(fig.graphed.replays),
+              static_cast<long long>(fig.graphed.eager_fallbacks));
   std::printf("graph   %lld kernels, %lld temporaries; captured in %.1f ms (plan %.1f ms)\n",
               static_cast<long long>(st.kernels), static_cast<long long>(st.temporaries), st.capture_ms, st.plan_ms);
   std::printf("memory  arena %lld bytes = %.4f x lower bound (%lld), %.3f x eager peak (%lld)\n",
               static_cast<long long>(st.arena_bytes), static_cast<double>(st.arena_bytes) / st.lower_bound_bytes,
               static_cast<long long>(st.lower_bound_bytes), static_cast<double>(st.arena_bytes) / st.eager_peak_bytes,
               static_cast<long long>(st.eager_peak_bytes));
-  std::printf("check   first %lld replayed steps %s the eager steps bit for bit\n",
-              static_cast<long long>(std::max<int64_t>(0, eager_steps - 2)), fig.bitwise_equal ? "match" : "DO NOT match");
+  std::printf("check   steps 1-%lld (%lld of them replayed) %s the eager steps bit for bit\n",
+              static_cast<long long>(eager_steps), static_cast<long long>(fig.replays_compared),
+              fig.bitwise_equal ? "match" : "DO NOT match");
   std::printf("loss    %.4f -> %.4f\n", fig.loss_first, fig.loss_last);
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("{\"eager_ms_per_step\": %.4f, \"replay_ms_per_step\": %.4f, \"speedup\": %.4f, \"arena_bytes\": %lld, "

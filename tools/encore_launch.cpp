@@ -25,6 +25,15 @@
 // Exits 2 on bad flags (a value that does not parse, or is out of the range
 // its --help gives), 1 when a measurement or a file write fails (after
 // writing what the other backends measured).
+// Instantiate against update: for every row, the ms capture() spent making
+// the executable from its capture run (CUDA: cudaGraphInstantiate and the
+// upload; CPU: resolving the kernel list), against the ms the same graph's
+// executable took to be updated when it was captured again into another
+// arena (as GraphedStep moves a graph: cudaGraphExecUpdate); medians of
+// --capture_reps each. The CPU makes every capture's kernel list anew (its
+// instantiation only resolves argument pointers), so CPU rows show the
+// instantiation alone. JSON: instantiate_ms and update_ms per row (null when
+// no update happened).
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -53,6 +62,7 @@
 #include "encore/profile.h"
 #include "capture/cuda_graph.h"
 #include "capture/graph_impl.h"
+#include "capture/steps.h"
 #include "nlohmann/json.hpp"
 #include "src/core/stream.h"
 #include "tools/flags.h"
@@ -104,6 +114,9 @@ struct Row {
   Stat eager_cpu_ns, replay_cpu_ns;   // thread CPU ns per kernel (steadier on a shared machine)
   double plan_ms = 0, capture_run_ms = 0;   // of the last capture
   int64_t graph_update_ns = -1;             // CUDA chain: one pointer retargeted in the instantiated graph; -1: not measured
+  Stat instantiate_ms;                      // making the executable, in capture()
+  Stat update_ms;                           // updating it for a capture into another arena
+  int updates_refused = 0;                  // recaptures that instantiated anew instead
 
   // The cost plotted and compared: thread CPU time on the CPU backend (steady
   // on a shared machine), wall time on CUDA (the host thread waits for the GPU).
@@ -162,14 +175,29 @@ absl::StatusOr<Row> measure(encore::Device device, const std::string& variant, i
   const int reps = absl::GetFlag(FLAGS_reps);
   const double min_ms = absl::GetFlag(FLAGS_min_rep_ms);
   Row row{.device = device, .variant = variant, .n = n};
-  std::vector<double> capture_ms;
+  std::vector<double> capture_ms, instantiate_ms, update_ms;
   absl::StatusOr<encore::Graph> graph = absl::UnknownError("no capture ran");
   for (int r = 0; r < absl::GetFlag(FLAGS_capture_reps); ++r) {
     auto t0 = std::chrono::steady_clock::now();
     graph = encore::capture(step);
     capture_ms.push_back(ms_since(t0));
     if (!graph.ok()) return graph.status();
+    instantiate_ms.push_back(graph->stats().instantiate_ms);
   }
+  row.instantiate_ms = stat_of(instantiate_ms);
+  // The same graph captured again, alternately into two other arenas.
+  encore::Graph::Impl& g = graph->internals();
+  const encore::Ref<encore::Storage> arenas[2] = {encore::Storage::allocate(g.arena->nbytes(), device),
+                                                  encore::Storage::allocate(g.arena->nbytes(), device)};
+  for (int r = 0; r < absl::GetFlag(FLAGS_capture_reps); ++r) {
+    if (absl::Status s = encore::capture_internal::capture_into(step, {}, g, arenas[r % 2]); !s.ok()) return s;
+    if (g.stats.updated) {
+      update_ms.push_back(g.stats.instantiate_ms);
+    } else {
+      ++row.updates_refused;
+    }
+  }
+  if (!update_ms.empty()) row.update_ms = stat_of(update_ms);
   row.kernels = graph->stats().kernels;
   row.capture_ms = stat_of(capture_ms);
   row.plan_ms = graph->stats().plan_ms;
@@ -425,6 +453,9 @@ nlohmann::json results_json(const std::vector<Row>& rows, const std::string& mac
                        {"eager_cpu_ns_per_kernel", to_json(r.eager_cpu_ns)},
                        {"replay_cpu_ns_per_kernel", to_json(r.replay_cpu_ns)}, {"plan_ms", r.plan_ms},
                        {"capture_run_ms", r.capture_run_ms},
+                       {"instantiate_ms", to_json(r.instantiate_ms)},
+                       {"update_ms", r.updates_refused < absl::GetFlag(FLAGS_capture_reps) ? to_json(r.update_ms)
+                                                                                            : nlohmann::json()},
                        {"graph_update_ns", r.graph_update_ns >= 0 ? nlohmann::json(r.graph_update_ns) : nullptr}});
   }
   const int64_t update = graph_update_median(rows);
@@ -493,6 +524,24 @@ std::string update_summary(const std::vector<Row>& rows, bool cuda_measured, con
   return absl::StrCat(line, "median ", graph_update_median(rows), " ns (", absl::StrJoin(parts, ", "), ")");
 }
 
+// Instantiate against update, one line a row.
+void print_instantiate_table(const std::vector<Row>& rows) {
+  absl::PrintF("\nexecutable made at capture vs updated at a capture into another arena (ms, median [min, max] "
+               "of --capture_reps)\n%-6s %-6s %6s %6s  %-30s  %-30s  %s\n",
+               "device", "var", "N", "nodes", "instantiate", "update", "instantiate/update");
+  for (const Row& r : rows) {
+    absl::PrintF("%-6s %-6s %6d %6d  %9.4f [%8.4f, %8.4f]  ", r.device.str(), r.variant, r.n, r.kernels,
+                 r.instantiate_ms.median, r.instantiate_ms.min, r.instantiate_ms.max);
+    if (r.updates_refused == absl::GetFlag(FLAGS_capture_reps)) {
+      absl::PrintF("%-30s  -\n", r.device.is_cpu() ? "- (CPU: always made anew)" : "refused: instantiated anew");
+      continue;
+    }
+    absl::PrintF("%9.4f [%8.4f, %8.4f]  %6.1fx%s\n", r.update_ms.median, r.update_ms.min, r.update_ms.max,
+                 r.instantiate_ms.median / std::max(r.update_ms.median, 1e-9),
+                 r.updates_refused > 0 ? absl::StrFormat(" (%d refused)", r.updates_refused) : "");
+  }
+}
+
 absl::Status run(const std::vector<int64_t>& counts, const std::vector<encore::Device>& devices) {
   const std::string machine = cpu_model();
   absl::PrintF("machine: %s, %d hardware threads; GPU: %s\n", machine, std::thread::hardware_concurrency(),
@@ -516,6 +565,7 @@ absl::Status run(const std::vector<int64_t>& counts, const std::vector<encore::D
   }
   const std::string update_line = update_summary(rows, cuda_measured, update_why);
   absl::PrintF("%s\n%s\n", cuda_line(cuda_measured), update_line);
+  print_instantiate_table(rows);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     if (absl::Status s = write_file(path, results_json(rows, machine, cuda_measured, update_line).dump(1) + "\n");
         !s.ok()) {

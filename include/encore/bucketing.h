@@ -41,4 +41,16 @@ int64_t bucket_for(int64_t length, const BucketOptions& options = {});
 // at its bucket is returned as it is (the same tensors).
 Padded pad_to_bucket(const Tensor& ids, const Tensor& targets, const BucketOptions& options = {});
 
+// A next-token batch from sequences of varying length (lines of text, say):
+// row b's ids are seqs[b][0 .. n-2] and its targets seqs[b][1 .. n-1], both
+// padded (pad_id, ignore_index) to the bucket of the longest row's n - 1.
+// Returns [B, bucket] i64 tensors on `device`; length is the longest row's
+// n - 1. InvalidArgument for an empty batch or a sequence of fewer than 2
+// ids (nothing to predict).
+//
+//   std::vector<std::vector<int64_t>> lines = {{5, 1, 7}, {2, 9, 9, 4, 3}};
+//   encore::nn::Padded p = encore::nn::pad_sequences(lines);   // [2, 4]: lengths 2 and 4 -> bucket 4
+Padded pad_sequences(const std::vector<std::vector<int64_t>>& seqs, const BucketOptions& options = {},
+                     Device device = kCPU);
+
 }  // namespace encore::nn

@@ -131,6 +131,13 @@ struct CaptureStats {
   int64_t eager_peak_bytes = 0;    // caching allocator's in-use peak during the recorded warm-up,
                                    // above what was in use before it
   double warmup_ms = 0, plan_ms = 0, capture_ms = 0;
+  // Of capture_ms: making the executable from the capture run (CUDA:
+  // cudaGraphInstantiate or cudaGraphExecUpdate, and the upload; CPU: the
+  // kernel list's argument pointers resolved or rewritten).
+  double instantiate_ms = 0;
+  // The executable was updated from the same graph's earlier one (GraphedStep
+  // moving a graph into another arena) instead of instantiated anew.
+  bool updated = false;
 };
 
 class Graph {

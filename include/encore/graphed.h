@@ -36,6 +36,19 @@
 // shared one, a larger one is made and the older graphs move into it at
 // their next call (a capture run, counted in stats().recaptures).
 //
+// Several objects whose calls never overlap (a train step and an eval step,
+// called from one thread) can share one arena too: give them one GraphPool
+// (PyTorch's graph_pool_handle). The pool's arena is as large as the
+// largest graph of any of its objects; each graph keeps its outputs and
+// static inputs apart, so outputs stay valid as above across the objects.
+// A graph recaptured to move into another arena updates its executable
+// (CUDA: cudaGraphExecUpdate) instead of instantiating a new one where the
+// driver allows (stats().updates; the CPU's kernel lists are made anew,
+// which costs less there).
+//
+//   encore::GraphPool pool;
+//   encore::GraphedStep train(train_fn, {.pool = pool}), eval(eval_fn, {.pool = pool});
+//
 // Fallbacks, never wrong answers: a signature whose capture is refused
 // (capture()'s refusals: a host read in the step, a changing host value, ...),
 // a replay refused for its preconditions (a zero_grad() called between
@@ -59,6 +72,21 @@
 
 namespace encore {
 
+// A handle on one arena that several GraphedStep objects share (copies
+// of the handle name the same arena). The arena lives while any handle or
+// graph holds it. Not thread-safe: the objects sharing it must be called
+// from one thread, one call at a time.
+class GraphPool {
+ public:
+  GraphPool();
+  int64_t arena_bytes() const;   // the shared arena now (0 before the first graph)
+
+ private:
+  friend class GraphedStep;
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
 struct GraphedOptions {
   int warmup = 2;            // eager calls per signature, the last of them recorded (>= 1)
   int max_graphs = 16;       // signatures past this many run eagerly (counted in eager_fallbacks)
@@ -72,12 +100,17 @@ struct GraphedOptions {
   // names apply to every graph; warmup and inputs are the object's own.
   CaptureOptions capture;
   bool log = true;           // one stderr line per distinct fallback reason
+  // The arena this object's graphs share; default: one of its own. With a
+  // pool shared by several objects, max_bytes counts the pool's arena and
+  // this object's own outputs and inputs, and releases only its own graphs.
+  GraphPool pool;
 };
 
 struct GraphedStats {
   int64_t graphs = 0;             // captured graphs held now
   int64_t captures = 0;           // graphs captured (a capture run each)
   int64_t recaptures = 0;         // graphs moved into a larger or smaller shared arena
+  int64_t updates = 0;            // of those, executables updated in place (not instantiated anew)
   int64_t replays = 0;            // calls answered by a replay
   int64_t eager_calls = 0;        // warm-up calls (eager, the last one recorded)
   int64_t eager_fallbacks = 0;    // calls run eagerly for a reason (see GraphedStep::last_fallback)
@@ -86,6 +119,17 @@ struct GraphedStats {
   int64_t largest_arena_bytes = 0;   // the largest single graph's arena need among those held
   int64_t output_bytes = 0;       // the graphs' output regions, summed
   int64_t input_bytes = 0;        // the static inputs, summed
+  // The largest eager peak among the graphs held: the caching allocator's
+  // in-use peak above its start during each signature's recorded call
+  // (temporaries and outputs), to set arena_bytes against.
+  int64_t eager_peak_bytes = 0;
+};
+
+// One graph of a GraphedStep, for reports (GraphedStep::graphs()).
+struct GraphedGraph {
+  std::string signature;
+  CaptureStats capture;   // its capture: kernels, arena need, lower bound, eager peak, times
+  int64_t replays = 0;    // its replays so far
 };
 
 class GraphedStep {
@@ -104,6 +148,8 @@ class GraphedStep {
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, const std::string& key = "");
 
   const GraphedStats& stats() const;
+  // The graphs held now, least recently used first.
+  std::vector<GraphedGraph> graphs() const;
   // The last reason a call ran eagerly instead of replaying, naming its
   // signature ("" if none yet).
   const std::string& last_fallback() const;

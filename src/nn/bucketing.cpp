@@ -1,5 +1,7 @@
 #include "encore/bucketing.h"
 
+#include <algorithm>
+
 #include "encore/autograd.h"
 #include "encore/error.h"
 #include "encore/ops.h"
@@ -43,6 +45,26 @@ Padded pad_to_bucket(const Tensor& ids, const Tensor& targets, const BucketOptio
   const Tensor pad_targets =
       full({B, bucket - T}, static_cast<double>(options.ignore_index), targets.dtype(), targets.device());
   return {concat({ids, pad_ids}, 1), concat({targets, pad_targets}, 1), T, bucket};
+}
+
+Padded pad_sequences(const std::vector<std::vector<int64_t>>& seqs, const BucketOptions& options, Device device) {
+  ENCORE_CHECK(!seqs.empty(), "pad_sequences: an empty batch");
+  int64_t longest = 0;
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    ENCORE_CHECK(seqs[b].size() >= 2, "pad_sequences: sequence %d has %d ids; at least 2 make one prediction", b,
+                 seqs[b].size());
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(seqs[b].size()) - 1);
+  }
+  const int64_t B = static_cast<int64_t>(seqs.size()), T = bucket_for(longest, options);
+  std::vector<int64_t> ids(B * T, options.pad_id), targets(B * T, options.ignore_index);
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int64_t>& s = seqs[b];
+    for (size_t t = 0; t + 1 < s.size(); ++t) {
+      ids[b * T + t] = s[t];
+      targets[b * T + t] = s[t + 1];
+    }
+  }
+  return {from_vector<int64_t>(ids, {B, T}, device), from_vector<int64_t>(targets, {B, T}, device), longest, T};
 }
 
 }  // namespace encore::nn

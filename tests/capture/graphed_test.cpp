@@ -15,6 +15,7 @@
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
+#include "src/core/allocator.h"
 #include "tests/backends/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -122,6 +123,128 @@ TEST(GraphedStepTest, TrainAndEvalInterleavedMatchEager) {
   EXPECT_EQ(train.stats().graphs, 2);
   EXPECT_EQ(eval.stats().graphs, 2);
   EXPECT_EQ(train.stats().eager_fallbacks + eval.stats().eager_fallbacks, 0);
+}
+
+TEST(GraphedStepTest, TrainAndEvalObjectsShareOnePool) {
+  Trainer eager, graphed;
+  GraphPool pool;
+  GraphedStep train([&](const std::vector<Tensor>& in) { return graphed.train(in); }, {.pool = pool});
+  GraphedStep eval([&](const std::vector<Tensor>& in) { return graphed.eval(in); }, {.pool = pool});
+  for (int i = 0; i < 40; ++i) {
+    const std::vector<Tensor> in = batch(i % 3 == 0 ? 6 : 10, i);
+    const bool training = i % 4 != 3;
+    const std::vector<Tensor> want = training ? eager.train(in) : eager.eval(in);
+    const std::vector<Tensor> got = training ? train(in) : eval(in);
+    ASSERT_EQ(bits(want[0]), bits(got[0])) << "call " << i;
+    expect_same_params(eager, graphed, i);
+  }
+  // A train output stays valid while the other train signature and both
+  // eval graphs replay in the same arena.
+  const std::vector<Tensor> in6 = batch(6, 200);
+  const Tensor kept_want = eager.train(in6)[0].clone();
+  const Tensor kept = train(in6)[0];
+  for (int i = 0; i < 3; ++i) {
+    eager.train(batch(10, 201 + i));
+    train(batch(10, 201 + i));
+    eval(batch(6, 210 + i));
+    eval(batch(10, 220 + i));
+  }
+  EXPECT_EQ(bits(kept), bits(kept_want)) << "another graph's replay overwrote a train output";
+  EXPECT_EQ(train.stats().graphs, 2);
+  EXPECT_EQ(eval.stats().graphs, 2);
+  EXPECT_EQ(train.stats().eager_fallbacks + eval.stats().eager_fallbacks, 0);
+  // One arena for both objects, as large as the larger need of the four graphs.
+  EXPECT_EQ(train.stats().arena_bytes, pool.arena_bytes());
+  EXPECT_EQ(eval.stats().arena_bytes, pool.arena_bytes());
+  EXPECT_EQ(pool.arena_bytes(), std::max(train.stats().largest_arena_bytes, eval.stats().largest_arena_bytes));
+}
+
+TEST(GraphedStepTest, SeparatePoolsAreSeparateArenas) {
+  Trainer a, b;
+  GraphedStep ta([&](const std::vector<Tensor>& in) { return a.train(in); });
+  GraphedStep tb([&](const std::vector<Tensor>& in) { return b.train(in); });
+  for (int i = 0; i < 4; ++i) {
+    ta(batch(8, i));
+    tb(batch(8, i));
+  }
+  ASSERT_EQ(ta.stats().graphs, 1);
+  ASSERT_EQ(tb.stats().graphs, 1);
+  EXPECT_NE(ta.stats().arena_bytes, 0);
+  GraphPool fresh;
+  EXPECT_EQ(fresh.arena_bytes(), 0);
+}
+
+// The small signature is captured first; the large one grows the arena, so
+// the small graph moves at its next call: same kernels, other pointers. On
+// CUDA its executable is updated in place (cudaGraphExecUpdate); the CPU
+// makes its kernel list anew. Either way it trains as the eager step does.
+void expect_moved_graph_trains_as_eager(Device dev) {
+  Trainer eager(dev), graphed(dev);
+  GraphedStep step([&](const std::vector<Tensor>& in) { return graphed.train(in); });
+  int i = 0;
+  auto call = [&](int64_t rows) {
+    const std::vector<Tensor> in = batch(rows, i, dev);
+    const std::vector<Tensor> want = eager.train(in);
+    ASSERT_EQ(bits(want[0]), bits(step(in)[0])) << "call " << i;
+    expect_same_params(eager, graphed, i);
+    ++i;
+  };
+  for (int k = 0; k < 3; ++k) call(2);
+  for (int k = 0; k < 3; ++k) call(64);
+  EXPECT_EQ(step.stats().recaptures, 0);
+  for (int k = 0; k < 3; ++k) call(2);
+  EXPECT_EQ(step.stats().recaptures, 1);
+  EXPECT_EQ(step.stats().updates, dev.is_cuda() ? 1 : 0);
+  EXPECT_EQ(step.stats().arena_bytes, step.stats().largest_arena_bytes);
+  const std::vector<GraphedGraph> graphs = step.graphs();
+  ASSERT_EQ(graphs.size(), 2u);
+  EXPECT_EQ(graphs[0].signature, GraphedStep::signature(batch(64, 0, dev)));   // least recently used first
+  EXPECT_EQ(graphs[1].signature, GraphedStep::signature(batch(2, 0, dev)));
+  EXPECT_EQ(graphs[1].capture.updated, dev.is_cuda());
+  EXPECT_FALSE(graphs[0].capture.updated);
+  EXPECT_GT(graphs[1].capture.instantiate_ms, 0);
+  EXPECT_EQ(graphs[0].replays, 1);   // its capture call
+  EXPECT_EQ(graphs[1].replays, 4);   // its capture call and the three after the move
+}
+
+TEST(GraphedStepTest, AGraphMovedIntoALargerArenaTrainsAsEager) { expect_moved_graph_trains_as_eager(kCPU); }
+
+TEST(GraphedStepTest, CudaAGraphMovedIntoALargerArenaIsUpdatedNotInstantiatedAnew) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_moved_graph_trains_as_eager(Device::cuda(0));
+}
+
+TEST(GraphedStepTest, BucketGraphsShareAnArenaWithinTheTargets) {
+  // K shapes: the shared arena is the largest graph's need (1.0x, within the
+  // 1.05x target), and with the outputs' regions it stays under the eager
+  // peak of the largest shape.
+  GraphedStats s;
+  expect_graphed_matches_eager({8, 16, 32, 64}, 40, {}, kCPU, &s);
+  ASSERT_EQ(s.graphs, 4);
+  EXPECT_LE(s.arena_bytes, s.largest_arena_bytes * 105 / 100);
+  EXPECT_GT(s.eager_peak_bytes, 0);
+  EXPECT_LE(s.arena_bytes + s.output_bytes, s.eager_peak_bytes);
+}
+
+TEST(GraphedStepTest, ReplaysAllocateNothing) {
+  // Every temporary, workspaces and scratch included, lives in the shared
+  // arena; a call that replays copies its inputs into the static ones.
+  Trainer graphed;
+  GraphedStep step([&](const std::vector<Tensor>& in) { return graphed.train(in); });
+  const std::vector<int64_t> sizes = {4, 8, 12};
+  std::vector<std::vector<Tensor>> batches;
+  for (int i = 0; i < 30; ++i) batches.push_back(batch(sizes[i % 3], i));
+  // Three calls per signature capture all three; the 4 and 8 graphs then
+  // move into the arena the larger ones grew (a capture run each, which
+  // allocates their output regions), so every graph has settled after 12.
+  for (int i = 0; i < 12; ++i) step(batches[i]);
+  ASSERT_EQ(step.stats().graphs, 3);
+  ASSERT_EQ(step.stats().recaptures, 2);
+  const int64_t before = allocator_stats(kCPU).allocations;
+  for (int i = 12; i < 33; ++i) step(batches[(i * 7) % 30]);
+  EXPECT_EQ(allocator_stats(kCPU).allocations, before);
+  EXPECT_EQ(step.stats().replays, 6 + 21);
+  EXPECT_EQ(step.stats().recaptures, 2);
 }
 
 TEST(GraphedStepTest, AnOutputStaysValidWhileOtherSignaturesReplay) {

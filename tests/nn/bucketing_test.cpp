@@ -39,6 +39,21 @@ TEST(BucketingTest, PadsIdsAndTargets) {
   EXPECT_THROW(pad_to_bucket(ids, ids.reshape({6})), Error);
 }
 
+TEST(BucketingTest, PadsSequencesOfVaryingLengthIntoANextTokenBatch) {
+  const Padded p = pad_sequences({{5, 1, 7}, {2, 9, 9, 4, 3}}, {.pad_id = 0});
+  EXPECT_EQ(p.length, 4);
+  EXPECT_EQ(p.bucket, 4);
+  EXPECT_EQ(p.ids.shape(), (Shape{2, 4}));
+  EXPECT_EQ(p.ids.to_vector<int64_t>(), (std::vector<int64_t>{5, 1, 0, 0, 2, 9, 9, 4}));
+  EXPECT_EQ(p.targets.to_vector<int64_t>(), (std::vector<int64_t>{1, 7, -100, -100, 9, 9, 4, 3}));
+  const Padded q = pad_sequences({{1, 2, 3, 4, 5, 6}}, {.buckets = {3, 8}});
+  EXPECT_EQ(q.bucket, 8);
+  EXPECT_EQ(q.length, 5);
+  EXPECT_THROW(pad_sequences({}), Error);
+  EXPECT_THROW(pad_sequences({{1, 2}, {3}}), Error);
+  EXPECT_THROW(pad_sequences({{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}}, {.buckets = {4, 8}}), Error);
+}
+
 struct GptRun {
   std::unique_ptr<Gpt> gpt;
   // SGD: Adam would turn the rounding noise of near-zero gradients into
