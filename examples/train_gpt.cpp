@@ -1,5 +1,5 @@
-// Trains a character-level GPT on a text file on the CPU: a short eager run,
-// then the same run through an encore::GraphedStep, which runs the first
+// Trains a character-level GPT on a text file on the CPU, twice from one
+// seed: eagerly, and through an encore::GraphedStep, which runs the first
 // calls eagerly, captures the next and replays the rest.
 //
 //   build/examples/train_gpt                          # /usr/share/dict/words (Debian wamerican)
@@ -8,10 +8,11 @@
 // Each step: sample B windows of T+1 characters, predict every next
 // character, AdamW update with warm-up then cosine decay. Both runs are the
 // same loop (batch, step, schedule.step()): every call of the graphed step is
-// one training step, so the loop has no special cases for capture. The eager
-// run's first --eager_steps steps are timed and kept; the graphed run starts
-// from the same seed, so its steps must give the same losses bit for bit.
-// Prints progress lines, the figures, and a text sample at the end.
+// one training step, so the loop has no special cases for capture. For the
+// first --eager_steps steps the two runs alternate step by step (timed under
+// the same machine load, losses compared bit for bit); then the graphed run
+// trains on alone to --steps. Prints progress lines, the figures, and a text
+// sample at the end.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,7 +34,8 @@
 
 ABSL_FLAG(std::string, text, "/usr/share/dict/words", "Text file to train on (any bytes).");
 ABSL_FLAG(int64_t, steps, 1500, "Training steps of the graphed run (the first two run eagerly, the third captures).");
-ABSL_FLAG(int64_t, eager_steps, 40, "Steps of the eager reference run, timed and compared bit for bit.");
+ABSL_FLAG(int64_t, eager_steps, 40,
+          "Steps of the eager reference run, in lockstep with the graphed run: timed and compared bit for bit.");
 ABSL_FLAG(bool, json, false, "End with one JSON line of the figures.");
 ABSL_FLAG(int64_t, batch, 16, "Sequences per step (B).");
 ABSL_FLAG(int64_t, seq, 32, "Characters per sequence (T); also the model's block size.");
@@ -167,41 +169,32 @@ void progress(const char* mode, int64_t step, double loss, double ms, int64_t to
 }
 
 struct Figures {
-  double eager_ms = 0, replay_ms = 0, loss_first = 0, loss_last = 0;
+  double eager_ms = 0, replay_ms = 0, replay_all_ms = 0, loss_first = 0, loss_last = 0;
   bool bitwise_equal = false;
-  int64_t replays_compared = 0;
+  int64_t replays_compared = 0, replays_timed = 0, replays_all = 0;
   CaptureStats stats;
   GraphedStats graphed;
 };
 
-// The training loop of both runs: `steps` calls of `step` (the eager step
-// itself, or the graphed one), each on a new batch and followed by the
-// schedule. `timed(s)` says whether step s's time counts toward the median.
-template <typename Step, typename Timed>
-double train(Run& run, const char* mode, int64_t steps, Step&& step, Timed&& timed, std::vector<float>& losses) {
-  const int64_t B = run.x.size(0), T = run.x.size(1), every = absl::GetFlag(FLAGS_log_every);
-  double total_ms = 0;
-  std::vector<double> step_ms;
-  for (int64_t s = 1; s <= steps; ++s) {
-    next_batch(run.corpus, run.rng, run.x, run.y);
-    auto t0 = std::chrono::steady_clock::now();
-    Tensor loss = step(std::vector<Tensor>{run.x, run.y})[0];
-    run.schedule.step();
-    losses.push_back(loss.item<float>());   // timed: on a GPU it waits for the step
-    const double ms = ms_between(t0, std::chrono::steady_clock::now());
-    total_ms += ms;
-    if (timed(s)) step_ms.push_back(ms);
-    if (s % every == 0) progress(mode, s, losses.back(), total_ms / s, B * T);
-  }
-  return median_ms(std::move(step_ms));
+// One step of a run on a new batch, then its schedule; returns the loss
+// (read back: on a GPU the time includes the step) and adds the ms to `ms`.
+template <typename Step>
+float timed_step(Run& run, Step&& step, double& ms) {
+  next_batch(run.corpus, run.rng, run.x, run.y);
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor loss = step(std::vector<Tensor>{run.x, run.y})[0];
+  run.schedule.step();
+  const float value = loss.item<float>();
+  ms = ms_between(t0, std::chrono::steady_clock::now());
+  return value;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Trains a character-level GPT on a text file (CPU by default, or --device=cuda): first eagerly, then\n"
-      "captured and replayed.\n"
+      "Trains a character-level GPT on a text file (CPU by default, or --device=cuda), eagerly and through a\n"
+      "GraphedStep (captured and replayed), the two runs in lockstep for the first --eager_steps steps.\n"
       "Prints per-step times, the speedup, arena bytes against the eager peak and the lower bound, and\n"
       "whether the replayed steps matched the eager ones bit for bit.");
   absl::ParseCommandLine(argc, argv);
@@ -233,43 +226,48 @@ int main(int argc, char** argv) {
                 device.str().c_str(), corpus->ids.size(), static_cast<long long>(cfg.vocab_size), static_cast<long long>(cfg.n_layer),
                 static_cast<long long>(cfg.n_embd), static_cast<long long>(B), static_cast<long long>(T),
                 std::log(static_cast<double>(cfg.vocab_size)));
-    // 1. The eager reference: the first eager_steps steps of the run.
-    std::vector<float> eager_losses;
-    {
-      Run eager(*corpus, cfg, steps);
-      fig.eager_ms = train(
-          eager, "eager", eager_steps, [&](const std::vector<Tensor>& in) { return eager.step(in); },
-          [](int64_t) { return true; }, eager_losses);
-    }
-    fig.loss_first = eager_losses.front();
-    // 2. The same run again, graphed: calls 1 and 2 run eagerly (the second
-    // recorded), call 3 captures and replays, the rest replay.
-    Run run(*corpus, cfg, steps);
+    // Two runs from one seed, the same loop: the eager step, and the step
+    // through a GraphedStep (calls 1 and 2 eager, the second recorded; call
+    // 3 captures and replays; the rest replay). For the first eager_steps
+    // steps they go in lockstep (eager step s, then graphed step s), so both
+    // medians are taken under the same machine load and every loss is
+    // compared bit for bit; then the graphed run trains on alone.
+    Run eager(*corpus, cfg, steps), run(*corpus, cfg, steps);
     GraphedStep graphed([&](const std::vector<Tensor>& in) { return run.step(in); });
-    std::vector<float> losses;
-    bool replayed = false, captured = false;   // by the last call
-    fig.replay_ms = train(
-        run, "graphed", steps,
-        [&](const std::vector<Tensor>& in) {
-          const GraphedStats before = graphed.stats();
-          std::vector<Tensor> out = graphed(in);
-          replayed = graphed.stats().replays > before.replays;
-          captured = graphed.stats().captures > before.captures;
-          return out;
-        },
-        [&](int64_t s) {   // the median is of plain replays: not the eager calls, nor the one that captured
-          if (s <= eager_steps && replayed) ++fig.replays_compared;
-          return replayed && !captured;
-        },
-        losses);
+    std::vector<double> eager_ms, replay_ms, replay_all_ms;
+    double total_ms = 0;
+    fig.bitwise_equal = true;
+    for (int64_t s = 1; s <= steps; ++s) {
+      float eager_loss = 0;
+      double ms = 0;
+      if (s <= eager_steps) {
+        eager_loss = timed_step(eager, [&](const std::vector<Tensor>& in) { return eager.step(in); }, ms);
+        eager_ms.push_back(ms);
+        if (s == 1) fig.loss_first = eager_loss;
+      }
+      const GraphedStats before = graphed.stats();
+      const float loss = timed_step(run, graphed, ms);
+      total_ms += ms;
+      // Plain replays only: not the eager calls, nor the call that captured.
+      if (graphed.stats().replays > before.replays && graphed.stats().captures == before.captures) {
+        replay_all_ms.push_back(ms);
+        if (s <= eager_steps) replay_ms.push_back(ms);
+      }
+      if (s <= eager_steps) {
+        fig.bitwise_equal &= std::memcmp(&loss, &eager_loss, sizeof(float)) == 0;
+        fig.replays_compared += graphed.stats().replays > before.replays;
+      }
+      fig.loss_last = loss;
+      if (s % absl::GetFlag(FLAGS_log_every) == 0) progress("graphed", s, loss, total_ms / s, B * T);
+    }
+    fig.eager_ms = median_ms(eager_ms);
+    fig.replay_ms = median_ms(replay_ms);
+    fig.replay_all_ms = median_ms(replay_all_ms);
+    fig.replays_all = static_cast<int64_t>(replay_all_ms.size());
+    fig.replays_timed = static_cast<int64_t>(replay_ms.size());
     fig.graphed = graphed.stats();
     if (graphed.graphs().empty()) throw Error(absl::InternalError("the graphed step captured no graph"));
     fig.stats = graphed.graphs()[0].capture;
-    fig.bitwise_equal = true;
-    for (int64_t s = 1; s <= eager_steps; ++s) {
-      fig.bitwise_equal &= std::memcmp(&losses[s - 1], &eager_losses[s - 1], sizeof(float)) == 0;
-    }
-    fig.loss_last = losses.back();
     if (absl::GetFlag(FLAGS_sample_chars) > 0) {
       run.gpt.eval();
       std::printf("sample:\n%s\n", sample(run.gpt, *corpus, absl::GetFlag(FLAGS_sample_chars), run.rng).c_str());
@@ -280,9 +278,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const CaptureStats& st = fig.stats;
-  std::printf("\neager   %.3f ms/step   replay %.3f ms/step   speedup %.2fx   (medians of %lld and %lld steps)\n",
+  std::printf("\neager   %.3f ms/step   replay %.3f ms/step   speedup %.2fx   (medians of %lld eager steps and the %lld "
+              "replays in lockstep with them; all %lld replays: %.3f ms)\n",
               fig.eager_ms, fig.replay_ms, fig.eager_ms / fig.replay_ms, static_cast<long long>(eager_steps),
-              static_cast<long long>(std::max<int64_t>(0, fig.graphed.replays - 1)));
+              static_cast<long long>(fig.replays_timed),
+              static_cast<long long>(fig.replays_all), fig.replay_all_ms);
   std::printf("calls   %lld steps: %lld eager (the last recorded), %lld captured, %lld replayed, %lld fell back\n",
               static_cast<long long>(steps), static_cast<long long>(fig.graphed.eager_calls),
               static_cast<long long>(fig.graphed.captures), static_cast<long long>(fig.graphed.replays),
