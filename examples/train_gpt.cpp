@@ -154,21 +154,21 @@ double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// The headline figures are medians of the per-step times: one step slowed by
-// another process on a shared machine (or the first, cold step) does not
-// move them, where it would move a mean.
-double median_ms(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
-void progress(const char* mode, int64_t step, double loss, double ms, int64_t tokens) {
-  std::printf("%-6s step %5lld  loss %.4f  %.2f ms/step  %.0f tokens/s\n", mode, static_cast<long long>(step), loss,
-              ms, tokens / ms * 1000.0);
+// The headline figures are medians of the per-step times, with the 10th
+// and 90th percentiles for their spread: one step slowed by another process
+// on a shared machine (or the first, cold step) does not move a median.
+struct Spread {
+  double p10 = 0, median = 0, p90 = 0;
+};
+Spread spread_of(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5)]; };
+  return {at(0.1), at(0.5), at(0.9)};
 }
 
 struct Figures {
+  Spread eager, replay;
   double eager_ms = 0, replay_ms = 0, replay_all_ms = 0, loss_first = 0, loss_last = 0;
   bool bitwise_equal = false;
   int64_t replays_compared = 0, replays_timed = 0, replays_all = 0;
@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
     Run eager(*corpus, cfg, steps), run(*corpus, cfg, steps);
     GraphedStep graphed([&](const std::vector<Tensor>& in) { return run.step(in); });
     std::vector<double> eager_ms, replay_ms, replay_all_ms;
-    double total_ms = 0;
+    Progress progress({.total = steps, .every = absl::GetFlag(FLAGS_log_every), .unit = "tokens", .label = "graphed"});
     fig.bitwise_equal = true;
     for (int64_t s = 1; s <= steps; ++s) {
       float eager_loss = 0;
@@ -247,7 +247,6 @@ int main(int argc, char** argv) {
       }
       const GraphedStats before = graphed.stats();
       const float loss = timed_step(run, graphed, ms);
-      total_ms += ms;
       // Plain replays only: not the eager calls, nor the call that captured.
       if (graphed.stats().replays > before.replays && graphed.stats().captures == before.captures) {
         replay_all_ms.push_back(ms);
@@ -258,11 +257,13 @@ int main(int argc, char** argv) {
         fig.replays_compared += graphed.stats().replays > before.replays;
       }
       fig.loss_last = loss;
-      if (s % absl::GetFlag(FLAGS_log_every) == 0) progress("graphed", s, loss, total_ms / s, B * T);
+      progress.update(s, loss, B * T);
     }
-    fig.eager_ms = median_ms(eager_ms);
-    fig.replay_ms = median_ms(replay_ms);
-    fig.replay_all_ms = median_ms(replay_all_ms);
+    fig.eager = spread_of(eager_ms);
+    fig.replay = spread_of(replay_ms);
+    fig.eager_ms = fig.eager.median;
+    fig.replay_ms = fig.replay.median;
+    fig.replay_all_ms = spread_of(replay_all_ms).median;
     fig.replays_all = static_cast<int64_t>(replay_all_ms.size());
     fig.replays_timed = static_cast<int64_t>(replay_ms.size());
     fig.graphed = graphed.stats();
@@ -278,17 +279,19 @@ int main(int argc, char** argv) {
     return 1;
   }
   const CaptureStats& st = fig.stats;
-  std::printf("\neager   %.3f ms/step   replay %.3f ms/step   speedup %.2fx   (medians of %lld eager steps and the %lld "
-              "replays in lockstep with them; all %lld replays: %.3f ms)\n",
-              fig.eager_ms, fig.replay_ms, fig.eager_ms / fig.replay_ms, static_cast<long long>(eager_steps),
-              static_cast<long long>(fig.replays_timed),
-              static_cast<long long>(fig.replays_all), fig.replay_all_ms);
+  std::printf("\neager   %.3f ms/step [%.3f, %.3f]   replay %.3f ms/step [%.3f, %.3f]   speedup %.2fx\n"
+              "        (medians [10th, 90th percentiles] of %lld eager steps and the %lld replays in lockstep with "
+              "them; all %lld replays: median %.3f ms)\n",
+              fig.eager.median, fig.eager.p10, fig.eager.p90, fig.replay.median, fig.replay.p10, fig.replay.p90,
+              fig.eager_ms / fig.replay_ms, static_cast<long long>(eager_steps),
+              static_cast<long long>(fig.replays_timed), static_cast<long long>(fig.replays_all), fig.replay_all_ms);
   std::printf("calls   %lld steps: %lld eager (the last recorded), %lld captured, %lld replayed, %lld fell back\n",
               static_cast<long long>(steps), static_cast<long long>(fig.graphed.eager_calls),
               static_cast<long long>(fig.graphed.captures), static_cast<long long>(fig.graphed.replays),
               static_cast<long long>(fig.graphed.eager_fallbacks));
-  std::printf("graph   %lld kernels, %lld temporaries; captured in %.1f ms (plan %.1f ms)\n",
-              static_cast<long long>(st.kernels), static_cast<long long>(st.temporaries), st.capture_ms, st.plan_ms);
+  std::printf("graph   %lld kernels, %lld temporaries; recorded call %.1f ms, plan %.1f ms, capture run %.1f ms\n",
+              static_cast<long long>(st.kernels), static_cast<long long>(st.temporaries), st.warmup_ms, st.plan_ms,
+              st.capture_ms);
   std::printf("memory  arena %lld bytes = %.4f x lower bound (%lld), %.3f x eager peak (%lld)\n",
               static_cast<long long>(st.arena_bytes), static_cast<double>(st.arena_bytes) / st.lower_bound_bytes,
               static_cast<long long>(st.lower_bound_bytes), static_cast<double>(st.arena_bytes) / st.eager_peak_bytes,

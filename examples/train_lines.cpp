@@ -77,18 +77,12 @@ int main(int argc, char** argv) {
       return std::vector<Tensor>{loss};
     });
     std::mt19937_64 rng(absl::GetFlag(FLAGS_seed));
-    double loss_sum = 0;
+    Progress progress({.total = steps, .every = absl::GetFlag(FLAGS_log_every), .unit = "tokens"});
     for (int64_t s = 1; s <= steps; ++s) {
       const nn::Padded batch = nn::pad_sequences(text->sample(B, rng), buckets);
       const float loss = train({batch.ids, batch.targets})[0].item<float>();
       schedule.step();
-      loss_sum += loss;
-      if (s % absl::GetFlag(FLAGS_log_every) == 0) {
-        std::printf("step %5lld  mean loss %.4f  (last batch: %lld lines padded to %lld)\n",
-                    static_cast<long long>(s), loss_sum / absl::GetFlag(FLAGS_log_every),
-                    static_cast<long long>(B), static_cast<long long>(batch.bucket));
-        loss_sum = 0;
-      }
+      progress.update(s, loss, B * batch.length);   // the longest row's predictions, times B: padding left out
     }
     const GraphedStats& st = train.stats();
     std::printf("\n%lld steps: %lld eager (per bucket, the last recorded), %lld captured, %lld replayed, "

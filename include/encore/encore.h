@@ -19,6 +19,7 @@
 #include "encore/ops.h"
 #include "encore/optim.h"
 #include "encore/profile.h"
+#include "encore/progress.h"
 #include "encore/random.h"
 #include "encore/tensor.h"
 #include "encore/training_checkpoint.h"

@@ -1,0 +1,60 @@
+#include "encore/progress.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "encore/error.h"
+
+namespace encore {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Progress::Progress(ProgressOptions options) : options_(std::move(options)) {
+  ENCORE_CHECK(options_.every >= 1 && options_.total >= 0 && options_.out != nullptr,
+               "Progress: every (%d) must be >= 1, total (%d) >= 0, and out a stream", options_.every,
+               options_.total);
+  tty_ = options_.tty >= 0 ? options_.tty == 1 : isatty(fileno(options_.out)) == 1;
+  start_s_ = now_s();
+}
+
+std::string Progress::duration(double seconds) {
+  const int64_t s = std::isfinite(seconds) && seconds > 0 ? static_cast<int64_t>(std::llround(seconds)) : 0;
+  if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60);
+  if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%ds", s);
+}
+
+void Progress::update(int64_t step, double loss, int64_t units) {
+  units_ += units;
+  const double t = now_s(), elapsed = t - start_s_;
+  const bool keep = step % options_.every == 0 || step == options_.total;
+  if (!keep && (!tty_ || (last_draw_s_ >= 0 && t - last_draw_s_ < options_.redraw_s))) return;
+  line_.clear();
+  if (!options_.label.empty()) line_ = options_.label + " ";
+  line_ += options_.total > 0 ? absl::StrFormat("step %*d/%d", static_cast<int>(std::to_string(options_.total).size()), step,
+                                                options_.total)
+                              : absl::StrFormat("step %d", step);
+  absl::StrAppendFormat(&line_, "  loss %.4f  %.0f %s/s", loss, elapsed > 0 ? units_ / elapsed : 0.0,
+                        options_.unit);
+  if (options_.total > 0 && step > 0) {
+    absl::StrAppend(&line_, "  ETA ", duration(elapsed / step * static_cast<double>(options_.total - step)));
+  }
+  if (tty_) {
+    std::fprintf(options_.out, "\r%s\033[K%s", line_.c_str(), keep ? "\n" : "");   // \033[K: clear to the end
+  } else {
+    std::fprintf(options_.out, "%s\n", line_.c_str());
+  }
+  std::fflush(options_.out);
+  last_draw_s_ = t;
+}
+
+}  // namespace encore
