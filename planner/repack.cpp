@@ -95,6 +95,7 @@ class Repacker {
       if (buffers_[a].size != buffers_[b].size) return buffers_[a].size > buffers_[b].size;
       return lifetime_length(buffers_[a]) > lifetime_length(buffers_[b]);
     });
+    if (deadline.expired()) return false;  // the scan and the sort: O(n + w log w)
     std::vector<int64_t> offsets(inner.size());
     int64_t new_top = 0;
     for (size_t k = 0; k < inner.size(); ++k) {
