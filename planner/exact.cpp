@@ -486,10 +486,10 @@ Plan to_plan(const SectionProblem& problem, absl::Span<const Buffer> buffers, co
 // asks about that one.
 class CapacityDriver {
  public:
-  CapacityDriver(const SectionProblem& problem, absl::Span<const Buffer> buffers, Plan start,
+  CapacityDriver(const SectionProblem& problem, absl::Span<const Buffer> buffers, int64_t bound, Plan start,
                  const Deadline& deadline, int64_t target)
       : problem_(problem), buffers_(buffers), best_(std::move(start)), deadline_(deadline), target_(target) {
-    floor_ = round_up(lower_bound(buffers));
+    floor_ = round_up(bound);
   }
 
   ExactResult run() {
@@ -543,6 +543,7 @@ class CapacityDriver {
   // Asks for a plan within `capacity` under each ranking in turn; keeps a
   // plan found, raises the floor if none can exist.
   Outcome probe(int64_t capacity, int64_t node_limit) {
+    if (deadline_.expired()) return Outcome::kOutOfTime;
     CapacitySearch search(problem_, capacity, deadline_, memo_);
     Outcome outcome = Outcome::kOutOfNodes;
     for (int32_t ranking = 0; ranking < static_cast<int32_t>(kRankings.size()); ++ranking) {
@@ -567,12 +568,14 @@ class CapacityDriver {
 
 }  // namespace
 
-ExactResult plan_exact(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline, int64_t capacity) {
-  start.peak_floor = lower_bound(buffers);
-  if (buffers.size() > kMaxExactItems) return {std::move(start), 0};
+ExactResult plan_exact(absl::Span<const Buffer> buffers, int64_t bound, Plan start, const Deadline& deadline,
+                       int64_t capacity) {
+  start.peak_floor = bound;
+  if (buffers.size() > kMaxExactItems || deadline.expired()) return {std::move(start), 0};
+  // At most kMaxPairs overlaps and memberships: tens of milliseconds.
   const std::optional<SectionProblem> problem = make_section_problem(buffers, kMaxPairs);
   if (!problem) return {std::move(start), 0};
-  return CapacityDriver(*problem, buffers, std::move(start), deadline, capacity).run();
+  return CapacityDriver(*problem, buffers, bound, std::move(start), deadline, capacity).run();
 }
 
 }  // namespace encore::planner::internal

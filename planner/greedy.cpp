@@ -148,13 +148,4 @@ std::optional<Plan> plan_best_greedy_until(absl::Span<const Buffer> buffers, con
   return best;
 }
 
-Plan plan_greedy_until(absl::Span<const Buffer> buffers, const Deadline* deadline) {
-  Plan best;
-  for (GreedyOrder order : kOrders) {
-    if (deadline != nullptr && !best.offsets.empty() && deadline->expired()) break;
-    keep_better(plan_greedy(buffers, order), &best);
-  }
-  return best;
-}
-
 }  // namespace encore::planner::internal

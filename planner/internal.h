@@ -44,7 +44,8 @@ std::vector<TimeEvent> time_ordered_events(absl::Span<const Buffer> buffers);
 // A wall-clock deadline for the searching algorithms.
 class Deadline {
  public:
-  explicit Deadline(double seconds);
+  explicit Deadline(double seconds);  // from now
+  explicit Deadline(std::chrono::steady_clock::time_point end) : end_(end) {}
   bool expired() const { return std::chrono::steady_clock::now() >= end_; }
   std::chrono::steady_clock::duration remaining() const { return end_ - std::chrono::steady_clock::now(); }
 
@@ -89,9 +90,6 @@ Plan plan_best_greedy(absl::Span<const Buffer> buffers);
 // passes is dropped and none is started after it; nothing if no ordering
 // finished in time. With time to spare it equals plan_best_greedy.
 std::optional<Plan> plan_best_greedy_until(absl::Span<const Buffer> buffers, const Deadline* deadline);
-// One ordering after another, stopping once `deadline` (if any) has
-// passed and at least one plan exists.
-Plan plan_greedy_until(absl::Span<const Buffer> buffers, const Deadline* deadline);
 
 // Improves on `start` (a valid plan) by re-placing the buffers of time
 // windows around its highest buffers until the deadline (NOTE [ Repacking
@@ -114,7 +112,10 @@ struct ExactResult {
 // `capacity` 0 it minimises the peak: it stops once the peak is proven
 // optimal. With a capacity it stops at the first plan within it or at a proof
 // that none exists (then plan.peak_floor > capacity).
-ExactResult plan_exact(absl::Span<const Buffer> buffers, Plan start, const Deadline& deadline, int64_t capacity);
+// `bound` is lower_bound(buffers). The deadline is checked before each phase
+// (sections, every probe) and every 256 search nodes.
+ExactResult plan_exact(absl::Span<const Buffer> buffers, int64_t bound, Plan start, const Deadline& deadline,
+                       int64_t capacity);
 
 }  // namespace encore::planner::internal
 

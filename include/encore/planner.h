@@ -89,17 +89,16 @@ enum class Algorithm {
 
 struct PlanOptions {
   Algorithm algorithm = Algorithm::kBest;
-  // Wall-clock budget for the searching algorithms (exact, best), in seconds.
-  // They return the best plan found when it runs out. `best` makes the
-  // online plan first, whatever the limit (1.1 s for 10^6 buffers), and up
-  // to 20,000 buffers at least one greedy plan (0.2 s there); above, greedy
-  // only runs when it can finish in time. `exact` falls back to the online
-  // plan when no greedy ordering finishes in time. Checking the input,
-  // computing the lower bound and validating the plan are outside the
-  // budget. The fast algorithms ignore it. The exact search is skipped for
-  // problems of more than 8000 buffers or 4 million pairs of buffers
-  // overlapping in time (it needs memory per pair and recurses once per
-  // buffer, up to 2 MiB of stack); `best` repacks the peak region there.
+  // Wall-clock budget for the searching algorithms (exact, best), in seconds,
+  // for the whole call: checking the input, the lower bound and validating
+  // the plan count against it. They return the best plan found when it runs
+  // out. Both make the online plan first whatever the limit (about 1 s for
+  // 10^6 buffers), so a call takes at most about max(limit, that plan with
+  // the checks and validation); greedy plans follow only where they can
+  // finish in time. The fast algorithms ignore it. The exact search is
+  // skipped for problems of more than 8000 buffers or 4 million pairs of
+  // buffers overlapping in time (it needs memory per pair and recurses once
+  // per buffer, up to 2 MiB of stack); `best` repacks the peak region there.
   double time_limit_s = 0.5;
   // For `exact` and `best`: 0 minimises the peak. A positive capacity (bytes)
   // asks MiniMalloc's decision question instead: they stop at the first plan
