@@ -59,8 +59,8 @@ ENCORE_SIMD_CLONES void unary_backward_run(T* __restrict o, const T* __restrict 
 // every chunking gives an element the same bits (NOTE [ Deterministic
 // vector math ] in vec_math.h). pow takes shortcuts for the exponents
 // 0, 1, 2, 3, 0.5, -0.5, -1 and -2 (x*x, sqrt(x), 1/x, ... like PyTorch's
-// pow), in its forward and its backward; any other exponent calls SLEEF's
-// pow. CUDA keeps unary_math.h's libm formulas (tolerances, not bits, hold
+// pow; at -0 and -inf sqrt's sign rules differ from std::pow's, as there),
+// in its forward and its backward; any other exponent calls SLEEF's pow. CUDA keeps unary_math.h's libm formulas (tolerances, not bits, hold
 // the two together there).
 constexpr int64_t kBlock = 512;
 
@@ -80,7 +80,7 @@ enum class Step {
   kRecipOnePlus,  // 1 / (1 + b)              sigmoid from b = exp(-x)
   kSiluOut,       // a / (1 + b)              silu from b = exp(-x)
   kGeluErfOut,    // 0.5 * a * (1 + b)        b = erf(x / sqrt 2)
-  kMulScale,      // a * (p * b)              pow's backward: g * p * x^(p-1)
+  kMulScale,      // a * p * b                pow's backward: g * p * x^(p-1)
   kSquare, kCube, kSqrt, kRsqrt, kRecip, kRecipSq,
   kTwiceMul,      // a * 2 * b                pow 2 backward: g * 2 * x
   kThriceSq,      // a * 3 * (b * b)          pow 3 backward
