@@ -44,6 +44,26 @@ Tensor pow_general(const Tensor& x) { return pow(x, 1.7); }
 Tensor exp_of(const Tensor& x) { return exp(x); }
 Tensor tanh_of(const Tensor& x) { return tanh(x); }
 
+void add(benchmark::State& state) {
+  manual_seed(1);
+  Tensor x = randn({kRows, kCols}), y = randn({kRows, kCols});
+  for (auto _ : state) {
+    Tensor z = x + y;
+    benchmark::DoNotOptimize(z.impl());
+  }
+}
+BENCHMARK(add)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void mul_scalar(benchmark::State& state) {
+  manual_seed(1);
+  Tensor x = randn({kRows, kCols});
+  for (auto _ : state) {
+    Tensor z = x * 0.5;
+    benchmark::DoNotOptimize(z.impl());
+  }
+}
+BENCHMARK(mul_scalar)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 BENCHMARK_CAPTURE(forward, gelu_erf, gelu_erf)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(forward_backward, gelu_erf, gelu_erf)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(forward, pow2, square)->Unit(benchmark::kMillisecond)->UseRealTime();
