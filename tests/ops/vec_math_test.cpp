@@ -79,7 +79,7 @@ TEST(VecMathTest, VariantsGiveTheSameBits) {
   for (const MathCase& c : math_cases()) {
     const std::vector<float> x = sweep(c.lo, c.hi, 4099);   // not a multiple of any width: tails too
     std::vector<float> want(x.size());
-    ASSERT_TRUE(cpu::vec_math_force("sse2"));
+    if (!cpu::vec_math_force("sse2")) GTEST_SKIP() << "not x86-64: one scalar variant";
     c.vec(want.data(), x.data(), static_cast<int64_t>(x.size()));
     for (const char* isa : {"avx", "avx512f"}) {
       if (!cpu::vec_math_force(isa)) continue;

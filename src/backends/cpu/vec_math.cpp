@@ -2,6 +2,9 @@
 // (NOTE [ Deterministic vector math ] in vec_math.h).
 #include "src/backends/cpu/vec_math.h"
 
+#include <cstring>
+
+#if defined(__x86_64__)
 #include <immintrin.h>
 
 // sleef.h declares each variant only where the build enables its
@@ -27,15 +30,13 @@
 #undef ENCORE_UNDEF_AVX512F
 #endif
 
-#include <cstring>
-
 namespace encore::cpu {
 namespace {
 
 // One loop per instruction set and function (GCC cannot take the address of
 // a template with a target attribute, so these are macros); the tail is
 // padded with ones (a value every function takes) into a full vector.
-#define ENCORE_SLEEF_LOOP(isa, V, W, load, store, call)                 \
+#define ENCORE_SLEEF_LOOP(W, load, store, call)                           \
   int64_t i = 0;                                                        \
   for (; i + W <= n; i += W) store(o + i, call(load(x + i)));           \
   if (i == n) return;                                                   \
@@ -47,21 +48,21 @@ namespace {
 
 #define ENCORE_SLEEF_VARIANT(tag, isa, V, W, load, store, set1, sfx)                                      \
   __attribute__((target(isa))) void exp_##tag(float* o, const float* x, int64_t n) {                   \
-    ENCORE_SLEEF_LOOP(isa, V, W, load, store, Sleef_expf##W##_u10##sfx)                                \
+    ENCORE_SLEEF_LOOP(W, load, store, Sleef_expf##W##_u10##sfx)                                \
   }                                                                                                    \
   __attribute__((target(isa))) void log_##tag(float* o, const float* x, int64_t n) {                   \
-    ENCORE_SLEEF_LOOP(isa, V, W, load, store, Sleef_logf##W##_u10##sfx)                                \
+    ENCORE_SLEEF_LOOP(W, load, store, Sleef_logf##W##_u10##sfx)                                \
   }                                                                                                    \
   __attribute__((target(isa))) void tanh_##tag(float* o, const float* x, int64_t n) {                  \
-    ENCORE_SLEEF_LOOP(isa, V, W, load, store, Sleef_tanhf##W##_u10##sfx)                               \
+    ENCORE_SLEEF_LOOP(W, load, store, Sleef_tanhf##W##_u10##sfx)                               \
   }                                                                                                    \
   __attribute__((target(isa))) void erf_##tag(float* o, const float* x, int64_t n) {                   \
-    ENCORE_SLEEF_LOOP(isa, V, W, load, store, Sleef_erff##W##_u10##sfx)                                \
+    ENCORE_SLEEF_LOOP(W, load, store, Sleef_erff##W##_u10##sfx)                                \
   }                                                                                                    \
   __attribute__((target(isa))) void pow_##tag(float* o, const float* x, float p, int64_t n) {          \
     const V vp = set1(p);                                                                              \
     auto pow_p = [vp](V v) __attribute__((target(isa))) { return Sleef_powf##W##_u10##sfx(v, vp); };   \
-    ENCORE_SLEEF_LOOP(isa, V, W, load, store, pow_p)                                                   \
+    ENCORE_SLEEF_LOOP(W, load, store, pow_p)                                                   \
   }
 
 ENCORE_SLEEF_VARIANT(avx512, "avx512f", __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_set1_ps, avx512fnofma)
@@ -96,32 +97,59 @@ bool cpu_runs(const Variant& v) {
 }
 
 const Variant* widest() {
+  __builtin_cpu_init();   // may run before libgcc's own constructor did
   for (const Variant& v : kVariants) {
     if (cpu_runs(v)) return &v;
   }
   return &kVariants[2];
 }
 
-const Variant* g_variant = widest();   // read by every call; set again only by vec_math_force
+// The variant every call uses: the widest, until vec_math_force picks
+// another. A function-local static, so that a kernel run during another
+// file's static initialization still finds it set.
+const Variant*& current() {
+  static const Variant* v = widest();
+  return v;
+}
 
 }  // namespace
 
-void vec_exp(float* o, const float* x, int64_t n) { g_variant->exp(o, x, n); }
-void vec_log(float* o, const float* x, int64_t n) { g_variant->log(o, x, n); }
-void vec_tanh(float* o, const float* x, int64_t n) { g_variant->tanh(o, x, n); }
-void vec_erf(float* o, const float* x, int64_t n) { g_variant->erf(o, x, n); }
-void vec_pow(float* o, const float* x, float p, int64_t n) { g_variant->pow(o, x, p, n); }
+void vec_exp(float* o, const float* x, int64_t n) { current()->exp(o, x, n); }
+void vec_log(float* o, const float* x, int64_t n) { current()->log(o, x, n); }
+void vec_tanh(float* o, const float* x, int64_t n) { current()->tanh(o, x, n); }
+void vec_erf(float* o, const float* x, int64_t n) { current()->erf(o, x, n); }
+void vec_pow(float* o, const float* x, float p, int64_t n) { current()->pow(o, x, p, n); }
 
 bool vec_math_force(const char* isa) {
   for (const Variant& v : kVariants) {
     if (std::strcmp(v.isa, isa) == 0 && cpu_runs(v)) {
-      g_variant = &v;
+      current() = &v;
       return true;
     }
   }
   return false;
 }
 
-const char* vec_math_isa() { return g_variant->isa; }
+const char* vec_math_isa() { return current()->isa; }
 
 }  // namespace encore::cpu
+
+#else   // not x86-64: glibc's scalar functions, one element at a time
+
+#include <cmath>
+
+namespace encore::cpu {
+
+void vec_exp(float* o, const float* x, int64_t n) { for (int64_t i = 0; i < n; ++i) o[i] = std::exp(x[i]); }
+void vec_log(float* o, const float* x, int64_t n) { for (int64_t i = 0; i < n; ++i) o[i] = std::log(x[i]); }
+void vec_tanh(float* o, const float* x, int64_t n) { for (int64_t i = 0; i < n; ++i) o[i] = std::tanh(x[i]); }
+void vec_erf(float* o, const float* x, int64_t n) { for (int64_t i = 0; i < n; ++i) o[i] = std::erf(x[i]); }
+void vec_pow(float* o, const float* x, float p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = std::pow(x[i], p);
+}
+bool vec_math_force(const char* isa) { return std::strcmp(isa, "scalar") == 0; }
+const char* vec_math_isa() { return "scalar"; }
+
+}  // namespace encore::cpu
+
+#endif

@@ -29,7 +29,8 @@ void vec_tanh(float* o, const float* x, int64_t n);
 void vec_erf(float* o, const float* x, int64_t n);
 void vec_pow(float* o, const float* x, float p, int64_t n);
 
-// The variants by name ("avx512f", "avx", "sse2"), for tests: vec_math_force
+// The variants by name ("avx512f", "avx", "sse2"; elsewhere than x86-64 one
+// "scalar" loop over glibc's functions), for tests: vec_math_force
 // makes every later call use `isa` (false when this CPU cannot run it);
 // vec_math_isa() names the one in use.
 bool vec_math_force(const char* isa);
