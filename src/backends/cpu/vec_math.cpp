@@ -20,7 +20,13 @@
 #define __AVX512F__ 1
 #define ENCORE_UNDEF_AVX512F
 #endif
+#if defined(__clang__)   // clang also checks the callee's target before passing it a wide vector
+#pragma clang attribute push(__attribute__((target("avx512f"))), apply_to = function)
+#endif
 #include <sleef.h>
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
 #ifdef ENCORE_UNDEF_AVX
 #undef __AVX__
 #undef ENCORE_UNDEF_AVX
