@@ -50,19 +50,11 @@ struct Chain {   // bench/eager_workloads.h's chain, as a Workload-like step
   }
 };
 
+// tools/workloads.h's MLP (x ~ N(0, 1), labels i % classes, cross-entropy)
+// with SGD lr 0.01, momentum 0.9 in place of its AdamW.
 std::unique_ptr<Workload> mlp(std::vector<int64_t> widths, int64_t batch) {
-  auto w = std::make_unique<Workload>();
-  manual_seed(1);
-  auto m = std::make_unique<nn::Mlp>(widths);
-  w->opt = std::make_unique<optim::SGD>(m->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
-  w->x = randn({batch, widths.front()});
-  std::vector<int64_t> labels(batch);
-  for (int64_t i = 0; i < batch; ++i) labels[i] = i % widths.back();
-  w->y = from_vector<int64_t>(labels);
-  nn::Mlp* raw = m.get();
-  Workload* wp = w.get();
-  w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
-  w->model = std::move(m);
+  std::unique_ptr<Workload> w = tools::make_mlp({.widths = widths, .batch = batch});
+  w->opt = std::make_unique<optim::SGD>(w->model->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
   return w;
 }
 
