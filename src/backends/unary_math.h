@@ -1,6 +1,9 @@
 // The element formulas of the unary ops, forward and backward, written once
 // for both backends: the CPU's loops (cpu/unary.cpp) and the CUDA kernels
-// (cuda/unary.cu) call these same functions, so the two run one source. Also
+// (cuda/unary.cu) call these same functions, so the two run one source;
+// except that the CPU runs exp, log, tanh, sigmoid, silu, GELU-erf and pow
+// (and the backward of the last three) through SLEEF's vector functions in
+// blocks (NOTE [ Blocked transcendentals ] in cpu/unary.cpp). Also
 // the host helpers both backends' kernel entries use: the runtime op as a
 // template argument, and the op's scalars in the compute type. nvcc-safe:
 // no Abseil, no tensor types.

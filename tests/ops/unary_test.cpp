@@ -50,6 +50,15 @@ const std::vector<UnaryCase>& cases() {
       {"pow3", [](const Tensor& x) { return pow(x, 3.0); }, [](double x) { return x * x * x; }},
       {"pow2", [](const Tensor& x) { return pow(x, 2.0); }, [](double x) { return x * x; }},
       {"pow-1.5", [](const Tensor& x) { return pow(x, -1.5); }, [](double x) { return std::pow(x, -1.5); }, true},
+      // The exponents the CPU kernel takes shortcuts for (NOTE [ Blocked
+      // transcendentals ] in src/backends/cpu/unary.cpp), and one it does not.
+      {"pow0", [](const Tensor& x) { return pow(x, 0.0); }, [](double x) { return std::pow(x, 0.0); }},
+      {"pow1", [](const Tensor& x) { return pow(x, 1.0); }, [](double x) { return std::pow(x, 1.0); }},
+      {"pow0.5", [](const Tensor& x) { return pow(x, 0.5); }, [](double x) { return std::pow(x, 0.5); }, true},
+      {"pow-0.5", [](const Tensor& x) { return pow(x, -0.5); }, [](double x) { return std::pow(x, -0.5); }, true},
+      {"pow-1", [](const Tensor& x) { return pow(x, -1.0); }, [](double x) { return std::pow(x, -1.0); }, true},
+      {"pow-2", [](const Tensor& x) { return pow(x, -2.0); }, [](double x) { return std::pow(x, -2.0); }, true},
+      {"pow1.7", [](const Tensor& x) { return pow(x, 1.7); }, [](double x) { return std::pow(x, 1.7); }, true},
       {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::fabs(x); }, false, {0.0}},
       {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, false, {}, true},
       {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, ref_sigmoid, false, {}, true},

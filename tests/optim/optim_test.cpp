@@ -3,6 +3,7 @@
 // properties capture relies on: state on the device, kernels that read lr and
 // the step count through pointers, no host reads inside step().
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -712,6 +713,31 @@ TEST(OptimTest, AdamWUpdatesEveryParameterInOneLaunchWithTheSameBits) {
       }
     }
   }
+}
+
+// The fused update splits the table's elements over the threads (above the
+// threading threshold): parameters cut at odd places by the chunks must get
+// the bits of a one-thread update.
+TEST(OptimTest, AdamWOneLaunchGivesTheSameBitsAtOneAndTwoThreads) {
+  std::vector<std::vector<float>> result[2];
+  for (int threads : {1, 2}) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    std::vector<Tensor> params;
+    for (Shape s : {Shape{5, 7}, Shape{3001, 7}, Shape{4001}, Shape{9}, Shape{700, 31}}) {
+      params.push_back(random_tensor(s, static_cast<uint64_t>(s[0])).requires_grad_());
+    }
+    AdamW opt(params, {.lr = 1e-2, .weight_decay = 0.1});
+    for (int step = 0; step < 3; ++step) {
+      for (size_t i = 0; i < params.size(); ++i) {
+        params[i].set_grad(random_tensor(params[i].shape(), 50 * step + static_cast<int>(i)));
+      }
+      opt.step();
+    }
+    for (const Tensor& p : params) result[threads - 1].push_back(p.detach().to_vector<float>());
+    omp_set_num_threads(before);
+  }
+  EXPECT_EQ(result[1], result[0]);
 }
 
 // The backend functions check their arguments themselves (src/backends/optim.cpp),

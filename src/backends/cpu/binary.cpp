@@ -3,6 +3,7 @@
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/loops.h"
 #include "src/backends/cpu/parallel.h"
+#include "src/backends/cpu/simd.h"
 #include "src/backends/kernel_table.h"
 
 namespace encore::cpu {
@@ -13,7 +14,7 @@ using namespace backend;   // the shared argument structs, kinds and formulas
 // ---- kernels ----
 
 template <typename C, BinaryOp kOp>
-inline C apply_binary(C a, C b, C alpha) {
+ENCORE_SIMD_INLINE C apply_binary(C a, C b, C alpha) {
   if constexpr (kOp == BinaryOp::kAdd) return a + alpha * b;
   if constexpr (kOp == BinaryOp::kSub) return a - alpha * b;
   if constexpr (kOp == BinaryOp::kMul) return a * b;
@@ -21,11 +22,25 @@ inline C apply_binary(C a, C b, C alpha) {
 }
 
 template <typename C, ScalarOp kOp>
-inline C apply_scalar(C a, C s) {
+ENCORE_SIMD_INLINE C apply_scalar(C a, C s) {
   if constexpr (kOp == ScalarOp::kAdd) return a + s;
   if constexpr (kOp == ScalarOp::kMul) return a * s;
   if constexpr (kOp == ScalarOp::kRsub) return s - a;
   if constexpr (kOp == ScalarOp::kRdiv) return s / a;
+}
+
+// The contiguous loops, one clone per x86-64 level (simd.h). No __restrict:
+// in-place ops (add_) pass the output as an input.
+template <typename T, BinaryOp kOp>
+ENCORE_SIMD_CLONES void binary_run(T* o, const T* x, const T* y, int64_t n, compute_t<T> alpha) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) o[i] = T(apply_binary<C, kOp>(C(x[i]), C(y[i]), alpha));
+}
+
+template <typename T, ScalarOp kOp>
+ENCORE_SIMD_CLONES void scalar_run(T* o, const T* x, int64_t n, compute_t<T> s) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) o[i] = T(apply_scalar<C, kOp>(C(x[i]), s));
 }
 
 template <typename T, BinaryOp kOp>
@@ -35,10 +50,8 @@ void binary_loop(const BinaryArgs& a) {
   const Layout<3>& l = a.l;
   parallel_for(l.numel, kGrainElementwise, [&](int64_t b, int64_t e) {
     if (l.contiguous) {
-      T* o = reinterpret_cast<T*>(l.ptr[0]);
-      const T* x = reinterpret_cast<const T*>(l.ptr[1]);
-      const T* y = reinterpret_cast<const T*>(l.ptr[2]);
-      for (int64_t i = b; i < e; ++i) o[i] = T(apply_binary<C, kOp>(C(x[i]), C(y[i]), alpha));
+      binary_run<T, kOp>(reinterpret_cast<T*>(l.ptr[0]) + b, reinterpret_cast<const T*>(l.ptr[1]) + b,
+                         reinterpret_cast<const T*>(l.ptr[2]) + b, e - b, alpha);
     } else {
       for_each_element(l, b, e, [&](char** p) {
         *reinterpret_cast<T*>(p[0]) = T(apply_binary<C, kOp>(C(*reinterpret_cast<const T*>(p[1])),
@@ -55,9 +68,7 @@ void scalar_loop(const BinaryScalarArgs& a) {
   const Layout<2>& l = a.l;
   parallel_for(l.numel, kGrainElementwise, [&](int64_t b, int64_t e) {
     if (l.contiguous) {
-      T* o = reinterpret_cast<T*>(l.ptr[0]);
-      const T* x = reinterpret_cast<const T*>(l.ptr[1]);
-      for (int64_t i = b; i < e; ++i) o[i] = T(apply_scalar<C, kOp>(C(x[i]), s));
+      scalar_run<T, kOp>(reinterpret_cast<T*>(l.ptr[0]) + b, reinterpret_cast<const T*>(l.ptr[1]) + b, e - b, s);
     } else {
       for_each_element(l, b, e, [&](char** p) {
         *reinterpret_cast<T*>(p[0]) = T(apply_scalar<C, kOp>(C(*reinterpret_cast<const T*>(p[1])), s));

@@ -208,29 +208,39 @@ void adamw_loop(const AdamWArgs& a) {
   });
 }
 
+// Elements [b, e) of one table entry.
+template <typename T>
+void adamw_entry_range(const AdamWCoefs& c, const AdamWEntry& e, int64_t b, int64_t end) {
+  T* p = reinterpret_cast<T*>(e.p);
+  const T* g = reinterpret_cast<const T*>(e.g);
+  if constexpr (std::is_same_v<T, float>) {
+    adamw_dense_fn()(c, p + b, g + b, e.m + b, e.v + b, end - b);
+  } else {
+    for (int64_t i = b; i < end; ++i) {
+      float x = static_cast<float>(p[i]);
+      adamw_element(c, x, static_cast<float>(g[i]), e.m[i], e.v[i]);
+      p[i] = T(x);   // f16/bf16: rounded once, on store
+    }
+  }
+}
+
 // Every parameter of the table in one launch: the same element operations
-// as adamw_loop's dense path, so the bits equal per-parameter launches.
+// as adamw_loop's dense path, so the bits equal per-parameter launches. The
+// threads split the table's elements end to end (one parallel region, not
+// one per parameter: a transformer block's dozen small tensors left the
+// second thread idle).
 template <typename T>
 void adamw_many_loop(const AdamWManyArgs& a) {
   const AdamWCoefs c = adamw_coefs(a);
-  for (int64_t k = 0; k < a.count; ++k) {
-    const AdamWEntry& e = a.table[k];
-    T* p = reinterpret_cast<T*>(e.p);
-    const T* g = reinterpret_cast<const T*>(e.g);
-    if constexpr (std::is_same_v<T, float>) {
-      const AdamWDenseFn dense = adamw_dense_fn();
-      parallel_for(e.numel, kGrainTranscendental,
-                   [&](int64_t b, int64_t end) { dense(c, p + b, g + b, e.m + b, e.v + b, end - b); });
-    } else {
-      parallel_for(e.numel, kGrainTranscendental, [&](int64_t b, int64_t end) {
-        for (int64_t i = b; i < end; ++i) {
-          float x = static_cast<float>(p[i]);
-          adamw_element(c, x, static_cast<float>(g[i]), e.m[i], e.v[i]);
-          p[i] = T(x);   // f16/bf16: rounded once, on store
-        }
-      });
+  int64_t total = 0;
+  for (int64_t k = 0; k < a.count; ++k) total += a.table[k].numel;
+  parallel_for(total, kGrainTranscendental, [&](int64_t b, int64_t e) {
+    int64_t base = 0;   // index of entry k's first element in the table's order
+    for (int64_t k = 0; k < a.count && base < e; base += a.table[k].numel, ++k) {
+      const int64_t lo = std::max(b, base), hi = std::min(e, base + a.table[k].numel);
+      if (lo < hi) adamw_entry_range<T>(c, a.table[k], lo - base, hi - base);
     }
-  }
+  });
 }
 
 // ---- step counter ----

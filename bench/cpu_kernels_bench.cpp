@@ -1,0 +1,94 @@
+// The CPU elementwise and optimizer kernels of issue 19, alone, at the sizes
+// of the transformer block (B 8, T 64, C 256: the MLP's hidden activations
+// are [512, 1024]); wall time, so that a second thread shows.
+//
+//   export OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=1
+//   OMP_NUM_THREADS=1 build/bench/cpu_kernels_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+//   OMP_NUM_THREADS=2 build/bench/cpu_kernels_bench ...
+#include <benchmark/benchmark.h>
+
+#include <functional>
+#include <vector>
+
+#include "encore/encore.h"
+
+namespace encore {
+namespace {
+
+constexpr int64_t kRows = 512, kCols = 1024;   // B*T, 4C
+
+void forward(benchmark::State& state, std::function<Tensor(const Tensor&)> fn) {
+  manual_seed(1);
+  Tensor x = randn({kRows, kCols});
+  for (auto _ : state) {
+    Tensor y = fn(x);
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+
+// The backward kernel alone is the difference of these two rows.
+void forward_backward(benchmark::State& state, std::function<Tensor(const Tensor&)> fn) {
+  manual_seed(1);
+  Tensor x = randn({kRows, kCols}).requires_grad_();
+  Tensor g = randn({kRows, kCols});
+  for (auto _ : state) {
+    fn(x).backward(g);
+    x.set_grad(Tensor());
+  }
+}
+
+Tensor gelu_erf(const Tensor& x) { return gelu(x, GeluApprox::kNone); }
+Tensor square(const Tensor& x) { return pow(x, 2.0); }
+Tensor cube(const Tensor& x) { return pow(x, 3.0); }
+Tensor pow_general(const Tensor& x) { return pow(x, 1.7); }
+Tensor exp_of(const Tensor& x) { return exp(x); }
+Tensor tanh_of(const Tensor& x) { return tanh(x); }
+
+void add(benchmark::State& state) {
+  manual_seed(1);
+  Tensor x = randn({kRows, kCols}), y = randn({kRows, kCols});
+  for (auto _ : state) {
+    Tensor z = x + y;
+    benchmark::DoNotOptimize(z.impl());
+  }
+}
+BENCHMARK(add)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void mul_scalar(benchmark::State& state) {
+  manual_seed(1);
+  Tensor x = randn({kRows, kCols});
+  for (auto _ : state) {
+    Tensor z = x * 0.5;
+    benchmark::DoNotOptimize(z.impl());
+  }
+}
+BENCHMARK(mul_scalar)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+BENCHMARK_CAPTURE(forward, gelu_erf, gelu_erf)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(forward_backward, gelu_erf, gelu_erf)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(forward, pow2, square)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(forward_backward, pow2, square)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(forward_backward, pow3, cube)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(forward, pow1_7, pow_general)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(forward, exp, exp_of)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(forward, tanh, tanh_of)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// AdamW over the parameters of the transformer block (qkv, proj, fc, fc2
+// weights and biases, two LayerNorms): 789,760 f32 values in 12 tensors.
+void adamw_step(benchmark::State& state) {
+  manual_seed(1);
+  std::vector<Tensor> params;
+  for (Shape s : {Shape{768, 256}, Shape{768}, Shape{256, 256}, Shape{256}, Shape{1024, 256}, Shape{1024},
+                  Shape{256, 1024}, Shape{256}, Shape{256}, Shape{256}, Shape{256}, Shape{256}}) {
+    params.push_back(randn(s).requires_grad_());
+  }
+  optim::AdamW opt(params);
+  for (Tensor& p : params) p.sum().backward();
+  for (auto _ : state) opt.step();
+}
+BENCHMARK(adamw_step)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace encore
+
+BENCHMARK_MAIN();

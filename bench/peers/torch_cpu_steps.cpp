@@ -1,0 +1,169 @@
+// encore against libtorch (Debian's libtorch-dev, 1.13) on the CPU: the same
+// training steps, timed alternately in one process at 1 and 2 threads, so a
+// busy neighbour or a frequency change hits both.
+//
+//   OMP_WAIT_POLICY=passive build/bench/peers/torch_cpu_steps [--quick]
+//
+// Built only where meson finds libtorch (bench/meson.build). Workloads:
+//  - chain20: ten rounds of y = y * w + b on [1, 16], sum, backward (no optimizer);
+//  - MLPs 784-128-10 batch 32, 784-512-512-10 batch 128, 1024-4096-4096-1024
+//    batch 64: ReLU, cross-entropy on labels i % classes, SGD lr 0.01 momentum 0.9;
+//  - the transformer block B 8, T 64, C 256, 4 heads: pre-norm LayerNorm,
+//    non-causal softmax attention, MLP 1024 with exact GELU, loss the mean
+//    of squares of its output, AdamW lr 1e-3.
+// Per row: median wall ms per step of libtorch, encore eager and encore's
+// captured step replayed, each timed in turn for at least 7 rounds and about
+// 1 s (--quick: 0.2 s); ratios are encore / libtorch.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/peers/torch_cpu_steps.h"
+#include "encore/encore.h"
+#include "tools/workloads.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace encore {
+namespace {
+
+using tools::Workload;
+
+struct Chain {   // bench/eager_workloads.h's chain, as a Workload-like step
+  Tensor x = full({1, 16}, 0.5).requires_grad_();
+  Tensor w = full({1, 16}, 0.9).requires_grad_();
+  Tensor b = full({1, 16}, 0.1).requires_grad_();
+  std::vector<Tensor> step() {
+    Tensor y = x;
+    for (int i = 0; i < 10; ++i) y = y * w + b;
+    Tensor s = y.sum();
+    s.backward();
+    return {s};
+  }
+};
+
+// tools/workloads.h's MLP (x ~ N(0, 1), labels i % classes, cross-entropy)
+// with SGD lr 0.01, momentum 0.9 in place of its AdamW.
+std::unique_ptr<Workload> mlp(std::vector<int64_t> widths, int64_t batch) {
+  std::unique_ptr<Workload> w = tools::make_mlp({.widths = widths, .batch = batch});
+  w->opt = std::make_unique<optim::SGD>(w->model->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  return w;
+}
+
+// The block of torch_cpu_steps_torch.cpp, layer for layer.
+struct Block : nn::Module {
+  static constexpr int64_t B = 8, T = 64, C = 256, H = 4;
+  nn::LayerNorm* ln1 = &register_module("ln1", std::make_unique<nn::LayerNorm>(C));
+  nn::Linear* qkv = &register_module("qkv", std::make_unique<nn::Linear>(C, 3 * C));
+  nn::Linear* proj = &register_module("proj", std::make_unique<nn::Linear>(C, C));
+  nn::LayerNorm* ln2 = &register_module("ln2", std::make_unique<nn::LayerNorm>(C));
+  nn::Linear* fc = &register_module("fc", std::make_unique<nn::Linear>(C, 4 * C));
+  nn::Linear* fc2 = &register_module("fc2", std::make_unique<nn::Linear>(4 * C, C));
+  Tensor loss(const Tensor& x) const {
+    const int64_t hd = C / H;
+    std::vector<Tensor> parts = split(qkv->forward(ln1->forward(x)), C, 2);
+    Tensor q = parts[0].view({B, T, H, hd}).transpose(1, 2);
+    Tensor k = parts[1].view({B, T, H, hd}).transpose(1, 2);
+    Tensor v = parts[2].view({B, T, H, hd}).transpose(1, 2);
+    Tensor att = softmax(matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(hd))), -1);
+    Tensor y = matmul(att, v).transpose(1, 2).reshape({B, T, C});
+    Tensor x1 = x + proj->forward(y);
+    Tensor out = x1 + fc2->forward(gelu(fc->forward(ln2->forward(x1)), GeluApprox::kNone));
+    return mean(pow(out, 2.0));
+  }
+};
+
+std::unique_ptr<Workload> block() {
+  auto w = std::make_unique<Workload>();
+  manual_seed(1);
+  auto m = std::make_unique<Block>();
+  w->opt = std::make_unique<optim::AdamW>(m->parameters(), optim::AdamWOptions{.lr = 1e-3});
+  w->x = randn({Block::B, Block::T, Block::C});
+  Block* raw = m.get();
+  Workload* wp = w.get();
+  w->loss = [raw, wp] { return raw->loss(wp->x); };
+  w->model = std::move(m);
+  return w;
+}
+
+double now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+void set_threads(int n) {
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+  peers::torch_set_threads(n);
+}
+
+void run_row(const std::string& name, int threads, double budget_ms) {
+  std::unique_ptr<Workload> w;
+  std::unique_ptr<Chain> chain;
+  std::function<std::vector<Tensor>()> step;
+  if (name == "chain20") {
+    chain = std::make_unique<Chain>();
+    step = [&] { return chain->step(); };
+  } else {
+    w = name == "block_b8_t64_c256_h4" ? block()
+        : name == "mlp_784_128_10_b32" ? mlp({784, 128, 10}, 32)
+        : name == "mlp_784_512_512_10_b128" ? mlp({784, 512, 512, 10}, 128)
+                                            : mlp({1024, 4096, 4096, 1024}, 64);
+    step = [&] { return w->step(); };
+  }
+  std::function<void()> torch_step = peers::torch_step(name);
+  for (int i = 0; i < 3; ++i) step();
+  absl::StatusOr<Graph> graph = capture([&] { return step(); });
+  if (!graph.ok()) {
+    std::printf("%s: capture failed: %s\n", name.c_str(), std::string(graph.status().message()).c_str());
+    return;
+  }
+  for (int i = 0; i < 3; ++i) {
+    torch_step();
+    (void)graph->replay();
+  }
+  std::vector<double> tt, te, tr;
+  auto time = [](auto&& fn, std::vector<double>& out) {
+    const double t0 = now_ms();
+    fn();
+    out.push_back(now_ms() - t0);
+  };
+  const double start = now_ms();
+  while (tt.size() < 7 || (now_ms() - start < budget_ms && tt.size() < 2000)) {
+    time(torch_step, tt);
+    time([&] { step(); }, te);
+    time([&] { (void)graph->replay(); }, tr);
+  }
+  const double mt = median(tt), me = median(te), mr = median(tr);
+  std::printf("| %s | %d | %.4g | %.4g | %.4g | %.2fx | %.2fx | %zu |\n", name.c_str(), threads, mt, me, mr, me / mt,
+              mr / mt, tt.size());
+  std::fflush(stdout);
+}
+
+}  // namespace
+}  // namespace encore
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const char* rows[] = {"chain20", "mlp_784_128_10_b32", "mlp_784_512_512_10_b128", "mlp_1024_4096_4096_1024_b64",
+                        "block_b8_t64_c256_h4"};
+  std::printf("| workload | threads | libtorch ms | encore eager ms | encore replay ms | eager / libtorch | "
+              "replay / libtorch | rounds |\n|---|---|---|---|---|---|---|---|\n");
+  for (int threads : {1, 2}) {
+    encore::set_threads(threads);
+    for (const char* row : rows) encore::run_row(row, threads, quick ? 200.0 : 1000.0);
+  }
+  return 0;
+}

@@ -1,0 +1,104 @@
+// libtorch's steps for torch_cpu_steps.cpp: the same models, optimizers,
+// shapes and losses as its encore steps.
+#include <torch/torch.h>
+
+#include <memory>
+#include <vector>
+
+#include "bench/peers/torch_cpu_steps.h"
+
+namespace peers {
+namespace {
+
+namespace F = torch::nn::functional;
+
+std::function<void()> chain() {   // ten rounds of y = y * w + b on [1, 16], sum, backward
+  auto x = torch::full({1, 16}, 0.5, torch::requires_grad());
+  auto w = torch::full({1, 16}, 0.9, torch::requires_grad());
+  auto b = torch::full({1, 16}, 0.1, torch::requires_grad());
+  return [=] {
+    auto y = x;
+    for (int i = 0; i < 10; ++i) y = y * w + b;
+    y.sum().backward();
+  };
+}
+
+// Linear layers with ReLU between them; cross-entropy on labels i % classes;
+// SGD lr 0.01, momentum 0.9.
+std::function<void()> mlp(std::vector<int64_t> widths, int64_t batch) {
+  torch::manual_seed(1);
+  auto layers = std::make_shared<std::vector<torch::nn::Linear>>();
+  std::vector<torch::Tensor> params;
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    layers->emplace_back(widths[i], widths[i + 1]);
+    for (auto& p : layers->back()->parameters()) params.push_back(p);
+  }
+  auto opt = std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(0.01).momentum(0.9));
+  auto x = torch::randn({batch, widths.front()});
+  auto y = torch::arange(batch) % widths.back();
+  return [=] {
+    opt->zero_grad();
+    auto h = x;
+    for (size_t i = 0; i < layers->size(); ++i) {
+      h = (*layers)[i]->forward(h);
+      if (i + 1 < layers->size()) h = torch::relu(h);
+    }
+    F::cross_entropy(h, y).backward();
+    opt->step();
+  };
+}
+
+// Pre-norm block without embeddings: x + proj(attn(ln1(x))), then
+// + fc2(gelu(fc(ln2(.)))) with exact GELU; attention not causal; loss the
+// mean of squares of the output; AdamW lr 1e-3.
+struct Block {
+  int64_t B = 8, T = 64, C = 256, H = 4;
+  torch::nn::LayerNorm ln1{torch::nn::LayerNormOptions({256})}, ln2{torch::nn::LayerNormOptions({256})};
+  torch::nn::Linear qkv{256, 768}, proj{256, 256}, fc{256, 1024}, fc2{1024, 256};
+  torch::Tensor x = torch::randn({8, 64, 256});
+  std::vector<torch::Tensor> parameters() {
+    std::vector<torch::Tensor> out;
+    for (torch::nn::Module* m : std::initializer_list<torch::nn::Module*>{ln1.get(), qkv.get(), proj.get(), ln2.get(),
+                                                                          fc.get(), fc2.get()}) {
+      for (auto& p : m->parameters()) out.push_back(p);
+    }
+    return out;
+  }
+  torch::Tensor loss() {
+    const int64_t hd = C / H;
+    auto parts = qkv->forward(ln1->forward(x)).split(C, 2);
+    auto q = parts[0].view({B, T, H, hd}).transpose(1, 2);
+    auto k = parts[1].view({B, T, H, hd}).transpose(1, 2);
+    auto v = parts[2].view({B, T, H, hd}).transpose(1, 2);
+    auto att = torch::softmax(torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(double(hd))), -1);
+    auto y = torch::matmul(att, v).transpose(1, 2).reshape({B, T, C});
+    auto x1 = x + proj->forward(y);
+    auto out = x1 + fc2->forward(torch::gelu(fc->forward(ln2->forward(x1))));
+    return out.pow(2).mean();
+  }
+};
+
+std::function<void()> block() {
+  torch::manual_seed(1);
+  auto m = std::make_shared<Block>();
+  auto opt = std::make_shared<torch::optim::AdamW>(m->parameters(), torch::optim::AdamWOptions(1e-3));
+  return [=] {
+    opt->zero_grad();
+    m->loss().backward();
+    opt->step();
+  };
+}
+
+}  // namespace
+
+std::function<void()> torch_step(const std::string& name) {
+  if (name == "chain20") return chain();
+  if (name == "mlp_784_128_10_b32") return mlp({784, 128, 10}, 32);
+  if (name == "mlp_784_512_512_10_b128") return mlp({784, 512, 512, 10}, 128);
+  if (name == "mlp_1024_4096_4096_1024_b64") return mlp({1024, 4096, 4096, 1024}, 64);
+  return block();
+}
+
+void torch_set_threads(int n) { torch::set_num_threads(n); }
+
+}  // namespace peers
