@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
-#include <set>
 #include <tuple>
 #include <utility>
 
@@ -57,6 +56,15 @@ using OrderedJson = nlohmann::ordered_json;
 constexpr uint64_t kPrefixBytes = 8;                // the u64 header length before the JSON
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;   // same cap as the reference implementation
 constexpr int kMaxJsonDepth = 16;                   // real headers nest 3 deep
+// NOTE [ Entry limit ]: the header's JSON is parsed by nlohmann-json at 2-6
+// us an entry (a SAX pass, then the DOM), so a million entries would take
+// 3-7 s; the largest real checkpoints list a few thousand tensors a file.
+// Headers of more entries are refused as soon as the SAX pass counts one
+// too many (a million-entry header: refused after parsing a tenth of it),
+// and saving more is refused too, so encore never writes a file it cannot
+// read. At the limit a header parses in about 0.6 s on the build machine
+// (bench/safetensors_bench).
+constexpr int64_t kMaxEntries = 100'000;
 constexpr size_t kMaxListedNames = 8;               // names listed in one error message
 constexpr absl::string_view kMetadataKey = "__metadata__";
 
@@ -296,6 +304,11 @@ class HeaderChecker final : public nlohmann::json_sax<Json> {
     return true;
   }
   bool key(string_t& k) override {
+    if (depth_ == 1 && k != kMetadataKey && ++entries_ > kMaxEntries) {
+      problem = absl::StrCat("the header lists more than ", kMaxEntries,
+                             " tensors, encore's limit (NOTE [ Entry limit ] in src/io/safetensors.cpp)");
+      return false;
+    }
     if (keys_.back().insert(k).second) return true;
     problem = absl::StrCat("the header has the key \"", k,
                            "\" twice; the format forbids duplicate keys (and so duplicate tensor names)");
@@ -332,7 +345,8 @@ class HeaderChecker final : public nlohmann::json_sax<Json> {
     return true;
   }
   int depth_ = 0;
-  std::vector<std::set<std::string>> keys_;   // keys seen, one set per open object
+  int64_t entries_ = 0;                        // the top-level object's keys but the metadata's
+  std::vector<absl::flat_hash_set<std::string>> keys_;   // keys seen, one set per open object
 };
 
 absl::StatusOr<Json> parse_json(const Where& w, const std::string& text) {
@@ -609,6 +623,10 @@ absl::StatusOr<NamedTensors> load(const Where& w) {
 // Names must be non-empty, unique, not the metadata key, and name a tensor.
 absl::Status check_names(const Where& w, const NamedTensors& tensors) {
   const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
+  if (static_cast<int64_t>(tensors.size()) > kMaxEntries) {
+    return w.error(bad, absl::StrFormat("%d tensors, more than the %d a file may hold (NOTE [ Entry limit ] in "
+                                        "src/io/safetensors.cpp)", tensors.size(), kMaxEntries));
+  }
   absl::flat_hash_map<absl::string_view, size_t> seen;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];

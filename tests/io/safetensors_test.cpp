@@ -663,18 +663,40 @@ TEST_F(SafetensorsTest, MalformedFilesBecomeStatusesNamingTheProblem) {
 // linear in its size. Size-driven, not timed: 200,000 entries took minutes
 // with the quadratic parse callback (60,000 took 28 s), and ctest's time
 // limit is the generous bound; bench/ measures the speed.
-TEST_F(SafetensorsTest, AHeaderOfManyEntriesLoads) {
-  constexpr int kEntries = 200000;
+// A header of n one-element f32 entries, and its file.
+Bytes file_of_entries(int n) {
   std::string header = "{";
-  for (int i = 0; i < kEntries; ++i) {
+  for (int i = 0; i < n; ++i) {
     if (i > 0) header += ",";
     header += entry(absl::StrCat("t", i), "F32", "[1]", 4 * i, 4 * i + 4);
   }
   header += "}";
-  write_bytes(path("many.safetensors"), make_file(header, Bytes(4 * kEntries, 0)));
+  return make_file(header, Bytes(4 * static_cast<size_t>(n), 0));
+}
+
+TEST_F(SafetensorsTest, AHeaderOfManyEntriesLoads) {
+  constexpr int kEntries = 100000;   // the limit
+  write_bytes(path("many.safetensors"), file_of_entries(kEntries));
   absl::StatusOr<NamedTensors> out = load_safetensors(path("many.safetensors"));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->size(), static_cast<size_t>(kEntries));
+}
+
+TEST_F(SafetensorsTest, HeadersPastTheEntryLimitAreRefusedAndNotWritten) {
+  // A header of a million entries is refused when the count passes the limit.
+  write_bytes(path("huge.safetensors"), file_of_entries(1000000));
+  expect_status(load_safetensors(path("huge.safetensors")).status(), StatusCode::kInvalidArgument,
+                {"more than 100000 tensors", "Entry limit"});
+  expect_status(load_safetensors_metadata(path("huge.safetensors")).status(), StatusCode::kInvalidArgument,
+                {"more than 100000 tensors"});
+  write_bytes(path("past.safetensors"), file_of_entries(100001));
+  expect_status(load_safetensors(path("past.safetensors")).status(), StatusCode::kInvalidArgument,
+                {"more than 100000 tensors"});
+  NamedTensors too_many;
+  for (int i = 0; i <= 100000; ++i) too_many.emplace_back(absl::StrCat("t", i), Tensor());
+  expect_status(save_safetensors(path("out.safetensors"), too_many), StatusCode::kInvalidArgument,
+                {"100001 tensors", "100000"});
+  EXPECT_FALSE(std::filesystem::exists(path("out.safetensors")));
 }
 
 TEST_F(SafetensorsTest, MissingFileAndDirectoryAreRefused) {
