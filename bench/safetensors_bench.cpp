@@ -43,7 +43,10 @@ const std::string& file_with_entries(int64_t n) {
   return it->second;
 }
 
-void BM_LoadManyEntries(benchmark::State& state) {
+// Times read(path) on a file of state.range(0) entries; `read` returns
+// whether it succeeded. Counter per_entry_ns: time per entry.
+template <typename Read>
+void time_per_entry(benchmark::State& state, Read&& read) {
   const int64_t n = state.range(0);
   const std::string& path = file_with_entries(n);
   if (path.empty()) {
@@ -51,31 +54,29 @@ void BM_LoadManyEntries(benchmark::State& state) {
     return;
   }
   for (auto _ : state) {
-    absl::StatusOr<NamedTensors> loaded = load_safetensors(path);
-    if (!loaded.ok() || static_cast<int64_t>(loaded->size()) != n) state.SkipWithError("load failed");
-    benchmark::DoNotOptimize(loaded);
+    if (!read(path, n)) state.SkipWithError("the file was refused");
   }
   state.counters["per_entry_ns"] =
       benchmark::Counter(static_cast<double>(n) * state.iterations(), benchmark::Counter::kIsRate |
                                                                            benchmark::Counter::kInvert);
 }
+
+void BM_LoadManyEntries(benchmark::State& state) {
+  time_per_entry(state, [](const std::string& path, int64_t n) {
+    absl::StatusOr<NamedTensors> loaded = load_safetensors(path);
+    benchmark::DoNotOptimize(loaded);
+    return loaded.ok() && static_cast<int64_t>(loaded->size()) == n;
+  });
+}
+
 // Header parsing and validation alone (load_safetensors_metadata reads and
 // checks the whole header as load_safetensors does, and makes no tensor).
 void BM_ParseHeaderManyEntries(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  const std::string& path = file_with_entries(n);
-  if (path.empty()) {
-    state.SkipWithError("could not write the file");
-    return;
-  }
-  for (auto _ : state) {
+  time_per_entry(state, [](const std::string& path, int64_t) {
     absl::StatusOr<std::map<std::string, std::string>> metadata = load_safetensors_metadata(path);
-    if (!metadata.ok()) state.SkipWithError("header refused");
     benchmark::DoNotOptimize(metadata);
-  }
-  state.counters["per_entry_ns"] =
-      benchmark::Counter(static_cast<double>(n) * state.iterations(), benchmark::Counter::kIsRate |
-                                                                           benchmark::Counter::kInvert);
+    return metadata.ok();
+  });
 }
 BENCHMARK(BM_ParseHeaderManyEntries)->Arg(10000)->Arg(100000)->Unit(benchmark::kMillisecond);
 
