@@ -131,7 +131,8 @@ struct Run {
                        .warmup_steps = std::max<int64_t>(1, steps / 10), .total_steps = steps}),
         rng(cfg.seed),
         x(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64, cfg.device)),
-        y(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64, cfg.device)) {}
+        y(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64, cfg.device)),
+        dropout_state(default_generator(cfg.device).state().clone()) {}
 
   // One training step on a batch: inputs {x, y}, outputs {loss}.
   std::vector<Tensor> step(const std::vector<Tensor>& in) {
@@ -148,6 +149,9 @@ struct Run {
   optim::WarmupCosine schedule;
   std::mt19937_64 rng;
   Tensor x, y;   // the batch: refilled before every step
+  // The default generator's state (dropout draws from it) as this run left
+  // it: the two runs alternate, so each puts its own back before its step.
+  Tensor dropout_state;
 };
 
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
@@ -181,11 +185,18 @@ struct Figures {
 template <typename Step>
 float timed_step(Run& run, Step&& step, double& ms) {
   next_batch(run.corpus, run.rng, run.x, run.y);
+  Tensor generator = default_generator(run.x.device()).state();   // the same storage: its contents swapped
+  {
+    NoGradGuard no_grad;
+    generator.copy_(run.dropout_state);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   Tensor loss = step(std::vector<Tensor>{run.x, run.y})[0];
   run.schedule.step();
   const float value = loss.item<float>();
   ms = ms_between(t0, std::chrono::steady_clock::now());
+  NoGradGuard no_grad;
+  run.dropout_state.copy_(generator);
   return value;
 }
 
