@@ -6,7 +6,9 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "capture/launch_match.h"
+#include "encore/error.h"
 #include "encore/tensor.h"
 
 namespace encore::capture_internal {
@@ -79,23 +81,88 @@ std::vector<int32_t> Recorder::escaped() const {
   return out;
 }
 
+std::vector<std::vector<int64_t>> read_producers(const Trace& trace) {
+  std::vector<std::vector<int64_t>> out(trace.kernels.size());
+  absl::flat_hash_map<uint64_t, int64_t> last_writer;   // Storage::id() -> kernel
+  for (size_t k = 0; k < trace.kernels.size(); ++k) {
+    const KernelRecord& rec = trace.kernels[k];
+    ENCORE_CHECK_CODE(rec.storage_ids.size() == rec.reads.size() + rec.writes.size(), kInternal,
+                      "read_producers: kernel %d has %d storage ids for %d operands", k, rec.storage_ids.size(),
+                      rec.reads.size() + rec.writes.size());
+    for (size_t i = 0; i < rec.reads.size(); ++i) {
+      auto it = last_writer.find(rec.storage_ids[i]);
+      out[k].push_back(it == last_writer.end() ? -1 : it->second);
+    }
+    for (size_t i = rec.reads.size(); i < rec.storage_ids.size(); ++i) {
+      last_writer[rec.storage_ids[i]] = static_cast<int64_t>(k);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// The fill colour of each phase in the DOT picture (and its legend).
+const char* phase_colour(Phase p) {
+  switch (p) {
+    case Phase::kBackward: return "#f4c7a1";
+    case Phase::kOptimizer: return "#b9e0a5";
+    case Phase::kForward: break;
+  }
+  return "#a9c4eb";
+}
+
+// NOTE [ DOT dependencies ]: an edge a -> b says kernel b reads a storage
+// whose last writer before b is kernel a (read_producers). Storages are
+// keyed by Storage::id() (KernelRecord::storage_ids: reads, then writes), so
+// a dependency through a parameter, a gradient or optimizer state draws an
+// edge as one through an arena temporary does. Each ordered pair of kernels
+// gets one edge, labelled with every storage it carries.
+struct DotEdges {
+  std::vector<std::pair<int64_t, int64_t>> order;                   // first appearance
+  absl::flat_hash_map<uint64_t, std::vector<std::string>> labels;   // (from << 32 | to) -> storages
+};
+
+uint64_t edge_key(int64_t from, int64_t to) { return (static_cast<uint64_t>(from) << 32) | static_cast<uint64_t>(to); }
+
+DotEdges dot_edges(const Trace& trace) {
+  DotEdges edges;
+  const std::vector<std::vector<int64_t>> producers = read_producers(trace);
+  for (size_t k = 0; k < producers.size(); ++k) {
+    for (size_t i = 0; i < producers[k].size(); ++i) {
+      const int64_t from = producers[k][i];
+      if (from < 0) continue;
+      std::vector<std::string>& label = edges.labels[edge_key(from, static_cast<int64_t>(k))];
+      if (label.empty()) edges.order.emplace_back(from, static_cast<int64_t>(k));
+      const int32_t id = trace.kernels[k].reads[i];
+      std::string name = id == kPersistent ? "p" : absl::StrCat("t", id);
+      if (std::find(label.begin(), label.end(), name) == label.end()) label.push_back(std::move(name));
+    }
+  }
+  return edges;
+}
+
+}  // namespace
+
 absl::Status write_trace_dot(const Trace& trace, const std::string& path) {
   std::ofstream out(path);
   if (!out) return absl::NotFoundError(absl::StrCat("dump_dot: cannot open ", path, ": ", std::strerror(errno)));
-  out << "digraph encore {\n  node [shape=box, fontname=\"monospace\"];\n";
-  absl::flat_hash_map<int32_t, size_t> last_writer;   // temporary id -> kernel
+  out << "digraph encore {\n  node [shape=box, style=filled, fontname=\"monospace\"];\n";
+  out << "  subgraph cluster_legend {\n    label=\"phase\";\n";
+  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizer}) {
+    out << "    legend_" << phase_name(p) << " [label=\"" << phase_name(p) << "\", fillcolor=\"" << phase_colour(p)
+        << "\"];\n";
+  }
+  out << "  }\n";
   const auto& kernels = trace.kernels;
   for (size_t k = 0; k < kernels.size(); ++k) {
-    out << "  n" << k << " [label=\"" << k << ": " << kernels[k].op << "\"];\n";
-    for (int32_t id : kernels[k].reads) {
-      auto it = last_writer.find(id);
-      if (id != kPersistent && it != last_writer.end()) {
-        out << "  n" << it->second << " -> n" << k << " [label=\"t" << id << "\"];\n";
-      }
-    }
-    for (int32_t id : kernels[k].writes) {
-      if (id != kPersistent) last_writer[id] = k;
-    }
+    out << "  n" << k << " [label=\"" << k << ": " << kernels[k].op << "\", fillcolor=\""
+        << phase_colour(kernels[k].phase) << "\"];\n";
+  }
+  const DotEdges edges = dot_edges(trace);
+  for (const auto& [from, to] : edges.order) {
+    const std::vector<std::string>& label = edges.labels.at(edge_key(from, to));
+    out << "  n" << from << " -> n" << to << " [label=\"" << absl::StrJoin(label, ",") << "\"];\n";
   }
   out << "}\n";
   out.close();   // a full disk shows at the last flush, not at the writes into the buffer

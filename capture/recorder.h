@@ -52,8 +52,17 @@ class Recorder final : public StepObserver {
   absl::flat_hash_map<uint64_t, int32_t> live_;   // Storage::id() -> temporary id
 };
 
-// Writes `trace` in Graphviz DOT: one node per kernel, named by op, and an
-// edge from the last writer of each temporary to every later reader.
+// For each kernel of `trace` and each storage it reads (KernelRecord::reads
+// order), the earlier kernel that last wrote that storage, or -1 when none
+// did in the step. Temporaries and persistent storages (parameters,
+// gradients, optimizer state) alike: storages are told apart by
+// KernelRecord::storage_ids (NOTE [ DOT dependencies ] in recorder.cpp).
+std::vector<std::vector<int64_t>> read_producers(const Trace& trace);
+
+// Writes `trace` in Graphviz DOT: one node per kernel, named by op and
+// filled with its phase's colour (a legend cluster names them), and one
+// edge per ordered pair of kernels (a, b) where b reads a storage a was the
+// last to write, labelled with those storages (tN: temporary N, p: persistent).
 [[nodiscard]] absl::Status write_trace_dot(const Trace& trace, const std::string& path);
 
 }  // namespace encore::capture_internal

@@ -8,11 +8,14 @@
 #include <cstdio>
 #include <fstream>
 #include <optional>
+#include <string_view>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "capture/cuda_graph.h"
 #include "capture/graph_impl.h"
+#include "capture/recorder.h"
 #include "encore/error.h"
 #include "nlohmann/json.hpp"
 #include "profile/cuda_profile.h"
@@ -47,6 +50,15 @@ size_t median_index(const std::vector<int64_t>& totals) {
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return totals[a] < totals[b]; });
   return idx[idx.size() / 2];
+}
+
+// The launches in `producers` (read_producers of one launch), ascending,
+// without repeats or -1.
+std::vector<int64_t> distinct_producers(std::vector<int64_t> producers) {
+  std::sort(producers.begin(), producers.end());
+  producers.erase(std::unique(producers.begin(), producers.end()), producers.end());
+  if (!producers.empty() && producers.front() < 0) producers.erase(producers.begin());
+  return producers;
 }
 
 // Median cost of one steady_clock read (ns).
@@ -100,14 +112,21 @@ class EagerTimer final : public StepObserver {
     Device device;
     int64_t start, end;   // ns from the run's start
     std::vector<int64_t> read_bytes, write_bytes;
+    std::vector<uint64_t> read_ids, write_ids;   // Storage::id() of each storage read / written
   };
 
   explicit EagerTimer(CudaLaunchTimer* gpu) : gpu_(gpu) {}
 
   bool on_launch(const LaunchRecord& launch) override {
-    Launch l{launch.op, current_phase(), launch.device, 0, 0, {}, {}};
-    for (Storage* s : launch.reads) l.read_bytes.push_back(s->nbytes());
-    for (Storage* s : launch.writes) l.write_bytes.push_back(s->nbytes());
+    Launch l{launch.op, current_phase(), launch.device, 0, 0, {}, {}, {}, {}};
+    for (Storage* s : launch.reads) {
+      l.read_bytes.push_back(s->nbytes());
+      l.read_ids.push_back(s->id());
+    }
+    for (Storage* s : launch.writes) {
+      l.write_bytes.push_back(s->nbytes());
+      l.write_ids.push_back(s->id());
+    }
     if (launch.device.is_cuda() && gpu_ != nullptr) {
       if (gpu_anchor_ < 0) gpu_anchor_ = now_ns();
       gpu_->before_launch();
@@ -197,10 +216,12 @@ absl::StatusOr<StepProfile> profile_cpu_replay(Graph& graph, const ProfileOption
   }
   const size_t rep = median_index(totals);
   const std::vector<int64_t>& st = stamps[rep];
+  const std::vector<std::vector<int64_t>> producers = capture_internal::read_producers(g.trace);
   for (size_t i = 0; i + 1 < st.size(); ++i) {
     p.nodes.push_back({.node = static_cast<int64_t>(i), .launch = static_cast<int64_t>(i), .op = g.node_op(i),
                        .phase = g.node_phase(i), .stream = 0, .start_ns = st[i] - st[0], .duration_ns = st[i + 1] - st[i],
-                       .read_bytes = g.node_read_bytes(i), .write_bytes = g.node_write_bytes(i)});
+                       .read_bytes = g.node_read_bytes(i), .write_bytes = g.node_write_bytes(i),
+                       .reads_from = distinct_producers(producers[i])});
   }
   fill_medians(durations, p);
   p.arena_in_use_bytes = arena_bytes_in_use(graph);
@@ -240,6 +261,7 @@ void fill_cuda_nodes(const Graph::Impl& g, const CudaGraph& cuda_graph, const Cu
   const int64_t kernels = g.stats.kernels;
   const std::vector<NodeActivity>& run = times.runs[rep];
   const int64_t origin = run.empty() ? 0 : run.front().start_ns;
+  const std::vector<std::vector<int64_t>> producers = capture_internal::read_producers(g.trace);
   for (const NodeActivity& a : run) {
     int64_t launch = times.nodes[a.node].launch;
     if (cuda_graph.num_marks() != kernels + 1 || launch >= kernels) launch = -1;
@@ -251,6 +273,7 @@ void fill_cuda_nodes(const Graph::Impl& g, const CudaGraph& cuda_graph, const Cu
       n.phase = g.node_phase(launch);
       n.read_bytes = g.node_read_bytes(launch);
       n.write_bytes = g.node_write_bytes(launch);
+      n.reads_from = distinct_producers(producers[launch]);
     }
     p.nodes.push_back(std::move(n));
   }
@@ -366,12 +389,19 @@ void fill_eager_nodes(std::vector<std::vector<EagerTimer::Launch>>& runs, size_t
   for (size_t r = 0; r < runs.size(); ++r) {
     for (const EagerTimer::Launch& l : runs[r]) durations[r].push_back(l.end - l.start);
   }
+  absl::flat_hash_map<uint64_t, int64_t> last_writer;   // Storage::id() -> launch
   for (size_t i = 0; i < runs[rep].size(); ++i) {
     EagerTimer::Launch& l = runs[rep][i];
+    std::vector<int64_t> producers;
+    for (uint64_t id : l.read_ids) {
+      auto it = last_writer.find(id);
+      producers.push_back(it == last_writer.end() ? -1 : it->second);
+    }
+    for (uint64_t id : l.write_ids) last_writer[id] = static_cast<int64_t>(i);
     p.nodes.push_back({.node = static_cast<int64_t>(i), .launch = static_cast<int64_t>(i), .op = l.op,
                        .phase = phase_name(l.phase), .stream = stream_of(l.device), .start_ns = l.start,
                        .duration_ns = l.end - l.start, .read_bytes = std::move(l.read_bytes),
-                       .write_bytes = std::move(l.write_bytes)});
+                       .write_bytes = std::move(l.write_bytes), .reads_from = distinct_producers(producers)});
   }
   fill_medians(durations, p);
 }
@@ -507,20 +537,86 @@ std::string format_summary(const StepProfile& profile, int top) {
 
 namespace {
 
+// Thread tracks of one profile's process, top to bottom: phases, ops, then
+// one per stream. Track ids double as the sort order (thread_sort_index).
+constexpr int kPhaseTrack = 1;
+constexpr int kOpTrack = 2;
+int stream_track(int stream) { return stream + 3; }
+
+double us(int64_t ns) { return static_cast<double>(ns) / 1e3; }
+
 nlohmann::json node_event(const NodeTiming& n, int pid) {
-  return {{"name", n.op}, {"cat", n.phase}, {"ph", "X"}, {"pid", pid}, {"tid", n.stream + 1},
-          {"ts", static_cast<double>(n.start_ns) / 1e3}, {"dur", static_cast<double>(n.duration_ns) / 1e3},
+  return {{"name", n.op}, {"cat", n.phase}, {"ph", "X"}, {"pid", pid}, {"tid", stream_track(n.stream)},
+          {"ts", us(n.start_ns)}, {"dur", us(n.duration_ns)},
           {"args", {{"phase", n.phase}, {"node", n.node}, {"launch", n.launch}, {"read_bytes", n.read_bytes},
                     {"write_bytes", n.write_bytes}, {"median_ns", n.median_ns}}}};
 }
 
+// An "X" slice on an upper track spanning nodes [first, last] of `p`.
+nlohmann::json span_event(const StepProfile& p, size_t first, size_t last, const char* cat, int pid, int tid) {
+  const NodeTiming& a = p.nodes[first];
+  int64_t end = a.start_ns + a.duration_ns;
+  for (size_t i = first; i <= last; ++i) end = std::max(end, p.nodes[i].start_ns + p.nodes[i].duration_ns);
+  const char* name = tid == kPhaseTrack ? a.phase : a.op;
+  return {{"name", name}, {"cat", cat}, {"ph", "X"}, {"pid", pid}, {"tid", tid}, {"ts", us(a.start_ns)},
+          {"dur", us(end - a.start_ns)},
+          {"args", {{"phase", a.phase}, {"launch", a.launch}, {"nodes", static_cast<int64_t>(last - first + 1)}}}};
+}
+
+// One slice per run of consecutive nodes that share a phase (kPhaseTrack) or
+// a launch (kOpTrack).
+void append_spans(const StepProfile& p, int pid, int tid, nlohmann::json& events) {
+  const char* cat = tid == kPhaseTrack ? "phase" : "op";
+  auto same = [tid](const NodeTiming& a, const NodeTiming& b) {
+    return tid == kPhaseTrack ? std::string_view(a.phase) == b.phase : a.launch == b.launch;
+  };
+  for (size_t first = 0; first < p.nodes.size();) {
+    size_t last = first;
+    while (last + 1 < p.nodes.size() && same(p.nodes[first], p.nodes[last + 1])) ++last;
+    events.push_back(span_event(p, first, last, cat, pid, tid));
+    first = last + 1;
+  }
+}
+
+// Flow arrows ("s" at the producer's last node, "f" binding to the enclosing
+// slice of the consumer's first node) for every NodeTiming::reads_from.
+// Ids are unique across the whole trace (`next_id`).
+void append_flows(const StepProfile& p, int pid, int64_t& next_id, nlohmann::json& events) {
+  absl::flat_hash_map<int64_t, size_t> first_node, last_node;   // launch -> node index
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    first_node.try_emplace(p.nodes[i].launch, i);
+    last_node[p.nodes[i].launch] = i;
+  }
+  for (size_t to = 0; to < p.nodes.size(); ++to) {
+    if (first_node.at(p.nodes[to].launch) != to) continue;
+    for (int64_t producer : p.nodes[to].reads_from) {
+      auto from = last_node.find(producer);
+      if (from == last_node.end()) continue;
+      const NodeTiming& a = p.nodes[from->second];
+      const NodeTiming& b = p.nodes[to];
+      const int64_t id = next_id++;
+      events.push_back({{"name", "reads output"}, {"cat", "dependency"}, {"ph", "s"}, {"id", id}, {"pid", pid},
+                        {"tid", stream_track(a.stream)}, {"ts", us(a.start_ns)}});
+      events.push_back({{"name", "reads output"}, {"cat", "dependency"}, {"ph", "f"}, {"bp", "e"}, {"id", id},
+                        {"pid", pid}, {"tid", stream_track(b.stream)}, {"ts", us(b.start_ns)}});
+    }
+  }
+}
+
 nlohmann::json counter_event(int pid, int64_t ts_ns, int64_t bytes) {
-  return {{"name", "arena bytes in use"}, {"ph", "C"}, {"pid", pid}, {"tid", 0},
-          {"ts", static_cast<double>(ts_ns) / 1e3}, {"args", {{"bytes", bytes}}}};
+  return {{"name", "arena bytes in use"}, {"ph", "C"}, {"pid", pid}, {"tid", 0}, {"ts", us(ts_ns)},
+          {"args", {{"bytes", bytes}}}};
 }
 
 nlohmann::json metadata(const char* what, int pid, int tid, const std::string& name) {
   return {{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", {{"name", name}}}};
+}
+
+// A thread track's name and its place in the process (thread_sort_index).
+void append_track(int pid, int tid, const std::string& name, nlohmann::json& events) {
+  events.push_back(metadata("thread_name", pid, tid, name));
+  events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", tid},
+                    {"args", {{"sort_index", tid}}}});
 }
 
 }  // namespace
@@ -528,14 +624,20 @@ nlohmann::json metadata(const char* what, int pid, int tid, const std::string& n
 std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles) {
   nlohmann::json events = nlohmann::json::array();
   nlohmann::json summaries = nlohmann::json::array();
+  int64_t next_flow_id = 1;
   for (size_t k = 0; k < profiles.size(); ++k) {
     const StepProfile& p = *profiles[k];
     const int pid = static_cast<int>(k) + 1;
     events.push_back(metadata("process_name", pid, 0, absl::StrCat("encore ", p.mode, " (", p.device, ")")));
+    append_track(pid, kPhaseTrack, "phases", events);
+    append_track(pid, kOpTrack, "ops", events);
     for (size_t s = 0; s < p.streams.size(); ++s) {
-      events.push_back(metadata("thread_name", pid, static_cast<int>(s) + 1, p.streams[s]));
+      append_track(pid, stream_track(static_cast<int>(s)), p.streams[s], events);
     }
+    append_spans(p, pid, kPhaseTrack, events);
+    append_spans(p, pid, kOpTrack, events);
     for (const NodeTiming& n : p.nodes) events.push_back(node_event(n, pid));
+    append_flows(p, pid, next_flow_id, events);
     if (!p.arena_in_use_bytes.empty()) {
       // One value per launch, at its first node (a launch may be several nodes on CUDA).
       const int64_t launches = static_cast<int64_t>(p.arena_in_use_bytes.size()) - 1;

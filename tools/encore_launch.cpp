@@ -64,6 +64,7 @@
 #include "capture/graph_impl.h"
 #include "capture/steps.h"
 #include "nlohmann/json.hpp"
+#include "planner/svg_text.h"
 #include "src/core/stream.h"
 #include "tools/flags.h"
 #include "tools/workloads.h"
@@ -346,14 +347,33 @@ void print_row(const Row& r) {
 
 // ---- SVG: median thread CPU ns per kernel against N, both log scale ----
 
-// Plot area and decade ranges of a log-log plot.
-struct LogLogPlot {
-  static constexpr double kW = 720, kH = 480, kL = 70, kR = 170, kT = 40, kB = 50;
-  double lx0, lx1, ly0, ly1;   // log10 ranges, whole decades
+using encore::planner::svg_text_width;
 
-  double px(double x) const { return kL + (std::log10(x) - lx0) / (lx1 - lx0) * (kW - kL - kR); }
+// Plot area and decade ranges of a log-log plot. The canvas and margins are
+// sized from the text they hold (NOTE [ Text extents ] in
+// planner/svg_text.h): the title sets the least width, the widest y label
+// the left margin, the widest legend entry the right one, the legend's
+// length the least height.
+struct LogLogPlot {
+  static constexpr double kT = 40, kB = 50, kPad = 10, kFont = 12, kTitleFont = 14, kPointFont = 10;
+  static constexpr double kSwatch = 30, kLegendRow = 18;
+  double lx0, lx1, ly0, ly1;                   // log10 ranges, whole decades
+  double width = 720, height = 480, left = 70, right = 170;   // canvas and side margins (pixels), set by fit()
+
+  double px(double x) const { return left + (std::log10(x) - lx0) / (lx1 - lx0) * (width - left - right); }
   double py(double y) const {
-    return kH - kB - (std::log10(std::max(y, 0.1)) - ly0) / (ly1 - ly0) * (kH - kT - kB);
+    return height - kB - (std::log10(std::max(y, 0.1)) - ly0) / (ly1 - ly0) * (height - kT - kB);
+  }
+  static std::string y_label(double e) { return absl::StrFormat("%g ns", std::pow(10, e)); }
+
+  void fit(const std::string& title, const std::vector<std::string>& legend) {
+    double widest_y = 0, widest_entry = 0;
+    for (double e = ly0; e <= ly1; ++e) widest_y = std::max(widest_y, svg_text_width(y_label(e), kFont));
+    for (const std::string& l : legend) widest_entry = std::max(widest_entry, svg_text_width(l, kFont));
+    left = std::max(left, kPad + widest_y + 6);
+    right = std::max(right, 10 + kSwatch + 6 + widest_entry + kPad);
+    width = std::max({width, 2 * kPad + svg_text_width(title, kTitleFont), left + right + 300});
+    height = std::max(height, kT + 20 + kLegendRow * static_cast<double>(legend.size()) + kB);
   }
 
   // Decade grid lines with labels, and the x-axis title.
@@ -362,35 +382,44 @@ struct LogLogPlot {
       const double x = px(std::pow(10, e));
       absl::StrAppendFormat(&s, "<line x1=\"%.1f\" y1=\"%g\" x2=\"%.1f\" y2=\"%g\" stroke=\"#ddd\"/>"
                                 "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">1e%d</text>\n",
-                            x, kT, x, kH - kB, x, kH - kB + 16, static_cast<int>(e));
+                            x, kT, x, height - kB, x, height - kB + 16, static_cast<int>(e));
     }
     for (double e = ly0; e <= ly1; ++e) {
       const double y = py(std::pow(10, e));
       absl::StrAppendFormat(&s, "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                                "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%g ns</text>\n",
-                            kL, y, kW - kR, y, kL - 6, y + 4, std::pow(10, e));
+                                "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                            left, y, width - right, y, left - 6, y + 4, y_label(e));
     }
     absl::StrAppendFormat(&s, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">kernels per step (N)</text>\n",
-                          (kL + kW - kR) / 2, kH - 12);
+                          (left + width - right) / 2, height - 12);
   }
 
-  // One series: points, a line through them (dashed when replayed) and a legend entry.
+  // One series: points labelled with their cost, a line through them
+  // (dashed when replayed) and a legend entry.
   void series(std::string& s, const std::vector<const Row*>& pts, bool eager, const char* color, int slot,
               const std::string& label) const {
     const char* dash = eager ? "" : " stroke-dasharray=\"6,4\"";
     std::string line;
     for (const Row* r : pts) {
-      const double x = px(static_cast<double>(r->kernels));
-      const double y = py(eager ? r->eager_cost() : r->replay_cost());
+      const double cost = eager ? r->eager_cost() : r->replay_cost();
+      const double x = px(static_cast<double>(r->kernels)), y = py(cost);
       absl::StrAppendFormat(&line, "%.1f,%.1f ", x, y);
-      absl::StrAppendFormat(&s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", x, y, color);
+      absl::StrAppendFormat(&s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s, N=%d: %.1f ns per "
+                                "kernel</title></circle>\n",
+                            x, y, color, label, r->kernels, cost);
+      // Eager labels above their point, replayed ones below, so a pair at one N stays apart.
+      absl::StrAppendFormat(&s,
+                            "<text x=\"%.1f\" y=\"%.1f\" font-size=\"%g\" text-anchor=\"middle\" fill=\"%s\">"
+                            "%.3g</text>\n",
+                            x, eager ? y - 6 : y + 6 + kPointFont, kPointFont, color, cost);
     }
     absl::StrAppendFormat(&s, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s/>\n", line,
                           color, dash);
-    const double ly = kT + 20 + 18 * slot;
+    const double ly = kT + 20 + kLegendRow * slot;
     absl::StrAppendFormat(&s, "<line x1=\"%g\" y1=\"%g\" x2=\"%g\" y2=\"%g\" stroke=\"%s\" stroke-width=\"2\"%s/>"
                               "<text x=\"%g\" y=\"%g\">%s</text>\n",
-                          kW - kR + 10, ly, kW - kR + 40, ly, color, dash, kW - kR + 46, ly + 4, label);
+                          width - right + 10, ly, width - right + 10 + kSwatch, ly, color, dash,
+                          width - right + 16 + kSwatch, ly + 4, label);
   }
 };
 
@@ -405,19 +434,25 @@ LogLogPlot plot_for(const std::vector<Row>& rows) {
 }
 
 std::string render_svg(const std::vector<Row>& rows, const std::string& title) {
-  const LogLogPlot plot = plot_for(rows);
-  std::string s = absl::StrFormat(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" font-family=\"sans-serif\" "
-      "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-      "<text x=\"%g\" y=\"22\" font-size=\"14\">%s</text>\n",
-      LogLogPlot::kW, LogLogPlot::kH, LogLogPlot::kL, title);
-  plot.axes(s);
-  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
   std::vector<std::pair<std::string, std::string>> series;   // (device, variant), in row order
   for (const Row& r : rows) {
     std::pair<std::string, std::string> key{r.device.str(), r.variant};
     if (std::find(series.begin(), series.end(), key) == series.end()) series.push_back(key);
   }
+  std::vector<std::string> legend;   // two entries per series: eager, then replayed
+  for (const auto& [device, variant] : series) {
+    for (const char* how : {" eager", " replayed"}) legend.push_back(absl::StrCat(device, " ", variant, how));
+  }
+  LogLogPlot plot = plot_for(rows);
+  plot.fit(title, legend);
+  std::string s = absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%g\" height=\"%g\" viewBox=\"0 0 %g %g\" "
+      "font-family=\"sans-serif\" font-size=\"%g\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+      "<text x=\"%g\" y=\"22\" font-size=\"%g\">%s</text>\n",
+      plot.width, plot.height, plot.width, plot.height, LogLogPlot::kFont, LogLogPlot::kPad, LogLogPlot::kTitleFont,
+      title);
+  plot.axes(s);
+  const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
   int slot = 0;
   for (const auto& [device, variant] : series) {
     std::vector<const Row*> pts;
@@ -426,7 +461,8 @@ std::string render_svg(const std::vector<Row>& rows, const std::string& title) {
     }
     const char* color = colors[(slot / 2) % 6];
     for (bool eager : {true, false}) {
-      plot.series(s, pts, eager, color, slot++, absl::StrCat(device, " ", variant, eager ? " eager" : " replayed"));
+      plot.series(s, pts, eager, color, slot, legend[slot]);
+      ++slot;
     }
   }
   s += "</svg>\n";

@@ -183,9 +183,10 @@ class Graph {
   // The recorded temporaries as planner buffers (lifetimes in kernel
   // indices), e.g. to compare planning algorithms on a real step.
   const std::vector<planner::Buffer>& buffers() const;
-  // Writes the graph in Graphviz DOT: nodes named by op, edges from the
-  // recorded read-after-write dependencies (on CUDA: the CUDA graph's own
-  // dump, kernel names and parameters).
+  // Writes the graph in Graphviz DOT: nodes named by op and coloured by
+  // phase, one edge per pair of kernels with a recorded read-after-write
+  // dependency, through temporaries and persistent tensors alike (on CUDA:
+  // the CUDA graph's own dump, kernel names and parameters).
   [[nodiscard]] absl::Status dump_dot(const std::string& path) const;
 
   // What capture() recorded and the executable that replays it, for encore's

@@ -72,6 +72,10 @@ struct NodeTiming {
   int64_t median_ns = 0;            // median over all timed runs
   std::vector<int64_t> read_bytes;  // bytes of each storage read (whole storages)
   std::vector<int64_t> write_bytes; // bytes of each storage written
+  // The earlier launches of the step whose output this one reads (the last
+  // writer of each storage it reads: temporaries, parameters, gradients and
+  // optimizer state alike), ascending, without repeats.
+  std::vector<int64_t> reads_from;
 };
 
 struct StepProfile {
@@ -151,10 +155,14 @@ std::string duration_str(int64_t ns);
 std::string cuda_profiling_status();
 
 // The profiles as one Chrome trace (JSON object format): one process per
-// profile, one thread track per stream with an "X" event per node
-// (name = op, args = phase, node, launch, read/write bytes, median_ns), and
-// for replays a counter track "arena bytes in use" (a value per launch).
-// Times in microseconds. otherData.encore holds each profile's summary
+// profile with, top to bottom, a "phases" track (an "X" slice per run of
+// nodes in one phase: forward, backward, optimizer), an "ops" track (an "X"
+// slice per launch, spanning its nodes), one thread track per stream with an
+// "X" event per node (name = op, args = phase, node, launch, read/write
+// bytes, median_ns), flow arrows ("s"/"f" pairs, category "dependency")
+// from a launch's last node to the first node of each launch that reads its
+// output (NodeTiming::reads_from), and for replays a counter track "arena
+// bytes in use" (a value per launch). Times in microseconds. otherData.encore holds each profile's summary
 // (with gpu_idle_ns and note).
 std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles);
 [[nodiscard]] absl::Status write_chrome_trace(const std::string& path,

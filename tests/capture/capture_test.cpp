@@ -8,7 +8,10 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <regex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -558,6 +561,48 @@ TEST(CaptureTest, DumpDotNamesNodesByOp) {
     const absl::Status full = graph->dump_dot("/dev/full");
     EXPECT_EQ(full.code(), absl::StatusCode::kDataLoss) << full;
   }
+}
+
+// The DOT picture of a training step: one edge per ordered pair of nodes,
+// dependencies through persistent storages drawn (the optimizer reads the
+// gradients backward wrote), every node filled with its phase's colour.
+TEST(CaptureTest, DumpDotDrawsEveryDependencyOnceColouredByPhase) {
+  std::unique_ptr<TrainRig> rig = mlp_setup();
+  rig->fill(0);
+  absl::StatusOr<Graph> graph = capture([&] { return rig->step(); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::string path = ::testing::TempDir() + "/mlp_step.dot";
+  ASSERT_TRUE(graph->dump_dot(path).ok());
+  std::ifstream in(path);
+  std::map<int, std::string> colour;            // node -> fill colour
+  std::set<std::pair<int, int>> edges;
+  std::map<std::string, std::string> legend;    // phase -> fill colour
+  const std::regex node_re(R"re(^\s*n(\d+) \[label="[^"]*", fillcolor="([^"]+)"\];$)re");
+  const std::regex edge_re(R"re(^\s*n(\d+) -> n(\d+) \[label="[^"]+"\];$)re");
+  const std::regex legend_re(R"re(^\s*legend_(\w+) \[label="\w+", fillcolor="([^"]+)"\];$)re");
+  std::smatch m;
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_match(line, m, node_re)) {
+      colour[std::stoi(m[1])] = m[2];
+    } else if (std::regex_match(line, m, edge_re)) {
+      EXPECT_TRUE(edges.emplace(std::stoi(m[1]), std::stoi(m[2])).second) << "repeated edge: " << line;
+    } else if (std::regex_match(line, m, legend_re)) {
+      legend[m[1]] = m[2];
+    }
+  }
+  const Graph::Impl& g = graph->internals();
+  ASSERT_EQ(colour.size(), g.trace.kernels.size());
+  ASSERT_EQ(legend.size(), 3u);
+  for (size_t i = 0; i < g.trace.kernels.size(); ++i) {
+    EXPECT_EQ(colour.at(static_cast<int>(i)), legend.at(g.node_phase(i))) << "node " << i;
+  }
+  bool optimizer_after_backward = false;
+  for (const auto& [from, to] : edges) {
+    EXPECT_LT(from, to);
+    optimizer_after_backward |= std::string(g.node_phase(from)) == "backward" &&
+                                std::string(g.node_phase(to)) == "optimizer";
+  }
+  EXPECT_TRUE(optimizer_after_backward) << "no edge from a backward node into an optimizer node";
 }
 
 // NOTE [ Index checks ]: replays cannot stop for host checks, so kernels

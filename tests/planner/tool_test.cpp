@@ -2,11 +2,13 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "encore/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/svg_test_util.h"
 #include "tests/tool_run.h"
 
 namespace encore::planner {
@@ -107,6 +109,22 @@ TEST(EncorePlanToolTest, WritesAValidPlanAndPicture) {
   EXPECT_THAT(picture, HasSubstr("<svg"));
   EXPECT_THAT(picture, HasSubstr("lower bound"));
   EXPECT_THAT(picture, HasSubstr("time step"));
+  EXPECT_THAT(testing::svg_text_outside_view(picture), ::testing::IsEmpty());
+}
+
+// Long numbers on both axes: the margins grow with the tick labels, and the
+// legend names both series (buffers, lower bound).
+TEST(EncorePlanToolTest, PictureKeepsEveryTextInsideTheView) {
+  for (int64_t scale : {int64_t{1}, int64_t{1000003}, int64_t{123456789013}}) {
+    const std::vector<Buffer> buffers = {{"a", 0, 3 * 97 * scale / 7 + 1, 5 * scale},
+                                         {"b<&>", 2, 987654321, 7 * scale},
+                                         {"c", 5, 9, 3 * scale}};
+    const Plan plan{{0, 5 * scale, 12 * scale}, 15 * scale};
+    const std::string svg = render_svg(buffers, plan);
+    EXPECT_THAT(testing::svg_text_outside_view(svg), ::testing::IsEmpty()) << "scale " << scale;
+    EXPECT_THAT(svg, HasSubstr(">buffer ("));
+    EXPECT_THAT(svg, HasSubstr(">lower bound</text>"));
+  }
 }
 
 TEST(EncorePlanToolTest, HelpExplainsTheFlags) {

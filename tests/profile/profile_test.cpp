@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "capture/cuda_graph.h"
 #include "capture/graph_impl.h"
@@ -211,29 +212,57 @@ TEST(ProfileTest, ChromeTraceIsWellFormed) {
   ASSERT_TRUE(replayed.ok()) << replayed.status();
   const nlohmann::json trace = nlohmann::json::parse(chrome_trace_json({&*eager, &*replayed}));   // throws if invalid
   ASSERT_TRUE(trace.at("traceEvents").is_array());
-  std::map<std::pair<int, int>, std::vector<nlohmann::json>> tracks;
+  std::map<std::pair<int, int>, std::vector<nlohmann::json>> tracks;   // kernel slices per (pid, tid)
+  std::map<int, std::vector<nlohmann::json>> phase_slices, op_slices;   // per pid
+  std::map<int64_t, std::vector<nlohmann::json>> flows;                 // id -> its "s" and "f"
   std::vector<int64_t> counter;
   std::set<std::string> names;
-  int metadata = 0;
+  int thread_names = 0;
   for (const nlohmann::json& e : trace["traceEvents"]) {
+    // The trace event format's fields: every event has ph, pid, tid and
+    // name; all but metadata a ts; "X" a dur; flows an id.
+    for (const char* field : {"ph", "pid", "tid", "name"}) ASSERT_TRUE(e.contains(field)) << field << " in " << e;
+    ASSERT_TRUE(e.at("pid").is_number_integer() && e.at("tid").is_number_integer()) << e;
+    ASSERT_TRUE(e.at("name").is_string()) << e;
     const std::string ph = e.at("ph");
-    if (ph == "M") {
-      ++metadata;
-      EXPECT_FALSE(e.at("args").at("name").get<std::string>().empty());
-    } else if (ph == "X") {
+    if (ph != "M") {
+      ASSERT_TRUE(e.contains("ts") && e.at("ts").is_number()) << e;
       EXPECT_GE(e.at("ts").get<double>(), 0.0);
+    }
+    if (ph == "M") {
+      const std::string what = e.at("name");
+      if (what == "thread_sort_index") {
+        EXPECT_TRUE(e.at("args").at("sort_index").is_number_integer()) << e;
+        continue;
+      }
+      EXPECT_FALSE(e.at("args").at("name").get<std::string>().empty());
+      thread_names += what == "thread_name";
+    } else if (ph == "X") {
+      ASSERT_TRUE(e.contains("dur") && e.at("dur").is_number()) << e;
       EXPECT_GE(e.at("dur").get<double>(), 0.0);
       const std::string phase = e.at("args").at("phase");
       EXPECT_TRUE(phase == "forward" || phase == "backward" || phase == "optimizer") << phase;
-      names.insert(e.at("name").get<std::string>());
-      tracks[{e.at("pid").get<int>(), e.at("tid").get<int>()}].push_back(e);
+      const int pid = e.at("pid").get<int>();
+      if (e.at("cat") == "phase") {
+        EXPECT_EQ(e.at("name"), phase);
+        phase_slices[pid].push_back(e);
+      } else if (e.at("cat") == "op") {
+        op_slices[pid].push_back(e);
+      } else {
+        names.insert(e.at("name").get<std::string>());
+        tracks[{pid, e.at("tid").get<int>()}].push_back(e);
+      }
+    } else if (ph == "s" || ph == "f") {
+      ASSERT_TRUE(e.contains("id") && e.at("id").is_number_integer()) << e;
+      EXPECT_EQ(e.at("cat"), "dependency");
+      flows[e.at("id").get<int64_t>()].push_back(e);
     } else {
       ASSERT_EQ(ph, "C");
       EXPECT_EQ(e.at("pid").get<int>(), 2) << "only the replay has an arena";
       counter.push_back(e.at("args").at("bytes").get<int64_t>());
     }
   }
-  EXPECT_EQ(metadata, 4);   // two processes, one stream each
+  EXPECT_EQ(thread_names, 6);   // two processes: phases, ops and one stream each
   ASSERT_EQ(tracks.size(), 2u);
   for (const auto& [track, events] : tracks) {
     EXPECT_EQ(events.size(), static_cast<size_t>(g.stats().kernels));
@@ -244,6 +273,46 @@ TEST(ProfileTest, ChromeTraceIsWellFormed) {
       const double prev_end = events[i - 1]["ts"].get<double>() + events[i - 1]["dur"].get<double>();
       EXPECT_LE(prev_end, events[i]["ts"].get<double>() + 1e-3) << "overlap on track pid " << track.first;   // 1 ns
     }
+    // Phase slices: forward, backward, optimizer in order, on their own
+    // track above the kernels, together spanning every kernel slice.
+    const std::vector<nlohmann::json>& phases = phase_slices[track.first];
+    ASSERT_EQ(phases.size(), 3u) << "pid " << track.first;
+    EXPECT_EQ(phases[0]["name"], "forward");
+    EXPECT_EQ(phases[1]["name"], "backward");
+    EXPECT_EQ(phases[2]["name"], "optimizer");
+    for (const nlohmann::json& ph : phases) EXPECT_LT(ph["tid"].get<int>(), track.second);
+    EXPECT_LE(phases[0]["ts"].get<double>(), events.front()["ts"].get<double>());
+    EXPECT_GE(phases[2]["ts"].get<double>() + phases[2]["dur"].get<double>() + 1e-3,
+              events.back()["ts"].get<double>() + events.back()["dur"].get<double>());
+    const std::vector<nlohmann::json>& ops = op_slices[track.first];
+    ASSERT_EQ(ops.size(), events.size()) << "one op slice per launch on the CPU";
+    for (const nlohmann::json& op : ops) EXPECT_LT(op["tid"].get<int>(), track.second);
+  }
+  // Flows: an "s" and an "f" per id, the "s" no later than its "f"; the
+  // optimizer reads what backward wrote, so some flow goes from backward
+  // into the optimizer.
+  ASSERT_FALSE(flows.empty());
+  for (const auto& [id, pair] : flows) {
+    ASSERT_EQ(pair.size(), 2u) << "flow " << id;
+    EXPECT_EQ(pair[0]["ph"], "s");
+    EXPECT_EQ(pair[1]["ph"], "f");
+    EXPECT_EQ(pair[1]["bp"], "e");
+    EXPECT_LE(pair[0]["ts"].get<double>(), pair[1]["ts"].get<double>());
+  }
+  for (const StepProfile* p : {&*eager, &*replayed}) {
+    bool backward_to_optimizer = false;
+    for (const NodeTiming& n : p->nodes) {
+      for (int64_t from : n.reads_from) {
+        ASSERT_LT(from, n.launch);
+        backward_to_optimizer |= std::string_view(p->nodes[from].phase) == "backward" &&
+                                 std::string_view(n.phase) == "optimizer";
+      }
+    }
+    EXPECT_TRUE(backward_to_optimizer) << p->mode;
+  }
+  EXPECT_EQ(eager->nodes.size(), replayed->nodes.size());
+  for (size_t i = 0; i < eager->nodes.size(); ++i) {
+    EXPECT_EQ(eager->nodes[i].reads_from, replayed->nodes[i].reads_from) << "node " << i;
   }
   EXPECT_TRUE(names.count("gemm") && names.count("adamw") && names.count("cross_entropy"));
   EXPECT_EQ(counter, arena_bytes_in_use(g));
@@ -477,7 +546,7 @@ TEST(CudaProfileTest, ChromeTraceIsWellFormedWithGpuIdle) {
   for (const nlohmann::json& e : trace.at("traceEvents")) {
     const std::string ph = e.at("ph");
     if (ph == "X") {
-      ++x_events[e.at("pid").get<int>()];
+      if (e.at("cat") != "phase" && e.at("cat") != "op") ++x_events[e.at("pid").get<int>()];   // kernel slices
       EXPECT_GE(e.at("ts").get<double>(), 0.0);
       EXPECT_GE(e.at("dur").get<double>(), 0.0);
       const std::string phase = e.at("args").at("phase");

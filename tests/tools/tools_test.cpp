@@ -4,12 +4,14 @@
 // (--device=cuda) and skip when it has none, or fail with ENCORE_REQUIRE_GPU=1.
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/gpu_required.h"
+#include "tests/svg_test_util.h"
 #include "tests/tool_run.h"
 
 namespace encore {
@@ -218,8 +220,29 @@ TEST(EncoreLaunchTest, SmallRunWritesJsonAndSvg) {
   }
   const std::string picture = slurp(svg);
   EXPECT_THAT(picture, HasSubstr("<svg"));
-  EXPECT_THAT(picture, HasSubstr("chain replayed"));
   EXPECT_THAT(picture, HasSubstr("</svg>"));
+  // Nothing clipped: the long title, tick and legend texts all fit the view.
+  EXPECT_THAT(encore::testing::svg_text_outside_view(picture), ::testing::IsEmpty());
+  // A legend entry for every plotted series, and a label at every point.
+  std::string texts;
+  std::string error;
+  for (const encore::testing::SvgText& t : encore::testing::svg_texts(picture, &error)) texts += t.text + "\n";
+  ASSERT_EQ(error, "");
+  for (const nlohmann::json& r : results) {
+    for (const char* how : {"eager", "replayed"}) {
+      const std::string entry =
+          r.at("backend").get<std::string>() + " " + r.at("variant").get<std::string>() + " " + how;
+      EXPECT_THAT(texts, HasSubstr(entry + "\n")) << texts;
+    }
+  }
+  const std::regex circle(R"re(<circle cx="([\d.]+)" cy="([\d.]+)")re");
+  int points = 0;
+  for (auto it = std::sregex_iterator(picture.begin(), picture.end(), circle); it != std::sregex_iterator(); ++it) {
+    ++points;
+    const std::regex label("<text x=\"" + (*it)[1].str() + "\" y=\"[0-9.]+\" font-size=\"10\"");
+    EXPECT_TRUE(std::regex_search(picture, label)) << "point at x " << (*it)[1] << " has no label";
+  }
+  EXPECT_EQ(points, 2 * static_cast<int>(results.size()));   // each result eager and replayed
 }
 
 // --backends=cuda: without a GPU, nothing measured, said so, exit 0; with
