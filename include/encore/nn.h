@@ -8,6 +8,11 @@
 //   encore::nn::Gpt gpt({.vocab_size = 65, .block_size = 64, .n_layer = 2, .n_head = 4, .n_embd = 128});
 //   encore::Tensor loss = gpt.loss(tokens, targets);          // [B, T] ids -> scalar
 //
+//   encore::nn::Sequential net(std::make_unique<encore::nn::Linear>(4, 8),   // "0.weight", ...
+//                              std::make_unique<encore::nn::ReLU>(),
+//                              std::make_unique<encore::nn::Linear>(8, 2));
+//   encore::Tensor y = net.forward(x);                        // each child's forward in order
+//
 // Parameters are leaf tensors that require grad, created on construction on
 // the module's device and initialised from a seeded generator (GPT-2 scheme:
 // N(0, 0.02) weights, residual projections N(0, 0.02 / sqrt(2 n_layer)), zero
@@ -21,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "encore/error.h"
 #include "encore/ops.h"
 #include "encore/tensor.h"
 
@@ -42,8 +48,15 @@ class Module {
   void train(bool on = true);            // recursive; dropout is active in training mode
   void eval() { train(false); }
   bool is_training() const { return training_; }
-  // Non-parameter state (e.g. attention masks) with dotted names.
+  // Non-parameter state (e.g. attention masks, running statistics) with dotted names.
   NamedTensors named_buffers() const;
+  // What a checkpoint holds: named_parameters() then the persistent buffers
+  // (register_buffer(..., persistent = true)), each once.
+  NamedTensors state_tensors() const;
+  // The one-tensor forward that containers (Sequential) call: every layer
+  // with one input overrides it. The default throws encore::Error naming the
+  // module's type (a Gpt block list, a ModuleList: no single forward).
+  virtual Tensor forward(const Tensor& x) const;
   // Moves every parameter and buffer to `device` in place: handles held
   // elsewhere see the move.
   void to(Device device);
@@ -57,8 +70,10 @@ class Module {
  protected:
   // Registers t as a parameter (a leaf that requires grad) and returns it.
   Tensor register_parameter(std::string name, Tensor t);
-  // Registers t as a buffer: state that moves with the module but is not trained.
-  Tensor register_buffer(std::string name, Tensor t);
+  // Registers t as a buffer: state that moves with the module but is not
+  // trained. A persistent buffer (running statistics) is saved in
+  // checkpoints; a derived one (an attention mask) is not.
+  Tensor register_buffer(std::string name, Tensor t, bool persistent = true);
   // Registers an already registered tensor of another module (weight tying).
   void register_shared_parameter(std::string name, const Tensor& t);
   template <typename M>
@@ -69,9 +84,11 @@ class Module {
   }
 
  private:
-  void collect(const std::string& prefix, NamedTensors& out, bool buffers) const;
+  enum class Kind { kParameters, kBuffers, kPersistentBuffers };
+  void collect(const std::string& prefix, NamedTensors& out, Kind kind) const;
   NamedTensors params_;
   NamedTensors buffers_;
+  std::vector<bool> persistent_;   // per buffers_ entry
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   bool training_ = true;
 };
@@ -86,7 +103,7 @@ struct Init {
 class Linear : public Module {
  public:
   Linear(int64_t in, int64_t out, bool bias = true, Init init = {});
-  Tensor forward(const Tensor& x) const { return linear(x, weight, bias); }
+  Tensor forward(const Tensor& x) const override { return linear(x, weight, bias); }
   Tensor weight;   // [out, in]
   Tensor bias;     // [out] or undefined
 };
@@ -95,7 +112,7 @@ class Linear : public Module {
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, Init init = {});
-  Tensor forward(const Tensor& x) const { return layer_norm(x, {weight.size(0)}, weight, bias, eps_); }
+  Tensor forward(const Tensor& x) const override { return layer_norm(x, {weight.size(0)}, weight, bias, eps_); }
   Tensor weight, bias;
  private:
   double eps_;
@@ -105,7 +122,7 @@ class LayerNorm : public Module {
 class Embedding : public Module {
  public:
   Embedding(int64_t num, int64_t dim, Init init = {});   // N(0, 1) like PyTorch
-  Tensor forward(const Tensor& ids) const { return embedding(weight, ids); }
+  Tensor forward(const Tensor& ids) const override { return embedding(weight, ids); }
   Tensor weight;   // [num, dim]
 };
 
@@ -113,7 +130,7 @@ class Embedding : public Module {
 class Dropout : public Module {
  public:
   explicit Dropout(double p) : p_(p) {}
-  Tensor forward(const Tensor& x) const { return dropout(x, p_, is_training()); }
+  Tensor forward(const Tensor& x) const override { return dropout(x, p_, is_training()); }
  private:
   double p_;
 };
@@ -125,7 +142,7 @@ enum class Activation { kRelu, kGelu, kTanh };
 class Mlp : public Module {
  public:
   Mlp(std::vector<int64_t> widths, Activation act = Activation::kRelu, Init init = {});
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
  private:
   std::vector<Linear*> layers_;
   Activation act_;
@@ -147,7 +164,7 @@ struct GptConfig {
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GptConfig& cfg, Generator* gen);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
  private:
   int64_t n_head_;
   Linear* qkv_;     // c_attn: C -> 3C
@@ -161,7 +178,7 @@ class CausalSelfAttention : public Module {
 class TransformerBlock : public Module {
  public:
   TransformerBlock(const GptConfig& cfg, Generator* gen);
-  Tensor forward(const Tensor& x) const;
+  Tensor forward(const Tensor& x) const override;
  private:
   LayerNorm* ln1_;
   CausalSelfAttention* attn_;
@@ -175,7 +192,7 @@ class Gpt : public Module {
  public:
   explicit Gpt(const GptConfig& cfg);
   // ids [B, T] (i32/i64) -> logits [B, T, V].
-  Tensor forward(const Tensor& ids) const;
+  Tensor forward(const Tensor& ids) const override;
   // Mean cross-entropy of forward(ids) against targets [B, T].
   Tensor loss(const Tensor& ids, const Tensor& targets) const;
   // The configuration it was built with; `device` stays the one it was built
@@ -188,6 +205,97 @@ class Gpt : public Module {
   std::vector<TransformerBlock*> blocks_;
   LayerNorm* ln_f_;
   Linear* lm_head_;  // [V, C], nullptr when tied to wte
+};
+
+// ---- containers and activation layers ----
+
+// Modules run one after another: forward(x) is the last child's forward of
+// ... of the first child's forward(x). Children are named "0", "1", ... in
+// the order they were added (PyTorch's nn.Sequential names), and the
+// Sequential owns them.
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  template <typename... M>
+  explicit Sequential(std::unique_ptr<M>... children) {
+    (add(std::move(children)), ...);
+  }
+  // Appends `child` (not null) and returns it.
+  template <typename M>
+  M& add(std::unique_ptr<M> child) {
+    ENCORE_CHECK(child != nullptr, "Sequential::add: the module is null");
+    M& ref = register_module(std::to_string(items_.size()), std::move(child));
+    items_.push_back(&ref);
+    return ref;
+  }
+  template <typename M, typename... Args>
+  M& emplace(Args&&... args) { return add(std::make_unique<M>(std::forward<Args>(args)...)); }
+  Tensor forward(const Tensor& x) const override;
+  size_t size() const { return items_.size(); }
+  // The i-th child; throws encore::Error when i >= size().
+  Module& operator[](size_t i) const;
+
+ private:
+  std::vector<Module*> items_;
+};
+
+// Modules held in order with index names ("0", "1", ...), for a model's own
+// forward to call (blocks of a network); it has no forward of its own.
+class ModuleList : public Module {
+ public:
+  template <typename M>
+  M& add(std::unique_ptr<M> child) {
+    ENCORE_CHECK(child != nullptr, "ModuleList::add: the module is null");
+    M& ref = register_module(std::to_string(items_.size()), std::move(child));
+    items_.push_back(&ref);
+    return ref;
+  }
+  template <typename M, typename... Args>
+  M& emplace(Args&&... args) { return add(std::make_unique<M>(std::forward<Args>(args)...)); }
+  size_t size() const { return items_.size(); }
+  // The i-th child; throws encore::Error when i >= size().
+  Module& operator[](size_t i) const;
+  // The i-th child as M; throws encore::Error when it is not an M.
+  template <typename M>
+  M& at(size_t i) const {
+    M* m = dynamic_cast<M*>(&(*this)[i]);
+    ENCORE_CHECK(m != nullptr, "ModuleList::at: child %d is not of the requested type", i);
+    return *m;
+  }
+  std::vector<Module*>::const_iterator begin() const { return items_.begin(); }
+  std::vector<Module*>::const_iterator end() const { return items_.end(); }
+
+ private:
+  std::vector<Module*> items_;
+};
+
+// Activations as layers, for Sequential.
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) const override { return relu(x); }
+};
+class GELU : public Module {
+ public:
+  explicit GELU(GeluApprox approx = GeluApprox::kNone) : approx_(approx) {}   // PyTorch's default: exact
+  Tensor forward(const Tensor& x) const override { return gelu(x, approx_); }
+ private:
+  GeluApprox approx_;
+};
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) const override { return tanh(x); }
+};
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) const override { return sigmoid(x); }
+};
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) const override { return silu(x); }
+};
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) const override { return x; }
 };
 
 }  // namespace encore::nn

@@ -23,7 +23,7 @@ struct Part {
 // The parts `state` names, for saving (no state created) or loading.
 std::vector<Part> parts_of(const nn::Module& model, const TrainingState& state, const Tensor& schedule_step) {
   std::vector<Part> parts(1, Part{"model.", {}});
-  for (auto& [name, t] : model.named_parameters()) parts[0].tensors.emplace_back(absl::StrCat("model.", name), t);
+  for (auto& [name, t] : model.state_tensors()) parts[0].tensors.emplace_back(absl::StrCat("model.", name), t);
   if (state.optimizer != nullptr) {
     Part& p = parts.emplace_back(Part{"optim.", {}});
     for (auto& [name, t] : state.optimizer->state()) p.tensors.emplace_back(absl::StrCat("optim.", name), t);

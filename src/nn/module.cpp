@@ -1,5 +1,11 @@
 // Module: parameter registration, dotted names, train/eval, device moves.
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <typeinfo>
+
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_format.h"
 #include "encore/autograd.h"
 #include "encore/nn.h"
 
@@ -18,21 +24,44 @@ void Module::register_shared_parameter(std::string name, const Tensor& t) {
   params_.emplace_back(std::move(name), t);
 }
 
-Tensor Module::register_buffer(std::string name, Tensor t) {
+Tensor Module::register_buffer(std::string name, Tensor t, bool persistent) {
   ENCORE_CHECK(t.defined(), "register_buffer: %s is undefined", name);
   buffers_.emplace_back(std::move(name), t);
+  persistent_.push_back(persistent);
   return t;
 }
 
-void Module::collect(const std::string& prefix, NamedTensors& out, bool buffers) const {
-  for (const auto& [name, t] : buffers ? buffers_ : params_) out.emplace_back(prefix + name, t);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, buffers);
+void Module::collect(const std::string& prefix, NamedTensors& out, Kind kind) const {
+  if (kind == Kind::kParameters) {
+    for (const auto& [name, t] : params_) out.emplace_back(prefix + name, t);
+  } else {
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      if (kind == Kind::kBuffers || persistent_[i]) out.emplace_back(prefix + buffers_[i].first, buffers_[i].second);
+    }
+  }
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, kind);
 }
 
 NamedTensors Module::named_buffers() const {
   NamedTensors out;
-  collect("", out, /*buffers=*/true);
+  collect("", out, Kind::kBuffers);
   return out;
+}
+
+NamedTensors Module::state_tensors() const {
+  NamedTensors out = named_parameters();
+  collect("", out, Kind::kPersistentBuffers);
+  return out;
+}
+
+Tensor Module::forward(const Tensor&) const {
+  int status = 0;
+  char* name = abi::__cxa_demangle(typeid(*this).name(), nullptr, nullptr, &status);
+  const std::string type = status == 0 && name != nullptr ? name : typeid(*this).name();
+  std::free(name);
+  throw_error(absl::StatusCode::kUnimplemented,
+              absl::StrFormat("%s has no one-tensor forward(); call its own methods instead "
+                              "(Sequential holds only modules that have one)", type));
 }
 
 namespace {
@@ -50,7 +79,7 @@ void rebind(Tensor& t, const Tensor& moved) {
 
 NamedTensors Module::named_parameters() const {
   NamedTensors all, unique;
-  collect("", all, /*buffers=*/false);
+  collect("", all, Kind::kParameters);
   absl::flat_hash_set<TensorImpl*> seen;   // tied weights: keep the first name
   for (auto& entry : all) {
     if (seen.insert(entry.second.impl()).second) unique.push_back(std::move(entry));

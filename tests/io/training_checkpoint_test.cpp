@@ -223,6 +223,35 @@ TEST(TrainingCheckpointTest, ModelOnlyLoadOfATrainingCheckpoint) {
   EXPECT_TRUE(report.unexpected.empty());
 }
 
+// A layer with a running statistic (persistent) and a derived table (not).
+class WithStatistics : public nn::Module {
+ public:
+  WithStatistics() {
+    weight = register_parameter("weight", ones({3}));
+    running_mean = register_buffer("running_mean", zeros({3}));
+    table = register_buffer("table", ones({3}), /*persistent=*/false);
+  }
+  Tensor weight, running_mean, table;
+};
+
+TEST(TrainingCheckpointTest, PersistentBuffersAreSavedAndLoadedInPlace) {
+  const std::string path = ::testing::TempDir() + "/buffers.safetensors";
+  WithStatistics saved;
+  saved.running_mean.copy_(from_vector<float>({0.25f, -1.5f, 3.0f}, {3}));
+  ASSERT_TRUE(save_checkpoint(path, saved, TrainingState{.default_generators = false}).ok());
+  absl::StatusOr<NamedTensors> file = load_safetensors(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<std::string> names;
+  for (auto& [n, t] : *file) names.push_back(n);
+  EXPECT_EQ(names, (std::vector<std::string>{"model.weight", "model.running_mean"}));   // no derived table
+  WithStatistics loaded;
+  const void* storage = loaded.running_mean.data_ptr();
+  absl::Status st = load_checkpoint(path, loaded);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(loaded.running_mean.data_ptr(), storage);           // in place: captured graphs stay valid
+  EXPECT_EQ(testing::values(loaded.running_mean), (std::vector<double>{0.25, -1.5, 3.0}));
+}
+
 TEST(TrainingCheckpointTest, ARunWithoutItsPartsIsRefusedNamingThem) {
   const std::string path = ::testing::TempDir() + "/model_and_opt.safetensors";
   GptRun run(1, kCPU);

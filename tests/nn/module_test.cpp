@@ -170,6 +170,75 @@ TEST(ModuleTest, LinearComputesXWtPlusB) {
   expect_near(lin.forward(x), {w[0] + 2 * w[1] + 3 * w[2] + b[0], w[3] + 2 * w[4] + 3 * w[5] + b[1]});
 }
 
+TEST(ModuleTest, SequentialRunsItsChildrenInOrderUnderIndexNames) {
+  Sequential net(std::make_unique<Linear>(3, 4), std::make_unique<ReLU>());
+  Linear& last = net.emplace<Linear>(4, 2);
+  ASSERT_EQ(net.size(), 3u);
+  EXPECT_EQ(names(net), (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
+  EXPECT_EQ(&net[2], &last);
+  Tensor x = from_vector<float>({1, -2, 3, 0.5, 4, -1}, {2, 3});
+  const auto& first = dynamic_cast<const Linear&>(net[0]);
+  Tensor expected = linear(relu(linear(x, first.weight, first.bias)), last.weight, last.bias);
+  EXPECT_EQ(values(net.forward(x)), values(expected));     // the same ops: the same bits
+  net.eval();
+  EXPECT_FALSE(net[0].is_training());                       // train()/eval() reach the children
+  expect_error([&] { (void)net[3]; }, absl::StatusCode::kInvalidArgument, {"Sequential", "3", "size 3"});
+  expect_error([&] { net.add(std::unique_ptr<Linear>()); }, absl::StatusCode::kInvalidArgument, {"null"});
+}
+
+TEST(ModuleTest, ActivationLayersApplyTheirOps) {
+  Tensor x = from_vector<float>({-2, -0.5, 0, 0.5, 2}, {5});
+  EXPECT_EQ(values(ReLU().forward(x)), values(relu(x)));
+  EXPECT_EQ(values(GELU().forward(x)), values(gelu(x, GeluApprox::kNone)));   // PyTorch's default: exact
+  EXPECT_EQ(values(GELU(GeluApprox::kTanh).forward(x)), values(gelu(x, GeluApprox::kTanh)));
+  EXPECT_EQ(values(Tanh().forward(x)), values(tanh(x)));
+  EXPECT_EQ(values(Sigmoid().forward(x)), values(sigmoid(x)));
+  EXPECT_EQ(values(SiLU().forward(x)), values(silu(x)));
+  EXPECT_EQ(values(Identity().forward(x)), values(x));
+}
+
+TEST(ModuleTest, ModuleListHoldsBlocksAndHasNoForward) {
+  ModuleList blocks;
+  for (int i = 0; i < 3; ++i) blocks.emplace<Linear>(2, 2);
+  blocks.emplace<Dropout>(0.1);
+  EXPECT_EQ(blocks.size(), 4u);
+  EXPECT_EQ(names(blocks).front(), "0.weight");
+  EXPECT_EQ(names(blocks).back(), "2.bias");
+  int n = 0;
+  for (Module* m : blocks) n += dynamic_cast<Linear*>(m) != nullptr;
+  EXPECT_EQ(n, 3);
+  EXPECT_EQ(blocks.at<Linear>(1).weight.size(0), 2);
+  expect_error([&] { blocks.at<Linear>(3); }, absl::StatusCode::kInvalidArgument, {"ModuleList::at", "3"});
+  expect_error([&] { blocks.forward(ones({2})); }, absl::StatusCode::kUnimplemented,
+               {"encore::nn::ModuleList", "no one-tensor forward"});
+  // A Sequential holding a module without one fails at forward, naming it.
+  Sequential seq(std::make_unique<ModuleList>());
+  expect_error([&] { seq.forward(ones({2})); }, absl::StatusCode::kUnimplemented, {"ModuleList"});
+}
+
+// A layer with a running statistic (saved) and a derived table (not saved).
+class WithBuffers : public Module {
+ public:
+  WithBuffers() {
+    weight = register_parameter("weight", ones({2}));
+    running = register_buffer("running", zeros({2}));
+    derived = register_buffer("derived", ones({2}), /*persistent=*/false);
+    child = &register_module("child", std::make_unique<Linear>(2, 1));
+  }
+  Tensor weight, running, derived;
+  Linear* child;
+};
+
+TEST(ModuleTest, StateTensorsArePersistentBuffersAfterParameters) {
+  WithBuffers m;
+  std::vector<std::string> state;
+  for (auto& [n, t] : m.state_tensors()) state.push_back(n);
+  EXPECT_EQ(state, (std::vector<std::string>{"weight", "child.weight", "child.bias", "running"}));
+  EXPECT_EQ(m.named_buffers().size(), 2u);                  // both buffers move with the module
+  Gpt gpt(tiny());
+  EXPECT_EQ(gpt.state_tensors().size(), gpt.named_parameters().size());   // masks are derived
+}
+
 TEST(ModuleTest, BadConfigurationsAreRejected) {
   expect_error([] { Linear(0, 3); }, absl::StatusCode::kInvalidArgument, {"Linear", "in=0"});
   expect_error([] { Mlp({4}); }, absl::StatusCode::kInvalidArgument, {"Mlp"});
