@@ -42,7 +42,7 @@ LAYER_OF_HEADER = {
     "autograd.h": "autograd",
     "nn.h": "nn",
     "optim.h": "optim",
-    "checkpoint.h": "io", "training_checkpoint.h": "io", "progress.h": "io",
+    "checkpoint.h": "io", "training_checkpoint.h": "io", "progress.h": "io", "hf_gpt2.h": "io",
     "capture.h": "capture",
     "graphed.h": "capture",
     "bucketing.h": "nn",

@@ -15,6 +15,7 @@
 #include "encore/dtype.h"
 #include "encore/error.h"
 #include "encore/graphed.h"
+#include "encore/hf_gpt2.h"
 #include "encore/nn.h"
 #include "encore/ops.h"
 #include "encore/optim.h"

@@ -1,0 +1,68 @@
+// GPT-2 checkpoints in the Hugging Face layout: load a `model.safetensors`
+// (with the `config.json` beside it) into an nn::Gpt, and save one back, so
+// weights trained with transformers load here and ours load there.
+//
+//   // A directory as save_pretrained writes it (or the hub's gpt2/ files):
+//   absl::StatusOr<std::unique_ptr<encore::nn::Gpt>> gpt = encore::hf::load_gpt2("gpt2/");
+//   if (!gpt.ok()) std::cerr << gpt.status() << "\n";       // names the file and the tensor
+//   encore::Tensor logits = (*gpt)->forward(ids);             // ids [B, T]: GPT-2 token ids
+//   absl::Status s = encore::hf::save_gpt2("finetuned/", **gpt);   // model.safetensors + config.json
+//
+// Token ids come from a GPT-2 tokenizer (tiktoken's or transformers' "gpt2"
+// BPE, run wherever the text is prepared); encore has none. byte_token_ids()
+// gives the ids of the 256 single-byte tokens, a valid (unmerged) encoding
+// of any text.
+//
+// The layout (GPT2LMHeadModel): names "h.<i>.attn.c_attn.weight", ... with or
+// without a "transformer." prefix; the Conv1D weights (c_attn, c_proj, c_fc)
+// stored [in, out], the transpose of encore's Linear [out, in]; the head tied
+// to wte ("lm_head.weight" absent, or present and ignored when tied); the
+// causal-mask buffers "h.<i>.attn.bias" / ".masked_bias" ignored. encore's
+// Gpt is GPT-2's architecture: pre-norm blocks, LayerNorm eps 1e-5, the tanh
+// GELU ("gelu_new"), learned positions.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "encore/device.h"
+#include "encore/nn.h"
+
+namespace encore::hf {
+
+// The GptConfig of a config.json: vocab_size, n_positions (block_size),
+// n_layer, n_head, n_embd, tie_word_embeddings (default true). Refused
+// (InvalidArgument, naming the file and the key): a missing or non-integer
+// size, an activation_function other than gelu_new / gelu_pytorch_tanh /
+// gelu_fast, a layer_norm_epsilon other than 1e-5, model_type not "gpt2".
+// NotFound when the file cannot be read.
+[[nodiscard]] absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json);
+
+// `path` is a directory holding model.safetensors and config.json, or a
+// .safetensors file with config.json in its directory. Builds a Gpt of that
+// configuration on `device` and loads the weights (load_gpt2_into).
+[[nodiscard]] absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Device device = kCPU);
+
+// Copies the weights of the safetensors file `file` into `model` in place
+// (handles and captured graphs stay valid), converting float dtypes (F32,
+// F16, BF16, F64) to the model's. Strict: every tensor of the model must be
+// in the file with its shape (Conv1D weights transposed), and the file may
+// hold nothing else but the ignored names above. Errors name the file and
+// the tensor: NotFound (missing), InvalidArgument (shape, dtype, extra).
+[[nodiscard]] absl::Status load_gpt2_into(const std::string& file, nn::Gpt& model);
+
+// Writes dir/model.safetensors (GPT2LMHeadModel names with the
+// "transformer." prefix, f32 or the model's dtype, "lm_head.weight" only
+// when the head is not tied) and dir/config.json; creates dir if needed.
+// Atomic per file, as save_safetensors.
+[[nodiscard]] absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model);
+
+// The GPT-2 id of each byte value: the first 256 tokens of GPT-2's
+// vocabulary are the single bytes, in the order of its byte-to-unicode table.
+// Encodes text as ids a GPT-2 model accepts, without BPE merges.
+std::vector<int64_t> byte_token_ids(const std::string& text);
+
+}  // namespace encore::hf

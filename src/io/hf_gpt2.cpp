@@ -1,0 +1,250 @@
+// GPT-2 in the Hugging Face layout: the name map between encore's Gpt and
+// GPT2LMHeadModel, config.json, and the Conv1D transposes.
+#include "encore/hf_gpt2.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "encore/autograd.h"
+#include "encore/checkpoint.h"
+
+namespace encore::hf {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr char kPrefix[] = "transformer.";
+
+bool is_dir(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string dir_of(const std::string& file) {
+  const size_t slash = file.rfind('/');
+  return slash == std::string::npos ? "." : file.substr(0, slash);
+}
+
+// One tensor of the model and its name in the Hugging Face layout.
+struct Entry {
+  std::string hf_name;     // without the "transformer." prefix; "lm_head.weight" is top level
+  Tensor target;           // the model's parameter
+  bool transposed;         // Conv1D: the file holds target^T
+};
+
+// encore's block-local names -> GPT-2's, and whether the weight is a Conv1D.
+struct Rename {
+  const char* ours;
+  const char* theirs;
+  bool conv1d;
+};
+constexpr Rename kBlockNames[] = {
+    {"ln1.weight", "ln_1.weight", false},           {"ln1.bias", "ln_1.bias", false},
+    {"attn.qkv.weight", "attn.c_attn.weight", true}, {"attn.qkv.bias", "attn.c_attn.bias", false},
+    {"attn.proj.weight", "attn.c_proj.weight", true}, {"attn.proj.bias", "attn.c_proj.bias", false},
+    {"ln2.weight", "ln_2.weight", false},           {"ln2.bias", "ln_2.bias", false},
+    {"mlp.layers.0.weight", "mlp.c_fc.weight", true}, {"mlp.layers.0.bias", "mlp.c_fc.bias", false},
+    {"mlp.layers.1.weight", "mlp.c_proj.weight", true}, {"mlp.layers.1.bias", "mlp.c_proj.bias", false},
+};
+
+std::vector<Entry> entries_of(const nn::Gpt& model) {
+  std::vector<Entry> out;
+  for (const auto& [name, p] : model.named_parameters()) {
+    if (!absl::StartsWith(name, "blocks.")) {   // wte, wpe, ln_f, lm_head keep their names
+      out.push_back({name, p, false});
+      continue;
+    }
+    const size_t dot = name.find('.', 7);       // "blocks.<i>.<rest>"
+    const std::string index = name.substr(7, dot - 7), rest = name.substr(dot + 1);
+    const Rename* r = nullptr;
+    for (const Rename& c : kBlockNames) {
+      if (rest == c.ours) r = &c;
+    }
+    ENCORE_CHECK_CODE(r != nullptr, kInternal, "hf::gpt2: no GPT-2 name for parameter %s", name);
+    out.push_back({absl::StrCat("h.", index, ".", r->theirs), p, r->conv1d});
+  }
+  return out;
+}
+
+// Tensors a GPT-2 file may hold that the model has no parameter for.
+bool ignored(const std::string& hf_name, bool tied) {
+  return absl::EndsWith(hf_name, ".attn.bias") || absl::EndsWith(hf_name, ".attn.masked_bias") ||
+         (tied && hf_name == "lm_head.weight");
+}
+
+absl::Status refuse(absl::StatusCode code, const std::string& file, absl::string_view what) {
+  return absl::Status(code, absl::StrCat("load_gpt2: ", file, ": ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
+  std::ifstream in(config_json);
+  if (!in) return absl::NotFoundError(absl::StrCat("read_gpt2_config: cannot read ", config_json));
+  std::stringstream text;
+  text << in.rdbuf();
+  const Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("read_gpt2_config: ", config_json, ": ", what));
+  };
+  if (!j.is_object()) return bad("not a JSON object");
+  if (j.contains("model_type") && j["model_type"] != "gpt2") {
+    return bad(absl::StrCat("model_type is ", j["model_type"].dump(), ", not \"gpt2\""));
+  }
+  nn::GptConfig cfg;
+  for (auto [key, field] : {std::pair{"vocab_size", &cfg.vocab_size}, std::pair{"n_positions", &cfg.block_size},
+                            std::pair{"n_layer", &cfg.n_layer}, std::pair{"n_head", &cfg.n_head},
+                            std::pair{"n_embd", &cfg.n_embd}}) {
+    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() <= 0) {
+      return bad(absl::StrCat("\"", key, "\" must be a positive integer"));
+    }
+    *field = j[key].get<int64_t>();
+  }
+  if (cfg.n_embd % cfg.n_head != 0) return bad("n_embd does not divide into n_head heads");
+  if (j.contains("activation_function")) {
+    const Json& act = j["activation_function"];
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast") {
+      return bad(absl::StrCat("activation_function ", act.dump(), " is not the tanh GELU encore's Gpt uses"));
+    }
+  }
+  if (j.contains("layer_norm_epsilon") &&
+      (!j["layer_norm_epsilon"].is_number() || j["layer_norm_epsilon"].get<double>() != 1e-5)) {
+    return bad(absl::StrCat("layer_norm_epsilon ", j["layer_norm_epsilon"].dump(), " is not 1e-5"));
+  }
+  cfg.tied_head = !j.contains("tie_word_embeddings") || j["tie_word_embeddings"] == true;
+  return cfg;
+}
+
+absl::Status load_gpt2_into(const std::string& file, nn::Gpt& model) {
+  // The file's names first (only its header is read).
+  LoadReport listing;
+  absl::Status s = load_into(file, {}, LoadOptions{.strict = false, .convert_dtypes = true}, &listing);
+  if (!s.ok()) return s;
+  const std::vector<std::string>& names = listing.unexpected;
+  const bool prefixed = std::any_of(names.begin(), names.end(), [](const std::string& n) {
+    return absl::StartsWith(n, kPrefix);
+  });
+  const bool tied = model.config().tied_head;
+  std::vector<Entry> entries;
+  s = status_of([&] { entries = entries_of(model); });
+  if (!s.ok()) return s;
+  // Staging tensors of the file's shapes in the model's dtype, on the CPU;
+  // load_into checks shapes, converts dtypes and names the tensor on error.
+  NamedTensors staging;
+  absl::flat_hash_set<std::string> wanted;
+  for (const Entry& e : entries) {
+    const std::string name = e.hf_name == "lm_head.weight" || !prefixed ? e.hf_name : kPrefix + e.hf_name;
+    Shape shape = e.target.shape();
+    if (e.transposed) std::swap(shape[0], shape[1]);
+    staging.emplace_back(name, empty(shape, e.target.dtype(), kCPU));
+    wanted.insert(name);
+  }
+  for (const std::string& n : names) {
+    if (wanted.contains(n)) continue;
+    const std::string bare = absl::StartsWith(n, kPrefix) ? n.substr(sizeof kPrefix - 1) : n;
+    if (!ignored(bare, tied)) {
+      return refuse(absl::StatusCode::kInvalidArgument, file,
+                    absl::StrCat("tensor \"", n, "\" is not part of this GPT-2 (", model.config().n_layer,
+                                 " layers, ", tied ? "tied" : "untied", " head)"));
+    }
+  }
+  LoadReport report;
+  s = load_into(file, staging, LoadOptions{.strict = false, .convert_dtypes = true}, &report);
+  if (!s.ok()) return s;
+  if (!report.missing.empty()) {
+    return refuse(absl::StatusCode::kNotFound, file,
+                  absl::StrCat("missing tensor \"", report.missing.front(), "\"",
+                               report.missing.size() > 1 ? absl::StrCat(" and ", report.missing.size() - 1, " more")
+                                                         : ""));
+  }
+  return status_of([&] {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const Tensor& src = staging[i].second;
+      entries[i].target.copy_((entries[i].transposed ? src.transpose(0, 1) : src).to(entries[i].target.device()));
+    }
+  });
+}
+
+absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Device device) {
+  const std::string dir = is_dir(path) ? path : dir_of(path);
+  const std::string file = is_dir(path) ? dir + "/model.safetensors" : path;
+  absl::StatusOr<nn::GptConfig> cfg = read_gpt2_config(dir + "/config.json");
+  if (!cfg.ok()) return cfg.status();
+  cfg->device = device;
+  std::unique_ptr<nn::Gpt> model;
+  absl::Status s = status_of([&] { model = std::make_unique<nn::Gpt>(*cfg); });
+  if (!s.ok()) return s;
+  s = load_gpt2_into(file, *model);
+  if (!s.ok()) return s;
+  return model;
+}
+
+absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model) {
+  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
+    return absl::PermissionDeniedError(absl::StrCat("save_gpt2: cannot create ", dir, ": ", std::strerror(errno)));
+  }
+  NamedTensors out;
+  absl::Status s = status_of([&] {
+    for (const Entry& e : entries_of(model)) {
+      const std::string name = e.hf_name == "lm_head.weight" ? e.hf_name : kPrefix + e.hf_name;
+      out.emplace_back(name, e.transposed ? e.target.detach().transpose(0, 1).contiguous() : e.target.detach());
+    }
+  });
+  if (!s.ok()) return s;
+  s = save_safetensors(dir + "/model.safetensors", out, {{"format", "pt"}});
+  if (!s.ok()) return s;
+  const nn::GptConfig& c = model.config();
+  const Json config = {
+      {"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"activation_function", "gelu_new"},
+      {"vocab_size", c.vocab_size},           {"n_positions", c.block_size}, {"n_ctx", c.block_size},
+      {"n_layer", c.n_layer},                 {"n_head", c.n_head},          {"n_embd", c.n_embd},
+      {"layer_norm_epsilon", 1e-5},           {"tie_word_embeddings", c.tied_head},
+      {"resid_pdrop", c.dropout},             {"embd_pdrop", c.dropout},     {"attn_pdrop", c.dropout},
+  };
+  const std::string path = dir + "/config.json", tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << config.dump(2) << "\n";
+    if (!f.flush()) {
+      ::unlink(tmp.c_str());
+      return absl::InternalError(absl::StrCat("save_gpt2: cannot write ", tmp));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return absl::InternalError(absl::StrCat("save_gpt2: cannot rename ", tmp, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> byte_token_ids(const std::string& text) {
+  // GPT-2's bytes_to_unicode order: the printable ranges '!'..'~', 0xA1..0xAC
+  // and 0xAE..0xFF first (ids 0..187), then every other byte in value order.
+  int64_t id_of[256];
+  int64_t next = 0;
+  auto printable = [](int b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; };
+  for (int b = 0; b < 256; ++b) {
+    if (printable(b)) id_of[b] = next++;
+  }
+  for (int b = 0; b < 256; ++b) {
+    if (!printable(b)) id_of[b] = next++;
+  }
+  std::vector<int64_t> ids;
+  ids.reserve(text.size());
+  for (unsigned char ch : text) ids.push_back(id_of[ch]);
+  return ids;
+}
+
+}  // namespace encore::hf

@@ -1,0 +1,139 @@
+// GPT-2 in the Hugging Face layout: logits of a checked-in tiny checkpoint
+// against a reference computed independently (tests/data/make_hf_gpt2_tiny.py,
+// a plain-Python GPT-2 forward), the save/load round trip, refusals.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "encore/encore.h"
+#include "encore/hf_gpt2.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+using testing::expect_error;
+using testing::values;
+
+std::string data_dir() {
+  const char* d = std::getenv("ENCORE_TEST_DATA");
+  return std::string(d != nullptr ? d : "tests/data") + "/hf_gpt2_tiny";
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return nlohmann::json::parse(s.str());
+}
+
+TEST(HfGpt2Test, LogitsMatchAnIndependentReference) {
+  absl::StatusOr<std::unique_ptr<nn::Gpt>> gpt = hf::load_gpt2(data_dir());
+  ASSERT_TRUE(gpt.ok()) << gpt.status();
+  const nn::GptConfig& c = (*gpt)->config();
+  EXPECT_EQ(c.vocab_size, 11);
+  EXPECT_EQ(c.block_size, 8);
+  EXPECT_EQ(c.n_layer, 2);
+  EXPECT_TRUE(c.tied_head);
+  const nlohmann::json ref = read_json(data_dir() + "/reference_logits.json");
+  std::vector<int64_t> ids;
+  std::vector<double> expected;
+  for (const auto& row : ref["ids"]) for (int64_t id : row) ids.push_back(id);
+  for (const auto& row : ref["logits"]) for (const auto& pos : row) for (double v : pos) expected.push_back(v);
+  Tensor logits = (*gpt)->forward(from_vector<int64_t>(ids, {2, 5}));
+  EXPECT_EQ(logits.shape(), (Shape{2, 5, 11}));
+  testing::expect_near(logits, expected, 2e-5, 2e-5);   // f32 against double
+}
+
+TEST(HfGpt2Test, SavedFilesUseTheLayoutAndLoadBackBitForBit) {
+  const std::string dir = ::testing::TempDir() + "/hf_gpt2_roundtrip";
+  for (bool tied : {true, false}) {
+    nn::Gpt gpt({.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8, .tied_head = tied,
+                 .seed = 7});
+    ASSERT_TRUE(hf::save_gpt2(dir, gpt).ok());
+    absl::StatusOr<NamedTensors> file = load_safetensors(dir + "/model.safetensors");
+    ASSERT_TRUE(file.ok()) << file.status();
+    std::map<std::string, Tensor> by_name(file->begin(), file->end());
+    ASSERT_TRUE(by_name.count("transformer.h.1.attn.c_attn.weight"));
+    EXPECT_EQ(by_name["transformer.h.1.attn.c_attn.weight"].shape(), (Shape{8, 24}));   // Conv1D: [in, out]
+    EXPECT_EQ(by_name["transformer.h.0.mlp.c_proj.weight"].shape(), (Shape{32, 8}));
+    EXPECT_EQ(by_name.count("lm_head.weight"), tied ? 0u : 1u);
+    const nlohmann::json config = read_json(dir + "/config.json");
+    EXPECT_EQ(config["n_positions"], 6);
+    EXPECT_EQ(config["tie_word_embeddings"], tied);
+    absl::StatusOr<std::unique_ptr<nn::Gpt>> back = hf::load_gpt2(dir);
+    ASSERT_TRUE(back.ok()) << back.status();
+    Tensor ids = from_vector<int64_t>({1, 2, 3, 12, 0, 5}, {1, 6});
+    EXPECT_EQ(values((*back)->forward(ids)), values(gpt.forward(ids)));
+  }
+}
+
+TEST(HfGpt2Test, LoadsIntoAnExistingModelInPlaceAndConvertsDtypes) {
+  absl::StatusOr<nn::GptConfig> cfg = hf::read_gpt2_config(data_dir() + "/config.json");
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  nn::Gpt f32_model(*cfg);
+  ASSERT_TRUE(hf::load_gpt2_into(data_dir() + "/model.safetensors", f32_model).ok());
+  nn::Gpt bf16_model(*cfg);
+  bf16_model.to(kBFloat16);
+  const void* storage = bf16_model.parameters()[0].data_ptr();
+  ASSERT_TRUE(hf::load_gpt2_into(data_dir() + "/model.safetensors", bf16_model).ok());
+  EXPECT_EQ(bf16_model.parameters()[0].data_ptr(), storage);
+  for (size_t i = 0; i < f32_model.parameters().size(); ++i) {
+    EXPECT_EQ(values(bf16_model.parameters()[i]), values(f32_model.parameters()[i].to(kBFloat16))) << i;
+  }
+}
+
+TEST(HfGpt2Test, MismatchesAreRefusedNamingTheTensor) {
+  const std::string file = data_dir() + "/model.safetensors";
+  absl::StatusOr<nn::GptConfig> cfg = hf::read_gpt2_config(data_dir() + "/config.json");
+  ASSERT_TRUE(cfg.ok());
+  nn::GptConfig three = *cfg;
+  three.n_layer = 3;
+  nn::Gpt deeper(three);
+  absl::Status s = hf::load_gpt2_into(file, deeper);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("h.2."), absl::string_view::npos) << s;
+  nn::GptConfig one = *cfg;
+  one.n_layer = 1;
+  nn::Gpt shallower(one);
+  s = hf::load_gpt2_into(file, shallower);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("h.1."), absl::string_view::npos) << s;
+  nn::GptConfig wide = *cfg;
+  wide.n_embd = 16;
+  nn::Gpt wider(wide);
+  s = hf::load_gpt2_into(file, wider);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("wte.weight"), absl::string_view::npos) << s;
+  // Configurations encore's Gpt cannot be.
+  const std::string bad = ::testing::TempDir() + "/bad_config.json";
+  for (auto [text, part] : {std::pair{R"({"model_type": "llama", "vocab_size": 5})", "model_type"},
+                            std::pair{R"({"vocab_size": 5, "n_positions": 4, "n_layer": 1, "n_head": 1,
+                                        "n_embd": 4, "activation_function": "relu"})", "activation_function"},
+                            std::pair{R"({"vocab_size": 5, "n_positions": 4, "n_layer": 1, "n_head": 3,
+                                        "n_embd": 4})", "n_head"},
+                            std::pair{R"({"vocab_size": 5, "n_layer": 1, "n_head": 1, "n_embd": 4})", "n_positions"},
+                            std::pair{R"({"vocab_size": 5, "n_positions": 4, "n_layer": 1, "n_head": 1,
+                                        "n_embd": 4, "layer_norm_epsilon": 1e-6})", "layer_norm_epsilon"},
+                            std::pair{"not json", "not a JSON object"}}) {
+    std::ofstream(bad) << text;
+    absl::StatusOr<nn::GptConfig> c = hf::read_gpt2_config(bad);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(c.status().message().find(part), absl::string_view::npos) << c.status();
+  }
+  EXPECT_EQ(hf::read_gpt2_config("/nonexistent/config.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(HfGpt2Test, ByteTokenIdsFollowGpt2sByteOrder) {
+  // '!' is token 0, 'A' (0x41) 32, '~' 93, 0xA1 94, 0xAE 106, 0xFF 187; then
+  // the other bytes in value order: 0x00 is 188, ' ' (0x20) 220, 0x7F 221.
+  EXPECT_EQ(hf::byte_token_ids(std::string("!A~\xA1\xAE\xFF", 6)), (std::vector<int64_t>{0, 32, 93, 94, 106, 187}));
+  EXPECT_EQ(hf::byte_token_ids(std::string("\0 \x7F\xAD", 4)), (std::vector<int64_t>{188, 220, 221, 255}));
+}
+
+}  // namespace
+}  // namespace encore
