@@ -521,12 +521,13 @@ AfterCapture graph_update(const Tensor& x, const Tensor& x2, std::string& why) {
 
 // Every chosen variant on `device`, appended to rows (and printed).
 absl::Status measure_device(encore::Device device, const std::vector<int64_t>& counts, std::vector<Row>& rows,
-                            std::string& update_why) {
+                            std::string& update_why, encore::Progress& progress, int64_t& points) {
   auto add = [&](absl::StatusOr<Row> row) -> absl::Status {
     if (!row.ok()) return row.status();
     print_row(*row);
     std::fflush(stdout);
     rows.push_back(*std::move(row));
+    progress.update(++points, 1);
     return absl::OkStatus();
   };
   const Tensor x = encore::randn({absl::GetFlag(FLAGS_elements)}).to(device);
@@ -589,9 +590,17 @@ absl::Status run(const std::vector<int64_t>& counts, const std::vector<encore::D
   bool cuda_measured = false;
   std::string update_why;   // why the CUDA graph update was not measured
   absl::Status failed;   // the first backend that failed; later backends and the files still go ahead
+  // Points to measure: each count of chain and wide, and one mlp row, per device. On a terminal
+  // stderr shows how far the sweep is (redrawn in place); into a pipe one line at the end.
+  const int64_t per_device = static_cast<int64_t>(counts.size()) * (wants("chain") + wants("wide")) + wants("mlp");
+  const int64_t total = per_device * static_cast<int64_t>(devices.size());
+  encore::Progress progress(
+      {.total = total, .every = std::max<int64_t>(1, total), .unit = "points", .label = "encore-launch", .out = stderr});
+  int64_t points = 0;
   for (encore::Device device : devices) {
     absl::Status ran;
-    const absl::Status thrown = encore::status_of([&] { ran = measure_device(device, counts, rows, update_why); });
+    const absl::Status thrown =
+        encore::status_of([&] { ran = measure_device(device, counts, rows, update_why, progress, points); });
     const absl::Status& s = thrown.ok() ? ran : thrown;
     if (!s.ok()) {
       failed.Update(absl::Status(s.code(), absl::StrCat(device.str(), ": ", s.message())));

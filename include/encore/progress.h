@@ -10,6 +10,7 @@
 //     progress.update(s, loss, B * T);                 // units done in this step
 //   }
 //   // train step  1500/1500  loss 1.1856  39235 tokens/s  ETA 0s
+//   // encore-launch step 12/16  3 points/s  ETA 2s      (update(step, units): no loss)
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,8 @@ class Progress {
   // Step `step` (1-based) is done with this loss; `units` of options.unit
   // were processed in it. Prints as described above.
   void update(int64_t step, double loss, int64_t units);
+  // The same line without a loss (tools: measurement points, plans).
+  void update(int64_t step, int64_t units);
   // The text of the line update() last built, without line ending (tests).
   const std::string& last_line() const { return line_; }
 
@@ -46,6 +49,8 @@ class Progress {
   double start_s_ = 0, last_draw_s_ = -1;
   int64_t units_ = 0;
   std::string line_;
+
+  void draw(int64_t step, const double* loss, int64_t units);   // loss: null for none
 };
 
 }  // namespace encore

@@ -33,7 +33,11 @@ std::string Progress::duration(double seconds) {
   return absl::StrFormat("%ds", s);
 }
 
-void Progress::update(int64_t step, double loss, int64_t units) {
+void Progress::update(int64_t step, double loss, int64_t units) { draw(step, &loss, units); }
+
+void Progress::update(int64_t step, int64_t units) { draw(step, nullptr, units); }
+
+void Progress::draw(int64_t step, const double* loss, int64_t units) {
   units_ += units;
   const double t = now_s(), elapsed = t - start_s_;
   const bool keep = step % options_.every == 0 || step == options_.total;
@@ -43,8 +47,8 @@ void Progress::update(int64_t step, double loss, int64_t units) {
   line_ += options_.total > 0 ? absl::StrFormat("step %*d/%d", static_cast<int>(std::to_string(options_.total).size()), step,
                                                 options_.total)
                               : absl::StrFormat("step %d", step);
-  absl::StrAppendFormat(&line_, "  loss %.4f  %.0f %s/s", loss, elapsed > 0 ? units_ / elapsed : 0.0,
-                        options_.unit);
+  if (loss != nullptr) absl::StrAppendFormat(&line_, "  loss %.4f", *loss);
+  absl::StrAppendFormat(&line_, "  %.0f %s/s", elapsed > 0 ? units_ / elapsed : 0.0, options_.unit);
   if (options_.total > 0 && step > 0) {
     absl::StrAppend(&line_, "  ETA ", duration(elapsed / step * static_cast<double>(options_.total - step)));
   }

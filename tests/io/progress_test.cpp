@@ -50,6 +50,19 @@ TEST(ProgressTest, OnATerminalTheLineIsRedrawnInPlaceAndKeptEveryNSteps) {
   EXPECT_EQ(p.last_line().rfind("step 6/6", 0), 0u) << p.last_line();
 }
 
+TEST(ProgressTest, ALineWithoutALossForTools) {
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  Progress p({.total = 4, .every = 4, .unit = "points", .label = "encore-launch", .out = f});
+  for (int64_t s = 1; s <= 4; ++s) p.update(s, 1);
+  const std::string out = written(f);
+  std::fclose(f);
+  EXPECT_EQ(count(out, '\n'), 1) << out;
+  EXPECT_EQ(out.find("loss"), std::string::npos) << out;
+  EXPECT_EQ(out.rfind("encore-launch step 4/4  ", 0), 0u) << out;
+  EXPECT_NE(out.find(" points/s  ETA 0s\n"), std::string::npos) << out;
+}
+
 TEST(ProgressTest, DurationsReadAsHoursMinutesSeconds) {
   EXPECT_EQ(Progress::duration(0), "0s");
   EXPECT_EQ(Progress::duration(42.4), "42s");
