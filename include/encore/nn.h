@@ -209,43 +209,15 @@ class Gpt : public Module {
 
 // ---- containers and activation layers ----
 
-// Modules run one after another: forward(x) is the last child's forward of
-// ... of the first child's forward(x). Children are named "0", "1", ... in
-// the order they were added (PyTorch's nn.Sequential names), and the
-// Sequential owns them.
-class Sequential : public Module {
+// Modules held in order with index names ("0", "1", ...), for a model's own
+// forward to call (blocks of a network); it has no forward of its own. It
+// owns its children.
+class ModuleList : public Module {
  public:
-  Sequential() = default;
-  template <typename... M>
-  explicit Sequential(std::unique_ptr<M>... children) {
-    (add(std::move(children)), ...);
-  }
   // Appends `child` (not null) and returns it.
   template <typename M>
   M& add(std::unique_ptr<M> child) {
-    ENCORE_CHECK(child != nullptr, "Sequential::add: the module is null");
-    M& ref = register_module(std::to_string(items_.size()), std::move(child));
-    items_.push_back(&ref);
-    return ref;
-  }
-  template <typename M, typename... Args>
-  M& emplace(Args&&... args) { return add(std::make_unique<M>(std::forward<Args>(args)...)); }
-  Tensor forward(const Tensor& x) const override;
-  size_t size() const { return items_.size(); }
-  // The i-th child; throws encore::Error when i >= size().
-  Module& operator[](size_t i) const;
-
- private:
-  std::vector<Module*> items_;
-};
-
-// Modules held in order with index names ("0", "1", ...), for a model's own
-// forward to call (blocks of a network); it has no forward of its own.
-class ModuleList : public Module {
- public:
-  template <typename M>
-  M& add(std::unique_ptr<M> child) {
-    ENCORE_CHECK(child != nullptr, "ModuleList::add: the module is null");
+    ENCORE_CHECK(child != nullptr, "%s::add: the module is null", kind());
     M& ref = register_module(std::to_string(items_.size()), std::move(child));
     items_.push_back(&ref);
     return ref;
@@ -259,14 +231,33 @@ class ModuleList : public Module {
   template <typename M>
   M& at(size_t i) const {
     M* m = dynamic_cast<M*>(&(*this)[i]);
-    ENCORE_CHECK(m != nullptr, "ModuleList::at: child %d is not of the requested type", i);
+    ENCORE_CHECK(m != nullptr, "%s::at: child %d is not of the requested type", kind(), i);
     return *m;
   }
   std::vector<Module*>::const_iterator begin() const { return items_.begin(); }
   std::vector<Module*>::const_iterator end() const { return items_.end(); }
 
+ protected:
+  virtual const char* kind() const { return "ModuleList"; }   // for messages
+
  private:
   std::vector<Module*> items_;
+};
+
+// Modules run one after another: forward(x) is the last child's forward of
+// ... of the first child's forward(x). A ModuleList with a forward (PyTorch's
+// nn.Sequential names: "0", "1", ... in the order added).
+class Sequential : public ModuleList {
+ public:
+  Sequential() = default;
+  template <typename... M>
+  explicit Sequential(std::unique_ptr<M>... children) {
+    (add(std::move(children)), ...);
+  }
+  Tensor forward(const Tensor& x) const override;
+
+ protected:
+  const char* kind() const override { return "Sequential"; }
 };
 
 // Activations as layers, for Sequential.
