@@ -11,7 +11,9 @@
 //   // Weights only, from a training checkpoint (the rest of the file is ignored):
 //   s = encore::load_checkpoint("run.safetensors", model);
 //
-// Names in the file: "model.<dotted parameter name>", "optim.<state name>"
+// Names in the file: "model.<dotted parameter name>" and
+// "model.<dotted persistent buffer name>" (Module::named_persistent_buffers:
+// batch norm's running statistics), "optim.<state name>"
 // (optim::Optimizer::state(): "lr", "step", "exp_avg.<i>", ...),
 // "schedule.step" (i64, WarmupCosine::current_step()) and "rng.<name>" (i64
 // [2], Generator::state(); the default generators are "rng.default.cpu" and,

@@ -24,6 +24,9 @@ struct Part {
 std::vector<Part> parts_of(const nn::Module& model, const TrainingState& state, const Tensor& schedule_step) {
   std::vector<Part> parts(1, Part{"model.", {}});
   for (auto& [name, t] : model.named_parameters()) parts[0].tensors.emplace_back(absl::StrCat("model.", name), t);
+  for (auto& [name, t] : model.named_persistent_buffers()) {
+    parts[0].tensors.emplace_back(absl::StrCat("model.", name), t);   // batch norm's running statistics
+  }
   if (state.optimizer != nullptr) {
     Part& p = parts.emplace_back(Part{"optim.", {}});
     for (auto& [name, t] : state.optimizer->state()) p.tensors.emplace_back(absl::StrCat("optim.", name), t);

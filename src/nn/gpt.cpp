@@ -31,7 +31,7 @@ CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator* gen) :
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < n; ++j) future[i * n + j] = j > i;
   }
-  mask_ = register_buffer("mask", from_vector<bool>(future, {n, n}, cfg.device));
+  mask_ = register_buffer("mask", from_vector<bool>(future, {n, n}, cfg.device), /*persistent=*/false);
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) const {

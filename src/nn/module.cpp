@@ -18,20 +18,31 @@ void Module::register_shared_parameter(std::string name, const Tensor& t) {
   params_.emplace_back(std::move(name), t);
 }
 
-Tensor Module::register_buffer(std::string name, Tensor t) {
+Tensor Module::register_buffer(std::string name, Tensor t, bool persistent) {
   ENCORE_CHECK(t.defined(), "register_buffer: %s is undefined", name);
   buffers_.emplace_back(std::move(name), t);
+  buffer_persistent_.push_back(persistent);
   return t;
 }
 
-void Module::collect(const std::string& prefix, NamedTensors& out, bool buffers) const {
-  for (const auto& [name, t] : buffers ? buffers_ : params_) out.emplace_back(prefix + name, t);
-  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, buffers);
+void Module::collect(const std::string& prefix, NamedTensors& out, bool buffers, bool persistent_only) const {
+  const NamedTensors& own = buffers ? buffers_ : params_;
+  for (size_t i = 0; i < own.size(); ++i) {
+    if (buffers && persistent_only && !buffer_persistent_[i]) continue;
+    out.emplace_back(prefix + own[i].first, own[i].second);
+  }
+  for (const auto& [name, child] : children_) child->collect(prefix + name + ".", out, buffers, persistent_only);
 }
 
 NamedTensors Module::named_buffers() const {
   NamedTensors out;
   collect("", out, /*buffers=*/true);
+  return out;
+}
+
+NamedTensors Module::named_persistent_buffers() const {
+  NamedTensors out;
+  collect("", out, /*buffers=*/true, /*persistent_only=*/true);
   return out;
 }
 
@@ -86,6 +97,10 @@ void Module::to(DType dtype) {
     if (p.dtype() == dtype) continue;
     p.set_grad(Tensor());
     rebind(p, p.detach().to(dtype));        // every handle of p sees the new storage
+  }
+  // Float buffers too (batch norm's running statistics), as PyTorch does.
+  for (auto& [name, b] : named_buffers()) {
+    if (is_floating(b.dtype()) && b.dtype() != dtype) rebind(b, b.to(dtype));
   }
 }
 
