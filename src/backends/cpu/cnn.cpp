@@ -4,15 +4,20 @@
 // over planes and channels.
 //
 // NOTE [ CPU convolution: oneDNN ]
-// Chosen by measurement (bench/conv_bench.cpp, figures in bench/RESULTS.md):
-// on this machine's one thread oneDNN 2.6 (Debian libdnnl-dev) ran the
-// realistic shapes 1.2x to 3.7x faster than im2col/col2im onto OpenBLAS's
-// sgemm, forward and both backwards, because OpenBLAS 0.3.21's DYNAMIC_ARCH
-// names an unknown x86 model "Prescott" (SSE3 kernels) while oneDNN picks its
-// JIT code from CPUID (AVX-512 here); with OPENBLAS_CORETYPE=SkylakeX set by
-// hand the two were within 1.3x of each other. The tensors keep PyTorch's
-// plain NCHW / OIHW layouts (no reorders); oneDNN then runs its own
-// im2col + JIT GEMM ("gemm:jit").
+// Chosen by measurement (bench/conv_bench.cpp, figures in bench/RESULTS.md,
+// "CPU convolution"): one thread, batch 32, 3x3 layers of a CIFAR-size and a
+// digits-size network. As Debian ships it, OpenBLAS 0.3.21's DYNAMIC_ARCH
+// does not know this machine's CPU model and runs its "Prescott" (SSE3)
+// kernels; im2col/col2im onto that sgemm summed 2.4x oneDNN's time over the
+// CIFAR shapes (1.3x to 3.5x per pass; oneDNN slower only on the digits
+// 1->16 weight gradient, 0.88x). oneDNN picks its JIT code from CPUID
+// (AVX-512 here), so its speed does not depend on that table. With
+// OPENBLAS_CORETYPE=SkylakeX forced by hand, im2col was 8% faster than
+// oneDNN over the CIFAR shapes (0.67x to 1.16x per pass) and 1.3x to 2.4x
+// faster on the tiny digits layers, where oneDNN's per-call overhead shows.
+// encore does not set OpenBLAS's core type, so oneDNN is the faster choice
+// for what users run. The tensors keep PyTorch's plain NCHW / OIHW layouts
+// (no reorders); oneDNN then runs its own im2col + JIT GEMM ("gemm:jit").
 // - Plans: one oneDNN primitive per (geometry, pass, bias), built by
 //   CnnKernels::plan at the first eager call and cached for the life of the
 //   process; its id is ConvArgs::plan, so a captured launch carries the same
