@@ -58,6 +58,13 @@ void launch_conv(ConvPass pass, const Tensor& x, const Tensor& w, const Tensor& 
   args.plan = -1;
   args.x = x.data_ptr(), args.w = w.data_ptr(), args.b = ptr(b), args.y = y.data_ptr();
   args.device = device.index;
+  if (args.g.n == 0) {   // an empty batch: no library call; the weights' gradients are empty sums
+    if (pass == ConvPass::kBackwardWeights) {
+      fill(w, 0.0);
+      if (b.defined()) fill(b, 0.0);
+    }
+    return;
+  }
   const CnnKernels& k = *kernels_for(device).cnn;
   const int64_t ws_bytes = k.plan != nullptr ? k.plan(args) : 0;
   const Tensor ws = ws_bytes > 0 ? empty({(ws_bytes + 7) / 8}, kInt64, device) : Tensor();

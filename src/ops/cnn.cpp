@@ -48,6 +48,10 @@ void check_pool_input(const char* op, const Tensor& input) {
   ENCORE_CHECK(input.dim() == 3 || input.dim() == 4,
                "%s: input must be 3-D (C, H, W) or 4-D (N, C, H, W), got %s (%s)", op, shape_str(input.shape()),
                dtype_name(input.dtype()));
+  for (int64_t d = input.dim() - 3; d < input.dim(); ++d) {
+    ENCORE_CHECK(input.size(d) > 0, "%s: input %s has an empty channel or spatial dim (only the batch may be 0)",
+                 op, shape_str(input.shape()));
+  }
 }
 
 Shape pooled_shape(const Tensor& input, int64_t oh, int64_t ow) {
@@ -121,8 +125,10 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
                "conv2d: input %s with %d channels and weight %s do not fit groups = %d (weight must be "
                "[K, C / groups, kH, kW] with C and K divisible by groups)",
                shape_str(input.shape()), c, shape_str(weight.shape()), groups);
-  ENCORE_CHECK(kh > 0 && kw > 0 && k > 0, "conv2d: weight %s has an empty dim (input %s)",
+  ENCORE_CHECK(kh > 0 && kw > 0 && k > 0 && weight.size(1) > 0, "conv2d: weight %s has an empty dim (input %s)",
                shape_str(weight.shape()), shape_str(input.shape()));
+  ENCORE_CHECK(h > 0 && w > 0, "conv2d: input %s has an empty spatial dim (weight %s)", shape_str(input.shape()),
+               shape_str(weight.shape()));
   if (bias.defined()) {
     ops::check_same(kOp, input, bias);
     ENCORE_CHECK(bias.dim() == 1 && bias.size(0) == k, "conv2d: bias %s must be [%d] for weight %s",
