@@ -1,5 +1,5 @@
-// Neural-network modules: parameters with dotted names, train/eval, and the
-// layers of a small GPT.
+// Neural-network modules: parameters with dotted names, train/eval, the
+// layers of a small GPT and of convolutional networks.
 //
 //   encore::nn::Mlp mlp({784, 128, 10});                       // Linear-ReLU-Linear
 //   encore::Tensor logits = mlp.forward(x);                   // x [B, 784] -> [B, 10]
@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,8 +49,12 @@ class Module {
   void train(bool on = true);            // recursive; dropout is active in training mode
   void eval() { train(false); }
   bool is_training() const { return training_; }
-  // Non-parameter state (e.g. attention masks, running statistics) with dotted names.
+  // Non-parameter state (attention masks, batch norm's running statistics)
+  // with dotted names.
   NamedTensors named_buffers() const;
+  // The buffers registered persistent (running statistics), which
+  // checkpoints save beside the parameters.
+  NamedTensors named_persistent_buffers() const;
   // What a checkpoint holds: named_parameters() then the persistent buffers
   // (register_buffer(..., persistent = true)), each once.
   NamedTensors state_tensors() const;
@@ -60,9 +65,9 @@ class Module {
   // Moves every parameter and buffer to `device` in place: handles held
   // elsewhere see the move.
   void to(Device device);
-  // Converts every parameter to the float dtype `dtype` (e.g. kBFloat16 for
-  // mixed-precision training) in place, like to(Device); gradients are
-  // dropped. Call it before creating the optimizer.
+  // Converts every parameter and float buffer to the float dtype `dtype`
+  // (e.g. kBFloat16 for mixed-precision training) in place, like
+  // to(Device); gradients are dropped. Call it before creating the optimizer.
   void to(DType dtype);
   // Zeroes existing gradients in place (their storage stays: see optim.h).
   void zero_grad();
@@ -133,6 +138,95 @@ class Dropout : public Module {
   Tensor forward(const Tensor& x) const override { return dropout(x, p_, is_training()); }
  private:
   double p_;
+};
+
+// ---- convolutional layers (NCHW; PyTorch's arguments and defaults) ----
+//
+//   nn::Conv2d conv(1, 16, 3, /*stride=*/1, /*padding=*/1);
+//   nn::BatchNorm2d bn(16);
+//   nn::MaxPool2d pool(2);
+//   Tensor h = pool.forward(relu(bn.forward(conv.forward(x))));   // [B, 1, 8, 8] -> [B, 16, 4, 4]
+//   Tensor flat = nn::Flatten().forward(h);                        // [B, 256]
+
+// conv2d with weight [out, in / groups, kh, kw] and bias [out], both
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in / groups * kh * kw (PyTorch's default init).
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride = 1, Size2 padding = 0,
+         Size2 dilation = 1, int64_t groups = 1, bool bias = true, Init init = {});
+  Tensor forward(const Tensor& x) const override {
+    return conv2d(x, weight, bias, stride_, padding_, dilation_, groups_);
+  }
+  Tensor weight;   // [out, in / groups, kh, kw]
+  Tensor bias;     // [out] or undefined
+ private:
+  Size2 stride_, padding_, dilation_;
+  int64_t groups_;
+};
+
+// batch_norm over the channels of [N, C, H, W]. weight [C] = 1, bias [C] = 0
+// (affine); buffers running_mean [C] = 0, running_var [C] = 1 and
+// num_batches_tracked (i64, 0-d), all saved in checkpoints. In training mode
+// forward() normalizes by the batch's statistics and updates the running ones
+// in place (inside a captured step too); in eval mode it normalizes by the
+// running ones. Without track_running_stats it always uses the batch's.
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+                       bool track_running_stats = true, Init init = {});
+  Tensor forward(const Tensor& x) const override;
+  Tensor weight, bias;                                      // [C] or undefined (affine = false)
+  Tensor running_mean, running_var, num_batches_tracked;    // undefined without track_running_stats
+ private:
+  double eps_, momentum_;
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0,
+                     Size2 dilation = 1, bool ceil_mode = false)
+      : kernel_(kernel_size), stride_(stride), padding_(padding), dilation_(dilation), ceil_mode_(ceil_mode) {}
+  Tensor forward(const Tensor& x) const override {
+    return max_pool2d(x, kernel_, stride_, padding_, dilation_, ceil_mode_);
+  }
+ private:
+  Size2 kernel_;
+  std::optional<Size2> stride_;
+  Size2 padding_, dilation_;
+  bool ceil_mode_;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(Size2 kernel_size, std::optional<Size2> stride = std::nullopt, Size2 padding = 0,
+                     bool ceil_mode = false, bool count_include_pad = true)
+      : kernel_(kernel_size), stride_(stride), padding_(padding), ceil_mode_(ceil_mode),
+        count_include_pad_(count_include_pad) {}
+  Tensor forward(const Tensor& x) const override {
+    return avg_pool2d(x, kernel_, stride_, padding_, ceil_mode_, count_include_pad_);
+  }
+ private:
+  Size2 kernel_;
+  std::optional<Size2> stride_;
+  Size2 padding_;
+  bool ceil_mode_, count_include_pad_;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(Size2 output_size) : output_size_(output_size) {}
+  Tensor forward(const Tensor& x) const override { return adaptive_avg_pool2d(x, output_size_); }
+ private:
+  Size2 output_size_;
+};
+
+// flatten(x, start_dim, end_dim); start_dim defaults to 1 (keeps the batch dim), as nn.Flatten.
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim_(start_dim), end_dim_(end_dim) {}
+  Tensor forward(const Tensor& x) const override { return flatten(x, start_dim_, end_dim_); }
+ private:
+  int64_t start_dim_, end_dim_;
 };
 
 enum class Activation { kRelu, kGelu, kTanh };

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -106,6 +107,44 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // state tensor and the offset advances inside the kernel), so a step is
 // reproducible from the seed. training=false returns a.
 Tensor dropout(const Tensor& a, double p, bool training = true, Generator* gen = nullptr);
+
+// ---- convolutional networks (NCHW; PyTorch's names, defaults and sizes) ----
+// Size2 is a (height, width) pair: an int stands for both.
+//
+//   Tensor y = conv2d(x, w, b, /*stride=*/1, /*padding=*/1);            // x [N, C, H, W], w [K, C, 3, 3]
+//   y = max_pool2d(relu(batch_norm(y, rm, rv, gamma, beta, true)), 2);  // [N, K, H/2, W/2]
+//   Tensor logits = linear(flatten(adaptive_avg_pool2d(y, 1), 1), w2, b2);
+struct Size2 {
+  int64_t h, w;
+  Size2(int64_t v) : h(v), w(v) {}   // NOLINT: implicit, as PyTorch takes an int for both
+  Size2(int64_t h_, int64_t w_) : h(h_), w(w_) {}
+};
+// input [N, C, H, W], weight [K, C / groups, kH, kW], bias [K] (may be
+// undefined) -> [N, K, (H + 2 padding - dilation (kH - 1) - 1) / stride + 1, ...].
+// CPU: oneDNN (f16/bf16 computed in f32); CUDA: cuDNN.
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(), Size2 stride = 1,
+              Size2 padding = 0, Size2 dilation = 1, int64_t groups = 1);
+// Max over each window of [.., H, W] (3-D or 4-D input); stride defaults to
+// kernel_size; padding at most half the (dilated) kernel; ceil_mode rounds
+// the output size up. NaN is the maximum; the gradient goes to the first
+// maximum of each window.
+Tensor max_pool2d(const Tensor& input, Size2 kernel_size, std::optional<Size2> stride = std::nullopt,
+                  Size2 padding = 0, Size2 dilation = 1, bool ceil_mode = false);
+// Mean over each window; count_include_pad counts the zero padding in the divisor.
+Tensor avg_pool2d(const Tensor& input, Size2 kernel_size, std::optional<Size2> stride = std::nullopt,
+                  Size2 padding = 0, bool ceil_mode = false, bool count_include_pad = true);
+// Mean over output_size windows covering [.., H, W] (rows floor(i H / oh) to ceil((i + 1) H / oh)).
+Tensor adaptive_avg_pool2d(const Tensor& input, Size2 output_size);
+// Dims start_dim..end_dim merged into one (a view where the strides allow, as reshape).
+Tensor flatten(const Tensor& input, int64_t start_dim = 0, int64_t end_dim = -1);
+// Per-channel normalization of input [N, C, ...]. training: by the batch's
+// mean and biased variance, and running_mean / running_var (if given) become
+// (1 - momentum) running + momentum batch, the variance unbiased, in place;
+// eval: by the running statistics (then required). weight, bias [C] may be
+// undefined; running stats [C], of input's dtype, contiguous, not requiring grad.
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
+                  double momentum = 0.1, double eps = 1e-5);
 
 // ---- joining and splitting ----
 Tensor concat(const std::vector<Tensor>& tensors, int64_t dim = 0);

@@ -737,6 +737,188 @@ struct OptimKernels {
   Kernel<ScaleInPlaceArgs> scale_in_place;   // "scale_in_place"
 };
 
+// ---- cnn: 2-D convolution, pooling, batch normalization (NCHW) ----
+//
+// Every tensor is contiguous NCHW (the op makes it so), sizes are plain
+// elements. Float tensors are f32, f16 or bf16 (`dtype`); computed in f32.
+
+// A 2-D convolution's sizes, PyTorch's: input [n, c, h, w], weight
+// [k, c / groups, kh, kw], output [n, k, oh, ow] with oh = (h + 2 pad_h -
+// dil_h (kh - 1) - 1) / stride_h + 1 (and so for w).
+struct ConvGeom {
+  int64_t n, c, h, w;
+  int64_t k, kh, kw;
+  int64_t oh, ow;
+  int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
+  template <typename V>
+  void fields(V& v) const {
+    v("n", n); v("c", c); v("h", h); v("w", w); v("k", k); v("kh", kh); v("kw", kw); v("oh", oh);
+    v("ow", ow); v("stride_h", stride_h); v("stride_w", stride_w); v("pad_h", pad_h); v("pad_w", pad_w);
+    v("dil_h", dil_h); v("dil_w", dil_w); v("groups", groups);
+  }
+};
+
+enum class ConvPass : int32_t {
+  kForward,           // y = conv(x, w) + b (b may be null)
+  kBackwardData,      // x = the input's gradient from y (the output's) and w
+  kBackwardWeights,   // w = the weight's gradient from x and y (the output's); b (or null) = the bias's
+};
+
+// One pass of a convolution (ConvPass says what each pointer holds and
+// which are read or written). The host fills `plan` and the workspace from
+// ConvKernels::plan before the launch; the same geometry always gets the same
+// plan, so a captured launch compares equal to the eager one.
+struct ConvArgs {
+  ConvGeom g;
+  ConvPass pass;
+  DType dtype;                    // of every tensor: f32, or f16/bf16 where ConvKernels::half_operands
+  int64_t plan;                   // the backend's cached plan for (g, pass, dtype, bias) (CPU: a oneDNN
+                                  // primitive; CUDA: a cuDNN algorithm); -1 without ConvKernels::plan
+  void* x;                        // [n, c, h, w]: input (kBackwardData: its gradient, written)
+  void* w;                        // [k, c / groups, kh, kw]: weight (kBackwardWeights: its gradient, written)
+  void* b;                        // [k] bias or its gradient, or null (kBackwardData: null)
+  void* y;                        // [n, k, oh, ow]: output (written by kForward; otherwise its gradient)
+  void* workspace;                // ConvKernels::plan's bytes of scratch; null when it asked for none
+  int64_t workspace_bytes;
+  int device;                     // the device's index (CUDA: whose cuDNN handle)
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("pass", pass); v("dtype", dtype); v("plan", plan); v("x", x); v("w", w); v("b", b);
+    v("y", y); v("workspace", workspace); v("workspace_bytes", workspace_bytes); v("device", device);
+  }
+};
+
+// A 2-D pooling window over `planes` = n * c planes of [h, w] into [oh, ow]
+// (PyTorch's sizes; ceil_mode is already in oh, ow).
+struct PoolGeom {
+  int64_t planes, h, w, oh, ow;
+  int64_t kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  template <typename V>
+  void fields(V& v) const {
+    v("planes", planes); v("h", h); v("w", w); v("oh", oh); v("ow", ow); v("kh", kh); v("kw", kw);
+    v("stride_h", stride_h); v("stride_w", stride_w); v("pad_h", pad_h); v("pad_w", pad_w); v("dil_h", dil_h);
+    v("dil_w", dil_w);
+  }
+};
+
+// y[p, i, j] = the max of its window and indices[p, i, j] its flat position
+// (ih * w + iw) within plane p, the first one on ties; a NaN is the maximum.
+struct MaxPoolArgs {
+  PoolGeom g;
+  const void* x;                  // [planes, h, w]
+  void* y;                        // [planes, oh, ow]
+  int64_t* indices;               // [planes, oh, ow]
+  DType dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("x", x); v("y", y); v("indices", indices); v("dtype", dtype);
+  }
+};
+
+// gx = 0, then gx[p, indices[p, i, j]] += gy[p, i, j] in row-major order of
+// (i, j) within each plane (deterministic; f32 accumulation per plane).
+struct MaxPoolBackwardArgs {
+  PoolGeom g;
+  const void* gy;                 // [planes, oh, ow]
+  const int64_t* indices;         // [planes, oh, ow]
+  void* gx;                       // [planes, h, w]
+  DType dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("gy", gy); v("indices", indices); v("gx", gx); v("dtype", dtype);
+  }
+};
+
+enum class AvgPoolMode : int32_t {
+  kExcludePad,   // avg_pool2d, count_include_pad=false: divide by the window's elements inside the input
+  kIncludePad,   // avg_pool2d, count_include_pad=true: divide by the window clipped to the padded input
+  kAdaptive,     // adaptive_avg_pool2d: rows floor(i h / oh) to ceil((i + 1) h / oh) (cols alike); g's
+                 // kernel, stride and padding unused
+};
+
+// Forward: out [planes, oh, ow] = the windows' means of in [planes, h, w].
+// Backward: out [planes, h, w] = the sum over the windows holding each
+// element of in [planes, oh, ow] / the window's divisor (a gather: no scatter).
+struct AvgPoolArgs {
+  PoolGeom g;
+  AvgPoolMode mode;
+  const void* in;
+  void* out;
+  DType dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("mode", mode); v("in", in); v("out", out); v("dtype", dtype);
+  }
+};
+
+// Batch normalization of x [n, c, hw] per channel. training: the batch's mean
+// and biased variance normalize x, and where running_mean / running_var are
+// given they become (1 - momentum) running + momentum batch (the variance
+// unbiased: times m / (m - 1), m = n hw); eval: the running statistics
+// normalize. saved f32 [2, c] = {mean, 1 / sqrt(var + eps)} as used.
+struct BatchNormArgs {
+  const void* x;                  // [n, c, hw]
+  void* y;                        // [n, c, hw]
+  const void* weight;             // [c] or null (1)
+  const void* bias;               // [c] or null (0)
+  void* running_mean;             // [c] or null; read and (training) written
+  void* running_var;              // [c] or null (null exactly when running_mean is)
+  float* saved;                   // [2, c]
+  int64_t n, c, hw;
+  bool training;
+  float momentum, eps;
+  DType dtype;                    // of x, y, weight, bias and the running statistics
+  template <typename V>
+  void fields(V& v) const {
+    v("x", x); v("y", y); v("weight", weight); v("bias", bias); v("running_mean", running_mean);
+    v("running_var", running_var); v("saved", saved); v("n", n); v("c", c); v("hw", hw);
+    v("training", training); v("momentum", momentum); v("eps", eps); v("dtype", dtype);
+  }
+};
+
+// The gradients of batch_norm from gy and the forward's x and saved. With
+// xhat = (x - mean) invstd: gb = sum gy, gw = sum gy xhat (over n, hw);
+// training: gx = weight invstd (gy - gb / m - xhat gw / m); eval: gx =
+// weight invstd gy. Each of gx, gw, gb may be null (not wanted).
+struct BatchNormBackwardArgs {
+  const void* gy;                 // [n, c, hw]
+  const void* x;
+  const void* weight;             // [c] or null (1)
+  const float* saved;             // [2, c], the forward's
+  void* gx;                       // [n, c, hw]
+  void* gw;                       // [c]
+  void* gb;                       // [c]
+  int64_t n, c, hw;
+  bool training;
+  DType dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("gy", gy); v("x", x); v("weight", weight); v("saved", saved); v("gx", gx); v("gw", gw); v("gb", gb);
+    v("n", n); v("c", c); v("hw", hw); v("training", training); v("dtype", dtype);
+  }
+};
+
+struct CnnKernels {
+  Kernel<ConvArgs> conv;                             // "conv2d", "conv2d_backward_data", "conv2d_backward_weights"
+  // Whether `conv` takes f16/bf16 tensors itself (computing in f32). false
+  // (CPU): the host converts them to f32 tensors and rounds the results once.
+  bool half_operands;
+  // (optional) Picks (or finds in its cache) the plan of args.g, args.pass,
+  // args.dtype and whether args.b is set, stores its id in args.plan and
+  // returns the bytes of scratch `conv` needs (the host allocates them into
+  // args.workspace and lists them among the writes). The first call of a
+  // geometry builds the plan (CPU: the oneDNN primitive; CUDA: the cuDNN
+  // algorithm search); later calls, a captured step's included, only look it
+  // up. Throws encore::Error naming the geometry where the library refuses it.
+  int64_t (*plan)(ConvArgs& args);
+  Kernel<MaxPoolArgs> max_pool;                      // "max_pool2d"
+  Kernel<MaxPoolBackwardArgs> max_pool_backward;     // "max_pool2d_backward"
+  Kernel<AvgPoolArgs> avg_pool;                      // "avg_pool2d", "adaptive_avg_pool2d"
+  Kernel<AvgPoolArgs> avg_pool_backward;             // their backward
+  Kernel<BatchNormArgs> batch_norm;                  // "batch_norm"
+  Kernel<BatchNormBackwardArgs> batch_norm_backward; // "batch_norm_backward"
+};
+
 // ---- the table ----
 
 // One pointer per kernel family; every entry of every family is required
@@ -751,6 +933,7 @@ struct KernelTable {
   const NnKernels* nn;             // nn.cpp / nn.cu
   const GemmKernels* gemm;         // gemm.cpp / gemm.cu
   const OptimKernels* optim;       // optim.cpp / optim.cu
+  const CnnKernels* cnn;           // cnn.cpp / cnn.cu (CUDA's convolutions: cudnn.cpp)
   // (optional; null on the CPU) Copies between host memory and a device of
   // this backend: dst and src dense, same dtype and element count, exactly
   // one of them on the CPU. Host to device may return once the data is

@@ -288,4 +288,46 @@ void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& s
 // nothing when scale[0] >= 1 or is NaN.
 void scale_in_place(const Tensor& x, const Tensor& scale);
 
+// ---- cnn (cnn.cpp) ----
+// 2-D convolutions (NCHW, PyTorch's semantics), pooling and batch
+// normalization. Every tensor is contiguous and of one float dtype (indices
+// i64, batch norm's saved statistics f32); the op layer computes the output
+// sizes (ConvGeom's and PoolGeom's rules in kernel_table.h).
+//
+//   backend::conv2d(y, x, w, b, {{1, 1}, {1, 1}, {1, 1}, 1});    // 3x3, padding 1
+//   backend::conv2d_backward_data(gx, gy, w, params);
+//   backend::conv2d_backward_weights(gw, gb, x, gy, params);     // gb may be undefined
+//
+// f16/bf16 convolutions on a backend that takes f32 only (the CPU) run on f32
+// copies and round each result once. Each pass asks the backend for its plan
+// and workspace first (CnnKernels::plan): the first call of a geometry builds
+// it, so the eager warm-up of a captured step does and the capture only looks
+// it up; the workspace is a temporary tensor (from the arena under capture).
+struct Conv2dParams {
+  int64_t stride[2], padding[2], dilation[2];
+  int64_t groups;
+};
+// y [n, k, oh, ow] = conv(x [n, c, h, w], w [k, c / groups, kh, kw]) + b [k] (b may be undefined).
+void conv2d(const Tensor& y, const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
+// gx (x's shape) = the input's gradient from gy (y's shape) and w; overwrites gx.
+void conv2d_backward_data(const Tensor& gx, const Tensor& gy, const Tensor& w, const Conv2dParams& p);
+// gw (w's shape) and gb ([k] or undefined) from x and gy; overwrites both.
+void conv2d_backward_weights(const Tensor& gw, const Tensor& gb, const Tensor& x, const Tensor& gy,
+                             const Conv2dParams& p);
+// y, indices (i64) [planes, oh, ow] = the windows' maxima of x [planes, h, w] and their flat positions.
+void max_pool2d(const Tensor& y, const Tensor& indices, const Tensor& x, const PoolGeom& g);
+// gx [planes, h, w] = gy scattered to the saved positions (summed where windows overlap).
+void max_pool2d_backward(const Tensor& gx, const Tensor& gy, const Tensor& indices, const PoolGeom& g);
+// y = the windows' means of x (mode: AvgPoolMode), and the backward from gy.
+void avg_pool2d(const Tensor& y, const Tensor& x, const PoolGeom& g, AvgPoolMode mode);
+void avg_pool2d_backward(const Tensor& gx, const Tensor& gy, const PoolGeom& g, AvgPoolMode mode);
+// y = batch_norm(x [n, c, ...]) per channel (BatchNormArgs); saved f32 [2, c].
+// weight, bias [c] may be undefined; running_mean / running_var [c] both or
+// neither (neither only when training), updated in place when training.
+void batch_norm(const Tensor& y, const Tensor& saved, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                const Tensor& running_mean, const Tensor& running_var, bool training, double momentum, double eps);
+// gx, gw, gb (each may be undefined) from gy, the forward's x, weight and saved.
+void batch_norm_backward(const Tensor& gx, const Tensor& gw, const Tensor& gb, const Tensor& gy, const Tensor& x,
+                         const Tensor& weight, const Tensor& saved, bool training);
+
 }  // namespace encore::backend

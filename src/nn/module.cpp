@@ -64,6 +64,12 @@ Tensor Module::forward(const Tensor&) const {
                               "(Sequential holds only modules that have one)", type));
 }
 
+NamedTensors Module::named_persistent_buffers() const {
+  NamedTensors out;
+  collect("", out, Kind::kPersistentBuffers);
+  return out;
+}
+
 namespace {
 // Points every handle of t at `moved`'s data (same shape): the in-place move
 // behind Module::to.
@@ -115,6 +121,10 @@ void Module::to(DType dtype) {
     if (p.dtype() == dtype) continue;
     p.set_grad(Tensor());
     rebind(p, p.detach().to(dtype));        // every handle of p sees the new storage
+  }
+  // Float buffers too (batch norm's running statistics), as PyTorch does.
+  for (auto& [name, b] : named_buffers()) {
+    if (is_floating(b.dtype()) && b.dtype() != dtype) rebind(b, b.to(dtype));
   }
 }
 

@@ -31,6 +31,8 @@ TEST(KernelTableArgsTest, EveryArgumentStructListsEveryMember) {
                   backend::DropoutArgs, backend::DropoutBackwardArgs, backend::GemmArgs, backend::ColumnSumArgs,
                   backend::SgdArgs, backend::AdamWArgs, backend::AdamWManyArgs, backend::IncrementArgs,
                   backend::SumSquaresArgs, backend::ClipCoefArgs, backend::ScaleInPlaceArgs>();
+  expect_complete<backend::ConvArgs, backend::MaxPoolArgs, backend::MaxPoolBackwardArgs, backend::AvgPoolArgs,
+                  backend::BatchNormArgs, backend::BatchNormBackwardArgs>();
 }
 
 }  // namespace

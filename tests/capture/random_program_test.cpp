@@ -2,7 +2,8 @@
 // small training program: a chain of ops drawn from every family encore has
 // (elementwise, broadcasting, GEMMs with transposed operands, views, slices,
 // joins and splits, reductions, normalisation, dropout and randn inside the
-// step, bf16/f16 round trips, masks, embeddings, persistent state updated in
+// step, convolution, pooling and batch norm (its running statistics updated
+// in place), bf16/f16 round trips, masks, embeddings, persistent state updated in
 // place), a loss over every value no later op consumed, backward, optional
 // gradient clipping and an SGD or AdamW update; a quarter of the programs keep
 // parameters, inputs and values in bf16. Each program is trained
@@ -190,7 +191,7 @@ class ProgramWriter {
   }
 
   // Kinds >= kFirstRough are not smooth; kRoundTrip rounds through bf16/f16.
-  static constexpr int kKinds = 17, kLinear = 4, kFirstRough = 12, kRoundTrip = 13;
+  static constexpr int kKinds = 18, kLinear = 4, kFirstRough = 12, kRoundTrip = 13, kCnn = 17;
   void emit_one(int kind) {
     const int a = operand();
     const int64_t wa = p_.widths[a];
@@ -380,6 +381,46 @@ class ProgramWriter {
           }
           return x[a] + buf;
         });
+        return;
+      }
+      case kCnn: {   // convolutional ops on the value seen as an image [kRows, 1, 1, w] (or [kRows, w] channels)
+        const int which = pick(5);
+        if (which == 0) {
+          const int kw = param({2, 1, 1, 3}, 0.5), kb = param({2}, 0.1);
+          emit("cnn/conv2d", "flatten(sum(conv2d(" + v(a) + " as [N,1,1,w], p" + std::to_string(kw) + ", padding (0, 1)), 1))", wa,
+               [a, wa, kw, kb](const Values& x, Rig& r) {
+                 Tensor h = conv2d(x[a].reshape({kRows, 1, 1, wa}), r.params[kw], r.params[kb], 1, {0, 1});
+                 return flatten(sum(h, {1}, true), 1);
+               });
+        } else if (which == 1) {
+          emit("cnn/max_pool2d", "flatten(max_pool2d(" + v(a) + " as [N,1,1,w], (1, 3), 1, (0, 1)))", wa,
+               [a, wa](const Values& x, Rig&) {
+                 return flatten(max_pool2d(x[a].reshape({kRows, 1, 1, wa}), {1, 3}, Size2(1), {0, 1}), 1);
+               });
+        } else if (which == 2) {
+          const bool include_pad = pick(2) == 0;
+          emit("cnn/avg_pool2d", "flatten(avg_pool2d(" + v(a) + " as [N,1,1,w], (1, 3), 1, (0, 1)))", wa,
+               [a, wa, include_pad](const Values& x, Rig&) {
+                 return flatten(avg_pool2d(x[a].reshape({kRows, 1, 1, wa}), {1, 3}, Size2(1), {0, 1}, false, include_pad), 1);
+               });
+        } else if (which == 3) {
+          emit("cnn/adaptive_avg_pool2d", v(a) + "[:, :3] + flatten(adaptive_avg_pool2d(" + v(a) + " as [N,1,1,w], (1, 3)))", kClasses,
+               [a, wa](const Values& x, Rig&) {
+                 return x[a].slice(1, 0, kClasses) + flatten(adaptive_avg_pool2d(x[a].reshape({kRows, 1, 1, wa}), {1, 3}), 1);
+               });
+        } else {
+          // Training batch norm over the w channels; its running statistics
+          // are persistent state the step updates in place.
+          p_.buffer_widths.push_back(wa);
+          p_.buffer_widths.push_back(wa);
+          const int km = static_cast<int>(p_.buffer_widths.size()) - 2;
+          const int kw = param({wa}, 1.0), kb = param({wa}, 0.1);
+          emit("cnn/batch_norm", "batch_norm(" + v(a) + ", running stats, w, b, training)", wa,
+               [a, wa, km, kw, kb](const Values& x, Rig& r) {
+                 return batch_norm(x[a], r.buffers[km].view({wa}), r.buffers[km + 1].view({wa}), r.params[kw],
+                                   r.params[kb], true, 0.2, 1e-3);
+               });
+        }
         return;
       }
       default: {   // in-place on a fresh (non-leaf-free) temporary
@@ -719,7 +760,8 @@ TEST(RandomProgramGeneratorTest, ProgramsReachEveryBranch) {
     if (u.smooth) smooth_tags.insert(std::string("unary/") + u.name);
   }
   std::set<std::string> all_tags = smooth_tags;
-  for (const char* t : {"max", "dropout", "round_trip/bf16", "round_trip/f16", "noise", "running_mean", "in_place"}) {
+  for (const char* t : {"max", "dropout", "round_trip/bf16", "round_trip/f16", "noise", "running_mean", "in_place",
+                        "cnn/conv2d", "cnn/max_pool2d", "cnn/avg_pool2d", "cnn/adaptive_avg_pool2d", "cnn/batch_norm"}) {
     all_tags.insert(t);
   }
   for (const Unary& u : kUnary) all_tags.insert(std::string("unary/") + u.name);

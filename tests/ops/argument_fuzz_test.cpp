@@ -642,6 +642,79 @@ TEST_P(ArgumentFuzzTest, Factories) {
   });
 }
 
+// Convolutional ops (issue 21): mostly 4-D inputs of small sizes, with
+// ranks, channel counts, groups, strides, paddings, dilations and kernel
+// sizes that are sometimes wrong (zero, negative, too big, not dividing).
+TEST_P(ArgumentFuzzTest, ConvolutionalOps) {
+  auto image = [](Args& g, std::string& what) {
+    Shape s = g.pick(6) == 0 ? g.shape() : Shape{g.pick(5) == 0 ? 0 : 1 + g.pick(2), 1 + g.pick(4), 1 + g.pick(6),
+                                                  1 + g.pick(6)};
+    Tensor x = g.tensor(s, g.pick(6) == 0 ? g.dtype() : g.float_dtype());
+    what = describe(x);
+    return x;
+  };
+  auto size2 = [](Args& g, int lo, int n) { return g.coin() ? Size2(lo + g.pick(n)) : Size2(lo + g.pick(n), lo + g.pick(n)); };
+  auto str2 = [](Size2 v) { return "(" + std::to_string(v.h) + ", " + std::to_string(v.w) + ")"; };
+  fuzz("conv2d", [&](Args& g, std::string& what) {
+    Tensor x = image(g, what);
+    const int64_t c = x.dim() == 4 ? x.size(1) : 1 + g.pick(3);
+    const int64_t groups = g.pick(4) == 0 ? g.pick(4) : (c % 2 == 0 && g.coin() ? 2 : 1);
+    const int64_t k = (g.pick(8) == 0 ? 0 : 1 + g.pick(3)) * std::max<int64_t>(groups, 1);
+    const int64_t cin = g.pick(8) == 0 ? c + 1 : c / std::max<int64_t>(groups, 1);
+    Tensor w = g.tensor({k, cin, 1 + g.pick(3), 1 + g.pick(3)}, g.pick(8) == 0 ? g.dtype() : x.dtype());
+    Tensor b = g.coin() ? Tensor() : g.tensor({g.pick(8) == 0 ? k + 1 : k}, x.dtype());
+    const Size2 stride = size2(g, 0, 3), padding = size2(g, -1, 3), dilation = size2(g, 0, 3);
+    what += ", weight " + describe(w) + ", bias " + describe(b) + ", stride " + str2(stride) + ", padding " +
+            str2(padding) + ", dilation " + str2(dilation) + ", groups " + std::to_string(groups);
+    return conv2d(x, w, b, stride, padding, dilation, groups);
+  }, {"conv2d_backward_data", "conv2d_backward_weights"});
+  fuzz("max_pool2d", [&](Args& g, std::string& what) {
+    Tensor x = image(g, what);
+    const Size2 kernel = size2(g, 0, 4), padding = size2(g, -1, 3), dilation = size2(g, 0, 3);
+    const std::optional<Size2> stride = g.coin() ? std::nullopt : std::optional<Size2>(size2(g, 0, 3));
+    const bool ceil_mode = g.coin();
+    what += ", kernel " + str2(kernel) + ", padding " + str2(padding) + ", dilation " + str2(dilation) +
+            (stride ? ", stride " + str2(*stride) : "") + (ceil_mode ? ", ceil" : "");
+    return max_pool2d(x, kernel, stride, padding, dilation, ceil_mode);
+  }, {"max_pool2d_backward"});
+  fuzz("avg_pool2d", [&](Args& g, std::string& what) {
+    Tensor x = image(g, what);
+    const Size2 kernel = size2(g, 0, 4), padding = size2(g, -1, 3);
+    const std::optional<Size2> stride = g.coin() ? std::nullopt : std::optional<Size2>(size2(g, 0, 3));
+    const bool ceil_mode = g.coin(), include_pad = g.coin();
+    what += ", kernel " + str2(kernel) + ", padding " + str2(padding) + (stride ? ", stride " + str2(*stride) : "") +
+            (ceil_mode ? ", ceil" : "") + (include_pad ? ", include_pad" : "");
+    return avg_pool2d(x, kernel, stride, padding, ceil_mode, include_pad);
+  }, {"avg_pool2d_backward"});
+  fuzz("adaptive_avg_pool2d", [&](Args& g, std::string& what) {
+    Tensor x = image(g, what);
+    const Size2 out = size2(g, -1, 8);
+    what += ", output " + str2(out);
+    return adaptive_avg_pool2d(x, out);
+  }, {"adaptive_avg_pool2d_backward"});
+  fuzz("flatten", [](Args& g, std::string& what) {
+    Tensor a = g.tensor();
+    const int64_t start = g.dim(a.dim()), end = g.dim(a.dim());
+    what = describe(a) + ", " + std::to_string(start) + ", " + std::to_string(end);
+    return flatten(a, start, end);
+  }, {"reshape", "view"});
+  fuzz("batch_norm", [&](Args& g, std::string& what) {
+    Tensor x = image(g, what);
+    const int64_t c = x.dim() >= 2 ? x.size(1) : 1 + g.pick(3);
+    auto stat = [&](double fill) {
+      if (g.pick(4) == 0) return Tensor();
+      Tensor t = full({g.pick(10) == 0 ? c + 1 : c}, fill, g.pick(10) == 0 ? g.dtype() : x.dtype(), g.device());
+      return t;
+    };
+    Tensor rm = stat(0.0), rv = stat(1.0);
+    Tensor w = g.coin() ? Tensor() : g.tensor({c}, x.dtype()), b = g.coin() ? Tensor() : g.tensor({c}, x.dtype());
+    const bool training = g.coin();
+    what += ", running " + describe(rm) + " / " + describe(rv) + ", weight " + describe(w) + ", bias " +
+            describe(b) + (training ? ", training" : ", eval");
+    return batch_norm(x, rm, rv, w, b, training, 0.1, 1e-5);
+  }, {"batch_norm_backward"});
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, ArgumentFuzzTest, ::testing::Values(kCPU, Device::cuda(0)),
                          [](const ::testing::TestParamInfo<Device>& info) {
                            return std::string(info.param.is_cpu() ? "Cpu" : "Cuda");

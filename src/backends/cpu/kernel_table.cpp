@@ -12,6 +12,7 @@ extern const backend::ReduceKernels kReduce;   // reduce.cpp
 extern const backend::NnKernels kNn;           // nn.cpp
 extern const backend::GemmKernels kGemm;       // gemm.cpp
 extern const backend::OptimKernels kOptim;     // optim.cpp
+extern const backend::CnnKernels kCnn;         // cnn.cpp
 }  // namespace cpu
 
 namespace backend {
@@ -25,6 +26,7 @@ extern const KernelTable kCpuKernels = {
     .nn = &cpu::kNn,
     .gemm = &cpu::kGemm,
     .optim = &cpu::kOptim,
+    .cnn = &cpu::kCnn,
     .copy_host_device = nullptr,
 };
 }  // namespace backend

@@ -1,6 +1,6 @@
 // The one generator of encore's checking macros for the libraries it calls on
 // the GPU: the CUDA runtime (runtime.h), cuBLAS (blas.h), NCCL (nccl.h) and
-// cuDNN (to come). In the manner of ggml's CUDA_CHECK_GEN, but a failure
+// cuDNN (cudnn.h). In the manner of ggml's CUDA_CHECK_GEN, but a failure
 // becomes an absl::Status (returned from a boundary function) or an
 // encore::Error (thrown inside ops): never exit() or abort().
 //

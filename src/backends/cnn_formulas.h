@@ -1,0 +1,50 @@
+// The pooling windows both backends walk (cpu/cnn.cpp, cuda/cnn.cu), written
+// once as host/device functions so their divisors and bounds agree bit for
+// bit. nvcc-safe.
+//
+//   const PoolWindow win = avg_pool_window(g, mode, i, j);   // output (i, j)
+//   for (int64_t r = win.h0; r < win.h1; ++r) ...            // rows inside the input
+#pragma once
+
+#include <cstdint>
+
+#include "src/backends/kernel_table.h"
+#include "src/core/host_device.h"
+
+namespace encore::backend {
+
+// The window of output (i, j) clipped to the input, [h0, h1) x [w0, w1), and
+// the divisor of its mean (0 for an empty window).
+struct PoolWindow {
+  int64_t h0, h1, w0, w1;
+  float divisor;
+};
+
+ENCORE_HOST_DEVICE int64_t hd_min(int64_t a, int64_t b) { return a < b ? a : b; }
+ENCORE_HOST_DEVICE int64_t hd_max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// PyTorch's avg_pool2d and adaptive_avg_pool2d windows: for avg_pool2d the
+// window clipped to the padded input gives the count_include_pad divisor,
+// then to the input; adaptive rows run floor(i h / oh) to ceil((i + 1) h / oh).
+ENCORE_HOST_DEVICE PoolWindow avg_pool_window(const PoolGeom& g, AvgPoolMode mode, int64_t i, int64_t j) {
+  PoolWindow win{};
+  if (mode == AvgPoolMode::kAdaptive) {
+    win.h0 = (i * g.h) / g.oh;
+    win.h1 = ((i + 1) * g.h + g.oh - 1) / g.oh;
+    win.w0 = (j * g.w) / g.ow;
+    win.w1 = ((j + 1) * g.w + g.ow - 1) / g.ow;
+    win.divisor = static_cast<float>((win.h1 - win.h0) * (win.w1 - win.w0));
+    return win;
+  }
+  int64_t h0 = i * g.stride_h - g.pad_h, w0 = j * g.stride_w - g.pad_w;
+  int64_t h1 = hd_min(h0 + g.kh, g.h + g.pad_h), w1 = hd_min(w0 + g.kw, g.w + g.pad_w);
+  const int64_t padded = (h1 - h0) * (w1 - w0);
+  h0 = hd_max(h0, 0), w0 = hd_max(w0, 0);
+  h1 = hd_min(h1, g.h), w1 = hd_min(w1, g.w);
+  win.h0 = h0, win.h1 = h1, win.w0 = w0, win.w1 = w1;
+  const int64_t inside = (h1 - h0) * (w1 - w0);
+  win.divisor = static_cast<float>(mode == AvgPoolMode::kIncludePad ? padded : (inside > 0 ? inside : 0));
+  return win;
+}
+
+}  // namespace encore::backend

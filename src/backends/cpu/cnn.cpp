@@ -1,0 +1,499 @@
+// The CPU kernels of the cnn family (contracts: the cnn section of
+// src/backends/kernel_table.h; host side: src/backends/cnn.cpp): 2-D
+// convolutions through oneDNN, pooling and batch normalization as plain loops
+// over planes and channels.
+//
+// NOTE [ CPU convolution: oneDNN ]
+// Chosen by measurement (bench/conv_bench.cpp, figures in bench/RESULTS.md,
+// "CPU convolution"): one thread, batch 32, 3x3 layers of a CIFAR-size and a
+// digits-size network. As Debian ships it, OpenBLAS 0.3.21's DYNAMIC_ARCH
+// does not know this machine's CPU model and runs its "Prescott" (SSE3)
+// kernels; im2col/col2im onto that sgemm summed 2.4x oneDNN's time over the
+// CIFAR shapes (1.3x to 3.5x per pass; oneDNN slower only on the digits
+// 1->16 weight gradient, 0.88x). oneDNN picks its JIT code from CPUID
+// (AVX-512 here), so its speed does not depend on that table. With
+// OPENBLAS_CORETYPE=SkylakeX forced by hand, im2col was 8% faster than
+// oneDNN over the CIFAR shapes (0.67x to 1.16x per pass) and 1.3x to 2.4x
+// faster on the tiny digits layers, where oneDNN's per-call overhead shows.
+// encore does not set OpenBLAS's core type, so oneDNN is the faster choice
+// for what users run. The tensors keep PyTorch's plain NCHW / OIHW layouts
+// (no reorders); oneDNN then runs its own im2col + JIT GEMM ("gemm:jit").
+// - Plans: one oneDNN primitive per (geometry, pass, bias), built by
+//   CnnKernels::plan at the first eager call and cached for the life of the
+//   process; its id is ConvArgs::plan, so a captured launch carries the same
+//   id and a replay calls the same primitive.
+// - No allocation in the kernel: the scratchpad is user-managed
+//   (scratchpad_mode::user), sized by plan and handed in as the launch's
+//   workspace tensor (from the arena under capture); the memory objects are
+//   made with the plan and only re-pointed (set_data_handle) at each launch;
+//   execution goes through the C API (no std::unordered_map of arguments).
+// - Deterministic: oneDNN's CPU primitives split work statically over the
+//   OpenMP threads (its reductions, bias and weight gradients, in a fixed
+//   order), so a thread count gives the same bits every time.
+// - One launch at a time: the plan's memory objects are re-pointed per
+//   launch, so executions take one mutex (each is parallel inside).
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "encore/error.h"
+#include "src/backends/cpu/dispatch.h"
+#include "src/backends/cpu/parallel.h"
+#include "src/backends/cnn_formulas.h"
+#include "src/backends/kernel_table.h"
+
+namespace encore::cpu {
+namespace {
+
+using backend::AvgPoolArgs;
+using backend::AvgPoolMode;
+using backend::BatchNormArgs;
+using backend::BatchNormBackwardArgs;
+using backend::ConvArgs;
+using backend::ConvGeom;
+using backend::ConvPass;
+using backend::MaxPoolArgs;
+using backend::MaxPoolBackwardArgs;
+using backend::PoolGeom;
+
+// Units per parallel chunk so that a chunk holds about `grain` elements of work.
+int64_t grain_for(int64_t work_per_unit, int64_t grain) {
+  return std::max<int64_t>(1, grain / std::max<int64_t>(1, work_per_unit));
+}
+
+// ---- convolution: oneDNN ----
+
+using dims = dnnl::memory::dims;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+struct ConvKey {
+  int64_t v[16];
+  ConvPass pass;
+  bool bias;
+  bool operator<(const ConvKey& o) const {
+    return std::lexicographical_compare(v, v + 16, o.v, o.v + 16) ||
+           (std::equal(v, v + 16, o.v) && std::tie(pass, bias) < std::tie(o.pass, o.bias));
+  }
+};
+
+struct ConvPlan {
+  dnnl::primitive prim;
+  dnnl::memory x, w, b, y, scratch;   // b and scratch may be empty
+  int64_t scratch_bytes = 0;
+};
+
+struct Dnnl {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::mutex mu;                              // guards plans, ids and every execution
+  std::map<ConvKey, int64_t> ids;
+  std::deque<std::unique_ptr<ConvPlan>> plans;
+};
+
+Dnnl& dnnl_state() {
+  static Dnnl* const d = new Dnnl();   // never destroyed: graphs may replay during exit
+  return *d;
+}
+
+ConvKey key_of(const ConvArgs& a) {
+  const ConvGeom& g = a.g;
+  return ConvKey{{g.n, g.c, g.h, g.w, g.k, g.kh, g.kw, g.oh, g.ow, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
+                  g.dil_h, g.dil_w, g.groups},
+                 a.pass,
+                 a.b != nullptr};
+}
+
+std::unique_ptr<ConvPlan> make_plan(const dnnl::engine& eng, const ConvArgs& a) {
+  const ConvGeom& g = a.g;
+  const dnnl::memory::desc x_md(dims{g.n, g.c, g.h, g.w}, dt::f32, tag::nchw);
+  const dnnl::memory::desc y_md(dims{g.n, g.k, g.oh, g.ow}, dt::f32, tag::nchw);
+  const dnnl::memory::desc w_md =
+      g.groups == 1 ? dnnl::memory::desc(dims{g.k, g.c, g.kh, g.kw}, dt::f32, tag::oihw)
+                    : dnnl::memory::desc(dims{g.groups, g.k / g.groups, g.c / g.groups, g.kh, g.kw}, dt::f32,
+                                         tag::goihw);
+  const dnnl::memory::desc b_md(dims{g.k}, dt::f32, tag::x);
+  const dims strides{g.stride_h, g.stride_w}, dil{g.dil_h - 1, g.dil_w - 1}, pad{g.pad_h, g.pad_w};
+  // oneDNN's right padding: what makes its output size PyTorch's (floor division).
+  const dims pad_r{(g.oh - 1) * g.stride_h + (g.kh - 1) * g.dil_h + 1 - g.h - g.pad_h,
+                   (g.ow - 1) * g.stride_w + (g.kw - 1) * g.dil_w + 1 - g.w - g.pad_w};
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const bool bias = a.b != nullptr;
+  const auto algo = dnnl::algorithm::convolution_direct;
+  using fwd = dnnl::convolution_forward;
+  const fwd::desc fd = bias ? fwd::desc(dnnl::prop_kind::forward_training, algo, x_md, w_md, b_md, y_md, strides,
+                                        dil, pad, pad_r)
+                            : fwd::desc(dnnl::prop_kind::forward_training, algo, x_md, w_md, y_md, strides, dil,
+                                        pad, pad_r);
+  const fwd::primitive_desc fpd(fd, attr, eng);
+  auto plan = std::make_unique<ConvPlan>();
+  dnnl::memory::desc scratch_md;
+  switch (a.pass) {
+    case ConvPass::kForward:
+      plan->prim = fwd(fpd);
+      scratch_md = fpd.scratchpad_desc();
+      break;
+    case ConvPass::kBackwardData: {
+      using bwd = dnnl::convolution_backward_data;
+      const bwd::primitive_desc pd(bwd::desc(algo, x_md, w_md, y_md, strides, dil, pad, pad_r), attr, eng, fpd);
+      plan->prim = bwd(pd);
+      scratch_md = pd.scratchpad_desc();
+      break;
+    }
+    case ConvPass::kBackwardWeights: {
+      using bwd = dnnl::convolution_backward_weights;
+      const bwd::desc d = bias ? bwd::desc(algo, x_md, w_md, b_md, y_md, strides, dil, pad, pad_r)
+                               : bwd::desc(algo, x_md, w_md, y_md, strides, dil, pad, pad_r);
+      const bwd::primitive_desc pd(d, attr, eng, fpd);
+      plan->prim = bwd(pd);
+      scratch_md = pd.scratchpad_desc();
+      break;
+    }
+  }
+  plan->x = dnnl::memory(x_md, eng, DNNL_MEMORY_NONE);
+  plan->w = dnnl::memory(w_md, eng, DNNL_MEMORY_NONE);
+  plan->y = dnnl::memory(y_md, eng, DNNL_MEMORY_NONE);
+  if (bias) plan->b = dnnl::memory(b_md, eng, DNNL_MEMORY_NONE);
+  plan->scratch_bytes = static_cast<int64_t>(scratch_md.get_size());
+  if (plan->scratch_bytes > 0) plan->scratch = dnnl::memory(scratch_md, eng, DNNL_MEMORY_NONE);
+  return plan;
+}
+
+int64_t conv_plan(ConvArgs& a) {
+  Dnnl& d = dnnl_state();
+  const ConvKey key = key_of(a);
+  std::lock_guard<std::mutex> lock(d.mu);
+  auto it = d.ids.find(key);
+  if (it == d.ids.end()) {
+    std::unique_ptr<ConvPlan> plan;
+    try {
+      plan = make_plan(d.engine, a);
+    } catch (const dnnl::error& e) {
+      const ConvGeom& g = a.g;
+      throw_error(absl::StatusCode::kInvalidArgument,
+                  absl::StrFormat("conv2d: oneDNN refused input [%d, %d, %d, %d], weight [%d, %d, %d, %d], output "
+                                  "[%d, %d, %d, %d], stride (%d, %d), padding (%d, %d), dilation (%d, %d), groups "
+                                  "%d: %s",
+                                  g.n, g.c, g.h, g.w, g.k, g.c / g.groups, g.kh, g.kw, g.n, g.k, g.oh, g.ow,
+                                  g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dil_h, g.dil_w, g.groups, e.what()));
+    }
+    it = d.ids.emplace(key, static_cast<int64_t>(d.plans.size())).first;
+    d.plans.push_back(std::move(plan));
+  }
+  a.plan = it->second;
+  return d.plans[static_cast<size_t>(a.plan)]->scratch_bytes;
+}
+
+void conv_kernel(const ConvArgs& a) {
+  if (a.g.n == 0 || a.g.k == 0) return;
+  Dnnl& d = dnnl_state();
+  std::lock_guard<std::mutex> lock(d.mu);
+  ENCORE_CHECK(a.plan >= 0 && a.plan < static_cast<int64_t>(d.plans.size()),
+               "conv2d: internal: launch without a plan (%d)", a.plan);
+  ConvPlan& p = *d.plans[static_cast<size_t>(a.plan)];
+  p.x.set_data_handle(a.x);
+  p.w.set_data_handle(a.w);
+  p.y.set_data_handle(a.y);
+  dnnl_exec_arg_t args[5];
+  int n = 0;
+  const bool has_b = a.b != nullptr;
+  if (has_b) p.b.set_data_handle(a.b);
+  switch (a.pass) {
+    case ConvPass::kForward:
+      args[n++] = {DNNL_ARG_SRC, p.x.get()};
+      args[n++] = {DNNL_ARG_WEIGHTS, p.w.get()};
+      if (has_b) args[n++] = {DNNL_ARG_BIAS, p.b.get()};
+      args[n++] = {DNNL_ARG_DST, p.y.get()};
+      break;
+    case ConvPass::kBackwardData:
+      args[n++] = {DNNL_ARG_DIFF_SRC, p.x.get()};
+      args[n++] = {DNNL_ARG_WEIGHTS, p.w.get()};
+      args[n++] = {DNNL_ARG_DIFF_DST, p.y.get()};
+      break;
+    case ConvPass::kBackwardWeights:
+      args[n++] = {DNNL_ARG_SRC, p.x.get()};
+      args[n++] = {DNNL_ARG_DIFF_WEIGHTS, p.w.get()};
+      if (has_b) args[n++] = {DNNL_ARG_DIFF_BIAS, p.b.get()};
+      args[n++] = {DNNL_ARG_DIFF_DST, p.y.get()};
+      break;
+  }
+  if (p.scratch_bytes > 0) {
+    p.scratch.set_data_handle(a.workspace);
+    args[n++] = {DNNL_ARG_SCRATCHPAD, p.scratch.get()};
+  }
+  dnnl_status_t st = dnnl_primitive_execute(p.prim.get(), d.stream.get(), n, args);
+  if (st == dnnl_success) st = dnnl_stream_wait(d.stream.get());
+  ENCORE_CHECK(st == dnnl_success, "conv2d: oneDNN execution failed (status %d)", static_cast<int>(st));
+}
+
+// ---- pooling ----
+
+template <typename T>
+void max_pool_loop(const MaxPoolArgs& a) {
+  const PoolGeom& g = a.g;
+  const T* x = static_cast<const T*>(a.x);
+  T* y = static_cast<T*>(a.y);
+  parallel_for(g.planes, grain_for(g.oh * g.ow * g.kh * g.kw, kGrainElementwise), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const T* xp = x + p * g.h * g.w;
+      for (int64_t i = 0; i < g.oh; ++i) {
+        for (int64_t j = 0; j < g.ow; ++j) {
+          float best = -INFINITY;
+          int64_t arg = -1;
+          for (int64_t r = 0; r < g.kh; ++r) {
+            const int64_t ih = i * g.stride_h - g.pad_h + r * g.dil_h;
+            if (ih < 0 || ih >= g.h) continue;
+            for (int64_t s = 0; s < g.kw; ++s) {
+              const int64_t iw = j * g.stride_w - g.pad_w + s * g.dil_w;
+              if (iw < 0 || iw >= g.w) continue;
+              const float v = static_cast<float>(xp[ih * g.w + iw]);
+              if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
+                best = v;
+                arg = ih * g.w + iw;
+              }
+            }
+          }
+          const int64_t o = (p * g.oh + i) * g.ow + j;
+          y[o] = T(best);
+          a.indices[o] = arg;
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void max_pool_backward_loop(const MaxPoolBackwardArgs& a) {
+  const PoolGeom& g = a.g;
+  const T* gy = static_cast<const T*>(a.gy);
+  T* gx = static_cast<T*>(a.gx);
+  const int64_t plane = g.h * g.w, out_plane = g.oh * g.ow;
+  parallel_for(g.planes, grain_for(plane + out_plane, kGrainElementwise), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      T* gxp = gx + p * plane;
+      if constexpr (std::is_same_v<T, float>) {
+        std::fill(gxp, gxp + plane, 0.f);
+        for (int64_t o = 0; o < out_plane; ++o) {
+          const int64_t idx = a.indices[p * out_plane + o];
+          if (idx >= 0 && idx < plane) gxp[idx] += gy[p * out_plane + o];
+        }
+      } else {
+        // f32 sums per element of the plane (a window overlap adds several), rounded once.
+        float acc[1024];
+        for (int64_t base = 0; base < plane; base += 1024) {
+          const int64_t len = std::min<int64_t>(1024, plane - base);
+          std::fill(acc, acc + len, 0.f);
+          for (int64_t o = 0; o < out_plane; ++o) {
+            const int64_t idx = a.indices[p * out_plane + o] - base;
+            if (idx >= 0 && idx < len) acc[idx] += static_cast<float>(gy[p * out_plane + o]);
+          }
+          for (int64_t i = 0; i < len; ++i) gxp[base + i] = T(acc[i]);
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+void avg_pool_loop(const AvgPoolArgs& a) {
+  const PoolGeom& g = a.g;
+  const T* x = static_cast<const T*>(a.in);
+  T* y = static_cast<T*>(a.out);
+  parallel_for(g.planes, grain_for(g.h * g.w + g.oh * g.ow, kGrainElementwise), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      const T* xp = x + p * g.h * g.w;
+      for (int64_t i = 0; i < g.oh; ++i) {
+        for (int64_t j = 0; j < g.ow; ++j) {
+          const backend::PoolWindow win = backend::avg_pool_window(g, a.mode, i, j);
+          float s = 0.f;
+          for (int64_t r = win.h0; r < win.h1; ++r) {
+            for (int64_t c = win.w0; c < win.w1; ++c) s += static_cast<float>(xp[r * g.w + c]);
+          }
+          y[(p * g.oh + i) * g.ow + j] = T(win.divisor > 0.f ? s / win.divisor : 0.f);
+        }
+      }
+    }
+  });
+}
+
+// Each plane's gradient is summed in f32, windows in row-major order, then
+// rounded once.
+template <typename T>
+void avg_pool_backward_loop(const AvgPoolArgs& a) {
+  const PoolGeom& g = a.g;
+  const T* gy = static_cast<const T*>(a.in);
+  T* gx = static_cast<T*>(a.out);
+  const int64_t plane = g.h * g.w;
+  parallel_for(g.planes, grain_for(plane + g.oh * g.ow * 4, kGrainElementwise), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) {
+      T* gxp = gx + p * plane;
+      const T* gyp = gy + p * g.oh * g.ow;
+      // Rows of the plane in blocks that fit the stack accumulator.
+      constexpr int64_t kAccElems = 4096;
+      float acc[kAccElems];
+      const int64_t rows_per_block = std::max<int64_t>(1, kAccElems / std::max<int64_t>(1, g.w));
+      for (int64_t r0 = 0; r0 < g.h; r0 += rows_per_block) {
+        const int64_t r1 = std::min(g.h, r0 + rows_per_block);
+        std::fill(acc, acc + (r1 - r0) * g.w, 0.f);
+        for (int64_t i = 0; i < g.oh; ++i) {
+          for (int64_t j = 0; j < g.ow; ++j) {
+            const backend::PoolWindow win = backend::avg_pool_window(g, a.mode, i, j);
+            const int64_t h0 = std::max(win.h0, r0), h1 = std::min(win.h1, r1);
+            if (h0 >= h1 || win.divisor <= 0.f) continue;
+            const float v = static_cast<float>(gyp[i * g.ow + j]) / win.divisor;
+            for (int64_t r = h0; r < h1; ++r) {
+              for (int64_t c = win.w0; c < win.w1; ++c) acc[(r - r0) * g.w + c] += v;
+            }
+          }
+        }
+        for (int64_t k = 0; k < (r1 - r0) * g.w; ++k) gxp[r0 * g.w + k] = T(acc[k]);
+      }
+    }
+  });
+}
+
+// ---- batch normalization ----
+// Per channel, sums over (n, hw) in one fixed order in double; channels in
+// parallel.
+
+template <typename T>
+void batch_norm_loop(const BatchNormArgs& a) {
+  const T* x = static_cast<const T*>(a.x);
+  T* y = static_cast<T*>(a.y);
+  const T* w = static_cast<const T*>(a.weight);
+  const T* bias = static_cast<const T*>(a.bias);
+  T* rm = static_cast<T*>(a.running_mean);
+  T* rv = static_cast<T*>(a.running_var);
+  const int64_t m = a.n * a.hw;
+  parallel_for(a.c, grain_for(m * 3, kGrainElementwise), [&](int64_t b, int64_t e) {
+    for (int64_t ch = b; ch < e; ++ch) {
+      float mean, invstd;
+      if (a.training) {
+        double s = 0.0;
+        for (int64_t i = 0; i < a.n; ++i) {
+          const T* row = x + (i * a.c + ch) * a.hw;
+          for (int64_t k = 0; k < a.hw; ++k) s += static_cast<float>(row[k]);
+        }
+        const double mu = m > 0 ? s / static_cast<double>(m) : 0.0;
+        double ss = 0.0;
+        for (int64_t i = 0; i < a.n; ++i) {
+          const T* row = x + (i * a.c + ch) * a.hw;
+          for (int64_t k = 0; k < a.hw; ++k) {
+            const double d = static_cast<double>(static_cast<float>(row[k])) - mu;
+            ss += d * d;
+          }
+        }
+        const double var = m > 0 ? ss / static_cast<double>(m) : 0.0;
+        mean = static_cast<float>(mu);
+        invstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(a.eps)));
+        if (rm != nullptr) {
+          const float unbiased = m > 1 ? static_cast<float>(ss / static_cast<double>(m - 1)) : static_cast<float>(var);
+          rm[ch] = T((1.f - a.momentum) * static_cast<float>(rm[ch]) + a.momentum * mean);
+          rv[ch] = T((1.f - a.momentum) * static_cast<float>(rv[ch]) + a.momentum * unbiased);
+        }
+      } else {
+        mean = static_cast<float>(rm[ch]);
+        invstd = 1.f / std::sqrt(static_cast<float>(rv[ch]) + a.eps);
+      }
+      a.saved[ch] = mean;
+      a.saved[a.c + ch] = invstd;
+      const float scale = (w != nullptr ? static_cast<float>(w[ch]) : 1.f) * invstd;
+      const float shift = (bias != nullptr ? static_cast<float>(bias[ch]) : 0.f) - mean * scale;
+      for (int64_t i = 0; i < a.n; ++i) {
+        const T* row = x + (i * a.c + ch) * a.hw;
+        T* out = y + (i * a.c + ch) * a.hw;
+        for (int64_t k = 0; k < a.hw; ++k) out[k] = T(static_cast<float>(row[k]) * scale + shift);
+      }
+    }
+  });
+}
+
+template <typename T>
+void batch_norm_backward_loop(const BatchNormBackwardArgs& a) {
+  const T* gy = static_cast<const T*>(a.gy);
+  const T* x = static_cast<const T*>(a.x);
+  const T* w = static_cast<const T*>(a.weight);
+  T* gx = static_cast<T*>(a.gx);
+  T* gw = static_cast<T*>(a.gw);
+  T* gb = static_cast<T*>(a.gb);
+  const int64_t m = a.n * a.hw;
+  parallel_for(a.c, grain_for(m * 3, kGrainElementwise), [&](int64_t b, int64_t e) {
+    for (int64_t ch = b; ch < e; ++ch) {
+      const float mean = a.saved[ch], invstd = a.saved[a.c + ch];
+      double sum_g = 0.0, sum_gx = 0.0;
+      for (int64_t i = 0; i < a.n; ++i) {
+        const int64_t off = (i * a.c + ch) * a.hw;
+        for (int64_t k = 0; k < a.hw; ++k) {
+          const float g = static_cast<float>(gy[off + k]);
+          const float xhat = (static_cast<float>(x[off + k]) - mean) * invstd;
+          sum_g += g;
+          sum_gx += static_cast<double>(g) * xhat;
+        }
+      }
+      if (gb != nullptr) gb[ch] = T(static_cast<float>(sum_g));
+      if (gw != nullptr) gw[ch] = T(static_cast<float>(sum_gx));
+      if (gx == nullptr) continue;
+      const float scale = (w != nullptr ? static_cast<float>(w[ch]) : 1.f) * invstd;
+      const float mg = a.training && m > 0 ? static_cast<float>(sum_g / static_cast<double>(m)) : 0.f;
+      const float mgx = a.training && m > 0 ? static_cast<float>(sum_gx / static_cast<double>(m)) : 0.f;
+      for (int64_t i = 0; i < a.n; ++i) {
+        const int64_t off = (i * a.c + ch) * a.hw;
+        for (int64_t k = 0; k < a.hw; ++k) {
+          const float g = static_cast<float>(gy[off + k]);
+          const float xhat = (static_cast<float>(x[off + k]) - mean) * invstd;
+          gx[off + k] = T(scale * (g - mg - xhat * mgx));
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+struct MaxPoolEntry {
+  static void run(const MaxPoolArgs& a) { max_pool_loop<T>(a); }
+};
+template <typename T>
+struct MaxPoolBackwardEntry {
+  static void run(const MaxPoolBackwardArgs& a) { max_pool_backward_loop<T>(a); }
+};
+template <typename T>
+struct AvgPoolEntry {
+  static void run(const AvgPoolArgs& a) { avg_pool_loop<T>(a); }
+};
+template <typename T>
+struct AvgPoolBackwardEntry {
+  static void run(const AvgPoolArgs& a) { avg_pool_backward_loop<T>(a); }
+};
+template <typename T>
+struct BatchNormEntry {
+  static void run(const BatchNormArgs& a) { batch_norm_loop<T>(a); }
+};
+template <typename T>
+struct BatchNormBackwardEntry {
+  static void run(const BatchNormBackwardArgs& a) { batch_norm_backward_loop<T>(a); }
+};
+
+}  // namespace
+
+extern const backend::CnnKernels kCnn = {
+    .conv = kernel<&conv_kernel>(),
+    .half_operands = false,   // f32 primitives only: the host converts f16/bf16
+    .plan = &conv_plan,
+    .max_pool = specialized_kernel<&pick_float<MaxPoolEntry, MaxPoolArgs>>(),
+    .max_pool_backward = specialized_kernel<&pick_float<MaxPoolBackwardEntry, MaxPoolBackwardArgs>>(),
+    .avg_pool = specialized_kernel<&pick_float<AvgPoolEntry, AvgPoolArgs>>(),
+    .avg_pool_backward = specialized_kernel<&pick_float<AvgPoolBackwardEntry, AvgPoolArgs>>(),
+    .batch_norm = specialized_kernel<&pick_float<BatchNormEntry, BatchNormArgs>>(),
+    .batch_norm_backward = specialized_kernel<&pick_float<BatchNormBackwardEntry, BatchNormBackwardArgs>>(),
+};
+
+}  // namespace encore::cpu

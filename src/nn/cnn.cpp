@@ -1,0 +1,63 @@
+// Conv2d and BatchNorm2d (the pooling and Flatten modules are inline in
+// encore/nn.h).
+#include <cmath>
+
+#include "encore/autograd.h"
+#include "encore/nn.h"
+
+namespace encore::nn {
+namespace {
+
+Generator& generator_of(const Init& init) {
+  return init.gen != nullptr ? *init.gen : default_generator(init.device);
+}
+
+Tensor uniform(Shape shape, double bound, const Init& init) {
+  return rand(std::move(shape), kFloat32, init.device, &generator_of(init)) * (2 * bound) - bound;
+}
+
+}  // namespace
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride, Size2 padding,
+               Size2 dilation, int64_t groups, bool with_bias, Init init)
+    : stride_(stride), padding_(padding), dilation_(dilation), groups_(groups) {
+  ENCORE_CHECK(in_channels > 0 && out_channels > 0 && kernel_size.h > 0 && kernel_size.w > 0,
+               "Conv2d: sizes must be positive, got in_channels=%d out_channels=%d kernel_size=(%d, %d)",
+               in_channels, out_channels, kernel_size.h, kernel_size.w);
+  ENCORE_CHECK(groups > 0 && in_channels % groups == 0 && out_channels % groups == 0,
+               "Conv2d: in_channels=%d and out_channels=%d must be divisible by groups=%d", in_channels,
+               out_channels, groups);
+  const double fan_in = static_cast<double>(in_channels / groups * kernel_size.h * kernel_size.w);
+  const double bound = 1.0 / std::sqrt(fan_in);
+  weight = register_parameter("weight",
+                              uniform({out_channels, in_channels / groups, kernel_size.h, kernel_size.w}, bound, init));
+  if (with_bias) bias = register_parameter("bias", uniform({out_channels}, bound, init));
+}
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool affine, bool track_running_stats,
+                         Init init)
+    : eps_(eps), momentum_(momentum) {
+  ENCORE_CHECK(num_features > 0, "BatchNorm2d: num_features must be positive, got %d", num_features);
+  if (affine) {
+    weight = register_parameter("weight", ones({num_features}, kFloat32, init.device));
+    bias = register_parameter("bias", zeros({num_features}, kFloat32, init.device));
+  }
+  if (track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({num_features}, kFloat32, init.device));
+    running_var = register_buffer("running_var", ones({num_features}, kFloat32, init.device));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, kInt64, init.device));
+  }
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) const {
+  ENCORE_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-D input (N, C, H, W), got %s (%s)", shape_str(x.shape()),
+               dtype_name(x.dtype()));
+  const bool use_batch = is_training() || !running_mean.defined();
+  if (is_training() && num_batches_tracked.defined()) {
+    NoGradGuard no_grad;
+    Tensor(num_batches_tracked).add_(ones({}, kInt64, num_batches_tracked.device()));   // on the device
+  }
+  return batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum_, eps_);
+}
+
+}  // namespace encore::nn

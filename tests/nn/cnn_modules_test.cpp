@@ -1,0 +1,108 @@
+// Conv2d, BatchNorm2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and Flatten:
+// shapes, initialisation bounds, forward equal to the ops they wrap,
+// train()/eval() switching batch norm's statistics, buffers named and saved
+// in checkpoints, dtype and device moves, and the error paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "encore/encore.h"
+#include "encore/nn.h"
+#include "encore/training_checkpoint.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+using testing::expect_error;
+using testing::random_tensor;
+using testing::values;
+
+TEST(Conv2dModule, ShapesInitAndForward) {
+  manual_seed(1);
+  nn::Conv2d conv(4, 6, {3, 2}, 1, {1, 0}, 1, 2);
+  EXPECT_EQ(conv.weight.shape(), (Shape{6, 2, 3, 2}));
+  EXPECT_EQ(conv.bias.shape(), (Shape{6}));
+  const double bound = 1.0 / std::sqrt(2.0 * 3 * 2);
+  for (double v : values(conv.weight)) EXPECT_LE(std::abs(v), bound);
+  EXPECT_EQ(conv.named_parameters().size(), 2u);
+  Tensor x = random_tensor({2, 4, 5, 5}, 2);
+  Tensor y = conv.forward(x);
+  EXPECT_EQ(y.shape(), (Shape{2, 6, 5, 4}));
+  EXPECT_EQ(values(y), values(conv2d(x, conv.weight, conv.bias, 1, {1, 0}, 1, 2)));
+  nn::Conv2d no_bias(3, 3, 1, 1, 0, 1, 1, false);
+  EXPECT_FALSE(no_bias.bias.defined());
+  EXPECT_EQ(no_bias.parameters().size(), 1u);
+  expect_error([] { nn::Conv2d(3, 4, 3, 1, 0, 1, 2); }, absl::StatusCode::kInvalidArgument,
+               {"Conv2d", "in_channels=3", "groups=2"});
+}
+
+TEST(BatchNorm2dModule, TrainUpdatesRunningStatsEvalUsesThem) {
+  nn::BatchNorm2d bn(3, 1e-5, 0.25);
+  NamedTensors buffers = bn.named_buffers();
+  ASSERT_EQ(buffers.size(), 3u);
+  EXPECT_EQ(buffers[0].first, "running_mean");
+  EXPECT_EQ(buffers[1].first, "running_var");
+  EXPECT_EQ(buffers[2].first, "num_batches_tracked");
+  EXPECT_EQ(bn.named_persistent_buffers().size(), 3u);
+  Tensor rm = zeros({3}), rv = ones({3});
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = random_tensor({4, 3, 2, 2}, 10 + i);
+    EXPECT_EQ(values(bn.forward(x)), values(batch_norm(x, rm, rv, bn.weight, bn.bias, true, 0.25, 1e-5)));
+  }
+  EXPECT_EQ(values(bn.running_mean), values(rm));
+  EXPECT_EQ(values(bn.running_var), values(rv));
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 3);
+  bn.eval();
+  Tensor x = random_tensor({2, 3, 2, 2}, 20);
+  EXPECT_EQ(values(bn.forward(x)), values(batch_norm(x, rm, rv, bn.weight, bn.bias, false, 0.25, 1e-5)));
+  EXPECT_EQ(values(bn.running_mean), values(rm));   // unchanged in eval
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 3);
+  // Without running statistics: batch statistics in both modes, no buffers.
+  nn::BatchNorm2d plain(3, 1e-5, 0.1, false, false);
+  plain.eval();
+  EXPECT_TRUE(plain.named_buffers().empty());
+  EXPECT_TRUE(plain.parameters().empty());
+  EXPECT_EQ(values(plain.forward(x)), values(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true)));
+  expect_error([&] { bn.forward(x.view({2, 3, 4})); }, absl::StatusCode::kInvalidArgument, {"BatchNorm2d", "4-D"});
+}
+
+TEST(BatchNorm2dModule, RunningStatsAreSavedAndLoadedWithCheckpoints) {
+  const std::string path = (std::filesystem::temp_directory_path() / "encore_bn_checkpoint.safetensors").string();
+  nn::BatchNorm2d bn(2);
+  bn.forward(random_tensor({4, 2, 3, 3}, 1));
+  ASSERT_TRUE(save_checkpoint(path, bn).ok());
+  nn::BatchNorm2d fresh(2);
+  ASSERT_TRUE(load_checkpoint(path, fresh).ok());
+  EXPECT_EQ(values(fresh.running_mean), values(bn.running_mean));
+  EXPECT_EQ(values(fresh.running_var), values(bn.running_var));
+  EXPECT_EQ(fresh.num_batches_tracked.item<int64_t>(), 1);
+  std::filesystem::remove(path);
+}
+
+TEST(BatchNorm2dModule, ToDtypeConvertsRunningStats) {
+  nn::BatchNorm2d bn(2);
+  bn.to(kBFloat16);
+  EXPECT_EQ(bn.weight.dtype(), kBFloat16);
+  EXPECT_EQ(bn.running_mean.dtype(), kBFloat16);
+  EXPECT_EQ(bn.num_batches_tracked.dtype(), kInt64);
+  Tensor y = bn.forward(random_tensor({3, 2, 2, 2}, 1).to(kBFloat16));
+  EXPECT_EQ(y.dtype(), kBFloat16);
+}
+
+TEST(PoolingModules, ForwardEqualsTheOps) {
+  Tensor x = random_tensor({2, 3, 7, 6}, 1);
+  EXPECT_EQ(values(nn::MaxPool2d(3, Size2(2), 1).forward(x)), values(max_pool2d(x, 3, Size2(2), 1)));
+  EXPECT_EQ(values(nn::MaxPool2d(2, std::nullopt, 0, 1, true).forward(x)),
+            values(max_pool2d(x, 2, std::nullopt, 0, 1, true)));
+  EXPECT_EQ(values(nn::AvgPool2d(2, Size2(1), 1, false, false).forward(x)),
+            values(avg_pool2d(x, 2, Size2(1), 1, false, false)));
+  EXPECT_EQ(values(nn::AdaptiveAvgPool2d({2, 3}).forward(x)), values(adaptive_avg_pool2d(x, {2, 3})));
+  EXPECT_EQ(nn::Flatten().forward(x).shape(), (Shape{2, 126}));
+  EXPECT_EQ(nn::Flatten(0, 1).forward(x).shape(), (Shape{6, 7, 6}));
+  EXPECT_EQ(nn::MaxPool2d(2).forward(x).shape(), (Shape{2, 3, 3, 3}));
+}
+
+}  // namespace
+}  // namespace encore
