@@ -12,6 +12,8 @@ extern const backend::ReduceKernels kReduce;   // reduce.cpp
 extern const backend::NnKernels kNn;           // nn.cpp
 extern const backend::GemmKernels kGemm;       // gemm.cpp
 extern const backend::OptimKernels kOptim;     // optim.cpp
+extern const backend::LossKernels kLoss;       // loss.cpp
+extern const backend::IndexKernels kIndex;     // index.cpp
 }  // namespace cpu
 
 namespace backend {
@@ -25,6 +27,8 @@ extern const KernelTable kCpuKernels = {
     .nn = &cpu::kNn,
     .gemm = &cpu::kGemm,
     .optim = &cpu::kOptim,
+    .loss = &cpu::kLoss,
+    .index = &cpu::kIndex,
     .copy_host_device = nullptr,
 };
 }  // namespace backend

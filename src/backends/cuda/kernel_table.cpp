@@ -12,6 +12,8 @@ extern const backend::ReduceKernels kReduce;   // reduce.cu
 extern const backend::NnKernels kNn;           // nn.cu
 extern const backend::GemmKernels kGemm;       // gemm.cu
 extern const backend::OptimKernels kOptim;     // optim.cu
+extern const backend::LossKernels kLoss;       // loss.cu
+extern const backend::IndexKernels kIndex;     // index.cu
 void copy_host_device(const Tensor& dst, const Tensor& src);   // transfer.cpp
 }  // namespace cuda
 
@@ -26,6 +28,8 @@ extern const KernelTable kCudaKernels = {
     .nn = &cuda::kNn,
     .gemm = &cuda::kGemm,
     .optim = &cuda::kOptim,
+    .loss = &cuda::kLoss,
+    .index = &cuda::kIndex,
     .copy_host_device = &cuda::copy_host_device,
 };
 }  // namespace backend
