@@ -18,24 +18,22 @@
 namespace encore::backend {
 
 // log1p(e) from lu = log(u), u = 1 + e rounded: log(u) - ((u - 1) - e) / u.
-ENCORE_HOST_DEVICE float log1p_from(float e, float lu) {
+ENCORE_HOST_DEVICE_INLINE float log1p_from(float e, float lu) {
   const float u = 1.0f + e;
   return lu - ((u - 1.0f) - e) / u;
 }
 
 // One element of BceLogitsArgs (kernel_table.h): the loss, d/dx or d/dt.
 template <BceMode kMode>
-ENCORE_HOST_DEVICE float bce_logits(float x, float t, float pw, float e, float lu) {
-  const float softplus_neg = (x < 0.0f ? -x : 0.0f) + log1p_from(e, lu);
-  if constexpr (kMode == BceMode::kLoss) {
+ENCORE_HOST_DEVICE_INLINE float bce_logits(float x, float t, float pw, float e, float lu) {
+  if constexpr (kMode == BceMode::kGradInput) {   // needs no log: lu is not read
     const float lw = 1.0f + (pw - 1.0f) * t;
-    return (1.0f - t) * x + lw * softplus_neg;
-  } else if constexpr (kMode == BceMode::kGradInput) {
-    const float lw = 1.0f + (pw - 1.0f) * t;
-    const float sig_neg = x >= 0.0f ? e / (1.0f + e) : 1.0f / (1.0f + e);
+    const float sig_neg = (x >= 0.0f ? e : 1.0f) / (1.0f + e);   // one division, selected before it
     return (1.0f - t) - lw * sig_neg;
   } else {
-    return -x + (pw - 1.0f) * softplus_neg;
+    const float softplus_neg = (x < 0.0f ? -x : 0.0f) + log1p_from(e, lu);
+    if constexpr (kMode == BceMode::kLoss) return (1.0f - t) * x + (1.0f + (pw - 1.0f) * t) * softplus_neg;
+    else return -x + (pw - 1.0f) * softplus_neg;
   }
 }
 

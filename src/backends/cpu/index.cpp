@@ -41,6 +41,41 @@ inline Offsets offsets_of(const IndexGeom& g, int64_t i) {
   return o;
 }
 
+// Walks flat positions of g's shape in row-major order from a start, keeping
+// the three offsets (and the coordinates) up to date without divisions.
+struct Odometer {
+  const IndexGeom& g;
+  int64_t c[kLayoutMaxDims];
+  Offsets o;
+  Odometer(const IndexGeom& geom, int64_t start) : g(geom), o(offsets_of(geom, start)) {
+    for (int d = g.ndim - 1; d >= 0; --d) {
+      c[d] = start % g.shape[d];
+      start /= g.shape[d];
+    }
+  }
+  // Moves `run` positions along the last dim (run <= what is left of it), then carries.
+  void skip(int64_t run) {
+    const int d = g.ndim - 1;
+    c[d] += run - 1;
+    o.index += (run - 1) * g.index_stride[d];
+    o.iter += (run - 1) * g.iter_stride[d];
+    if (d != g.dim) o.addr_rest += (run - 1) * g.addr_stride[d];
+    next();
+  }
+  void next() {
+    for (int d = g.ndim - 1; d >= 0; --d) {
+      o.index += g.index_stride[d];
+      o.iter += g.iter_stride[d];
+      if (d != g.dim) o.addr_rest += g.addr_stride[d];
+      if (++c[d] < g.shape[d]) return;
+      o.index -= g.shape[d] * g.index_stride[d];
+      o.iter -= g.shape[d] * g.iter_stride[d];
+      if (d != g.dim) o.addr_rest -= g.shape[d] * g.addr_stride[d];
+      c[d] = 0;
+    }
+  }
+};
+
 // ---- gather ----
 
 template <typename T, typename I>
@@ -51,13 +86,37 @@ void gather_loop(const GatherArgs& a) {
   B* out = static_cast<B*>(a.out);
   const B* in = static_cast<const B*>(a.in);
   const int64_t addr_dim_stride = g.ndim > 0 ? g.addr_stride[g.dim] : 0;
+  if (g.ndim == 0) {   // one element
+    const int64_t j = static_cast<int64_t>(index[0]);
+    if (j != 0) report_kernel_error(KernelError::kGatherIndex);
+    out[0] = j == 0 ? in[0] : B{0};
+    return;
+  }
+  const int last = g.ndim - 1;
+  const int64_t is = g.index_stride[last], ts = g.iter_stride[last];
+  const int64_t as = last == g.dim ? 0 : g.addr_stride[last];   // along dim the index moves the address
   parallel_for(g.numel, kGrainElementwise, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const Offsets o = offsets_of(g, i);
-      const int64_t j = static_cast<int64_t>(index[o.index]);
-      const bool ok = j >= 0 && j < g.addr_dim_size;
-      if (!ok) report_kernel_error(KernelError::kGatherIndex);   // NOTE [ Index checks ]
-      out[o.iter] = ok ? in[o.addr_rest + j * addr_dim_stride] : B{0};
+    Odometer walk(g, b);
+    for (int64_t i = b; i < e;) {   // runs along the last dim
+      const int64_t run = std::min(e - i, g.shape[last] - walk.c[last]);
+      const Offsets& o = walk.o;
+      bool bad = false;
+      if (is == 0 && last != g.dim) {   // an expanded index (index_select): one source row per run
+        const int64_t j = static_cast<int64_t>(index[o.index]);
+        bad = !(j >= 0 && j < g.addr_dim_size);
+        const B* row = in + o.addr_rest + (bad ? 0 : j) * addr_dim_stride;
+        for (int64_t r = 0; r < run; ++r) out[o.iter + r * ts] = bad ? B{0} : row[r * as];
+      } else {
+      for (int64_t r = 0; r < run; ++r) {
+        const int64_t j = static_cast<int64_t>(index[o.index + r * is]);
+        const bool ok = j >= 0 && j < g.addr_dim_size;
+        bad |= !ok;
+        out[o.iter + r * ts] = ok ? in[o.addr_rest + r * as + j * addr_dim_stride] : B{0};
+      }
+      }
+      if (bad) report_kernel_error(KernelError::kGatherIndex);   // NOTE [ Index checks ]
+      i += run;
+      walk.skip(run);
     }
   });
 }
@@ -86,27 +145,56 @@ void scatter_add_loop(const ScatterAddArgs& a) {
   const int64_t index_step = g.ndim > 0 ? g.index_stride[g.dim] : 0;
   const int64_t iter_step = g.ndim > 0 ? g.iter_stride[g.dim] : 0;
   const int64_t addr_step = g.ndim > 0 ? g.addr_stride[g.dim] : 0;
+  // Lines (every coordinate but dim fixed, row-major) in groups that run
+  // along the innermost other dim `dl`, so a group's line offsets step by
+  // that dim's strides. Each line's entries go in k order (an element's adds
+  // all come from its one line), k outermost within a group so that
+  // neighbouring lines' entries are read together.
+  int dl = g.ndim - 1;
+  if (dl == g.dim) --dl;
+  const int64_t run_len = dl >= 0 ? g.shape[dl] : 1;
+  const int64_t lx = dl >= 0 ? g.index_stride[dl] : 0, lt = dl >= 0 ? g.iter_stride[dl] : 0;
+  const int64_t la = dl >= 0 ? g.addr_stride[dl] : 0;
   parallel_for(lines, std::max<int64_t>(1, kGrainElementwise / len), [&](int64_t b, int64_t e) {
-    for (int64_t line = b; line < e; ++line) {
-      // The line's first element: its flat position with coordinate 0 along dim.
-      int64_t rest = line, ix = 0, it = 0, ad = 0;
+    for (int64_t gb = b; gb < e;) {
+      // The group's first line: its coordinates, coordinate 0 along dim.
+      int64_t rest = gb, ix = 0, it = 0, ad = 0, at_dl = 0;
       for (int d = g.ndim - 1; d >= 0; --d) {
         if (d == g.dim) continue;
         const int64_t c = rest % g.shape[d];
         rest /= g.shape[d];
+        if (d == dl) at_dl = c;
         ix += c * g.index_stride[d];
         it += c * g.iter_stride[d];
         ad += c * g.addr_stride[d];
       }
+      const int64_t count = std::min(e - gb, run_len - at_dl);
+      bool bad = false;
       for (int64_t k = 0; k < len; ++k) {
-        const int64_t j = static_cast<int64_t>(index[ix + k * index_step]);
-        if (j < 0 || j >= g.addr_dim_size) {
-          report_kernel_error(KernelError::kScatterIndex);
+        const I* ip = index + ix + k * index_step;
+        const T* sp = src + it + k * iter_step;
+        if (lx == 0) {   // an expanded index (index_select's backward): one destination row per k
+          const int64_t j = static_cast<int64_t>(ip[0]);
+          if (j < 0 || j >= g.addr_dim_size) {
+            bad = true;
+            continue;
+          }
+          T* row = out + ad + j * addr_step;
+          for (int64_t l = 0; l < count; ++l) row[l * la] = add_value(row[l * la], sp[l * lt]);
           continue;
         }
-        T& dst = out[ad + j * addr_step];
-        dst = add_value(dst, src[it + k * iter_step]);
+        for (int64_t l = 0; l < count; ++l) {
+          const int64_t j = static_cast<int64_t>(ip[l * lx]);
+          if (j < 0 || j >= g.addr_dim_size) {
+            bad = true;
+            continue;
+          }
+          T& dst = out[ad + l * la + j * addr_step];
+          dst = add_value(dst, sp[l * lt]);
+        }
       }
+      if (bad) report_kernel_error(KernelError::kScatterIndex);   // NOTE [ Index checks ]
+      gb += count;
     }
   });
 }

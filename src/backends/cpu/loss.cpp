@@ -9,6 +9,7 @@
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/loops.h"
 #include "src/backends/cpu/parallel.h"
+#include "src/backends/cpu/simd.h"
 #include "src/backends/cpu/vec_math.h"
 #include "src/backends/kernel_table.h"
 #include "src/backends/loss_math.h"
@@ -29,26 +30,46 @@ inline float ld(const char* p) { return static_cast<float>(*reinterpret_cast<con
 // element's bits do not depend on the block it falls in.
 constexpr int64_t kBlock = 512;
 
+// One block's elements from its f32 inputs and e = exp(-|x|), lu = log(1 + e).
+template <typename T, BceMode kMode>
+ENCORE_SIMD_CLONES void bce_block(T* out, const float* xs, const float* ts, const float* ps, const float* es,
+                                  const float* lus, int64_t n) {
+  for (int64_t k = 0; k < n; ++k) out[k] = T(bce_logits<kMode>(xs[k], ts[k], ps[k], es[k], lus[k]));
+}
+
 template <typename T, BceMode kMode, bool kPosWeight>
 void bce_logits_loop(const BceLogitsArgs& a) {
   const Layout<4>& l = a.l;
   T* out = reinterpret_cast<T*>(l.ptr[0]);   // contiguous: element i at out + i
   parallel_for(l.numel, kGrainTranscendental, [&](int64_t b, int64_t e) {
-    float xs[kBlock], ts[kBlock], ps[kBlock], es[kBlock], lus[kBlock];
+    float xs[kBlock], ts[kBlock], ps[kBlock], es[kBlock], lus[kBlock] = {};   // lus stays 0 for d/dx
     for (int64_t sb = b; sb < e; sb += kBlock) {
       const int64_t n = std::min(kBlock, e - sb);
-      int64_t j = 0;
-      for_each_element(l, sb, sb + n, [&](char** p) {
-        xs[j] = ld<T>(p[1]);
-        ts[j] = ld<T>(p[2]);
-        ps[j] = kPosWeight ? ld<T>(p[3]) : 1.0f;
-        ++j;
-      });
+      if (l.contiguous) {
+        const T* x = reinterpret_cast<const T*>(l.ptr[1]) + sb;
+        const T* t = reinterpret_cast<const T*>(l.ptr[2]) + sb;
+        const T* pw = reinterpret_cast<const T*>(l.ptr[3]) + sb;
+        for (int64_t k = 0; k < n; ++k) {
+          xs[k] = static_cast<float>(x[k]);
+          ts[k] = static_cast<float>(t[k]);
+          ps[k] = kPosWeight ? static_cast<float>(pw[k]) : 1.0f;
+        }
+      } else {
+        int64_t j = 0;
+        for_each_element(l, sb, sb + n, [&](char** p) {
+          xs[j] = ld<T>(p[1]);
+          ts[j] = ld<T>(p[2]);
+          ps[j] = kPosWeight ? ld<T>(p[3]) : 1.0f;
+          ++j;
+        });
+      }
       for (int64_t k = 0; k < n; ++k) es[k] = -std::fabs(xs[k]);
       vec_exp(es, es, n);
-      for (int64_t k = 0; k < n; ++k) lus[k] = 1.0f + es[k];
-      vec_log(lus, lus, n);
-      for (int64_t k = 0; k < n; ++k) out[sb + k] = T(bce_logits<kMode>(xs[k], ts[k], ps[k], es[k], lus[k]));
+      if constexpr (kMode != BceMode::kGradInput) {   // d/dx needs no log
+        for (int64_t k = 0; k < n; ++k) lus[k] = 1.0f + es[k];
+        vec_log(lus, lus, n);
+      }
+      bce_block<T, kMode>(out + sb, xs, ts, ps, es, lus, n);
     }
   });
 }

@@ -33,7 +33,7 @@ struct BceFn {   // operands out, x, t, pw
     const float x = load<T>(p[1]), t = load<T>(p[2]);
     const float pw = kPosWeight ? static_cast<float>(load<T>(p[3])) : 1.0f;
     const float e = expf(-fabsf(x));
-    const float lu = logf(1.0f + e);
+    const float lu = kMode == BceMode::kGradInput ? 0.0f : logf(1.0f + e);   // d/dx needs no log
     store<T>(p[0], bce_logits<kMode>(x, t, pw, e, lu));
   }
 };
