@@ -96,21 +96,27 @@ void next_batch(const Corpus& c, std::mt19937_64& rng, Tensor& x, Tensor& y) {
   y.copy_(from_vector<int64_t>(ys, {B, T}));
 }
 
-std::string sample(const nn::Gpt& gpt, const Corpus& c, int64_t n, std::mt19937_64& rng) {
+// n characters drawn from the model after c's first character, on the
+// model's device without host round trips: the context stays a device
+// tensor, each next character comes from multinomial() with a Philox
+// generator seeded from `seed` (the same text for the same seed), and the
+// text is read back once at the end.
+std::string sample(const nn::Gpt& gpt, const Corpus& c, int64_t n, uint64_t seed) {
   NoGradGuard no_grad;
+  const Device dev = gpt.config().device;
   const int64_t T = gpt.config().block_size;
-  std::vector<int64_t> context = {c.ids[0]};
-  std::string out;
+  Generator gen(seed, dev);
+  Tensor context = from_vector<int64_t>({c.ids[0]}, {1, 1}, dev);
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t len = std::min<int64_t>(T, static_cast<int64_t>(context.size()));
-    std::vector<int64_t> window(context.end() - len, context.end());
-    Tensor logits = gpt.forward(from_vector<int64_t>(window, {1, len}, gpt.config().device));      // [1, len, V]
-    std::vector<float> p = softmax(logits.select(1, len - 1), -1).to_vector<float>();
-    std::discrete_distribution<int64_t> pick(p.begin(), p.end());
-    const int64_t next = pick(rng);
-    context.push_back(next);
-    out.push_back(static_cast<char>(c.vocab[next]));
+    const int64_t len = context.size(1);
+    const Tensor window = len > T ? context.slice(1, len - T, len) : context;
+    const Tensor logits = gpt.forward(window);                                  // [1, len', V]
+    const Tensor probs = softmax(logits.select(1, window.size(1) - 1), -1);     // [1, V]
+    context = concat({context, multinomial(probs, 1, false, &gen)}, 1);        // [1, len + 1]
   }
+  const std::vector<int64_t> ids = context.to_vector<int64_t>();
+  std::string out;
+  for (size_t i = 1; i < ids.size(); ++i) out.push_back(static_cast<char>(c.vocab[ids[i]]));
   return out;
 }
 
@@ -282,7 +288,7 @@ int main(int argc, char** argv) {
     fig.stats = graphed.graphs()[0].capture;
     if (absl::GetFlag(FLAGS_sample_chars) > 0) {
       run.gpt.eval();
-      std::printf("sample:\n%s\n", sample(run.gpt, *corpus, absl::GetFlag(FLAGS_sample_chars), run.rng).c_str());
+      std::printf("sample:\n%s\n", sample(run.gpt, *corpus, absl::GetFlag(FLAGS_sample_chars), absl::GetFlag(FLAGS_seed)).c_str());
     }
   });
   if (!status.ok()) {

@@ -65,6 +65,24 @@ Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::kTanh);
 Tensor silu(const Tensor& a);
 Tensor clamp(const Tensor& a, double min, double max);
 
+// ---- comparisons (bool results, no gradient) ----
+// a op b elementwise, broadcasting; a and b of one dtype (any, bool
+// included), compared in f32 for f16/bf16. The scalar forms convert s to
+// a's dtype first (integer tensors: s must be a whole number in range).
+// NaN compares unequal to everything: ne is true, the others false.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, double s);
+Tensor ne(const Tensor& a, double s);
+Tensor lt(const Tensor& a, double s);
+Tensor le(const Tensor& a, double s);
+Tensor gt(const Tensor& a, double s);
+Tensor ge(const Tensor& a, double s);
+
 // ---- selection ----
 // cond (bool) ? a : b, all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
@@ -145,6 +163,53 @@ Tensor flatten(const Tensor& input, int64_t start_dim = 0, int64_t end_dim = -1)
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
                   double momentum = 0.1, double eps = 1e-5);
+// ---- losses (PyTorch's semantics and argument names) ----
+enum class Reduction { kMean, kSum, kNone };   // kNone: the elementwise (or per-target) losses
+// (input - target)^2; target broadcasts to input's shape; float dtypes.
+// Gradients flow to both.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::kMean);
+// weight * [(1 - t) x + (1 + (pos_weight - 1) t) softplus(-x)] (never
+// overflows), x the logits and t the target (input's shape); weight and
+// pos_weight (e.g. [C] for the last dim) broadcast to input's shape, may be
+// undefined. Gradients to input, target and weight; pos_weight must not
+// require grad.
+Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                                        const Tensor& pos_weight = Tensor(),
+                                        Reduction reduction = Reduction::kMean);
+// input: log-probabilities [C], [N, C] or [N, C, d1, ...]; target: class ids
+// (i32/i64) [], [N] or [N, d1, ...]; weight: [C] or undefined (no gradient).
+// Each counted target gives -weight[t] * input[.., t, ..]; targets equal to
+// ignore_index count 0. kMean divides the sum by the counted weights (NaN
+// when every target is ignored, as in PyTorch); kNone has target's shape.
+Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight = Tensor(),
+                int64_t ignore_index = -100, Reduction reduction = Reduction::kMean);
+
+// ---- indexing ----
+// Index tensors are i32 or i64; an index outside [0, size) throws in eager
+// CPU steps (elsewhere the kernels read zeros / skip it: NOTE [ Index checks ]).
+// out[i][j] = input[i][index[i][j]] (dim 1; likewise for any dim): out has
+// index's shape; index has input's number of dims and no larger size
+// outside dim. Gradient: a scatter_add into zeros.
+Tensor gather(const Tensor& input, int64_t dim, const Tensor& index);
+// The slices index[k] (0-d or 1-d index) of input along dim, in order.
+Tensor index_select(const Tensor& input, int64_t dim, const Tensor& index);
+// input with out[i][index[i][j]] += src[i][j] (dim 1; likewise any dim),
+// over index's extent (src at least index's size in every dim).
+// Deterministic on every backend: the adds into one element run in index
+// order along dim, with no atomics. Gradients: g to input, gather(g) to src.
+Tensor scatter_add(const Tensor& input, int64_t dim, const Tensor& index, const Tensor& src);
+// {values, indices (i64)}: the k largest (smallest) elements along dim,
+// always in sorted order (sorted=false allows any order, so it is the same),
+// ties to the lower index, NaN counted above every number. Gradient to values.
+std::pair<Tensor, Tensor> topk(const Tensor& input, int64_t k, int64_t dim = -1, bool largest = true,
+                               bool sorted = true);
+// num_samples category ids (i64) per row of probs ([C] or [R, C]:
+// non-negative weights, not necessarily normalised), drawn on probs' device
+// from generator's Philox stream (default: the device's); the offset
+// advances on the device, so a captured step draws fresh samples on every
+// replay. Without replacement, num_samples <= C distinct ids.
+Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement = false,
+                   Generator* generator = nullptr);
 
 // ---- joining and splitting ----
 Tensor concat(const std::vector<Tensor>& tensors, int64_t dim = 0);

@@ -68,9 +68,37 @@ struct BinaryScalarArgs {
   }
 };
 
+// out (bool) = a op b; operands out, a, b; a and b of `dtype` (any, bool
+// included), compared in the compute type (f16/bf16 as f32). NaN compares
+// unequal to everything (ne: true).
+struct CompareArgs {
+  Layout<3> l;
+  DType dtype;
+  CompareOp op;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("op", op);
+  }
+};
+
+// out (bool) = a op s; operands out, a (of `dtype`); s already converted to
+// `dtype` (value_bits in convert.h), then compared as CompareArgs does.
+struct CompareScalarArgs {
+  Layout<2> l;
+  DType dtype;
+  CompareOp op;
+  uint64_t value_bits;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("op", op); v.bits("value", value_bits, dtype);
+  }
+};
+
 struct BinaryKernels {
   Kernel<BinaryArgs> binary;
   Kernel<BinaryScalarArgs> scalar;
+  Kernel<CompareArgs> compare;                 // "eq", "lt", ... (kCompareNames)
+  Kernel<CompareScalarArgs> compare_scalar;    // "eq_scalar", ... (kCompareScalarNames)
 };
 
 // ---- unary: elementwise math (unary_math.h) and its fused backward ----
@@ -917,6 +945,186 @@ struct CnnKernels {
   Kernel<AvgPoolArgs> avg_pool_backward;             // their backward
   Kernel<BatchNormArgs> batch_norm;                  // "batch_norm"
   Kernel<BatchNormBackwardArgs> batch_norm_backward; // "batch_norm_backward"
+// ---- loss: binary cross-entropy with logits, negative log likelihood ----
+// (the element formulas: src/backends/loss_math.h; mse_loss is composed of
+// existing ops in src/ops/loss.cpp and has no kernel)
+
+// Elementwise, without weight or reduction (the op composes those), in f32:
+// kLoss: out = (1 - t) x + (1 + (pw - 1) t) softplus(-x);
+// kGradInput: out = d/dx = (1 - t) - (1 + (pw - 1) t) sigmoid(-x);
+// kGradTarget: out = d/dt = -x + (pw - 1) softplus(-x).
+// Operands out, x, t, pw (broadcast to out); all of the float `dtype`; pw is
+// read only when has_pos_weight (else pw = 1 and operand 3 is x again).
+struct BceLogitsArgs {
+  Layout<4> l;
+  DType dtype;
+  BceMode mode;
+  bool has_pos_weight;
+  template <typename V>
+  void fields(V& v) const {
+    v("l", l); v("dtype", dtype); v("mode", mode); v("has_pos_weight", has_pos_weight);
+  }
+};
+
+// x: [outer, classes, inner] log-probabilities; target: [outer, inner] class
+// ids (`index`); weight: [classes] or null (all 1). For m = o * inner + k:
+// out[m] = -weight[t] * x[o, t, k] and out_weight[m] = weight[t], both 0 when
+// t == ignore_index or t is outside [0, classes) (NOTE [ Index checks ]: the
+// op refuses bad ids on the host in eager CPU steps; the kernels count them
+// as ignored and report KernelError::kNllTarget). All contiguous, float
+// tensors of `dtype`.
+struct NllArgs {
+  const void* x;
+  const void* target;
+  const void* weight;
+  void* out;                      // [outer * inner]
+  void* out_weight;               // [outer * inner]
+  int64_t outer, classes, inner, ignore_index;
+  DType dtype, index;
+  uint32_t* errors;               // the device's error word (NnKernels::error_word) or null (CPU)
+  template <typename V>
+  void fields(V& v) const {
+    v("x", x); v("target", target); v("weight", weight); v("out", out); v("out_weight", out_weight);
+    v("outer", outer); v("classes", classes); v("inner", inner); v("ignore_index", ignore_index);
+    v("dtype", dtype); v("index", index); v("errors", errors);
+  }
+};
+
+// gx [outer, classes, inner] = 0 except gx[o, t, k] = -weight[t] * g[m] on
+// the counted positions of NllArgs.
+struct NllBackwardArgs {
+  const void* g;                  // [outer * inner]
+  const void* target;
+  const void* weight;             // or null
+  void* gx;
+  int64_t outer, classes, inner, ignore_index;
+  DType dtype, index;
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("target", target); v("weight", weight); v("gx", gx); v("outer", outer);
+    v("classes", classes); v("inner", inner); v("ignore_index", ignore_index); v("dtype", dtype);
+    v("index", index);
+  }
+};
+
+struct LossKernels {
+  Kernel<BceLogitsArgs> bce_logits;          // the loss and both derivatives (BceLogitsArgs::mode)
+  Kernel<NllArgs> nll;                       // the picked, weighted values and their weights
+  Kernel<NllBackwardArgs> nll_backward;      // the scatter of -weight * g
+};
+
+// ---- index: gather, scatter_add, topk, multinomial ----
+
+// NOTE [ Index geometry ]: an index tensor of shape `shape` (ndim dims, `dim`
+// the indexed one) walked together with two data tensors: `iter`, addressed
+// at the same multi-index p as the index, and `addr`, addressed at p with
+// p[dim] replaced by index[p]. Strides in elements, any (0 for an expanded
+// index). An index outside [0, addr_dim_size) (negative ones are not
+// wrapped) reads a zero (gather) or is skipped (scatter_add), never
+// touching memory out of bounds, and is reported (KernelError::kGatherIndex,
+// kScatterIndex; NOTE [ Index checks ]) through `errors`: the device's
+// error word (NnKernels::error_word), or null where the kernels call
+// report_kernel_error() (CPU).
+struct IndexGeom {
+  int32_t ndim, dim;
+  int64_t numel;
+  int64_t addr_dim_size;
+  int64_t shape[kLayoutMaxDims];
+  int64_t index_stride[kLayoutMaxDims], iter_stride[kLayoutMaxDims], addr_stride[kLayoutMaxDims];
+  template <typename V>
+  void fields(V& v) const {
+    v("ndim", ndim); v("dim", dim); v("numel", numel); v("addr_dim_size", addr_dim_size);
+    v("shape", shape, ndim); v("index_stride", index_stride, ndim); v("iter_stride", iter_stride, ndim);
+    v("addr_stride", addr_stride, ndim);
+  }
+};
+
+// out (iter) [p] = in (addr) [p with p[dim] = index[p]]; any dtype (moved
+// as bytes). Index i32 or i64.
+struct GatherArgs {
+  IndexGeom g;
+  const void* index;
+  void* out;
+  const void* in;
+  DType dtype, index_dtype;
+  uint32_t* errors;
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("index", index); v("out", out); v("in", in); v("dtype", dtype); v("index_dtype", index_dtype);
+    v("errors", errors);
+  }
+};
+
+// out (addr) [p with p[dim] = index[p]] += src (iter) [p], in place, for
+// every p; the adds into one element happen in increasing p[dim] order of
+// one line (all other coordinates fixed), one line at a time per element,
+// so the result is deterministic and the same on every backend. Float
+// dtypes add in f32 and round to `dtype` after each add; integers wrap.
+struct ScatterAddArgs {
+  IndexGeom g;
+  const void* index;
+  const void* src;
+  void* out;
+  DType dtype, index_dtype;   // dtype: not bool
+  uint32_t* errors;
+  template <typename V>
+  void fields(V& v) const {
+    v("g", g); v("index", index); v("src", src); v("out", out); v("dtype", dtype); v("index_dtype", index_dtype);
+    v("errors", errors);
+  }
+};
+
+// For each of outer x inner lines of x [outer, n, inner] (contiguous): the k
+// largest (or smallest) elements, in order (largest: descending), ties to
+// the lower index, NaN counted larger than every number (largest picks
+// NaNs first, smallest last, as PyTorch does); values [outer, k, inner] of
+// `dtype` (not bool), indices [outer, k, inner] i64. k <= n.
+struct TopkArgs {
+  const void* x;
+  void* values;
+  int64_t* indices;
+  int64_t outer, n, inner, k;
+  bool largest;
+  DType dtype;
+  template <typename V>
+  void fields(V& v) const {
+    v("x", x); v("values", values); v("indices", indices); v("outer", outer); v("n", n); v("inner", inner);
+    v("k", k); v("largest", largest); v("dtype", dtype);
+  }
+};
+
+// out [rows, samples] (i64) = categories drawn from each row of probs
+// [rows, classes] (float `dtype`, contiguous; non-negative weights, not
+// necessarily normalised) by inverse CDF over the f32 running sum: draw s
+// of row r uses uniform(philox(offset + r * samples + s, seed) word 0)
+// (backend::multinomial_uniform in nn_formulas.h). Without replacement a drawn category's
+// weight counts as 0 for the row's later draws (samples <= classes). A row
+// that is no distribution (a weight negative, NaN or infinite, none
+// positive, or fewer positive than samples without replacement) is
+// reported (KernelError::kMultinomialProbs; the op refuses it on the host
+// in eager CPU steps) and draws deterministically from what is left (its
+// last positive category, else 0). Then state[1] += rows * samples, on the
+// device.
+struct MultinomialArgs {
+  const void* probs;
+  int64_t* out;
+  int64_t* state;                 // i64 [2] {seed, offset}
+  int64_t rows, classes, samples;
+  bool replacement;
+  DType dtype;
+  uint32_t* errors;
+  template <typename V>
+  void fields(V& v) const {
+    v("probs", probs); v("out", out); v("state", state); v("rows", rows); v("classes", classes);
+    v("samples", samples); v("replacement", replacement); v("dtype", dtype); v("errors", errors);
+  }
+};
+
+struct IndexKernels {
+  Kernel<GatherArgs> gather;              // gather and index_select (an expanded index)
+  Kernel<ScatterAddArgs> scatter_add;     // scatter_add, and the backward of gather, index_select and topk
+  Kernel<TopkArgs> topk;                  // the k extreme values of each line and their indices
+  Kernel<MultinomialArgs> multinomial;    // the draws and the offset's advance
 };
 
 // ---- the table ----
@@ -934,6 +1142,8 @@ struct KernelTable {
   const GemmKernels* gemm;         // gemm.cpp / gemm.cu
   const OptimKernels* optim;       // optim.cpp / optim.cu
   const CnnKernels* cnn;           // cnn.cpp / cnn.cu (CUDA's convolutions: cudnn.cpp)
+  const LossKernels* loss;         // loss.cpp / loss.cu
+  const IndexKernels* index;       // index.cpp / index.cu
   // (optional; null on the CPU) Copies between host memory and a device of
   // this backend: dst and src dense, same dtype and element count, exactly
   // one of them on the CPU. Host to device may return once the data is

@@ -48,6 +48,12 @@ Tensor copy_to_device(const Tensor& src, Device target, const char* op);
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha = 1.0);
 // out = a + s, a * s, s - a, s / a.
 void binary_scalar(ScalarOp op, const Tensor& out, const Tensor& a, double s);
+// out (bool, the broadcast shape, any strides) = a op b; a and b of one
+// dtype (any, bool included), broadcast to out.
+void compare(CompareOp op, const Tensor& out, const Tensor& a, const Tensor& b);
+// out (bool, a's shape) = a op s, with s converted to a's dtype first (the op
+// checks that it fits).
+void compare_scalar(CompareOp op, const Tensor& out, const Tensor& a, double s);
 
 // ---- unary (unary.cpp) ----
 // Elementwise unary math (exp, log, ..., gelu, clamp) and the fused backward
@@ -196,6 +202,51 @@ void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const
 void dropout(const Tensor& out, const Tensor& mask, const Tensor& a, const Tensor& state, double p);
 // grad_in = mask ? grad_out * scale : 0.
 void dropout_backward(const Tensor& grad_in, const Tensor& grad_out, const Tensor& mask, double scale);
+
+// ---- loss (loss.cpp) ----
+// The kernels of binary_cross_entropy_with_logits and nll_loss (the
+// contracts: BceLogitsArgs, NllArgs in kernel_table.h); the weights and the
+// reductions are composed around them by src/ops/loss.cpp.
+//
+//   backend::bce_logits(BceMode::kLoss, out, x, t, pos_weight);   // elementwise, no weight
+
+// out = the BceLogitsArgs element of x, t and pos_weight (undefined: 1);
+// out contiguous of x's shape; t of x's shape, pos_weight broadcast to it,
+// any strides; one float dtype.
+void bce_logits(BceMode mode, const Tensor& out, const Tensor& x, const Tensor& t, const Tensor& pos_weight);
+// x contiguous [outer, classes, inner] (float), target contiguous [outer,
+// inner] (i32/i64), weight [classes] (contiguous, x's dtype) or undefined;
+// out and out_weight contiguous [outer * inner] of x's dtype.
+void nll(const Tensor& out, const Tensor& out_weight, const Tensor& x, const Tensor& target,
+         const Tensor& weight, int64_t ignore_index);
+// grad_x [outer, classes, inner] = the scatter of -weight[t] * grad_out[m].
+void nll_backward(const Tensor& grad_x, const Tensor& grad_out, const Tensor& target, const Tensor& weight,
+                  int64_t ignore_index);
+
+// ---- index (index.cpp) ----
+// Gathers and deterministic scatters along one dim (NOTE [ Index geometry ]
+// in kernel_table.h), top-k and multinomial draws.
+//
+//   backend::gather(out, x, 1, idx);            // out[i][j] = x[i][idx[i][j]]
+//   backend::scatter_add(gx, 1, idx, g);        // gx[i][idx[i][j]] += g[i][j], in j order
+
+// out (index's shape, any strides) = in[p with p[dim] = index[p]]; in: any
+// strides, index.size(d) <= in.size(d) for d != dim; index i32/i64 (any
+// strides, 0 for an expanded index); out and in one dtype (any).
+void gather(const Tensor& out, const Tensor& in, int64_t dim, const Tensor& index);
+// out[p with p[dim] = index[p]] += src[p] in place, over index's shape; src
+// at least index's size in every dim, out in every dim but `dim`; one
+// dtype, not bool. Deterministic: the adds into an element run in index
+// order along dim (ScatterAddArgs).
+void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
+// values (x's dtype) and indices (i64), both contiguous [outer, k, inner], of
+// contiguous x [outer, n, inner]; TopkArgs says the order.
+void topk(const Tensor& values, const Tensor& indices, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+          int64_t k, bool largest);
+// out (i64, contiguous [rows, samples]) drawn from probs (float, contiguous
+// [rows, classes]) with the Philox generator whose state (i64 [2]) lives on
+// probs' device; the kernel advances the offset by rows * samples.
+void multinomial(const Tensor& out, const Tensor& probs, int64_t samples, bool replacement, const Tensor& state);
 
 // ---- gemm (gemm.cpp) ----
 //

@@ -28,4 +28,12 @@ ENCORE_HOST_DEVICE bool dropout_keep(uint64_t seed, uint64_t offset, int64_t i, 
   return philox::uniform(r.x[0]) >= p;
 }
 
+// Draw s of row r of a multinomial request at `offset` of generator `seed`:
+// uniform(philox(offset + r * samples + s, seed) word 0), on [0, 1).
+ENCORE_HOST_DEVICE float multinomial_uniform(uint64_t seed, uint64_t offset, int64_t r, int64_t samples,
+                                             int64_t s) {
+  const uint64_t counter = offset + static_cast<uint64_t>(r) * static_cast<uint64_t>(samples) + static_cast<uint64_t>(s);
+  return philox::uniform(philox::philox4x32(counter, seed).x[0]);
+}
+
 }  // namespace encore::backend

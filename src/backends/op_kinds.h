@@ -13,6 +13,15 @@ enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 
 enum class ScalarOp { kAdd, kMul, kRsub, kRdiv };
 
+// Elementwise comparisons (a op b), returning bool.
+enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };
+inline constexpr const char* kCompareNames[] = {"eq", "ne", "lt", "le", "gt", "ge"};
+inline constexpr const char* kCompareScalarNames[] = {"eq_scalar", "ne_scalar", "lt_scalar",
+                                                      "le_scalar", "gt_scalar", "ge_scalar"};
+
+// What the binary_cross_entropy_with_logits kernel writes (loss_math.h).
+enum class BceMode : int32_t { kLoss, kGradInput, kGradTarget };
+
 // Float ops unless noted. p0/p1 are the op's scalars where it has any.
 enum class UnaryOp {
   kExp,       // backward reads y:  g * y

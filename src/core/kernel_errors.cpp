@@ -34,6 +34,19 @@ std::string describe_kernel_errors(uint32_t bits) {
   if (bits & static_cast<uint32_t>(KernelError::kEmbeddingIndex)) {
     add("embedding met an index outside [0, num_embeddings) (those rows read as zeros)");
   }
+  if (bits & static_cast<uint32_t>(KernelError::kNllTarget)) {
+    add("nll_loss met a target class outside [0, C) that is not ignore_index (those targets counted as ignored)");
+  }
+  if (bits & static_cast<uint32_t>(KernelError::kGatherIndex)) {
+    add("gather met an index outside [0, size) (those elements read as zeros)");
+  }
+  if (bits & static_cast<uint32_t>(KernelError::kScatterIndex)) {
+    add("scatter_add met an index outside [0, size) (those elements were not added)");
+  }
+  if (bits & static_cast<uint32_t>(KernelError::kMultinomialProbs)) {
+    add("multinomial met a row of probs that is no distribution (negative, infinite or NaN weights, all zero, or "
+        "too few non-zero categories without replacement)");
+  }
   return out;
 }
 

@@ -30,6 +30,10 @@ namespace encore {
 enum class KernelError : uint32_t {
   kClassIndex = 1u << 0,       // cross_entropy: a target class outside [0, C) that is not ignore_index
   kEmbeddingIndex = 1u << 1,   // embedding: an index outside [0, num_embeddings)
+  kNllTarget = 1u << 2,        // nll_loss: a target class outside [0, C) that is not ignore_index
+  kGatherIndex = 1u << 3,      // gather, index_select: an index outside [0, size)
+  kScatterIndex = 1u << 4,     // scatter_add: an index outside [0, size)
+  kMultinomialProbs = 1u << 5, // multinomial: a row that is no distribution (negative, infinite, NaN, all 0)
 };
 
 // CPU kernels: thread-safe; cheap (one atomic or).

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "encore/autograd.h"
+#include "src/core/stream.h"
 
 namespace encore::ops {
 
@@ -76,6 +77,10 @@ int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim) {
   const int64_t n = std::max<int64_t>(ndim, 1);
   ENCORE_CHECK(dim >= -n && dim < n, "%s: dim %d out of range for a %d-d tensor", op, dim, ndim);
   return dim < 0 ? dim + n : dim;
+}
+
+bool host_checks_allowed(const Tensor& t) {
+  return t.device().is_cpu() && !current_stream(t.device()).observed_here();
 }
 
 void check_inplace(const char* op, const Tensor& t) {

@@ -34,6 +34,12 @@ int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim);
 // requires grad, while grad mode is on).
 void check_inplace(const char* op, const Tensor& t);
 
+// NOTE [ Index checks ] (src/backends/kernel_table.h): whether an op may read
+// t (class ids, indices, probabilities) on the host to refuse bad values
+// before its launch: eager CPU steps only (never while the stream is
+// observed, as in capture(), nor on CUDA, where reading would wait for the GPU).
+bool host_checks_allowed(const Tensor& t);
+
 inline Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
 
 }  // namespace encore::ops

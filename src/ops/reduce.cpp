@@ -30,7 +30,7 @@ using autograd::SavedTensor;
 namespace {
 
 // The dims one call reduces, checked, and the shapes they give.
-struct Reduction {
+struct ReducedDims {
   backend::DimMask mask = 0;
   std::vector<int64_t> dims;   // normalised, ascending
   Shape out_shape;             // keepdim applied
@@ -38,7 +38,7 @@ struct Reduction {
   int64_t count = 1;           // input elements per output element
 };
 
-Reduction resolve_dims(const char* op, const Tensor& a, absl::Span<const int64_t> dims, bool keepdim) {
+ReducedDims resolve_dims(const char* op, const Tensor& a, absl::Span<const int64_t> dims, bool keepdim) {
   ops::check_defined(op, a, "input");
   const int64_t nd = a.dim();
   ENCORE_CHECK(nd <= kMaxDims, "%s: %d dims exceed the limit of %d (shape %s)", op, nd, kMaxDims,
@@ -53,7 +53,7 @@ Reduction resolve_dims(const char* op, const Tensor& a, absl::Span<const int64_t
                  n, shape_str(dims), shape_str(a.shape()));
     seen |= backend::dim_bit(n);
   }
-  Reduction r;
+  ReducedDims r;
   r.mask = dims.empty() ? backend::dim_bit(nd) - 1 : seen;
   if (nd == 0) r.mask = 0;
   for (int64_t d = 0; d < nd; ++d) {
@@ -92,8 +92,8 @@ void check_max_input(const char* op, const Tensor& a) {
 }
 
 // max(dim) and argmax: checks, and the indices output.
-Reduction max_forward(const char* op, const Tensor& a, int64_t dim, bool keepdim, Tensor* indices) {
-  Reduction r = resolve_dims(op, a, {dim}, keepdim);
+ReducedDims max_forward(const char* op, const Tensor& a, int64_t dim, bool keepdim, Tensor* indices) {
+  ReducedDims r = resolve_dims(op, a, {dim}, keepdim);
   check_max_input(op, a);
   ENCORE_CHECK(r.count > 0, "%s: cannot reduce over dim %d of size 0 (input shape %s, %s)", op, dim,
                shape_str(a.shape()), dtype_name(a.dtype()));
@@ -104,7 +104,7 @@ Reduction max_forward(const char* op, const Tensor& a, int64_t dim, bool keepdim
 }  // namespace
 
 Tensor sum(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
-  const Reduction r = resolve_dims("sum", a, dims, keepdim);
+  const ReducedDims r = resolve_dims("sum", a, dims, keepdim);
   Tensor out = empty(r.out_shape, is_floating(a.dtype()) ? a.dtype() : kInt64, a.device());
   backend::sum(out, a, r.mask);
   if (autograd::any_requires_grad(a)) {
@@ -116,7 +116,7 @@ Tensor sum(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
-  const Reduction r = resolve_dims("mean", a, dims, keepdim);
+  const ReducedDims r = resolve_dims("mean", a, dims, keepdim);
   ops::check_float("mean", a);
   Tensor out = empty(r.out_shape, a.dtype(), a.device());
   backend::mean(out, a, r.mask);
@@ -130,7 +130,7 @@ Tensor mean(const Tensor& a, std::vector<int64_t> dims, bool keepdim) {
 }
 
 Tensor var(const Tensor& a, std::vector<int64_t> dims, int64_t correction, bool keepdim) {
-  const Reduction r = resolve_dims("var", a, dims, keepdim);
+  const ReducedDims r = resolve_dims("var", a, dims, keepdim);
   ops::check_float("var", a);
   // Two passes: the mean (f32, one per output), then the squared deviations from it.
   Tensor mean_f32 = empty({numel_of(r.out_shape)}, kFloat32, a.device());
@@ -152,7 +152,7 @@ Tensor var(const Tensor& a, std::vector<int64_t> dims, int64_t correction, bool 
 
 std::pair<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim) {
   Tensor indices;
-  const Reduction r = max_forward("max", a, dim, keepdim, &indices);
+  const ReducedDims r = max_forward("max", a, dim, keepdim, &indices);
   Tensor values = empty(r.out_shape, a.dtype(), a.device());
   backend::max(values, indices, a, r.mask);
   if (autograd::any_requires_grad(a)) {
@@ -166,7 +166,7 @@ std::pair<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim) {
 }
 
 Tensor max(const Tensor& a) {
-  const Reduction r = resolve_dims("max", a, {}, false);
+  const ReducedDims r = resolve_dims("max", a, {}, false);
   check_max_input("max", a);
   ENCORE_CHECK(a.numel() > 0, "max: cannot take the max of an empty tensor (shape %s, %s)", shape_str(a.shape()),
                dtype_name(a.dtype()));
@@ -184,7 +184,7 @@ Tensor max(const Tensor& a) {
 
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
   Tensor indices;
-  const Reduction r = max_forward("argmax", a, dim, keepdim, &indices);
+  const ReducedDims r = max_forward("argmax", a, dim, keepdim, &indices);
   backend::max(Tensor(), indices, a, r.mask);
   return indices;
 }

@@ -30,7 +30,9 @@ TEST(KernelTableArgsTest, EveryArgumentStructListsEveryMember) {
                   backend::LayerNormBackwardArgs, backend::EmbeddingArgs, backend::EmbeddingBackwardArgs,
                   backend::DropoutArgs, backend::DropoutBackwardArgs, backend::GemmArgs, backend::ColumnSumArgs,
                   backend::SgdArgs, backend::AdamWArgs, backend::AdamWManyArgs, backend::IncrementArgs,
-                  backend::SumSquaresArgs, backend::ClipCoefArgs, backend::ScaleInPlaceArgs>();
+                  backend::SumSquaresArgs, backend::ClipCoefArgs, backend::ScaleInPlaceArgs, backend::CompareArgs,
+                  backend::CompareScalarArgs, backend::BceLogitsArgs, backend::NllArgs, backend::NllBackwardArgs,
+                  backend::GatherArgs, backend::ScatterAddArgs, backend::TopkArgs, backend::MultinomialArgs>();
   expect_complete<backend::ConvArgs, backend::MaxPoolArgs, backend::MaxPoolBackwardArgs, backend::AvgPoolArgs,
                   backend::BatchNormArgs, backend::BatchNormBackwardArgs>();
 }

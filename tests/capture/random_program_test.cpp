@@ -4,7 +4,8 @@
 // joins and splits, reductions, normalisation, dropout and randn inside the
 // step, convolution, pooling and batch norm (its running statistics updated
 // in place), bf16/f16 round trips, masks, embeddings, persistent state updated in
-// place), a loss over every value no later op consumed, backward, optional
+// place, the losses mse/bce-with-logits/nll, gather, index_select,
+// scatter_add and topk), a loss over every value no later op consumed, backward, optional
 // gradient clipping and an SGD or AdamW update; a quarter of the programs keep
 // parameters, inputs and values in bf16. Each program is trained
 // eagerly, then again from the same seed captured and replayed; every replay
@@ -161,7 +162,10 @@ class ProgramWriter {
 
  private:
   int pick(int n) { return static_cast<int>(g_() % static_cast<uint64_t>(n)); }
-  bool allowed(int kind) const { return !(smooth_ && kind >= kFirstRough) && !(f32_ && kind == kRoundTrip); }
+  bool allowed(int kind) const {
+    const bool rough = (kind >= kFirstRough && kind < kLoss) || kind == kTopk || kind == kCnn;
+    return !(smooth_ && rough) && !(f32_ && kind == kRoundTrip);
+  }
   int64_t pick_width() { const int64_t w[] = {3, 4, 5, 8}; return w[pick(4)]; }
 
   // An operand: usually one of the last three values, else any.
@@ -190,8 +194,9 @@ class ProgramWriter {
     p_.widths.push_back(width);
   }
 
-  // Kinds >= kFirstRough are not smooth; kRoundTrip rounds through bf16/f16.
-  static constexpr int kKinds = 18, kLinear = 4, kFirstRough = 12, kRoundTrip = 13, kCnn = 17;
+  // Kinds in [kFirstRough, kLoss), kTopk and kCnn are not smooth; kRoundTrip rounds through bf16/f16.
+  static constexpr int kKinds = 21, kLinear = 4, kFirstRough = 12, kRoundTrip = 13, kLoss = 17, kIndex = 18,
+                       kTopk = 19, kCnn = 20;
   void emit_one(int kind) {
     const int a = operand();
     const int64_t wa = p_.widths[a];
@@ -369,6 +374,59 @@ class ProgramWriter {
           return x[a] + randn({kRows, wa}, dt, r.dev) * 0.1 + rand({kRows, wa}, dt, r.dev) * 0.1;
         });
         return;
+      case kLoss: {   // a loss, elementwise (kNone) or reduced and broadcast back
+        const int kind = pick(3);
+        const bool none = pick(2) == 0;
+        const std::string red = none ? "none" : "mean";
+        if (kind == 0) {
+          const int b = operand_of_width(wa);
+          emit("mse_loss", "mse_loss(tanh(" + v(a) + "), tanh(" + v(b) + "), " + red + ")", wa,
+               [a, b, none](const Values& x, Rig&) {
+                 if (none) return mse_loss(tanh(x[a]), tanh(x[b]), Reduction::kNone);
+                 return x[a] * tanh(mse_loss(tanh(x[a]), tanh(x[b])));
+               });
+        } else if (kind == 1) {
+          const int b = operand_of_width(wa);
+          const int k = param({wa}, 1.0);
+          emit("bce_with_logits", "bce_with_logits(" + v(a) + ", sigmoid(" + v(b) + "), p" + std::to_string(k) +
+               ", pos_weight 1.5, " + red + ")", wa, [a, b, k, none](const Values& x, Rig& r) {
+                 const Tensor pw = full({x[a].size(1)}, 1.5, x[a].dtype(), r.dev);
+                 if (none) return binary_cross_entropy_with_logits(x[a], sigmoid(x[b]), r.params[k], pw, Reduction::kNone);
+                 return x[a] * tanh(binary_cross_entropy_with_logits(x[a], sigmoid(x[b]), r.params[k], pw));
+               });
+        } else {
+          emit("nll_loss", "nll_loss(log_softmax(" + v(a) + ", 1), y, ignore 1, " + red + ")", wa,
+               [a, none](const Values& x, Rig& r) {
+                 if (none) return x[a] * nll_loss(log_softmax(x[a], 1), r.y, Tensor(), 1, Reduction::kNone).unsqueeze(1);
+                 return x[a] * tanh(nll_loss(log_softmax(x[a], 1), r.y, Tensor(), 1));
+               });
+        }
+        return;
+      }
+      case kIndex: {   // gathers and scatters along dim 1 by the labels y (an expanded index)
+        const int kind = pick(3);
+        if (kind == 0) {
+          emit("gather", "gather(" + v(a) + ", 1, y.expand(6, 3))", 3, [a](const Values& x, Rig& r) {
+            return gather(x[a], 1, r.y.view({kRows, 1}).expand({kRows, 3}));
+          });
+        } else if (kind == 1) {
+          emit("index_select", "index_select(" + v(a) + ", 1, y)", kRows,
+               [a](const Values& x, Rig& r) { return index_select(x[a], 1, r.y); });
+        } else {
+          const int b = operand();
+          emit("scatter_add", "scatter_add(" + v(a) + ", 1, y.expand(6, 3), tanh(" + v(b) + "))", wa,
+               [a, b](const Values& x, Rig& r) {
+                 return scatter_add(x[a], 1, r.y.view({kRows, 1}).expand({kRows, 3}), tanh(x[b]));
+               });
+        }
+        return;
+      }
+      case kTopk: {
+        const bool largest = pick(2) == 0;
+        emit("topk", std::string("topk(") + v(a) + ", 3, 1, " + (largest ? "largest" : "smallest") + ").values", 3,
+             [a, largest](const Values& x, Rig&) { return topk(x[a], 3, 1, largest).first; });
+        return;
+      }
       case 15: {   // persistent state updated in place, then read (a running mean)
         p_.buffer_widths.push_back(wa);
         const int k = static_cast<int>(p_.buffer_widths.size()) - 1;
@@ -755,13 +813,15 @@ TEST(RandomProgramGeneratorTest, ProgramsReachEveryBranch) {
                                        "batched_matmul", "transposed_gemm", "transposed_view", "strided_slice",
                                        "expand", "permute", "row_concat", "concat", "split", "stack", "clone",
                                        "softmax", "log_softmax", "layer_norm", "normalise", "where", "masked_fill",
-                                       "embedding", "binary/+", "binary/-", "binary/*", "binary//"};
+                                       "embedding", "binary/+", "binary/-", "binary/*", "binary//", "mse_loss",
+                                       "bce_with_logits", "nll_loss", "gather", "index_select", "scatter_add"};
   for (const Unary& u : kUnary) {
     if (u.smooth) smooth_tags.insert(std::string("unary/") + u.name);
   }
   std::set<std::string> all_tags = smooth_tags;
   for (const char* t : {"max", "dropout", "round_trip/bf16", "round_trip/f16", "noise", "running_mean", "in_place",
-                        "cnn/conv2d", "cnn/max_pool2d", "cnn/avg_pool2d", "cnn/adaptive_avg_pool2d", "cnn/batch_norm"}) {
+                        "topk", "cnn/conv2d", "cnn/max_pool2d", "cnn/avg_pool2d", "cnn/adaptive_avg_pool2d",
+                        "cnn/batch_norm"}) {
     all_tags.insert(t);
   }
   for (const Unary& u : kUnary) all_tags.insert(std::string("unary/") + u.name);

@@ -432,6 +432,124 @@ TEST_P(ArgumentFuzzTest, NeuralNetworkOps) {
   });
 }
 
+TEST_P(ArgumentFuzzTest, Comparisons) {
+  using CompareFn = Tensor (*)(const Tensor&, const Tensor&);
+  using CompareScalarFn = Tensor (*)(const Tensor&, double);
+  const std::pair<const char*, CompareFn> ops[] = {{"eq", eq}, {"ne", ne}, {"lt", lt}, {"le", le}, {"gt", gt}, {"ge", ge}};
+  for (const auto& entry : ops) {
+    const auto& name = entry.first;  // NOTE [ No structured bindings in lambdas ]
+    const auto& fn = entry.second;
+    fuzz(name, [fn](Args& g, std::string& what) {
+      auto [a, b] = pair_of(g);
+      what = describe(a) + ", " + describe(b);
+      return fn(a, b);
+    });
+  }
+  const std::pair<const char*, CompareScalarFn> scalar_ops[] = {{"eq", eq}, {"lt", lt}, {"ge", ge}};
+  for (const auto& entry : scalar_ops) {
+    const auto& name = entry.first;
+    const auto& fn = entry.second;
+    fuzz(name, [fn](Args& g, std::string& what) {
+      Tensor a = g.tensor();
+      const double s = g.scalar();
+      what = describe(a) + ", " + std::to_string(s);
+      return fn(a, s);
+    });
+  }
+}
+
+Reduction reduction_of(Args& g) {
+  const Reduction r[] = {Reduction::kMean, Reduction::kSum, Reduction::kNone};
+  return r[g.pick(3)];
+}
+
+TEST_P(ArgumentFuzzTest, Losses) {
+  fuzz("mse_loss", [](Args& g, std::string& what) {
+    auto [a, b] = pair_of(g);
+    what = describe(a) + ", " + describe(b);
+    return mse_loss(a, b, reduction_of(g));
+  }, {"sub", "mul"});
+  fuzz("binary_cross_entropy_with_logits", [](Args& g, std::string& what) {
+    auto [x, t] = pair_of(g);
+    if (g.pick(3) != 0) t = g.tensor(x.shape(), x.dtype());
+    Tensor w = g.coin() ? Tensor() : g.tensor(g.coin() ? x.shape() : g.shape(), g.pick(6) == 0 ? g.dtype() : x.dtype());
+    Tensor pw;
+    if (g.coin()) {
+      Shape s = x.dim() > 0 && g.coin() ? Shape{x.size(-1)} : g.shape();
+      pw = g.tensor(s, g.pick(6) == 0 ? g.dtype() : x.dtype());
+    }
+    what = describe(x) + ", " + describe(t) + ", " + describe(w) + ", " + describe(pw);
+    return binary_cross_entropy_with_logits(x, t, w, pw, reduction_of(g));
+  }, {"mul"});
+  fuzz("nll_loss", [](Args& g, std::string& what) {
+    const int64_t n = g.dim_size(), c = g.dim_size();
+    Shape sx = g.pick(5) != 0 ? Shape{n, c} : g.shape(3);
+    if (g.pick(4) == 0) sx.push_back(g.dim_size());   // spatial
+    Tensor x = g.tensor(sx, g.pick(6) == 0 ? g.dtype() : g.float_dtype());
+    Shape st = sx.size() >= 2 ? sx : Shape{};
+    if (sx.size() >= 2) st.erase(st.begin() + 1);
+    if (g.pick(5) == 0) st = g.shape(2);
+    const int64_t classes = sx.size() >= 2 ? sx[1] : (sx.empty() ? 0 : sx[0]);
+    Tensor t = g.indices(st, classes);
+    Tensor w = g.pick(3) == 0 ? g.tensor(g.pick(4) != 0 ? Shape{classes} : g.shape(2), x.dtype()).detach() : Tensor();
+    const int64_t ignore = g.coin() ? -100 : g.pick(3);
+    what = describe(x) + ", " + describe(t) + ", " + describe(w) + ", ignore " + std::to_string(ignore);
+    return nll_loss(x, t, w, ignore, reduction_of(g));
+  }, {"div"});
+}
+
+TEST_P(ArgumentFuzzTest, Indexing) {
+  // An index for `x` along d: x's rank (sometimes not), sizes at most x's (sometimes larger).
+  auto index_for = [](Args& g, const Tensor& x, int64_t d) {
+    Shape s = x.shape();
+    for (int64_t& v : s) v = v > 0 && g.coin() ? 1 + g.pick(static_cast<int>(v)) : v;
+    if (!s.empty() && d >= -x.dim() && d < x.dim()) s[d < 0 ? d + x.dim() : d] = g.dim_size();
+    if (g.pick(6) == 0) s = g.shape();
+    const int64_t size = x.dim() == 0 ? 1 : (d >= -x.dim() && d < x.dim() ? x.size(d) : 1);
+    return g.indices(s, size);
+  };
+  fuzz("gather", [&](Args& g, std::string& what) {
+    Tensor x = g.tensor();
+    const int64_t d = g.dim(x.dim());
+    Tensor idx = index_for(g, x, d);
+    what = describe(x) + ", dim " + std::to_string(d) + ", " + describe(idx);
+    return gather(x, d, idx);
+  });
+  fuzz("index_select", [](Args& g, std::string& what) {
+    Tensor x = g.tensor();
+    const int64_t d = g.dim(x.dim());
+    const int64_t size = x.dim() == 0 ? 1 : (d >= -x.dim() && d < x.dim() ? x.size(d) : 1);
+    Tensor idx = g.indices(g.pick(5) != 0 ? Shape{g.dim_size()} : g.shape(2), size);
+    what = describe(x) + ", dim " + std::to_string(d) + ", " + describe(idx);
+    return index_select(x, d, idx);
+  }, {"gather"});
+  fuzz("scatter_add", [&](Args& g, std::string& what) {
+    Tensor x = g.tensor();
+    const int64_t d = g.dim(x.dim());
+    Tensor idx = index_for(g, x, d);
+    Shape ss = idx.shape();
+    for (int64_t& v : ss) v += g.pick(4) == 0 ? 1 : 0;
+    if (g.pick(6) == 0) ss = g.shape();
+    Tensor src = g.tensor(ss, g.pick(6) == 0 ? g.dtype() : x.dtype());
+    what = describe(x) + ", dim " + std::to_string(d) + ", " + describe(idx) + ", " + describe(src);
+    return scatter_add(x, d, idx, src);
+  });
+  fuzz("topk", [](Args& g, std::string& what) {
+    Tensor x = g.tensor();
+    const int64_t d = g.dim(x.dim()), k = g.pick(5) - 1;
+    what = describe(x) + ", k " + std::to_string(k) + ", dim " + std::to_string(d);
+    return topk(x, k, d, g.coin()).first;
+  });
+  fuzz("multinomial", [](Args& g, std::string& what) {
+    Tensor p = g.tensor(g.pick(4) != 0 ? Shape{g.dim_size(), g.dim_size()} : g.shape(), g.pick(6) == 0 ? g.dtype() : g.float_dtype());
+    if (is_floating(p.dtype()) && g.pick(3) != 0) p = abs(p.detach());
+    const int64_t n = g.pick(5) - 1;
+    const bool replacement = g.coin();
+    what = describe(p) + ", " + std::to_string(n) + (replacement ? " with" : " without") + " replacement";
+    return multinomial(p, n, replacement).to(kFloat32);
+  });
+}
+
 TEST_P(ArgumentFuzzTest, JoinAndSplit) {
   auto list = [](Args& g, std::string& what) {
     Tensor first = g.tensor();

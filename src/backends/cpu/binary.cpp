@@ -1,5 +1,7 @@
-// The CPU kernels of broadcasting binary arithmetic and tensor-scalar
-// arithmetic (contracts: BinaryArgs in src/backends/kernel_table.h).
+// The CPU kernels of broadcasting binary arithmetic, tensor-scalar
+// arithmetic and comparisons (contracts: BinaryArgs, CompareArgs in
+// src/backends/kernel_table.h).
+#include "src/backends/convert.h"
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/loops.h"
 #include "src/backends/cpu/parallel.h"
@@ -77,6 +79,62 @@ void scalar_loop(const BinaryScalarArgs& a) {
   });
 }
 
+template <typename C, CompareOp kOp>
+ENCORE_SIMD_INLINE bool apply_compare(C a, C b) {
+  if constexpr (kOp == CompareOp::kEq) return a == b;
+  if constexpr (kOp == CompareOp::kNe) return a != b;
+  if constexpr (kOp == CompareOp::kLt) return a < b;
+  if constexpr (kOp == CompareOp::kLe) return a <= b;
+  if constexpr (kOp == CompareOp::kGt) return a > b;
+  if constexpr (kOp == CompareOp::kGe) return a >= b;
+}
+
+template <typename T, CompareOp kOp>
+ENCORE_SIMD_CLONES void compare_run(bool* o, const T* x, const T* y, int64_t n) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) o[i] = apply_compare<C, kOp>(C(x[i]), C(y[i]));
+}
+
+template <typename T, CompareOp kOp>
+ENCORE_SIMD_CLONES void compare_scalar_run(bool* o, const T* x, int64_t n, compute_t<T> s) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) o[i] = apply_compare<C, kOp>(C(x[i]), s);
+}
+
+template <typename T, CompareOp kOp>
+void compare_loop(const CompareArgs& a) {
+  using C = compute_t<T>;
+  const Layout<3>& l = a.l;
+  parallel_for(l.numel, kGrainElementwise, [&](int64_t b, int64_t e) {
+    if (l.contiguous) {
+      compare_run<T, kOp>(reinterpret_cast<bool*>(l.ptr[0]) + b, reinterpret_cast<const T*>(l.ptr[1]) + b,
+                          reinterpret_cast<const T*>(l.ptr[2]) + b, e - b);
+    } else {
+      for_each_element(l, b, e, [&](char** p) {
+        *reinterpret_cast<bool*>(p[0]) =
+            apply_compare<C, kOp>(C(*reinterpret_cast<const T*>(p[1])), C(*reinterpret_cast<const T*>(p[2])));
+      });
+    }
+  });
+}
+
+template <typename T, CompareOp kOp>
+void compare_scalar_loop(const CompareScalarArgs& a) {
+  using C = compute_t<T>;
+  const C s = C(from_bits<T>(a.value_bits));
+  const Layout<2>& l = a.l;
+  parallel_for(l.numel, kGrainElementwise, [&](int64_t b, int64_t e) {
+    if (l.contiguous) {
+      compare_scalar_run<T, kOp>(reinterpret_cast<bool*>(l.ptr[0]) + b, reinterpret_cast<const T*>(l.ptr[1]) + b,
+                                 e - b, s);
+    } else {
+      for_each_element(l, b, e, [&](char** p) {
+        *reinterpret_cast<bool*>(p[0]) = apply_compare<C, kOp>(C(*reinterpret_cast<const T*>(p[1])), s);
+      });
+    }
+  });
+}
+
 // ---- kernel table entries: the runtime dtype and op picked once per launch ----
 // (NOTE [ Specialized kernels ] in src/core/kernel.h: a replay calls the loop directly)
 
@@ -106,8 +164,43 @@ KernelThunk pick_binary_scalar(const BinaryScalarArgs& a) {
   });
 }
 
+template <typename T, CompareOp kOp>
+struct CompareLoop {
+  static constexpr auto* kFn = &compare_loop<T, kOp>;
+};
+template <typename T, CompareOp kOp>
+struct CompareScalarLoop {
+  static constexpr auto* kFn = &compare_scalar_loop<T, kOp>;
+};
+
+template <template <typename, CompareOp> class Loop, typename T>
+KernelThunk compare_thunk_of(CompareOp op) {
+  switch (op) {
+    case CompareOp::kEq: return thunk_of<Loop<T, CompareOp::kEq>::kFn>();
+    case CompareOp::kNe: return thunk_of<Loop<T, CompareOp::kNe>::kFn>();
+    case CompareOp::kLt: return thunk_of<Loop<T, CompareOp::kLt>::kFn>();
+    case CompareOp::kLe: return thunk_of<Loop<T, CompareOp::kLe>::kFn>();
+    case CompareOp::kGt: return thunk_of<Loop<T, CompareOp::kGt>::kFn>();
+    case CompareOp::kGe: break;
+  }
+  return thunk_of<Loop<T, CompareOp::kGe>::kFn>();
+}
+
+KernelThunk pick_compare(const CompareArgs& a) {
+  return dispatch_all(a.dtype, "compare", [&](auto tag) -> KernelThunk {
+    return compare_thunk_of<CompareLoop, typename decltype(tag)::type>(a.op);
+  });
+}
+
+KernelThunk pick_compare_scalar(const CompareScalarArgs& a) {
+  return dispatch_all(a.dtype, "compare_scalar", [&](auto tag) -> KernelThunk {
+    return compare_thunk_of<CompareScalarLoop, typename decltype(tag)::type>(a.op);
+  });
+}
+
 }  // namespace
 
-extern const BinaryKernels kBinary = {specialized_kernel<&pick_binary>(), specialized_kernel<&pick_binary_scalar>()};
+extern const BinaryKernels kBinary = {specialized_kernel<&pick_binary>(), specialized_kernel<&pick_binary_scalar>(),
+                                      specialized_kernel<&pick_compare>(), specialized_kernel<&pick_compare_scalar>()};
 
 }  // namespace encore::cpu

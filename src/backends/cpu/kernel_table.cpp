@@ -13,6 +13,8 @@ extern const backend::NnKernels kNn;           // nn.cpp
 extern const backend::GemmKernels kGemm;       // gemm.cpp
 extern const backend::OptimKernels kOptim;     // optim.cpp
 extern const backend::CnnKernels kCnn;         // cnn.cpp
+extern const backend::LossKernels kLoss;       // loss.cpp
+extern const backend::IndexKernels kIndex;     // index.cpp
 }  // namespace cpu
 
 namespace backend {
@@ -27,6 +29,8 @@ extern const KernelTable kCpuKernels = {
     .gemm = &cpu::kGemm,
     .optim = &cpu::kOptim,
     .cnn = &cpu::kCnn,
+    .loss = &cpu::kLoss,
+    .index = &cpu::kIndex,
     .copy_host_device = nullptr,
 };
 }  // namespace backend

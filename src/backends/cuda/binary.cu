@@ -1,9 +1,11 @@
-// CUDA kernels for broadcasting binary arithmetic and tensor-scalar
-// arithmetic (contracts: BinaryArgs in src/backends/kernel_table.h).
+// CUDA kernels for broadcasting binary arithmetic, tensor-scalar arithmetic
+// and comparisons (contracts: BinaryArgs, CompareArgs in
+// src/backends/kernel_table.h).
 // Kernels, then launchers. f32 math uses explicitly rounded
 // intrinsics (no contraction into FMA), so results equal the CPU's bit for bit.
 #include <type_traits>
 
+#include "src/backends/convert.h"
 #include "src/backends/cuda/elementwise.cuh"
 #include "src/backends/kernel_table.h"
 
@@ -58,6 +60,31 @@ struct ScalarFn {   // operands out, a
   __device__ void operator()(char* const* p) const { store<T>(p[0], apply_scalar<compute_t<T>, kOp>(load<T>(p[1]), s)); }
 };
 
+template <typename C, CompareOp kOp>
+__device__ __forceinline__ bool apply_compare(C a, C b) {
+  if constexpr (kOp == CompareOp::kEq) return a == b;
+  if constexpr (kOp == CompareOp::kNe) return a != b;
+  if constexpr (kOp == CompareOp::kLt) return a < b;
+  if constexpr (kOp == CompareOp::kLe) return a <= b;
+  if constexpr (kOp == CompareOp::kGt) return a > b;
+  if constexpr (kOp == CompareOp::kGe) return a >= b;
+}
+
+template <typename T, CompareOp kOp>
+struct CompareFn {   // operands out (bool), a, b
+  __device__ void operator()(char* const* p) const {
+    *reinterpret_cast<bool*>(p[0]) = apply_compare<compute_t<T>, kOp>(load<T>(p[1]), load<T>(p[2]));
+  }
+};
+
+template <typename T, CompareOp kOp>
+struct CompareScalarFn {   // operands out (bool), a
+  T s;                     // in the storage type; widened on the device
+  __device__ void operator()(char* const* p) const {
+    *reinterpret_cast<bool*>(p[0]) = apply_compare<compute_t<T>, kOp>(load<T>(p[1]), to_compute(s));
+  }
+};
+
 // ---- launchers ----
 
 void binary_launch(const BinaryArgs& a) {
@@ -90,8 +117,36 @@ void binary_scalar_launch(const BinaryScalarArgs& a) {
   });
 }
 
+template <template <typename, CompareOp> class Fn, typename T, int N, typename... Extra>
+void launch_compare(CompareOp op, const Layout<N>& l, const char* name, Extra... extra) {
+  switch (op) {
+    case CompareOp::kEq: return launch_elementwise(l, Fn<T, CompareOp::kEq>{extra...}, name);
+    case CompareOp::kNe: return launch_elementwise(l, Fn<T, CompareOp::kNe>{extra...}, name);
+    case CompareOp::kLt: return launch_elementwise(l, Fn<T, CompareOp::kLt>{extra...}, name);
+    case CompareOp::kLe: return launch_elementwise(l, Fn<T, CompareOp::kLe>{extra...}, name);
+    case CompareOp::kGt: return launch_elementwise(l, Fn<T, CompareOp::kGt>{extra...}, name);
+    case CompareOp::kGe: return launch_elementwise(l, Fn<T, CompareOp::kGe>{extra...}, name);
+  }
+}
+
+void compare_launch(const CompareArgs& a) {
+  visit_dtype(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_compare<CompareFn, T>(a.op, a.l, kCompareNames[static_cast<int>(a.op)]);
+  });
+}
+
+void compare_scalar_launch(const CompareScalarArgs& a) {
+  visit_dtype(a.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T s = backend::from_bits<T>(a.value_bits);
+    launch_compare<CompareScalarFn, T>(a.op, a.l, kCompareScalarNames[static_cast<int>(a.op)], s);
+  });
+}
+
 }  // namespace
 
-extern const BinaryKernels kBinary = {kernel<&binary_launch>(), kernel<&binary_scalar_launch>()};
+extern const BinaryKernels kBinary = {kernel<&binary_launch>(), kernel<&binary_scalar_launch>(),
+                                      kernel<&compare_launch>(), kernel<&compare_scalar_launch>()};
 
 }  // namespace encore::cuda

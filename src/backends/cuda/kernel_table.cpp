@@ -13,6 +13,8 @@ extern const backend::NnKernels kNn;           // nn.cu
 extern const backend::GemmKernels kGemm;       // gemm.cu
 extern const backend::OptimKernels kOptim;     // optim.cu
 extern const backend::CnnKernels kCnn;         // cnn.cu
+extern const backend::LossKernels kLoss;       // loss.cu
+extern const backend::IndexKernels kIndex;     // index.cu
 void copy_host_device(const Tensor& dst, const Tensor& src);   // transfer.cpp
 }  // namespace cuda
 
@@ -28,6 +30,8 @@ extern const KernelTable kCudaKernels = {
     .gemm = &cuda::kGemm,
     .optim = &cuda::kOptim,
     .cnn = &cuda::kCnn,
+    .loss = &cuda::kLoss,
+    .index = &cuda::kIndex,
     .copy_host_device = &cuda::copy_host_device,
 };
 }  // namespace backend
