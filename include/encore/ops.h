@@ -163,6 +163,7 @@ Tensor flatten(const Tensor& input, int64_t start_dim = 0, int64_t end_dim = -1)
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
                   double momentum = 0.1, double eps = 1e-5);
+
 // ---- losses (PyTorch's semantics and argument names) ----
 enum class Reduction { kMean, kSum, kNone };   // kNone: the elementwise (or per-target) losses
 // (input - target)^2; target broadcasts to input's shape; float dtypes.

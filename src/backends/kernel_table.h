@@ -945,6 +945,8 @@ struct CnnKernels {
   Kernel<AvgPoolArgs> avg_pool_backward;             // their backward
   Kernel<BatchNormArgs> batch_norm;                  // "batch_norm"
   Kernel<BatchNormBackwardArgs> batch_norm_backward; // "batch_norm_backward"
+};
+
 // ---- loss: binary cross-entropy with logits, negative log likelihood ----
 // (the element formulas: src/backends/loss_math.h; mse_loss is composed of
 // existing ops in src/ops/loss.cpp and has no kernel)
