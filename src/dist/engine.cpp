@@ -156,7 +156,14 @@ class Engine {
     }
 #if ENCORE_HAVE_MPI
     Group* gp = &g;
-    enqueue(ticket, [this, gp, w, what]() { return run_collective(*gp, w, what); });
+    const auto submitted = Clock::now();
+    enqueue(ticket, [this, gp, w, what, submitted]() {
+      absl::Status s = run_collective(*gp, w, what);
+      std::lock_guard<std::mutex> lk(mu_);
+      times_.in_flight_s += std::chrono::duration<double>(Clock::now() - submitted).count();
+      times_.collectives += 1;
+      return s;
+    });
 #endif
     return ticket;
   }
@@ -165,12 +172,14 @@ class Engine {
     const double timeout = group(id).timeout_s.load();
     std::unique_lock<std::mutex> lk(mu_);
     // The thread enforces the deadline; this one only guards against a thread that stopped answering.
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout + 30.0);
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout + 30.0);
     while (!done_.contains(ticket)) {
       if (done_cv_.wait_until(lk, deadline) == std::cv_status::timeout && !done_.contains(ticket)) {
         return absl::InternalError(absl::StrCat(where(id, "wait"), ": the communication thread did not answer"));
       }
     }
+    times_.blocked_s += std::chrono::duration<double>(Clock::now() - start).count();
     absl::Status s = std::move(done_[ticket]);
     done_.erase(ticket);
     return s;
@@ -210,6 +219,11 @@ class Engine {
 #else
     return absl::OkStatus();
 #endif
+  }
+
+  EngineTimes times() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return times_;
   }
 
   std::string where(int32_t id, const char* what) {
@@ -409,6 +423,7 @@ class Engine {
   std::deque<std::pair<uint64_t, std::function<absl::Status()>>> queue_;
   absl::flat_hash_map<uint64_t, absl::Status> done_;
   bool stop_ = false;
+  EngineTimes times_;
 
 #if ENCORE_HAVE_MPI
   std::mutex start_mu_;
@@ -444,5 +459,6 @@ absl::Status broadcast_bytes(int32_t group, void* data, int64_t nbytes, int root
   return Engine::get().broadcast_bytes(group, data, nbytes, root, what);
 }
 std::string where(int32_t group, const char* what) { return Engine::get().where(group, what); }
+EngineTimes engine_times() { return Engine::get().times(); }
 
 }  // namespace encore::dist_internal

@@ -69,6 +69,18 @@ absl::StatusOr<std::vector<uint64_t>> all_gather(int32_t group, uint64_t value, 
 // Rank `root`'s `nbytes` bytes at `data` to every rank (NCCL's unique id).
 absl::Status broadcast_bytes(int32_t group, void* data, int64_t nbytes, int root, const char* what);
 
+// Time accounting of this process's collectives since the start (for
+// bench/dist_bench): `in_flight_s` sums, over collectives handed to the
+// communication thread, the time from submit() to completion; `blocked_s`
+// sums the time callers of wait() spent waiting. 1 - blocked / in_flight is
+// the share of the communication that the caller's work hid.
+struct EngineTimes {
+  double in_flight_s = 0;
+  double blocked_s = 0;
+  int64_t collectives = 0;
+};
+EngineTimes engine_times();
+
 // The message prefix of a call on this rank: "dist::all_reduce on rank 1 of 2".
 std::string where(int32_t group, const char* what);
 

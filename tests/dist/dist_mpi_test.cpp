@@ -219,6 +219,41 @@ TEST(DistMpiTest, CapturedStepWithAllReducesReplaysEagerBitForBitOnEveryRank) {
   }
 }
 
+// Shadow verification re-runs the step eagerly (its all-reduces too) at the
+// same replays on every rank, and finds the replays equal.
+TEST(DistMpiTest, ShadowVerifiedReplaysWithCollectives) {
+  NEED_TWO_RANKS();
+  auto rig = DdpRig::make(world(), 4, 2, world()->rank(), 15);
+  rig->fill(0);
+  rig->step();
+  absl::StatusOr<Graph> g = capture([&] { return rig->step(); }, {.warmup = 1, .verify_every = 3});
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (int i = 1; i < 10; ++i) {
+    rig->fill(i);
+    absl::Status s = g->replay();
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  expect_same_on_every_rank(rig->state_hash(), "state after verified replays");
+}
+
+// Buffers (non-trained state) come from rank 0 too.
+TEST(DistMpiTest, DdpBroadcastsBuffers) {
+  NEED_TWO_RANKS();
+  struct WithBuffer : nn::Module {
+    explicit WithBuffer(float v) {
+      w = register_parameter("w", ones({4}));
+      b = register_buffer("running", full({3}, v));
+    }
+    Tensor w, b;
+  };
+  WithBuffer m(10.0f + world()->rank());
+  dist::DistributedDataParallel ddp(m, world());
+  EXPECT_EQ(m.b.to_vector<float>(), (std::vector<float>{10, 10, 10}));
+  WithBuffer kept(20.0f + world()->rank());
+  dist::DistributedDataParallel no_buffers(kept, world(), {.broadcast_buffers = false});
+  EXPECT_EQ(kept.b.to_vector<float>()[0], 20.0f + world()->rank());
+}
+
 // GraphedStep drives the same: every rank replays, ranks identical.
 TEST(DistMpiTest, GraphedStepReplaysCollectives) {
   NEED_TWO_RANKS();

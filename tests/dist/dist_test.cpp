@@ -4,6 +4,7 @@
 // its refusals. The multi-process cases are dist_mpi_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -67,6 +68,19 @@ TEST(DistEnvironmentTest, RefusesMalformedValues) {
   absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create({.timeout_s = 0});
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("timeout_s is 0"), std::string::npos) << g.status();
+  setenv("ENCORE_DIST_TIMEOUT", "soon", 1);
+  g = dist::ProcessGroup::create();
+  unsetenv("ENCORE_DIST_TIMEOUT");
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("ENCORE_DIST_TIMEOUT=\"soon\" is not a positive number"), std::string::npos)
+      << g.status();
+  setenv("ENCORE_DIST_TIMEOUT", "2.5", 1);
+  g = dist::ProcessGroup::create();
+  unsetenv("ENCORE_DIST_TIMEOUT");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)->timeout_s(), 2.5);
+  expect_error([&] { (*g)->set_timeout(-1); }, absl::StatusCode::kInvalidArgument, {"set_timeout", "positive"});
 }
 
 std::shared_ptr<dist::ProcessGroup> one() {
