@@ -200,7 +200,7 @@ absl::Status recorded_run(const Step& step, const CaptureOptions& options, const
 // src/dist/'s agreement hook (src/core/process_agreement.h), which refuses
 // a rank whose step differs from the others'.
 uint64_t step_fingerprint(const Trace& trace) {
-  uint64_t h = 0xcbf29ce484222325ull;
+  uint64_t h = 0xcbf29ce484222325ull;   // never 0 in practice: 0 means "this rank failed to record"
   auto mix = [&h](const void* p, size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
     for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
@@ -240,9 +240,14 @@ absl::Status record(const Step& step, const CaptureOptions& options, int eager_r
   // CUDA reports of earlier eager steps (the warm-ups above) surface here as
   // an error, not in the recorded run (NOTE [ Kernel error words ]).
   if (gpu.has_value()) current_stream(*gpu).synchronize();
-  ENCORE_RETURN_IF_ERROR(recorded_run(step, options, gpu, rec, outs));
+  const absl::Status recorded = recorded_run(step, options, gpu, rec, outs);
+  // Every rank takes part in the agreement, also one whose recording was
+  // refused (fingerprint 0), so that no rank waits for it in vain.
+  const absl::Status agreed = agree_on_step(recorded.ok() ? step_fingerprint(rec.trace()) : 0,
+                                            static_cast<int64_t>(rec.trace().kernels.size()));
+  ENCORE_RETURN_IF_ERROR(recorded);
+  ENCORE_RETURN_IF_ERROR(agreed);
   g.trace = std::move(rec.trace());
-  ENCORE_RETURN_IF_ERROR(agree_on_step(step_fingerprint(g.trace), static_cast<int64_t>(g.trace.kernels.size())));
   absl::StatusOr<Device> device = step_device(g.trace);
   if (!device.ok()) return device.status();
   g.device = *device;

@@ -124,7 +124,9 @@ class ProcessGroup {
   void broadcast(const Tensor& t, int root = 0);
   // Returns when every rank has called it (or throws after the timeout).
   void barrier();
-  // Whether every rank passed the same value (gathered to all): for checks.
+  // Every rank's `value`, in rank order, on every rank (a host call, not a
+  // kernel: for checks such as "do all ranks hold the same bits", never
+  // inside a captured step).
   std::vector<uint64_t> all_gather(uint64_t value);
 
   // The error that broke this group (OK while it works).
@@ -165,7 +167,10 @@ struct DdpOptions {
 // backward (finish() names the first one that did not).
 //
 // The module is not owned and must outlive the wrapper; do not replace the
-// parameters' gradients (set_grad) or change parameters after construction.
+// parameters' gradients (set_grad) or change parameters after construction,
+// and make the wrapper before the optimizer's first step() (AdamW keeps a
+// table of the gradients' addresses from then on). On CUDA the all-reduces
+// are NCCL calls on the device's stream and the waits are stream order.
 class DistributedDataParallel {
  public:
   DistributedDataParallel(nn::Module& module, std::shared_ptr<ProcessGroup> group, DdpOptions options = {});

@@ -19,8 +19,10 @@
 
 namespace encore {
 
-// fingerprint: a hash of the recorded kernels (stable across processes);
-// kernels: how many there were (for the message).
+// fingerprint: a hash of the recorded kernels (stable across processes), or
+// 0 when this rank's recorded run was refused (every rank still calls the
+// hook, so that none waits for it); kernels: how many there were (for the
+// message).
 using StepAgreement = absl::Status (*)(uint64_t fingerprint, int64_t kernels);
 
 // Installs the hook (nullptr removes it); process-wide.

@@ -70,14 +70,21 @@ void nccl_collective(const CollectiveArgs& a) {
     comm = it->second;
   }
   cudaStream_t stream = cuda::stream_for(a.device);
+  ncclResult_t r = ncclSuccess;
+  const char* call = "ncclAllReduce";
   if (a.kind == CollKind::kAllReduce) {
     const ncclRedOp_t op = a.op == dist::ReduceOp::kAverage ? ncclAvg : ncclSum;
-    cuda::check_nccl(ncclAllReduce(a.data, a.data, static_cast<size_t>(a.count), nccl_type(a.dtype), op, comm, stream),
-                     "ncclAllReduce", comm);
+    r = ncclAllReduce(a.data, a.data, static_cast<size_t>(a.count), nccl_type(a.dtype), op, comm, stream);
   } else if (a.kind == CollKind::kBroadcast) {
-    cuda::check_nccl(
-        ncclBroadcast(a.data, a.data, static_cast<size_t>(a.count), nccl_type(a.dtype), a.root, comm, stream),
-        "ncclBroadcast", comm);
+    call = "ncclBroadcast";
+    r = ncclBroadcast(a.data, a.data, static_cast<size_t>(a.count), nccl_type(a.dtype), a.root, comm, stream);
+  }
+  if (r != ncclSuccess) [[unlikely]] {
+    // The Status names the call and this rank, then NCCL's code and text.
+    const absl::Status s = cuda::nccl_status(r, call, comm);
+    throw Error(absl::Status(s.code(), absl::StrCat(where(a.group, a.kind == CollKind::kAllReduce ? "all_reduce"
+                                                                                                  : "broadcast"),
+                                                    " on cuda:", a.device, ": ", s.message())));
   }
 }
 

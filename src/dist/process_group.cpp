@@ -49,6 +49,17 @@ absl::Status agree(uint64_t fingerprint, int64_t kernels) {
   absl::StatusOr<std::vector<uint64_t>> counts =
       dist_internal::all_gather(g, static_cast<uint64_t>(kernels), "capture agreement");
   if (!counts.ok()) return counts.status();
+  const int me = dist_internal::group_rank(g);
+  std::vector<std::string> failed;
+  for (size_t r = 0; r < all->size(); ++r) {
+    if ((*all)[r] == 0) failed.push_back(absl::StrCat(r));
+  }
+  if (!failed.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "capture: on rank %d of %d: rank(s) %s could not record the step (their own error says why), so no rank "
+        "captures it",
+        me, all->size(), absl::StrJoin(failed, ", ")));
+  }
   std::vector<std::string> differ;
   for (size_t r = 0; r < all->size(); ++r) {
     if ((*all)[r] != (*all)[0]) {
@@ -60,7 +71,7 @@ absl::Status agree(uint64_t fingerprint, int64_t kernels) {
       "capture: on rank %d of %d: the ranks recorded different steps: rank 0 (%d kernels, fingerprint %016x) but %s; "
       "every rank must capture the same step (the same model, shapes and code path), or their collectives would "
       "not match at replay",
-      dist_internal::group_rank(g), all->size(), (*counts)[0], (*all)[0], absl::StrJoin(differ, ", ")));
+      me, all->size(), (*counts)[0], (*all)[0], absl::StrJoin(differ, ", ")));
 }
 
 }  // namespace
@@ -137,17 +148,20 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::create(const Options
   g->rank_ = dist_internal::group_rank(*id);
   g->world_size_ = dist_internal::group_size(*id);
   g->local_rank_ = env->local_rank;
-  if (g->world_size_ > 1) {
-    int32_t expected = -1;
-    if (agreement_group.compare_exchange_strong(expected, *id)) set_step_agreement(&agree);
+  if (g->world_size_ > 1 && agreement_group.load() < 0) {
+    // The capture agreement gets a communicator of its own (made by every
+    // rank's first group, so in the same order everywhere): its gathers
+    // never interleave with a group's collectives. It lives as long as the process.
+    absl::StatusOr<int32_t> a = dist_internal::new_group(*env, timeout);
+    if (!a.ok()) return a.status();
+    agreement_group.store(*a);
+    set_step_agreement(&agree);
   }
   return g;
 }
 
 ProcessGroup::~ProcessGroup() {
   if (id_ < 0) return;
-  int32_t mine = id_;
-  if (agreement_group.compare_exchange_strong(mine, -1)) set_step_agreement(nullptr);
 #if ENCORE_HAVE_NCCL
   dist_internal::release_nccl(id_);
 #endif

@@ -295,6 +295,31 @@ TEST(DistMpiTest, CaptureRefusesRanksWithDifferentSteps) {
   EXPECT_NE(g.status().message().find("rank 1 ("), std::string::npos) << g.status();
 }
 
+// A rank whose recording is refused (a host read in its step) still takes
+// part in the agreement: the others are told which rank failed, at once.
+TEST(DistMpiTest, CaptureRefusedOnOneRankIsReportedOnTheOthers) {
+  NEED_TWO_RANKS();
+  auto rig = DdpRig::make(world(), 4, 2, world()->rank(), 3);
+  rig->fill(0);
+  const bool reads = world()->rank() == 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<Graph> g = capture([&] {
+    std::vector<Tensor> out = rig->step();
+    if (reads) (void)out[0].item<float>();   // a host read: not capturable
+    return out;
+  });
+  ASSERT_FALSE(g.ok());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(waited, 30.0) << "a rank waited for the refused one until its timeout";
+  if (reads) {
+    EXPECT_NE(g.status().message().find("item"), std::string::npos) << g.status();
+  } else {
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition) << g.status();
+    EXPECT_NE(g.status().message().find("rank(s) 1 could not record the step"), std::string::npos) << g.status();
+  }
+  expect_same_on_every_rank(rig->state_hash(), "state after the refused capture");
+}
+
 // Gradient accumulation: inside no_sync() nothing is sent; the next backward
 // averages the sum of all micro-batches.
 TEST(DistMpiTest, NoSyncAccumulatesThenAveragesTheSum) {
