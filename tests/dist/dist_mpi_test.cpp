@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -398,6 +399,21 @@ TEST(DistMpiTest, RankZeroSavesEveryRankLoads) {
   expect_same_on_every_rank(fresh->state_hash(), "loaded state");
   world()->barrier();
   if (world()->rank() == 0) std::filesystem::remove(path);
+}
+
+// Run only by tests/dist/dead_rank_test.sh (ENCORE_DIST_DEAD_RANK=1): rank 1
+// dies (exits without a word) while rank 0 waits in an all-reduce; the job
+// must end within a bounded time, by mpirun ending it or by rank 0's
+// timeout, never hang. The script checks the exit status and the time.
+TEST(DistDeadRankTest, ARankThatDiesEndsTheJob) {
+  if (std::getenv("ENCORE_DIST_DEAD_RANK") == nullptr) GTEST_SKIP() << "run by tests/dist/dead_rank_test.sh";
+  NEED_TWO_RANKS();
+  world()->set_timeout(20.0);
+  world()->barrier();
+  if (world()->rank() == 1) std::_Exit(3);
+  Tensor t = ones({8});
+  world()->all_reduce(t);   // never completes: its peer is gone
+  std::printf("rank 0: the all-reduce with a dead peer returned\n");
 }
 
 }  // namespace
