@@ -155,6 +155,14 @@ class Engine {
       return ticket;
     }
 #if ENCORE_HAVE_MPI
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_) {
+        done_[ticket] = absl::FailedPreconditionError(
+            absl::StrCat(where(id, what), ": MPI was already finalized at exit"));
+        return ticket;
+      }
+    }
     Group* gp = &g;
     const auto submitted = Clock::now();
     enqueue(ticket, [this, gp, w, what, submitted]() {
@@ -273,6 +281,11 @@ class Engine {
 
   // Runs fn on the communication thread and waits for it.
   absl::Status run_on_thread(std::function<absl::Status()> fn) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      // After exit's shutdown (a group destroyed by a later static destructor): nobody would answer.
+      if (stop_) return absl::FailedPreconditionError("dist: MPI was already finalized at exit");
+    }
     const uint64_t ticket = next_ticket_.fetch_add(1);
     enqueue(ticket, std::move(fn));
     std::unique_lock<std::mutex> lk(mu_);
