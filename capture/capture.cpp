@@ -20,6 +20,7 @@
 #include "capture/steps.h"
 #include "src/core/allocator.h"
 #include "src/core/kernel_errors.h"
+#include "src/core/process_agreement.h"
 #include "src/core/step_observer.h"
 #include "src/core/stream.h"
 
@@ -32,6 +33,9 @@ using capture_internal::Executable;
 using capture_internal::Guard;
 using capture_internal::Recorder;
 using capture_internal::Trace;
+using capture_internal::AllocRecord;
+using capture_internal::KernelRecord;
+using capture_internal::PointerTarget;
 
 #define ENCORE_RETURN_IF_ERROR(expr)       \
   do {                                     \
@@ -188,6 +192,40 @@ absl::Status recorded_run(const Step& step, const CaptureOptions& options, const
   return check_escapes(rec, rec.trace(), options);
 }
 
+// NOTE [ Same step on every rank ]: a hash of what the recorded run
+// launched and allocated, the same in every process that ran the same step
+// (op names, device, every non-pointer argument byte, operand ids and sizes,
+// allocation sizes; never addresses, which differ between processes), FNV-1a
+// so that it does not depend on a per-process seed. capture() hands it to
+// src/dist/'s agreement hook (src/core/process_agreement.h), which refuses
+// a rank whose step differs from the others'.
+uint64_t step_fingerprint(const Trace& trace) {
+  uint64_t h = 0xcbf29ce484222325ull;   // never 0 in practice: 0 means "this rank failed to record"
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  };
+  auto mix_int = [&mix](int64_t v) { mix(&v, sizeof(v)); };
+  for (const KernelRecord& k : trace.kernels) {
+    mix(k.op, std::strlen(k.op) + 1);
+    mix_int(static_cast<int64_t>(k.device.type) * 256 + k.device.index);
+    for (const ArgField& f : k.fields) {
+      if (f.kind == ArgKind::kPointer) continue;
+      mix(k.args.data() + f.offset, f.size);
+    }
+    for (const PointerTarget& t : k.targets) {
+      mix_int(t.operand);
+      mix_int(t.operand == PointerTarget::kOther ? 0 : t.offset);
+    }
+    for (int32_t id : k.reads) mix_int(id);
+    for (int32_t id : k.writes) mix_int(id);
+    for (int64_t b : k.read_bytes) mix_int(b);
+    for (int64_t b : k.write_bytes) mix_int(b);
+  }
+  for (const AllocRecord& a : trace.allocs) mix_int(a.nbytes);
+  return h;
+}
+
 // Runs the step `eager_runs` times eagerly, then once recorded, whose
 // outputs go to `outs`. Fills g.trace, g.device, stats.eager_peak_bytes and
 // stats.warmup_ms.
@@ -202,7 +240,13 @@ absl::Status record(const Step& step, const CaptureOptions& options, int eager_r
   // CUDA reports of earlier eager steps (the warm-ups above) surface here as
   // an error, not in the recorded run (NOTE [ Kernel error words ]).
   if (gpu.has_value()) current_stream(*gpu).synchronize();
-  ENCORE_RETURN_IF_ERROR(recorded_run(step, options, gpu, rec, outs));
+  const absl::Status recorded = recorded_run(step, options, gpu, rec, outs);
+  // Every rank takes part in the agreement, also one whose recording was
+  // refused (fingerprint 0), so that no rank waits for it in vain.
+  const absl::Status agreed = agree_on_step(recorded.ok() ? step_fingerprint(rec.trace()) : 0,
+                                            static_cast<int64_t>(rec.trace().kernels.size()));
+  ENCORE_RETURN_IF_ERROR(recorded);
+  ENCORE_RETURN_IF_ERROR(agreed);
   g.trace = std::move(rec.trace());
   absl::StatusOr<Device> device = step_device(g.trace);
   if (!device.ok()) return device.status();

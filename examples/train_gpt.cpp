@@ -13,12 +13,23 @@
 // the same machine load, losses compared bit for bit); then the graphed run
 // trains on alone to --steps. Prints progress lines, the figures, and a text
 // sample at the end.
+//
+// Data parallel under mpirun (or srun): every rank trains both runs on its
+// own batches (its own stream of windows, seeded by its rank), gradients
+// averaged across ranks by DistributedDataParallel inside the step, so the
+// graphed run's captured graph holds the all-reduces. Only rank 0 prints;
+// the exit status says whether every rank's replays matched its eager steps.
+//
+//   mpirun -np 2 build/examples/train_gpt --steps=200         # one machine, 2 processes
+//   mpirun -np 8 --hostfile hosts build/examples/train_gpt    # several machines
+//   srun -N 2 --ntasks-per-node=4 build/examples/train_gpt    # Slurm
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -28,6 +39,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
+#include "encore/dist.h"
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
@@ -129,22 +141,27 @@ const nn::GptConfig& seeded(const nn::GptConfig& cfg) {
 // One training run's state: model, optimizer, schedule, static inputs and the
 // batch stream. Two runs made with the same flags start identical.
 struct Run {
-  explicit Run(const Corpus& corpus, const nn::GptConfig& cfg, int64_t steps)
+  explicit Run(const Corpus& corpus, const nn::GptConfig& cfg, int64_t steps,
+               const std::shared_ptr<dist::ProcessGroup>& pg)
       : corpus(corpus),
         gpt(seeded(cfg)),
         opt(gpt.parameters(), {.lr = absl::GetFlag(FLAGS_lr), .weight_decay = 0.1}),
         schedule(opt, {.base_lr = absl::GetFlag(FLAGS_lr), .min_lr = absl::GetFlag(FLAGS_lr) / 10,
                        .warmup_steps = std::max<int64_t>(1, steps / 10), .total_steps = steps}),
-        rng(cfg.seed),
+        rng(cfg.seed + 1000003ull * static_cast<uint64_t>(pg->rank())),   // each rank its own batches
         x(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64, cfg.device)),
         y(zeros({absl::GetFlag(FLAGS_batch), cfg.block_size}, kInt64, cfg.device)),
-        dropout_state(default_generator(cfg.device).state().clone()) {}
+        dropout_state(default_generator(cfg.device).state().clone()) {
+    // Rank 0's weights everywhere, gradients averaged in the step's backward.
+    if (pg->world_size() > 1) ddp = std::make_unique<dist::DistributedDataParallel>(gpt, pg);
+  }
 
   // One training step on a batch: inputs {x, y}, outputs {loss}.
   std::vector<Tensor> step(const std::vector<Tensor>& in) {
     opt.zero_grad();
     Tensor loss = gpt.loss(in[0], in[1]);
     loss.backward();
+    if (ddp) ddp->finish();   // a no-op: backward waited for the last bucket
     opt.step();
     return {loss};
   }
@@ -153,6 +170,7 @@ struct Run {
   nn::Gpt gpt;
   optim::AdamW opt;
   optim::WarmupCosine schedule;
+  std::unique_ptr<dist::DistributedDataParallel> ddp;   // with more than one process
   std::mt19937_64 rng;
   Tensor x, y;   // the batch: refilled before every step
   // The default generator's state (dropout draws from it) as this run left
@@ -215,6 +233,12 @@ int main(int argc, char** argv) {
       "Prints per-step times, the speedup, arena bytes against the eager peak and the lower bound, and\n"
       "whether the replayed steps matched the eager ones bit for bit.");
   absl::ParseCommandLine(argc, argv);
+  absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> pg = dist::ProcessGroup::create();
+  if (!pg.ok()) {
+    std::fprintf(stderr, "train_gpt: %s\n", std::string(pg.status().message()).c_str());
+    return 1;
+  }
+  if ((*pg)->rank() != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) return 1;   // only rank 0 prints
   absl::StatusOr<Corpus> corpus = load_corpus(absl::GetFlag(FLAGS_text));
   if (!corpus.ok()) {
     std::fprintf(stderr, "train_gpt: %s\n", std::string(corpus.status().message()).c_str());
@@ -225,7 +249,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_gpt: --device=%s: expected cpu, cuda or auto\n", device_flag.c_str());
     return 2;
   }
-  const Device device = device_flag == "cpu" ? kCPU : device_flag == "cuda" ? Device::cuda(0) : default_device();
+  Device device = device_flag == "cpu" ? kCPU : device_flag == "cuda" ? Device::cuda(0) : default_device();
+  if (device.is_cuda() && (*pg)->world_size() > 1) device = (*pg)->device();   // one GPU per process: cuda(local_rank)
   if (device.is_cuda() && !cuda_available()) {
     std::fprintf(stderr, "train_gpt: --device=cuda but no usable GPU (or encore was built without CUDA)\n");
     return 2;
@@ -249,7 +274,12 @@ int main(int argc, char** argv) {
     // steps they go in lockstep (eager step s, then graphed step s), so both
     // medians are taken under the same machine load and every loss is
     // compared bit for bit; then the graphed run trains on alone.
-    Run eager(*corpus, cfg, steps), run(*corpus, cfg, steps);
+    if ((*pg)->world_size() > 1) {
+      std::printf("data parallel: %d processes (%s), B=%lld each, %lld sequences per step\n", (*pg)->world_size(),
+                  (*pg)->environment().launcher.c_str(), static_cast<long long>(B),
+                  static_cast<long long>(B * (*pg)->world_size()));
+    }
+    Run eager(*corpus, cfg, steps, *pg), run(*corpus, cfg, steps, *pg);
     GraphedStep graphed([&](const std::vector<Tensor>& in) { return run.step(in); });
     std::vector<double> eager_ms, replay_ms, replay_all_ms;
     Progress progress({.total = steps, .every = absl::GetFlag(FLAGS_log_every), .unit = "tokens", .label = "graphed"});
@@ -325,5 +355,10 @@ int main(int argc, char** argv) {
                 static_cast<long long>(st.lower_bound_bytes), static_cast<long long>(st.eager_peak_bytes),
                 fig.bitwise_equal ? "true" : "false", fig.loss_first, fig.loss_last);
   }
-  return fig.bitwise_equal ? 0 : 1;
+  // Every rank's replays must have matched its eager steps.
+  const std::vector<uint64_t> equal = (*pg)->all_gather(fig.bitwise_equal ? 1 : 0);
+  for (uint64_t e : equal) {
+    if (e == 0) return 1;
+  }
+  return 0;
 }

@@ -46,6 +46,7 @@ LAYER_OF_HEADER = {
     "capture.h": "capture",
     "graphed.h": "capture",
     "bucketing.h": "nn",
+    "dist.h": "dist",
     "profile.h": "profile",
     "planner.h": "planner",
     "encore.h": "top",
@@ -67,7 +68,10 @@ MAY_INCLUDE = {
     # Optimizers launch their fused update kernels through the backend surface.
     "optim": {"ops", "autograd", "backends", "core"},
     "io": {"nn", "optim", "ops", "autograd", "core"},
-    "dist": {"backends", "core"},
+    # The process group launches its collectives as kernels (core, backends);
+    # NCCL is driven on the CUDA runtime's streams; DistributedDataParallel
+    # wraps nn modules and hooks autograd's gradient accumulation.
+    "dist": {"nn", "ops", "autograd", "backends", "backends/cuda", "core"},
     # The CUDA executable drives stream capture through the CUDA runtime.
     "capture": {"planner", "core", "backends/cuda"},
     # CUPTI and CUDA events time replays on a GPU.

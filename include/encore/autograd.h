@@ -15,6 +15,8 @@
 // second backward through the freed graph throws encore::Error.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "encore/tensor.h"
@@ -48,6 +50,23 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
 // next accumulated gradient overwrites it, and t.grad() reads as zeros until
 // then. The gradient's storage stays. Nothing to do if t has no gradient yet.
 void zero_grad(const Tensor& t);
+
+// Runs `hook(leaf)` each time backward has accumulated a gradient into the
+// leaf's .grad() (after the add or copy: leaf.grad() holds the new sum), as
+// torch.Tensor.register_post_accumulate_grad_hook. Once per backward() that
+// reaches the leaf, whatever the number of paths. Hooks run in registration
+// order on the thread running backward(), with grad mode off; a hook may
+// launch kernels (DistributedDataParallel all-reduces a bucket there), and
+// an exception it throws ends the backward. Returns an id for
+// remove_post_accumulate_hook. `leaf` must be a leaf that requires grad.
+//
+//   int64_t id = autograd::register_post_accumulate_hook(w, [](const Tensor& w) { use(w.grad()); });
+//   loss.backward();                                    // the hook sees w.grad()
+//   autograd::remove_post_accumulate_hook(w, id);
+using PostAccumulateHook = std::function<void(const Tensor& leaf)>;
+int64_t register_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hook);
+// Removes a hook registered on `leaf` (no effect when it was removed already).
+void remove_post_accumulate_hook(const Tensor& leaf, int64_t id);
 }  // namespace autograd
 
 }  // namespace encore

@@ -12,6 +12,7 @@
 #include "encore/capture.h"
 #include "encore/checkpoint.h"
 #include "encore/device.h"
+#include "encore/dist.h"
 #include "encore/dtype.h"
 #include "encore/error.h"
 #include "encore/graphed.h"

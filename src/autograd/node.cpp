@@ -21,7 +21,7 @@ void throw_freed_graph(const char* name) {
                               name));
 }
 
-AccumulateGrad::AccumulateGrad(TensorImpl* leaf) : Node("AccumulateGrad", 1), leaf_(leaf) {}
+AccumulateGrad::AccumulateGrad(TensorImpl* leaf) : Node("AccumulateGrad", 1), leaf_(leaf) { run_first(); }
 
 Grads AccumulateGrad::apply(Grads&& grads) {
   Tensor& g = grads[0];
@@ -45,7 +45,22 @@ Grads AccumulateGrad::apply(Grads&& grads) {
   } else {
     leaf.set_grad(g.clone());
   }
+  for (size_t i = 0; i < hooks_.size(); ++i) hooks_[i].second(leaf);   // a hook may remove itself: index, not iterator
   return {};
+}
+
+int64_t AccumulateGrad::add_hook(std::function<void(const Tensor&)> hook) {
+  hooks_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+void AccumulateGrad::remove_hook(int64_t id) {
+  for (size_t i = 0; i < hooks_.size(); ++i) {
+    if (hooks_[i].first == id) {
+      hooks_.erase(hooks_.begin() + static_cast<std::ptrdiff_t>(i));
+      return;
+    }
+  }
 }
 
 Edge gradient_edge(const Tensor& t) {

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -36,8 +38,15 @@ class Node {
   Node(const char* name, int num_outputs);
   virtual ~Node() = default;
 
+ protected:
+  void run_first() { sequence_nr_ |= uint64_t{1} << 63; }   // NOTE [ Accumulate first ]
+
+ public:
+
   const char* name() const { return name_; }
   int num_outputs() const { return num_outputs_; }
+  // The order of backward: of the nodes ready to run, the largest runs first
+  // (the latest created; NOTE [ Accumulate first ] for leaves).
   uint64_t sequence_nr() const { return sequence_nr_; }
   absl::InlinedVector<Edge, 2>& next_edges() { return next_edges_; }
   absl::InlinedVector<InputMeta, 2>& input_meta() { return input_meta_; }
@@ -86,15 +95,27 @@ Grads FunctionNode<F>::apply(Grads&& grads) {
 
 // Adds the gradient into a leaf's .grad(). Owned by the leaf (see NOTE [ Leaf
 // accumulators ] in tensor.h); points back at it without owning it.
+//
+// NOTE [ Accumulate first ]: an AccumulateGrad runs as soon as it is ready
+// (its sequence number has the top bit set), as in PyTorch, where
+// AccumulateGrad's sequence_nr is UINT64_MAX. Otherwise, made at the leaf's
+// first use, it would be the oldest node and wait for the rest of backward,
+// and the post-accumulate hooks (DistributedDataParallel's all-reduce of a
+// bucket) would all fire at its very end, with nothing left to overlap.
 class AccumulateGrad final : public Node {
  public:
   explicit AccumulateGrad(TensorImpl* leaf);
   Grads apply(Grads&& grads) override;
   TensorImpl* leaf() const { return leaf_; }
   void detach_leaf() { leaf_ = nullptr; }   // the leaf is being destroyed
+  // autograd::register_post_accumulate_hook (encore/autograd.h).
+  int64_t add_hook(std::function<void(const Tensor&)> hook);
+  void remove_hook(int64_t id);
 
  private:
   TensorImpl* leaf_;
+  std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> hooks_;
+  int64_t next_hook_ = 0;
 };
 
 // Where the gradient of t must go: its grad_fn, its leaf accumulator, or nowhere.

@@ -51,6 +51,21 @@ void zero_grad(const Tensor& t) {
   AutogradMeta* m = t.impl()->autograd.get();
   if (m != nullptr && m->grad.defined()) write_grad_zero_pending(*t.impl(), true);   // NOTE [ Lazy zero_grad ]
 }
+
+int64_t register_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hook) {
+  ENCORE_CHECK(leaf.defined() && leaf.is_leaf() && leaf.requires_grad(),
+               "register_post_accumulate_hook: the tensor must be a leaf that requires grad (shape %s)",
+               leaf.defined() ? shape_str(leaf.shape()) : std::string("(undefined)"));
+  ENCORE_CHECK(hook != nullptr, "register_post_accumulate_hook: the hook is empty (shape %s)",
+               shape_str(leaf.shape()));
+  Edge e = gradient_edge(leaf);   // creates the leaf's AccumulateGrad, which the leaf owns
+  return static_cast<AccumulateGrad*>(e.fn.get())->add_hook(std::move(hook));
+}
+
+void remove_post_accumulate_hook(const Tensor& leaf, int64_t id) {
+  const AutogradMeta* m = leaf.defined() ? leaf.impl()->autograd.get() : nullptr;
+  if (m != nullptr && m->grad_accumulator) m->grad_accumulator->remove_hook(id);
+}
 }  // namespace autograd
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {

@@ -219,5 +219,43 @@ TEST(EngineTest, LinearWritesLeafGradientsInPlaceAfterZeroGrad) {
   EXPECT_EQ(w.grad().data_ptr(), w_storage);
 }
 
+// register_post_accumulate_hook: once per backward per leaf, after every
+// contribution was summed (a weight used twice), seeing the final gradient;
+// in gradient order (the later layer's first); removable; refused off a leaf.
+TEST(EngineTest, PostAccumulateHookRunsOnceWithTheSummedGradient) {
+  Tensor x = testing::random_tensor({4, 3}, 1);
+  Tensor w = testing::random_tensor({3, 3}, 2).requires_grad_();
+  Tensor v = testing::random_tensor({2, 3}, 3).requires_grad_();
+  std::vector<std::string> order;
+  std::vector<std::vector<double>> seen;
+  const int64_t wid = autograd::register_post_accumulate_hook(w, [&](const Tensor& leaf) {
+    order.push_back("w");
+    seen.push_back(values(leaf.grad()));
+  });
+  autograd::register_post_accumulate_hook(v, [&](const Tensor&) { order.push_back("v"); });
+  auto loss = [&] { return linear(linear(linear(x, w), w), v).sum(); };   // w used twice, v last
+  loss().backward();
+  ASSERT_EQ(order, (std::vector<std::string>{"v", "w"}));
+  ASSERT_EQ(seen.size(), 1u);
+  expect_near(w.grad(), seen[0], 0, 0);
+  // The hook saw the sum of both uses: compare with a backward without hooks.
+  Tensor w2 = w.detach().clone().requires_grad_();
+  Tensor v2 = v.detach().clone().requires_grad_();
+  linear(linear(linear(x, w2), w2), v2).sum().backward();
+  expect_near(w2.grad(), seen[0], 0, 0);
+  autograd::zero_grad(w);
+  autograd::zero_grad(v);
+  loss().backward();   // after zero_grad: overwritten in place, the hook sees it too
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], seen[0]);
+  autograd::remove_post_accumulate_hook(w, wid);
+  loss().backward();
+  EXPECT_EQ(seen.size(), 2u);
+  EXPECT_EQ(order.size(), 5u);   // v's hook stays
+  Tensor nonleaf = w * 2.0;
+  expect_error([&] { autograd::register_post_accumulate_hook(nonleaf, [](const Tensor&) {}); },
+               absl::StatusCode::kInvalidArgument, {"register_post_accumulate_hook", "must be a leaf that requires grad"});
+}
+
 }  // namespace
 }  // namespace encore

@@ -1,0 +1,232 @@
+// Data-parallel training: the process group (who am I among how many
+// processes, and the collectives between them) and DistributedDataParallel,
+// the wrapper that averages gradients across processes during backward.
+//
+//   // mpirun -np 2 ./train   (or srun, or with one process: ./train)
+//   std::shared_ptr<encore::dist::ProcessGroup> pg = encore::dist::ProcessGroup::create().value();
+//   encore::nn::Mlp model({784, 128, 10});
+//   model.to(pg->device());                                // cuda(local_rank) on GPUs, else the CPU
+//   encore::dist::DistributedDataParallel ddp(model, pg);  // rank 0's parameters on every rank
+//   encore::optim::AdamW opt(model.parameters(), {.lr = 1e-3});
+//   for (...) {                                            // each rank its own shard of the batch
+//     opt.zero_grad();
+//     encore::Tensor loss = encore::cross_entropy(model.forward(x), y);
+//     loss.backward();                                     // buckets all-reduced as their gradients are ready
+//     ddp.finish();                                        // waits for the last of them (no-op if done)
+//     opt.step();
+//   }
+//
+// Who runs where. ProcessGroup::create() reads the launcher's variables
+// (environment()): Open MPI's mpirun (OMPI_COMM_WORLD_RANK / _SIZE /
+// _LOCAL_RANK), Slurm's srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) or
+// torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT); without
+// any of them the process is rank 0 of 1. CPU tensors travel over MPI;
+// CUDA tensors over NCCL, whose communicator is set up over MPI (its unique
+// id broadcast from rank 0). Built without MPI (meson finds no
+// `dependency('mpi')`), a world of one process works and a larger one is
+// refused with a message; torchrun's own rendezvous is not implemented, so a
+// torchrun world of more than one process must be started by mpirun/srun.
+//
+// Collectives are kernels. Every collective is launched through encore's one
+// launch path with the storage it reads and writes, so a captured step
+// (encore/capture.h, encore/graphed.h) holds it as a node: on the CPU a node
+// of the kernel list that calls MPI at every replay, on CUDA an NCCL call on
+// the device's stream, recorded by stream capture. Every rank must therefore
+// capture the same step; capture() compares a fingerprint of the recorded
+// kernels across ranks and refuses a rank whose step differs.
+//
+// Bounded waits. MPI runs on a communication thread of its own, with
+// nonblocking calls polled against a deadline (Options::timeout_s): a rank
+// that threw, hangs or runs another step makes the others fail with an
+// encore::Error (kDeadlineExceeded) naming the call, the rank and the
+// timeout, never hang. After such a failure the group is broken: its later
+// collectives fail at once with the first error (make a new group to go on).
+// A rank that dies is reported by mpirun itself, which ends the job. NCCL
+// calls are not bounded (a stuck NCCL peer blocks the stream).
+//
+// Determinism. With two ranks a sum is exact in either order, so every rank
+// holds the same bits after an all-reduce; averages divide the sum by the
+// world size on every rank alike.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "encore/nn.h"
+#include "encore/tensor.h"
+
+namespace encore::dist {
+
+// Where the launcher put this process.
+struct Environment {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;           // the rank among the processes of this machine
+  std::string launcher = "none";   // "mpirun", "slurm", "torchrun" or "none"
+  std::string master_addr;      // torchrun's rendezvous address (empty otherwise)
+  int master_port = 0;
+};
+
+// The Environment the variables give; `getenv` answers a variable's value or
+// null. Refuses malformed or inconsistent values (a rank outside the world).
+absl::StatusOr<Environment> environment_from(const std::function<const char*(const char*)>& getenv);
+// environment_from(std::getenv).
+absl::StatusOr<Environment> environment();
+
+// True when encore was built with MPI (only then can the world hold more than one process).
+bool mpi_built();
+
+enum class ReduceOp : uint8_t { kSum, kAverage };
+
+struct Options {
+  // Seconds a collective waits for the other ranks before failing with
+  // kDeadlineExceeded; also how long capture() waits for the other ranks'
+  // fingerprints. ENCORE_DIST_TIMEOUT (seconds) overrides the default.
+  double timeout_s = 300.0;
+};
+
+// A set of processes and the collectives between them: every process of the
+// job (the world), each with its own MPI communicator, so groups made one
+// after the other never see each other's messages. Shared by handle
+// (std::shared_ptr): DistributedDataParallel and the kernels of captured
+// graphs name it by id; a graph must not outlive its group.
+class ProcessGroup {
+ public:
+  // A group of the whole world. The first call starts MPI (on the
+  // communication thread) when the launcher says there is more than one
+  // process, or when it is mpirun / srun; MPI is finalized at exit.
+  static absl::StatusOr<std::shared_ptr<ProcessGroup>> create(const Options& options = {});
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  const Environment& environment() const { return env_; }
+  // This process's device: cuda(local_rank) when CUDA is available (an error
+  // if this machine has fewer GPUs than processes), else the CPU.
+  Device device() const;
+  double timeout_s() const;
+  void set_timeout(double seconds);
+  int32_t id() const { return id_; }
+
+  // In place on every rank: t becomes the sum (or average) over the ranks of
+  // their t. Same shape, dtype and device on every rank; contiguous. CPU:
+  // float32, int32, int64 (not float16/bfloat16: MPI has no such type);
+  // CUDA: every float dtype. Throws encore::Error naming the call and the rank.
+  void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::kSum);
+  // In place: every rank's t becomes rank `root`'s (any dtype).
+  void broadcast(const Tensor& t, int root = 0);
+  // Returns when every rank has called it (or throws after the timeout).
+  void barrier();
+  // Every rank's `value`, in rank order, on every rank (a host call, not a
+  // kernel: for checks such as "do all ranks hold the same bits", never
+  // inside a captured step).
+  std::vector<uint64_t> all_gather(uint64_t value);
+
+  // The error that broke this group (OK while it works).
+  absl::Status health() const;
+
+ private:
+  ProcessGroup() = default;
+  Environment env_;
+  int rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+  int32_t id_ = -1;
+};
+
+// Options of DistributedDataParallel.
+struct DdpOptions {
+  // Bytes of gradient per bucket (PyTorch's bucket_cap_mb = 25). A parameter
+  // larger than this gets a bucket of its own.
+  int64_t bucket_cap_bytes = 25ll << 20;
+  // Broadcast rank 0's buffers (named_buffers()) along with the parameters at construction.
+  bool broadcast_buffers = true;
+};
+
+// Averages gradients across the group, as torch.nn.parallel.DistributedDataParallel.
+//
+// At construction rank 0's parameters (and buffers) are broadcast to every
+// rank, and the parameters that require grad are laid out in buckets, in
+// reverse registration order (the order backward produces their gradients),
+// one contiguous persistent buffer per bucket; each parameter's .grad()
+// becomes a view into its bucket (PyTorch's gradient_as_bucket_view), so no
+// copy is needed before or after the all-reduce. During backward a hook on
+// each parameter's gradient accumulation (autograd::register_post_accumulate_hook)
+// counts the bucket's gradients; the bucket whose last gradient arrived is
+// all-reduced (average) at once, in bucket order, while backward goes on;
+// when the last bucket is launched all of them are waited for, so after
+// backward() the gradients are averaged and the optimizer may step. Every
+// parameter that requires grad must receive a gradient in each synchronized
+// backward (finish() names the first one that did not).
+//
+// The module is not owned and must outlive the wrapper; do not replace the
+// parameters' gradients (set_grad) or change parameters after construction,
+// and make the wrapper before the optimizer's first step() (AdamW keeps a
+// table of the gradients' addresses from then on). On CUDA the all-reduces
+// are NCCL calls on the device's stream and the waits are stream order.
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(nn::Module& module, std::shared_ptr<ProcessGroup> group, DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  nn::Module& module() { return module_; }
+  ProcessGroup& group() { return *group_; }
+
+  // Waits for every bucket launched in this backward; refuses (encore::Error)
+  // a backward that left a bucket incomplete (a parameter without gradient).
+  // A no-op when backward already waited, and under no_sync().
+  void finish();
+
+  // Gradient accumulation: backward inside the scope only accumulates,
+  // without communication; the first backward after it averages the sum.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), prev_(ddp.sync_) { ddp.sync_ = false; }
+    ~NoSync() { ddp_.sync_ = prev_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool prev_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  // The buckets: for each, the indices into module().parameters() it holds, in order.
+  std::vector<std::vector<int64_t>> bucket_parameters() const;
+  // How many all-reduces have been launched since construction, and for each
+  // launch, how many parameter gradients were still to come in that backward
+  // (positive: the all-reduce overlapped the rest of backward).
+  struct Counters {
+    int64_t launched = 0;
+    std::vector<int64_t> remaining_at_launch;   // the last backward's
+  };
+  const Counters& counters() const { return counters_; }
+
+ private:
+  struct Bucket;
+  void on_gradient(int64_t bucket);
+  void launch_ready();
+
+  nn::Module& module_;
+  std::shared_ptr<ProcessGroup> group_;
+  DdpOptions options_;
+  std::vector<Tensor> params_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  int64_t next_launch_ = 0;
+  int64_t grads_seen_ = 0;
+  int64_t grads_total_ = 0;
+  bool sync_ = true;
+  Counters counters_;
+};
+
+}  // namespace encore::dist

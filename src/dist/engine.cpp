@@ -1,0 +1,477 @@
+// NOTE [ The communication thread ] in engine.h.
+#include "src/dist/engine.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "encore/error.h"
+
+#if ENCORE_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace encore::dist_internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Group {
+  int32_t id = -1;
+  int rank = 0;
+  int size = 1;
+  std::atomic<double> timeout_s{300.0};
+  std::mutex mu;
+  absl::Status broken;   // the first failure; OK while the group works
+#if ENCORE_HAVE_MPI
+  MPI_Comm comm = MPI_COMM_NULL;
+#endif
+};
+
+#if ENCORE_HAVE_MPI
+absl::Status mpi_status(int code, const std::string& where_) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
+  return absl::UnavailableError(absl::StrCat(where_, ": MPI error ", code, ": ", std::string(text, len)));
+}
+
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case kFloat32: return MPI_FLOAT;
+    case kInt32: return MPI_INT32_T;
+    case kInt64: return MPI_INT64_T;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+#endif
+
+// The engine: groups, the queue and the communication thread.
+class Engine {
+ public:
+  static Engine& get() {
+    static Engine* e = [] {
+      auto* engine = new Engine();   // leaked: the thread is stopped by the atexit handler
+      std::atexit([] { get().shutdown(); });
+      return engine;
+    }();
+    return *e;
+  }
+
+  Group& group(int32_t id) {
+    std::lock_guard<std::mutex> lk(groups_mu_);
+    auto it = groups_.find(id);
+    ENCORE_CHECK_CODE(it != groups_.end(), kInternal, "dist: no process group %d (was it destroyed?)", id);
+    return *it->second;
+  }
+
+  absl::StatusOr<int32_t> new_group(const dist::Environment& env, double timeout_s) {
+    auto g = std::make_unique<Group>();
+    g->timeout_s = timeout_s;
+    const bool use_mpi = env.world_size > 1 || env.launcher == "mpirun" || env.launcher == "slurm";
+#if ENCORE_HAVE_MPI
+    if (use_mpi) {
+      ENCORE_DIST_RETURN_IF_ERROR(start_mpi());
+      Group* gp = g.get();
+      absl::Status s = run_on_thread([&]() -> absl::Status {
+        int rc = MPI_Comm_dup(MPI_COMM_WORLD, &gp->comm);
+        if (rc != MPI_SUCCESS) return mpi_status(rc, "dist::ProcessGroup::create: MPI_Comm_dup");
+        MPI_Comm_set_errhandler(gp->comm, MPI_ERRORS_RETURN);
+        MPI_Comm_rank(gp->comm, &gp->rank);
+        MPI_Comm_size(gp->comm, &gp->size);
+        return absl::OkStatus();
+      });
+      ENCORE_DIST_RETURN_IF_ERROR(s);
+      if (gp->rank != env.rank || gp->size != env.world_size) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "dist::ProcessGroup::create: the launcher (%s) says rank %d of %d, MPI says rank %d of %d; start the "
+            "job with mpirun or srun (torchrun's rendezvous is not supported)",
+            env.launcher, env.rank, env.world_size, gp->rank, gp->size));
+      }
+    }
+#else
+    if (use_mpi && env.world_size > 1) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "dist::ProcessGroup::create: the launcher (%s) asks for %d processes (this is rank %d), but encore was "
+          "built without MPI, so only a world of one process works; install libopenmpi-dev and reconfigure",
+          env.launcher, env.world_size, env.rank));
+    }
+#endif
+    if (!use_mpi && env.world_size > 1) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("dist::ProcessGroup::create: %d processes without MPI (launcher %s)", env.world_size,
+                          env.launcher));
+    }
+    std::lock_guard<std::mutex> lk(groups_mu_);
+    g->id = next_group_++;
+    const int32_t id = g->id;
+    groups_.emplace(id, std::move(g));
+    return id;
+  }
+
+  void release(int32_t id) {
+    std::unique_ptr<Group> g;
+    {
+      std::lock_guard<std::mutex> lk(groups_mu_);
+      auto it = groups_.find(id);
+      if (it == groups_.end()) return;
+      g = std::move(it->second);
+      groups_.erase(it);
+    }
+#if ENCORE_HAVE_MPI
+    if (g->comm != MPI_COMM_NULL && mpi_started_ && g->broken.ok()) {
+      Group* gp = g.get();
+      (void)run_on_thread([gp]() -> absl::Status {
+        MPI_Comm_free(&gp->comm);
+        return absl::OkStatus();
+      });
+    }
+#endif
+  }
+
+  uint64_t submit(int32_t id, const Work& w, const char* what) {
+    Group& g = group(id);
+    const uint64_t ticket = next_ticket_.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lk(g.mu);
+      if (!g.broken.ok()) {
+        complete(ticket, absl::Status(g.broken.code(),
+                                      absl::StrCat(where(id, what), ": the group failed earlier: ", g.broken.message())));
+        return ticket;
+      }
+    }
+    if (g.size == 1) {   // one process: the collective is the identity
+      complete(ticket, absl::OkStatus());
+      return ticket;
+    }
+#if ENCORE_HAVE_MPI
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stop_) {
+        done_[ticket] = absl::FailedPreconditionError(
+            absl::StrCat(where(id, what), ": MPI was already finalized at exit"));
+        return ticket;
+      }
+    }
+    Group* gp = &g;
+    const auto submitted = Clock::now();
+    enqueue(ticket, [this, gp, w, what, submitted]() {
+      absl::Status s = run_collective(*gp, w, what);
+      std::lock_guard<std::mutex> lk(mu_);
+      times_.in_flight_s += std::chrono::duration<double>(Clock::now() - submitted).count();
+      times_.collectives += 1;
+      return s;
+    });
+#endif
+    return ticket;
+  }
+
+  absl::Status wait(int32_t id, uint64_t ticket) {
+    const double timeout = group(id).timeout_s.load();
+    std::unique_lock<std::mutex> lk(mu_);
+    // The thread enforces the deadline; this one only guards against a thread that stopped answering.
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout + 30.0);
+    while (!done_.contains(ticket)) {
+      if (done_cv_.wait_until(lk, deadline) == std::cv_status::timeout && !done_.contains(ticket)) {
+        return absl::InternalError(absl::StrCat(where(id, "wait"), ": the communication thread did not answer"));
+      }
+    }
+    times_.blocked_s += std::chrono::duration<double>(Clock::now() - start).count();
+    absl::Status s = std::move(done_[ticket]);
+    done_.erase(ticket);
+    return s;
+  }
+
+  absl::StatusOr<std::vector<uint64_t>> all_gather(int32_t id, uint64_t value, const char* what) {
+    Group& g = group(id);
+    std::vector<uint64_t> out(g.size, value);
+    if (g.size == 1) return out;
+#if ENCORE_HAVE_MPI
+    {
+      std::lock_guard<std::mutex> lk(g.mu);
+      if (!g.broken.ok()) return absl::Status(g.broken.code(), absl::StrCat(where(id, what), ": ", g.broken.message()));
+    }
+    Group* gp = &g;
+    ENCORE_DIST_RETURN_IF_ERROR(run_on_thread([&]() -> absl::Status {
+      MPI_Request req;
+      int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, gp->comm, &req);
+      if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where(gp->id, what)));
+      return poll(*gp, req, what);
+    }));
+#endif
+    return out;
+  }
+
+  absl::Status broadcast_bytes(int32_t id, void* data, int64_t nbytes, int root, const char* what) {
+    Group& g = group(id);
+    if (g.size == 1) return absl::OkStatus();
+#if ENCORE_HAVE_MPI
+    Group* gp = &g;
+    return run_on_thread([&]() -> absl::Status {
+      MPI_Request req;
+      int rc = MPI_Ibcast(data, static_cast<int>(nbytes), MPI_BYTE, root, gp->comm, &req);
+      if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where(gp->id, what)));
+      return poll(*gp, req, what);
+    });
+#else
+    return absl::OkStatus();
+#endif
+  }
+
+  EngineTimes times() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return times_;
+  }
+
+  std::string where(int32_t id, const char* what) {
+    Group& g = group(id);
+    return absl::StrFormat("dist::%s on rank %d of %d", what, g.rank, g.size);
+  }
+
+ private:
+  Engine() = default;
+
+  void complete(uint64_t ticket, absl::Status s) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_[ticket] = std::move(s);
+    }
+    done_cv_.notify_all();
+  }
+
+#if ENCORE_HAVE_MPI
+  absl::Status start_mpi() {
+    std::lock_guard<std::mutex> lk(start_mu_);
+    if (mpi_started_) return init_status_;
+    mpi_started_ = true;
+    thread_ = std::thread([this] { loop(); });
+    init_status_ = run_on_thread([this]() -> absl::Status {
+      int initialized = 0;
+      MPI_Initialized(&initialized);
+      if (initialized) {
+        int provided = 0;
+        MPI_Query_thread(&provided);
+        if (provided < MPI_THREAD_SERIALIZED) {
+          return absl::FailedPreconditionError(
+              "dist: MPI was initialized by the program with less than MPI_THREAD_SERIALIZED; encore calls MPI from "
+              "a thread of its own: initialize it with MPI_Init_thread(MPI_THREAD_SERIALIZED) or let encore do it");
+        }
+      } else {
+        int provided = 0;
+        int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+        if (rc != MPI_SUCCESS) return mpi_status(rc, "dist: MPI_Init_thread");
+        we_initialized_ = true;
+      }
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      return absl::OkStatus();
+    });
+    return init_status_;
+  }
+
+  // Runs fn on the communication thread and waits for it.
+  absl::Status run_on_thread(std::function<absl::Status()> fn) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      // After exit's shutdown (a group destroyed by a later static destructor): nobody would answer.
+      if (stop_) return absl::FailedPreconditionError("dist: MPI was already finalized at exit");
+    }
+    const uint64_t ticket = next_ticket_.fetch_add(1);
+    enqueue(ticket, std::move(fn));
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [&] { return done_.contains(ticket); });
+    absl::Status s = std::move(done_[ticket]);
+    done_.erase(ticket);
+    return s;
+  }
+
+  void enqueue(uint64_t ticket, std::function<absl::Status()> fn) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      queue_.push_back({ticket, std::move(fn)});
+    }
+    queue_cv_.notify_one();
+  }
+
+  void loop() {
+    for (;;) {
+      std::pair<uint64_t, std::function<absl::Status()>> item;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        while (queue_.empty() && !stop_) {
+          if (orphans_.empty()) {
+            queue_cv_.wait(lk);
+          } else {
+            lk.unlock();
+            poll_orphans();
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+            lk.lock();
+          }
+        }
+        if (queue_.empty()) break;   // stop_
+        item = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      absl::Status s = item.second();
+      complete(item.first, std::move(s));
+    }
+    // Give abandoned requests a moment to be completed by late peers.
+    const auto grace = Clock::now() + std::chrono::seconds(2);
+    while (!orphans_.empty() && Clock::now() < grace) {
+      poll_orphans();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (we_initialized_ && orphans_.empty()) MPI_Finalize();
+  }
+
+  void poll_orphans() {
+    for (size_t i = 0; i < orphans_.size();) {
+      int flag = 0;
+      MPI_Test(&orphans_[i], &flag, MPI_STATUS_IGNORE);
+      if (flag) {
+        orphans_[i] = orphans_.back();
+        orphans_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  absl::Status fail(Group& g, absl::Status s) {
+    std::lock_guard<std::mutex> lk(g.mu);
+    if (g.broken.ok()) g.broken = s;
+    return s;
+  }
+
+  // Polls `req` until it completes or the group's deadline passes.
+  absl::Status poll(Group& g, MPI_Request& req, const char* what) {
+    const double timeout = g.timeout_s.load();
+    const auto start = Clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout);
+    int spins = 0;
+    for (;;) {
+      int flag = 0;
+      int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
+      if (flag) return absl::OkStatus();
+      if (Clock::now() >= deadline) {
+        orphans_.push_back(req);
+        return fail(g, absl::DeadlineExceededError(absl::StrFormat(
+                           "%s: the other ranks did not join within %g s (a rank died, threw, is stuck, or runs a "
+                           "different step); raise dist::Options::timeout_s or ENCORE_DIST_TIMEOUT if they are only "
+                           "slow",
+                           where(g.id, what), timeout)));
+      }
+      // Spin briefly (a collective between ranks of one machine takes microseconds), then sleep.
+      if (++spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(spins > 1024 ? 200 : 20));
+    }
+  }
+
+  absl::Status run_collective(Group& g, const Work& w, const char* what) {
+    {
+      std::lock_guard<std::mutex> lk(g.mu);
+      if (!g.broken.ok()) {
+        return absl::Status(g.broken.code(),
+                            absl::StrCat(where(g.id, what), ": the group failed earlier: ", g.broken.message()));
+      }
+    }
+    MPI_Request req;
+    int rc = MPI_SUCCESS;
+    switch (w.kind) {
+      case CollKind::kAllReduce:
+        rc = MPI_Iallreduce(MPI_IN_PLACE, w.data, static_cast<int>(w.count), mpi_type(w.dtype), MPI_SUM, g.comm, &req);
+        break;
+      case CollKind::kBroadcast:
+        rc = MPI_Ibcast(w.data, static_cast<int>(w.count * dtype_size(w.dtype)), MPI_BYTE, w.root, g.comm, &req);
+        break;
+      case CollKind::kBarrier: rc = MPI_Ibarrier(g.comm, &req); break;
+    }
+    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
+    ENCORE_DIST_RETURN_IF_ERROR(poll(g, req, what));
+    if (w.kind == CollKind::kAllReduce && w.op == dist::ReduceOp::kAverage) {
+      if (w.dtype == kFloat32) {
+        float* p = static_cast<float*>(w.data);
+        const float n = static_cast<float>(g.size);
+        for (int64_t i = 0; i < w.count; ++i) p[i] = p[i] / n;
+      } else if (w.dtype == kInt32) {
+        int32_t* p = static_cast<int32_t*>(w.data);
+        for (int64_t i = 0; i < w.count; ++i) p[i] /= g.size;
+      } else if (w.dtype == kInt64) {
+        int64_t* p = static_cast<int64_t*>(w.data);
+        for (int64_t i = 0; i < w.count; ++i) p[i] /= g.size;
+      }
+    }
+    return absl::OkStatus();
+  }
+#endif
+
+  void shutdown() {
+#if ENCORE_HAVE_MPI
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    queue_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+#endif
+  }
+
+  std::mutex groups_mu_;
+  absl::flat_hash_map<int32_t, std::unique_ptr<Group>> groups_;
+  int32_t next_group_ = 0;
+  std::atomic<uint64_t> next_ticket_{1};
+
+  std::mutex mu_;   // queue_, done_, stop_
+  std::condition_variable queue_cv_, done_cv_;
+  std::deque<std::pair<uint64_t, std::function<absl::Status()>>> queue_;
+  absl::flat_hash_map<uint64_t, absl::Status> done_;
+  bool stop_ = false;
+  EngineTimes times_;
+
+#if ENCORE_HAVE_MPI
+  std::mutex start_mu_;
+  bool mpi_started_ = false;
+  bool we_initialized_ = false;
+  absl::Status init_status_;
+  std::thread thread_;
+  std::vector<MPI_Request> orphans_;   // communication thread only
+#endif
+};
+
+}  // namespace
+
+absl::StatusOr<int32_t> new_group(const dist::Environment& env, double timeout_s) {
+  return Engine::get().new_group(env, timeout_s);
+}
+void release_group(int32_t group) { Engine::get().release(group); }
+int group_rank(int32_t group) { return Engine::get().group(group).rank; }
+int group_size(int32_t group) { return Engine::get().group(group).size; }
+double group_timeout(int32_t group) { return Engine::get().group(group).timeout_s.load(); }
+void set_group_timeout(int32_t group, double seconds) { Engine::get().group(group).timeout_s = seconds; }
+absl::Status group_health(int32_t group) {
+  Group& g = Engine::get().group(group);
+  std::lock_guard<std::mutex> lk(g.mu);
+  return g.broken;
+}
+uint64_t submit(int32_t group, const Work& work, const char* what) { return Engine::get().submit(group, work, what); }
+absl::Status wait(int32_t group, uint64_t ticket) { return Engine::get().wait(group, ticket); }
+absl::StatusOr<std::vector<uint64_t>> all_gather(int32_t group, uint64_t value, const char* what) {
+  return Engine::get().all_gather(group, value, what);
+}
+absl::Status broadcast_bytes(int32_t group, void* data, int64_t nbytes, int root, const char* what) {
+  return Engine::get().broadcast_bytes(group, data, nbytes, root, what);
+}
+std::string where(int32_t group, const char* what) { return Engine::get().where(group, what); }
+EngineTimes engine_times() { return Engine::get().times(); }
+
+}  // namespace encore::dist_internal

@@ -1,0 +1,420 @@
+// Data parallelism between two processes on the CPU (meson runs this binary
+// under `mpirun -np 2`; alone it is rank 0 of 1 and the cases that need two
+// ranks skip). Every rank runs every case in the same order, so their
+// collectives pair up; checks that compare ranks gather fingerprints.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <thread>
+
+#include "capture/graph_impl.h"
+#include "encore/capture.h"
+#include "encore/dist.h"
+#include "encore/encore.h"
+#include "encore/graphed.h"
+#include "tests/dist/dist_test_util.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+using testing::DdpRig;
+using testing::expect_error;
+
+std::shared_ptr<dist::ProcessGroup> world() {
+  static std::shared_ptr<dist::ProcessGroup> g = [] {
+    absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> pg = dist::ProcessGroup::create({.timeout_s = 60});
+    if (!pg.ok()) throw Error(pg.status());
+    return *pg;
+  }();
+  return g;
+}
+
+#define NEED_TWO_RANKS()                                                                     \
+  if (world()->world_size() < 2) GTEST_SKIP() << "one process: run under mpirun -np 2";      \
+  static_assert(true)
+
+// Every rank's value of h is the same.
+void expect_same_on_every_rank(uint64_t h, const char* what) {
+  std::vector<uint64_t> all = world()->all_gather(h);
+  for (size_t r = 1; r < all.size(); ++r) EXPECT_EQ(all[r], all[0]) << what << ": rank " << r << " differs";
+}
+
+// Runs in any world (alone too): each rank knows its place.
+TEST(DistMpiTest, EveryRankHasItsOwnRank) {
+  std::vector<uint64_t> ranks = world()->all_gather(static_cast<uint64_t>(world()->rank()));
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(world()->world_size()));
+  for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(ranks[r], r);
+  EXPECT_LT(world()->local_rank(), world()->world_size());
+}
+
+TEST(DistMpiTest, EnvironmentMatchesTheLauncher) {
+  NEED_TWO_RANKS();
+  EXPECT_EQ(world()->environment().launcher, "mpirun");
+  EXPECT_EQ(world()->world_size(), 2);
+  EXPECT_GE(world()->rank(), 0);
+  if (!cuda_available()) EXPECT_EQ(world()->device(), kCPU);
+}
+
+TEST(DistMpiTest, AllReduceSumsAndAveragesEveryDtype) {
+  NEED_TWO_RANKS();
+  const int r = world()->rank(), n = world()->world_size();
+  Tensor f = from_vector<float>({1.5f * r, -2.0f, 0.25f + r, 1e-3f});
+  world()->all_reduce(f, dist::ReduceOp::kSum);
+  std::vector<float> expected = {0, 0, 0, 0};
+  for (int k = 0; k < n; ++k) {
+    expected[0] += 1.5f * k;
+    expected[1] += -2.0f;
+    expected[2] += 0.25f + k;
+    expected[3] += 1e-3f;
+  }
+  EXPECT_EQ(f.to_vector<float>(), expected);
+  Tensor a = from_vector<float>({2.0f * (r + 1), 6.0f});
+  world()->all_reduce(a, dist::ReduceOp::kAverage);
+  float mean = 0;
+  for (int k = 0; k < n; ++k) mean += 2.0f * (k + 1);
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{mean / n, 6.0f}));
+  Tensor i = from_vector<int64_t>({int64_t{1} << 40, r});
+  world()->all_reduce(i);
+  EXPECT_EQ(i.to_vector<int64_t>(), (std::vector<int64_t>{n * (int64_t{1} << 40), n * (n - 1) / 2}));
+  // A strided view of a larger tensor: contiguous rows are fine.
+  Tensor big = full({4, 3}, 1.0 + r);
+  world()->all_reduce(big.slice(0, 1, 3));
+  std::vector<float> got = big.to_vector<float>();
+  EXPECT_EQ(got[0], 1.0f + r);
+  EXPECT_EQ(got[3], 3.0f);
+  EXPECT_EQ(got[9], 1.0f + r);
+}
+
+TEST(DistMpiTest, BroadcastFromEveryRootAndBarrier) {
+  NEED_TWO_RANKS();
+  for (int root = 0; root < world()->world_size(); ++root) {
+    Tensor t = full({3, 5}, 10.0 * world()->rank() + 1);
+    world()->broadcast(t, root);
+    for (float v : t.to_vector<float>()) EXPECT_EQ(v, 10.0f * root + 1);
+    Tensor b = from_vector<float>({1.0f * world()->rank(), 7.0f}).to(kBFloat16);   // any dtype travels as bytes
+    world()->broadcast(b, root);
+    EXPECT_EQ(b.to(kFloat32).to_vector<float>(), (std::vector<float>{1.0f * root, 7.0f}));
+  }
+  world()->barrier();
+}
+
+TEST(DistMpiTest, RefusesWhatMpiCannotCarry) {
+  NEED_TWO_RANKS();
+  expect_error([] { world()->all_reduce(zeros({4}, kBFloat16)); }, absl::StatusCode::kInvalidArgument,
+               {"dist::all_reduce on rank", "of 2", "dtype bf16"});
+  expect_error([] { world()->all_reduce(zeros({4, 4}).transpose(0, 1)); }, absl::StatusCode::kInvalidArgument,
+               {"dist::all_reduce on rank", "contiguous"});
+  expect_error([] { world()->broadcast(zeros({2}), 5); }, absl::StatusCode::kInvalidArgument,
+               {"dist::broadcast", "root 5"});
+}
+
+// Construction broadcasts rank 0's parameters; backward averages gradients.
+TEST(DistMpiTest, DdpStartsFromRankZeroAndAveragesGradients) {
+  NEED_TWO_RANKS();
+  const int r = world()->rank(), n = world()->world_size();
+  // Each rank a different initialisation: the wrapper must replace it with rank 0's.
+  auto rig = DdpRig::make(world(), 4, n, r, /*seed=*/7 + r, {.bucket_cap_bytes = 400});
+  auto ref = DdpRig::make(nullptr, 4 * n, 1, 0, /*seed=*/7);   // one process, the whole batch, rank 0's init
+  ASSERT_EQ(testing::bits_hash(rig->model->parameters()), testing::bits_hash(ref->model->parameters()));
+  ASSERT_GT(rig->ddp->bucket_parameters().size(), 2u);   // small buckets: several all-reduces
+  rig->fill(0);
+  ref->fill(0);
+  rig->opt->zero_grad();
+  rig->loss().backward();
+  rig->ddp->finish();
+  ref->opt->zero_grad();
+  ref->loss().backward();
+  const std::vector<Tensor> p = rig->model->parameters(), q = ref->model->parameters();
+  for (size_t i = 0; i < p.size(); ++i) {
+    testing::expect_near(p[i].grad(), testing::values(q[i].grad()), 1e-6, 1e-5);
+  }
+  // gradient_as_bucket_view: every gradient lies in its bucket's buffer, one after the other.
+  for (const std::vector<int64_t>& b : rig->ddp->bucket_parameters()) {
+    for (size_t k = 1; k < b.size(); ++k) {
+      EXPECT_EQ(static_cast<const char*>(p[b[k]].grad().data_ptr()),
+                static_cast<const char*>(p[b[k - 1]].grad().data_ptr()) + p[b[k - 1]].numel() * 4);
+    }
+  }
+}
+
+// Buckets go out during backward, in bucket order, while gradients are still
+// to come (the overlap); the last bucket waits for all of them.
+TEST(DistMpiTest, BucketsLaunchDuringBackwardInOrder) {
+  NEED_TWO_RANKS();
+  auto rig = DdpRig::make(world(), 4, 2, world()->rank(), 11, {.bucket_cap_bytes = 300});
+  const auto buckets = rig->ddp->bucket_parameters();
+  // Reverse registration order: the first bucket holds the last layer's bias.
+  const int64_t nparams = static_cast<int64_t>(rig->model->parameters().size());
+  EXPECT_EQ(buckets[0][0], nparams - 1);
+  rig->fill(1);
+  rig->step();
+  const auto& c = rig->ddp->counters();
+  ASSERT_EQ(c.remaining_at_launch.size(), buckets.size());
+  // The buckets of the last layers went out while the earlier layers' gradients were still to come
+  // (the first layer's two gradients come from one node: nothing is left to overlap them with).
+  for (size_t b = 0; b + 2 < buckets.size(); ++b) {
+    EXPECT_GT(c.remaining_at_launch[b], 0) << "bucket " << b << " launched after backward";
+    if (b > 0) EXPECT_LE(c.remaining_at_launch[b], c.remaining_at_launch[b - 1]);
+  }
+  EXPECT_EQ(c.remaining_at_launch.back(), 0);
+  rig->ddp->finish();   // already waited: a no-op
+}
+
+// Two ranks of batch B against one process of batch 2B: loss and parameters
+// after 50 steps to float tolerance; and the ranks bit-identical all along.
+TEST(DistMpiTest, TwoRanksMatchOneProcessWithTheWholeBatch) {
+  NEED_TWO_RANKS();
+  const int n = world()->world_size(), r = world()->rank();
+  auto rig = DdpRig::make(world(), 4, n, r, 5);
+  auto ref = DdpRig::make(nullptr, 4 * n, 1, 0, 5);
+  float loss = 0, ref_loss = 0;
+  for (int i = 0; i < 50; ++i) {
+    rig->fill(i);
+    ref->fill(i);
+    Tensor l = rig->step()[0];
+    world()->all_reduce(l, dist::ReduceOp::kAverage);   // the global batch's mean loss
+    loss = l.item<float>();
+    ref_loss = ref->step()[0].item<float>();
+  }
+  EXPECT_NEAR(loss, ref_loss, 1e-4f * std::max(1.0f, std::abs(ref_loss)));
+  const std::vector<Tensor> p = rig->model->parameters(), q = ref->model->parameters();
+  for (size_t i = 0; i < p.size(); ++i) testing::expect_near(p[i], testing::values(q[i]), 1e-4, 1e-3);
+  expect_same_on_every_rank(rig->state_hash(), "parameters and AdamW state after 50 steps");
+}
+
+// Ranks stay bit-identical over 120 steps eagerly, and over 120 replayed
+// steps of the captured step, whose every rank equals its eager twin bit for bit.
+TEST(DistMpiTest, CapturedStepWithAllReducesReplaysEagerBitForBitOnEveryRank) {
+  NEED_TWO_RANKS();
+  const int n = world()->world_size(), r = world()->rank();
+  auto eager = DdpRig::make(world(), 4, n, r, 9, {.bucket_cap_bytes = 600});
+  auto graphed = DdpRig::make(world(), 4, n, r, 9, {.bucket_cap_bytes = 600});
+  constexpr int kSteps = 120;
+  for (int i = 0; i < 2; ++i) {
+    eager->fill(i);
+    eager->step();
+  }
+  graphed->fill(0);
+  graphed->step();    // AdamW creates its state (lazily, from the host) outside the capture
+  graphed->fill(1);
+  absl::StatusOr<Graph> g = capture([&] { return graphed->step(); }, {.warmup = 1});   // the recorded run: step 1
+  ASSERT_TRUE(g.ok()) << g.status();
+  int ar = 0;
+  const Graph::Impl& impl = g->internals();
+  for (int64_t i = 0; i < impl.stats.kernels; ++i) ar += std::string(impl.node_op(i)) == "dist.start" ? 1 : 0;
+  EXPECT_EQ(ar, static_cast<int>(graphed->ddp->bucket_parameters().size())) << "an all-reduce node per bucket";
+  for (int i = 2; i < kSteps; ++i) {
+    graphed->fill(i);
+    ASSERT_TRUE(g->replay().ok());
+    eager->fill(i);
+    eager->step();
+    // After every step: replay == eager on this rank, and every rank the same bits.
+    const uint64_t replayed = graphed->state_hash();
+    ASSERT_EQ(replayed, eager->state_hash()) << "replay differs from eager at step " << i;
+    std::vector<uint64_t> all = world()->all_gather(replayed);
+    for (size_t k = 1; k < all.size(); ++k) ASSERT_EQ(all[k], all[0]) << "rank " << k << " differs at step " << i;
+  }
+}
+
+// Shadow verification re-runs the step eagerly (its all-reduces too) at the
+// same replays on every rank, and finds the replays equal.
+TEST(DistMpiTest, ShadowVerifiedReplaysWithCollectives) {
+  NEED_TWO_RANKS();
+  auto rig = DdpRig::make(world(), 4, 2, world()->rank(), 15);
+  rig->fill(0);
+  rig->step();
+  absl::StatusOr<Graph> g = capture([&] { return rig->step(); }, {.warmup = 1, .verify_every = 3});
+  ASSERT_TRUE(g.ok()) << g.status();
+  for (int i = 1; i < 10; ++i) {
+    rig->fill(i);
+    absl::Status s = g->replay();
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  expect_same_on_every_rank(rig->state_hash(), "state after verified replays");
+}
+
+// Buffers (non-trained state) come from rank 0 too.
+TEST(DistMpiTest, DdpBroadcastsBuffers) {
+  NEED_TWO_RANKS();
+  struct WithBuffer : nn::Module {
+    explicit WithBuffer(float v) {
+      w = register_parameter("w", ones({4}));
+      b = register_buffer("running", full({3}, v));
+    }
+    Tensor w, b;
+  };
+  WithBuffer m(10.0f + world()->rank());
+  dist::DistributedDataParallel ddp(m, world());
+  EXPECT_EQ(m.b.to_vector<float>(), (std::vector<float>{10, 10, 10}));
+  WithBuffer kept(20.0f + world()->rank());
+  dist::DistributedDataParallel no_buffers(kept, world(), {.broadcast_buffers = false});
+  EXPECT_EQ(kept.b.to_vector<float>()[0], 20.0f + world()->rank());
+}
+
+// GraphedStep drives the same: every rank replays, ranks identical.
+TEST(DistMpiTest, GraphedStepReplaysCollectives) {
+  NEED_TWO_RANKS();
+  auto rig = DdpRig::make(world(), 4, 2, world()->rank(), 13);
+  GraphedStep train([&](const std::vector<Tensor>& in) {
+    rig->x.copy_(in[0]);
+    rig->y.copy_(in[1]);
+    return rig->step();
+  });
+  for (int i = 0; i < 20; ++i) {
+    Tensor x = testing::global_x(i, 8).slice(0, 4 * world()->rank(), 4 * world()->rank() + 4).contiguous();
+    std::vector<int64_t> all = testing::global_y(i, 8);
+    Tensor y = from_vector<int64_t>(
+        std::vector<int64_t>(all.begin() + 4 * world()->rank(), all.begin() + 4 * world()->rank() + 4));
+    train({x, y});
+  }
+  EXPECT_GT(train.stats().replays, 10) << train.last_fallback();
+  EXPECT_EQ(train.stats().eager_fallbacks, 0) << train.last_fallback();
+  expect_same_on_every_rank(rig->state_hash(), "GraphedStep state");
+}
+
+// A rank whose step differs (one more kernel) is refused at capture, on every rank.
+TEST(DistMpiTest, CaptureRefusesRanksWithDifferentSteps) {
+  NEED_TWO_RANKS();
+  auto rig = DdpRig::make(world(), 4, 2, world()->rank(), 3);
+  rig->fill(0);
+  const bool odd = world()->rank() == 1;
+  absl::StatusOr<Graph> g = capture([&] {
+    rig->opt->zero_grad();
+    Tensor l = rig->loss();
+    if (odd) l = l * 1.0;   // an extra kernel on rank 1 only
+    l.backward();
+    rig->opt->step();
+    return std::vector<Tensor>{l};
+  });
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition) << g.status();
+  EXPECT_NE(g.status().message().find("the ranks recorded different steps"), std::string::npos) << g.status();
+  EXPECT_NE(g.status().message().find("rank 1 ("), std::string::npos) << g.status();
+}
+
+// A rank whose recording is refused (a host read in its step) still takes
+// part in the agreement: the others are told which rank failed, at once.
+TEST(DistMpiTest, CaptureRefusedOnOneRankIsReportedOnTheOthers) {
+  NEED_TWO_RANKS();
+  auto rig = DdpRig::make(world(), 4, 2, world()->rank(), 3);
+  rig->fill(0);
+  const bool reads = world()->rank() == 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<Graph> g = capture([&] {
+    std::vector<Tensor> out = rig->step();
+    if (reads) (void)out[0].item<float>();   // a host read: not capturable
+    return out;
+  });
+  ASSERT_FALSE(g.ok());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(waited, 30.0) << "a rank waited for the refused one until its timeout";
+  if (reads) {
+    EXPECT_NE(g.status().message().find("item"), std::string::npos) << g.status();
+  } else {
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition) << g.status();
+    EXPECT_NE(g.status().message().find("rank(s) 1 could not record the step"), std::string::npos) << g.status();
+  }
+  expect_same_on_every_rank(rig->state_hash(), "state after the refused capture");
+}
+
+// Gradient accumulation: inside no_sync() nothing is sent; the next backward
+// averages the sum of all micro-batches.
+TEST(DistMpiTest, NoSyncAccumulatesThenAveragesTheSum) {
+  NEED_TWO_RANKS();
+  const int n = world()->world_size(), r = world()->rank();
+  auto rig = DdpRig::make(world(), 4, n, r, 21);
+  auto ref = DdpRig::make(nullptr, 4 * n, 1, 0, 21);
+  rig->opt->zero_grad();
+  ref->opt->zero_grad();
+  const int64_t launched = rig->ddp->counters().launched;
+  {
+    auto scope = rig->ddp->no_sync();
+    for (int micro = 0; micro < 2; ++micro) {
+      rig->fill(micro);
+      rig->loss().backward();
+    }
+  }
+  EXPECT_EQ(rig->ddp->counters().launched, launched) << "no_sync() sent something";
+  rig->fill(2);
+  rig->loss().backward();
+  rig->ddp->finish();
+  EXPECT_GT(rig->ddp->counters().launched, launched);
+  for (int micro = 0; micro < 3; ++micro) {
+    ref->fill(micro);
+    ref->loss().backward();
+  }
+  const std::vector<Tensor> p = rig->model->parameters(), q = ref->model->parameters();
+  for (size_t i = 0; i < p.size(); ++i) testing::expect_near(p[i].grad(), testing::values(q[i].grad()), 1e-6, 1e-5);
+}
+
+// A rank that throws before a collective (and so never joins it) makes the
+// other fail within its timeout, with a message naming the call and the
+// rank; the group then refuses further calls at once. The late rank joins
+// afterwards so that the abandoned request completes.
+TEST(DistMpiTest, AMissingPeerFailsTheOthersWithinTheTimeout) {
+  NEED_TWO_RANKS();
+  absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> made = dist::ProcessGroup::create({.timeout_s = 1.0});
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::shared_ptr<dist::ProcessGroup> g = *made;
+  Tensor t = ones({16});
+  if (g->rank() == 1) {
+    try {
+      throw std::runtime_error("rank 1's step failed");   // the peer's failure, caught by its own handler
+    } catch (const std::runtime_error&) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2500));   // past rank 0's deadline
+    g->all_reduce(t);                                                // completes rank 0's abandoned request
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    expect_error([&] { g->all_reduce(t); }, absl::StatusCode::kDeadlineExceeded,
+                 {"dist::all_reduce on rank 0 of 2", "did not join within 1 s"});
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GE(waited, 0.9);
+    EXPECT_LT(waited, 30.0) << "the deadline was not kept";
+    EXPECT_FALSE(g->health().ok());
+    expect_error([&] { g->barrier(); }, absl::StatusCode::kDeadlineExceeded, {"dist::barrier", "failed earlier"});
+  }
+  world()->barrier();   // the world group is unaffected
+}
+
+// Checkpoints: rank 0 writes (atomically), every rank loads the same state.
+TEST(DistMpiTest, RankZeroSavesEveryRankLoads) {
+  NEED_TWO_RANKS();
+  auto rig = DdpRig::make(world(), 4, 2, world()->rank(), 17);
+  for (int i = 0; i < 3; ++i) {
+    rig->fill(i);
+    rig->step();
+  }
+  const std::string path = (std::filesystem::temp_directory_path() / "encore_dist_ckpt_test.safetensors").string();
+  if (world()->rank() == 0) ASSERT_TRUE(save_checkpoint(path, *rig->model, rig->opt.get()).ok());
+  world()->barrier();
+  const uint64_t saved = rig->state_hash();
+  auto fresh = DdpRig::make(world(), 4, 2, world()->rank(), 99);   // other weights, no optimizer state
+  ASSERT_TRUE(load_checkpoint(path, *fresh->model, fresh->opt.get()).ok());
+  EXPECT_EQ(fresh->state_hash(), saved);
+  expect_same_on_every_rank(fresh->state_hash(), "loaded state");
+  world()->barrier();
+  if (world()->rank() == 0) std::filesystem::remove(path);
+}
+
+// Run only by tests/dist/dead_rank_test.sh (ENCORE_DIST_DEAD_RANK=1): rank 1
+// dies (exits without a word) while rank 0 waits in an all-reduce; the job
+// must end within a bounded time, by mpirun ending it or by rank 0's
+// timeout, never hang. The script checks the exit status and the time.
+TEST(DistDeadRankTest, ARankThatDiesEndsTheJob) {
+  if (std::getenv("ENCORE_DIST_DEAD_RANK") == nullptr) GTEST_SKIP() << "run by tests/dist/dead_rank_test.sh";
+  NEED_TWO_RANKS();
+  world()->set_timeout(20.0);
+  world()->barrier();
+  if (world()->rank() == 1) std::_Exit(3);
+  Tensor t = ones({8});
+  world()->all_reduce(t);   // never completes: its peer is gone
+  std::printf("rank 0: the all-reduce with a dead peer returned\n");
+}
+
+}  // namespace
+}  // namespace encore

@@ -1,0 +1,183 @@
+// Data parallelism in one process: the launcher's environment, a world of
+// one (collectives are the identity but still kernels of the launch path,
+// so a captured step holds them), DistributedDataParallel's bookkeeping and
+// its refusals. The multi-process cases are dist_mpi_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "capture/graph_impl.h"
+#include "encore/capture.h"
+#include "encore/dist.h"
+#include "encore/encore.h"
+#include "tests/dist/dist_test_util.h"
+#include "tests/test_util.h"
+
+namespace encore {
+namespace {
+
+using testing::expect_error;
+
+absl::StatusOr<dist::Environment> env_of(const std::map<std::string, std::string>& vars) {
+  return dist::environment_from([&](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(DistEnvironmentTest, ReadsEachLauncher) {
+  absl::StatusOr<dist::Environment> e = env_of({});
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->launcher, "none");
+  EXPECT_EQ(e->world_size, 1);
+  e = env_of({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+              {"RANK", "5"}, {"WORLD_SIZE", "6"}});   // mpirun's win over torchrun's
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->launcher, "mpirun");
+  EXPECT_EQ(e->rank, 3);
+  EXPECT_EQ(e->world_size, 8);
+  EXPECT_EQ(e->local_rank, 1);
+  e = env_of({{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->launcher, "slurm");
+  EXPECT_EQ(e->rank, 2);
+  EXPECT_EQ(e->world_size, 4);
+  EXPECT_EQ(e->local_rank, 0);
+  e = env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.1"},
+              {"MASTER_PORT", "29500"}});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->launcher, "torchrun");
+  EXPECT_EQ(e->rank, 1);
+  EXPECT_EQ(e->local_rank, 1);
+  EXPECT_EQ(e->master_addr, "10.0.0.1");
+  EXPECT_EQ(e->master_port, 29500);
+}
+
+TEST(DistEnvironmentTest, RefusesMalformedValues) {
+  absl::StatusOr<dist::Environment> e = env_of({{"RANK", "2"}, {"WORLD_SIZE", "2"}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("RANK=2 is not a rank of WORLD_SIZE=2"), std::string::npos) << e.status();
+  e = env_of({{"OMPI_COMM_WORLD_RANK", "x"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("OMPI_COMM_WORLD_RANK=\"x\" is not a non-negative integer"), std::string::npos);
+  e = env_of({{"SLURM_PROCID", "0"}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("SLURM_PROCID is set but SLURM_NTASKS is not"), std::string::npos);
+  absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create({.timeout_s = 0});
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("timeout_s is 0"), std::string::npos) << g.status();
+  setenv("ENCORE_DIST_TIMEOUT", "soon", 1);
+  g = dist::ProcessGroup::create();
+  unsetenv("ENCORE_DIST_TIMEOUT");
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("ENCORE_DIST_TIMEOUT=\"soon\" is not a positive number"), std::string::npos)
+      << g.status();
+  setenv("ENCORE_DIST_TIMEOUT", "2.5", 1);
+  g = dist::ProcessGroup::create();
+  unsetenv("ENCORE_DIST_TIMEOUT");
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ((*g)->timeout_s(), 2.5);
+  expect_error([&] { (*g)->set_timeout(-1); }, absl::StatusCode::kInvalidArgument, {"set_timeout", "positive"});
+}
+
+std::shared_ptr<dist::ProcessGroup> one() {
+  absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create();
+  if (!g.ok()) throw Error(g.status());
+  return *g;
+}
+
+TEST(DistOneProcessTest, CollectivesOfAWorldOfOneAreTheIdentity) {
+  std::shared_ptr<dist::ProcessGroup> g = one();
+  ASSERT_EQ(g->world_size(), 1);
+  EXPECT_EQ(g->rank(), 0);
+  Tensor t = from_vector<float>({1.5f, -2.0f, 3.25f});
+  g->all_reduce(t, dist::ReduceOp::kSum);
+  g->all_reduce(t, dist::ReduceOp::kAverage);
+  g->broadcast(t, 0);
+  g->barrier();
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  EXPECT_EQ(g->all_gather(42), std::vector<uint64_t>{42});
+  expect_error([&] { g->broadcast(t, 1); }, absl::StatusCode::kInvalidArgument,
+               {"dist::broadcast on rank 0 of 1", "root 1 is not a rank of a world of 1"});
+  expect_error([&] { g->all_reduce(zeros({2}, kFloat16)); }, absl::StatusCode::kInvalidArgument,
+               {"dist::all_reduce on rank 0 of 1", "dtype f16", "MPI reduces float32"});
+}
+
+// Collectives are nodes of a captured step, with their operands declared.
+TEST(DistOneProcessTest, CollectivesAreNodesOfTheCapturedStep) {
+  std::shared_ptr<dist::ProcessGroup> g = one();
+  Tensor x = from_vector<float>({1, 2, 3, 4});
+  Tensor acc = zeros({4});
+  auto step = [&] {
+    Tensor y = x * 2.0;
+    g->all_reduce(y, dist::ReduceOp::kAverage);
+    acc.add_(y);
+    return std::vector<Tensor>{y};
+  };
+  absl::StatusOr<Graph> graph = capture(step);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const Graph::Impl& impl = graph->internals();
+  int found = -1;
+  for (int64_t i = 0; i < impl.stats.kernels; ++i) {
+    if (std::string(impl.node_op(i)) == "dist.all_reduce") found = static_cast<int>(i);
+  }
+  ASSERT_GE(found, 0) << "no all-reduce node";
+  EXPECT_EQ(impl.node_read_bytes(found), std::vector<int64_t>{16});    // y: a temporary of 4 floats
+  EXPECT_EQ(impl.node_write_bytes(found), std::vector<int64_t>{16});
+  EXPECT_EQ(impl.node_temporaries(found).size(), 1u);
+  const std::vector<float> before = acc.to_vector<float>();   // warm-ups and the recorded run
+  ASSERT_TRUE(graph->replay().ok());
+  std::vector<float> after = acc.to_vector<float>();
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i], before[i] + 2.0f * (i + 1));
+}
+
+// With one process the wrapper changes nothing: the same bits as plain training.
+TEST(DistOneProcessTest, DdpOfOneProcessEqualsPlainTrainingBitForBit) {
+  auto ddp = testing::DdpRig::make(one(), 8, 1, 0, 4, {.bucket_cap_bytes = 500});
+  auto plain = testing::DdpRig::make(nullptr, 8, 1, 0, 4);
+  EXPECT_GT(ddp->ddp->bucket_parameters().size(), 1u);
+  for (int i = 0; i < 10; ++i) {
+    ddp->fill(i);
+    plain->fill(i);
+    ddp->step();
+    plain->step();
+  }
+  EXPECT_EQ(ddp->state_hash(), plain->state_hash());
+  // Buckets hold every parameter once; a parameter over the cap gets one of its own.
+  std::vector<int> seen(ddp->model->parameters().size(), 0);
+  for (const auto& b : ddp->ddp->bucket_parameters()) {
+    int64_t bytes = 0;
+    for (int64_t i : b) {
+      ++seen[i];
+      bytes += ddp->model->parameters()[i].numel() * 4;
+    }
+    EXPECT_TRUE(bytes <= 500 || b.size() == 1) << "a bucket of " << bytes << " bytes";
+  }
+  for (int s : seen) EXPECT_EQ(s, 1);
+}
+
+struct TwoParams : nn::Module {
+  TwoParams() {
+    a = register_parameter("a", ones({3}));
+    b = register_parameter("b", ones({3}));
+  }
+  Tensor a, b;
+};
+
+TEST(DistOneProcessTest, FinishNamesAParameterWithoutGradient) {
+  TwoParams m;
+  dist::DistributedDataParallel ddp(m, one(), {.bucket_cap_bytes = 12});   // one bucket each
+  (m.a * 2.0).sum().backward();                                           // b takes no part
+  expect_error([&] { ddp.finish(); }, absl::StatusCode::kFailedPrecondition,
+               {"DistributedDataParallel::finish on rank 0", "1 of the 2", "'b' got none"});
+  ddp.finish();   // the failed backward was cleared: nothing in flight
+  ((m.a + m.b) * 2.0).sum().backward();   // a full backward works again
+  ddp.finish();
+  EXPECT_EQ(m.b.grad().to_vector<float>(), (std::vector<float>{2, 2, 2}));
+}
+
+}  // namespace
+}  // namespace encore
