@@ -294,6 +294,19 @@ TEST(AdaptiveAvgPool2d, MatchesLoopsAndFiniteDifferences) {
   }
 }
 
+// Planes wider than the backward's stack tile (4096 floats) are cut into
+// column tiles: each element of [1, 1, 2, 5000] lies in three windows of
+// width 3 (two at the edges), each dividing by 3 with the padding counted.
+TEST(Pooling, AvgPoolBackwardOfAWidePlane) {
+  for (DType dt : {kFloat32, kBFloat16}) {
+    Tensor x = random_tensor({1, 1, 2, 5000}, 1).to(dt).requires_grad_();
+    sum(avg_pool2d(x, {1, 3}, Size2(1), {0, 1}, false, true).to(kFloat32)).backward();
+    std::vector<double> expected(10000, 1.0);
+    for (int64_t r = 0; r < 2; ++r) expected[r * 5000] = expected[r * 5000 + 4999] = 2.0 / 3.0;
+    expect_near(x.grad().to(kFloat32), expected, dt == kFloat32 ? 1e-6 : 1e-2, 0.0);
+  }
+}
+
 TEST(Pooling, RefusesBadArguments) {
   Tensor x = random_tensor({2, 3, 8, 8}, 1);
   expect_error([&] { max_pool2d(x, 3, Size2(1), 2); }, kInvalid, {"max_pool2d", "padding (2, 2)", "half"});

@@ -337,25 +337,32 @@ void avg_pool_backward_loop(const AvgPoolArgs& a) {
     for (int64_t p = b; p < e; ++p) {
       T* gxp = gx + p * plane;
       const T* gyp = gy + p * g.oh * g.ow;
-      // Rows of the plane in blocks that fit the stack accumulator.
+      // The plane in tiles (rows x columns) that fit the stack accumulator.
       constexpr int64_t kAccElems = 4096;
       float acc[kAccElems];
-      const int64_t rows_per_block = std::max<int64_t>(1, kAccElems / std::max<int64_t>(1, g.w));
-      for (int64_t r0 = 0; r0 < g.h; r0 += rows_per_block) {
-        const int64_t r1 = std::min(g.h, r0 + rows_per_block);
-        std::fill(acc, acc + (r1 - r0) * g.w, 0.f);
-        for (int64_t i = 0; i < g.oh; ++i) {
-          for (int64_t j = 0; j < g.ow; ++j) {
-            const backend::PoolWindow win = backend::avg_pool_window(g, a.mode, i, j);
-            const int64_t h0 = std::max(win.h0, r0), h1 = std::min(win.h1, r1);
-            if (h0 >= h1 || win.divisor <= 0.f) continue;
-            const float v = static_cast<float>(gyp[i * g.ow + j]) / win.divisor;
-            for (int64_t r = h0; r < h1; ++r) {
-              for (int64_t c = win.w0; c < win.w1; ++c) acc[(r - r0) * g.w + c] += v;
+      const int64_t cols_per_tile = std::min(g.w, kAccElems);
+      const int64_t rows_per_tile = std::max<int64_t>(1, kAccElems / cols_per_tile);
+      for (int64_t r0 = 0; r0 < g.h; r0 += rows_per_tile) {
+        const int64_t r1 = std::min(g.h, r0 + rows_per_tile);
+        for (int64_t c0 = 0; c0 < g.w; c0 += cols_per_tile) {
+          const int64_t c1 = std::min(g.w, c0 + cols_per_tile), tw = c1 - c0;
+          std::fill(acc, acc + (r1 - r0) * tw, 0.f);
+          for (int64_t i = 0; i < g.oh; ++i) {
+            for (int64_t j = 0; j < g.ow; ++j) {
+              const backend::PoolWindow win = backend::avg_pool_window(g, a.mode, i, j);
+              const int64_t h0 = std::max(win.h0, r0), h1 = std::min(win.h1, r1);
+              const int64_t w0 = std::max(win.w0, c0), w1 = std::min(win.w1, c1);
+              if (h0 >= h1 || w0 >= w1 || win.divisor <= 0.f) continue;
+              const float v = static_cast<float>(gyp[i * g.ow + j]) / win.divisor;
+              for (int64_t r = h0; r < h1; ++r) {
+                for (int64_t c = w0; c < w1; ++c) acc[(r - r0) * tw + (c - c0)] += v;
+              }
             }
           }
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t c = c0; c < c1; ++c) gxp[r * g.w + c] = T(acc[(r - r0) * tw + (c - c0)]);
+          }
         }
-        for (int64_t k = 0; k < (r1 - r0) * g.w; ++k) gxp[r0 * g.w + k] = T(acc[k]);
       }
     }
   });
