@@ -2,7 +2,8 @@
 // same run:
 //  - the GEMM floor: the "gemm" launches of one eager step of the same model
 //    (the same sgemm calls, shapes, transposes, betas and buffers), recorded
-//    and then run alone;
+//    and then run alone; for the CNN rows the convolution floor instead: its
+//    "conv2d*" launches (forward, data and weight gradients) and its GEMMs;
 //  - the optimizer's own launches (update, lazy zero_grad), recorded and run
 //    alone the same way: step / (floor + optimizer) is what the step costs
 //    beyond the work no framework can skip;
@@ -84,8 +85,54 @@ std::unique_ptr<Workload> gpt(int64_t layers, int64_t width, int64_t heads, int6
   return w;
 }
 
+// A residual block of a small ResNet: relu(x + bn(conv(relu(bn(conv(x)))))),
+// 3x3 convolutions keeping the channels.
+class ResBlock : public nn::Module {
+ public:
+  explicit ResBlock(int64_t c)
+      : conv1_(register_module("conv1", std::make_unique<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, false))),
+        bn1_(register_module("bn1", std::make_unique<nn::BatchNorm2d>(c))),
+        conv2_(register_module("conv2", std::make_unique<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, false))),
+        bn2_(register_module("bn2", std::make_unique<nn::BatchNorm2d>(c))) {}
+  Tensor forward(const Tensor& x) const override {
+    return relu(x + bn2_.forward(conv2_.forward(relu(bn1_.forward(conv1_.forward(x))))));
+  }
+
+ private:
+  nn::Conv2d& conv1_;
+  nn::BatchNorm2d& bn1_;
+  nn::Conv2d& conv2_;
+  nn::BatchNorm2d& bn2_;
+};
+
+// The CNN step: x [batch, 3, 32, 32] -> conv 3->c, batch norm, ReLU,
+// `blocks` residual blocks, global average pool, linear to 10 classes;
+// cross-entropy, SGD with momentum 0.9 (lr 0.01).
+std::unique_ptr<Workload> cnn(int64_t blocks, int64_t channels, int64_t batch) {
+  auto w = std::make_unique<Workload>();
+  manual_seed(1);
+  auto m = std::make_unique<nn::Sequential>();
+  m->emplace<nn::Conv2d>(3, channels, 3, 1, 1, 1, 1, false);
+  m->emplace<nn::BatchNorm2d>(channels);
+  m->emplace<nn::ReLU>();
+  for (int64_t i = 0; i < blocks; ++i) m->emplace<ResBlock>(channels);
+  m->emplace<nn::AdaptiveAvgPool2d>(1);
+  m->emplace<nn::Flatten>();
+  m->emplace<nn::Linear>(channels, 10);
+  w->opt = std::make_unique<optim::SGD>(m->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  w->x = randn({batch, 3, 32, 32});
+  std::vector<int64_t> labels(batch);
+  for (int64_t i = 0; i < batch; ++i) labels[i] = i % 10;
+  w->y = from_vector<int64_t>(labels);
+  nn::Sequential* raw = m.get();
+  Workload* wp = w.get();
+  w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
+  w->model = std::move(m);
+  return w;
+}
+
 // Records some launches of one eager step: the "gemm" launches (the GEMM
-// floor), or the optimizer's (launched in Phase::kOptimizer: the update and
+// floor; with convolutions, the "conv2d*" launches too), or the optimizer's (launched in Phase::kOptimizer: the update and
 // the lazy zero_grad) — kernel, argument bytes, and a reference on every
 // storage they touch, so the buffers outlive the step.
 class LaunchRecorder : public StepObserver {
@@ -99,8 +146,9 @@ class LaunchRecorder : public StepObserver {
   };
 
   bool on_launch(const LaunchRecord& r) override {
-    const bool wanted = kind_ == Kind::kGemm ? std::strcmp(r.op, "gemm") == 0
-                                             : current_phase() == Phase::kOptimizer;
+    const bool wanted = kind_ == Kind::kGemm
+                            ? std::strcmp(r.op, "gemm") == 0 || std::strncmp(r.op, "conv2d", 6) == 0
+                            : current_phase() == Phase::kOptimizer;
     if (wanted) {
       Launch l{r.thunk, std::vector<std::max_align_t>((r.args_size + sizeof(std::max_align_t) - 1) /
                                                       sizeof(std::max_align_t))};
@@ -235,6 +283,9 @@ void BM_Replay(benchmark::State& state, MakeWorkload make, planner::Algorithm al
 MakeWorkload mlp_of(std::vector<int64_t> widths, int64_t batch, bool sgd = false) {
   return [=] { return mlp(widths, batch, sgd); };
 }
+MakeWorkload cnn_of(int64_t blocks, int64_t channels, int64_t batch) {
+  return [=] { return cnn(blocks, channels, batch); };
+}
 MakeWorkload gpt_of(int64_t layers, int64_t width, int64_t heads, int64_t batch, int64_t seq, int64_t vocab) {
   return [=] { return gpt(layers, width, heads, batch, seq, vocab); };
 }
@@ -253,6 +304,8 @@ TRAIN_STEP_BENCH(mlp_784_128_10_b32_sgd, mlp_of({784, 128, 10}, 32, true));
 TRAIN_STEP_BENCH(mlp_784_512_512_10_b128_sgd, mlp_of({784, 512, 512, 10}, 128, true));
 TRAIN_STEP_BENCH(mlp_1024_4096_4096_1024_b64_sgd, mlp_of({1024, 4096, 4096, 1024}, 64, true));
 TRAIN_STEP_BENCH(demo_gpt_2x64_b16_t32, gpt_of(2, 64, 4, 16, 32, 64));
+// The convnets issue's CNN step (floor: its convolutions and GEMMs).
+TRAIN_STEP_BENCH(cnn_resnet3x16_b32_3x32x32, cnn_of(3, 16, 32));
 // The same graph with the arena laid out by the caching-allocator planner
 // (LIFO reuse of freed blocks, like the eager allocator): isolates the effect
 // of buffer placement on cache locality from everything else replay changes.
