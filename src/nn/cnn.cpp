@@ -4,19 +4,10 @@
 
 #include "encore/autograd.h"
 #include "encore/nn.h"
+#include "src/nn/init.h"
 
 namespace encore::nn {
-namespace {
-
-Generator& generator_of(const Init& init) {
-  return init.gen != nullptr ? *init.gen : default_generator(init.device);
-}
-
-Tensor uniform(Shape shape, double bound, const Init& init) {
-  return rand(std::move(shape), kFloat32, init.device, &generator_of(init)) * (2 * bound) - bound;
-}
-
-}  // namespace
+using detail::uniform;
 
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Size2 stride, Size2 padding,
                Size2 dilation, int64_t groups, bool with_bias, Init init)

@@ -2,20 +2,11 @@
 #include <cmath>
 
 #include "encore/nn.h"
+#include "src/nn/init.h"
 
 namespace encore::nn {
-namespace {
-
-Generator& generator_of(const Init& init) {
-  return init.gen != nullptr ? *init.gen : default_generator(init.device);
-}
-
-// U(-bound, bound), f32.
-Tensor uniform(Shape shape, double bound, const Init& init) {
-  return rand(std::move(shape), kFloat32, init.device, &generator_of(init)) * (2 * bound) - bound;
-}
-
-}  // namespace
+using detail::generator_of;
+using detail::uniform;
 
 Linear::Linear(int64_t in, int64_t out, bool with_bias, Init init) {
   ENCORE_CHECK(in > 0 && out > 0, "Linear: sizes must be positive, got in=%d out=%d", in, out);

@@ -17,6 +17,7 @@
 
 #include "src/backends/cnn_formulas.h"
 #include "src/backends/cuda/convert.cuh"
+#include "src/backends/cuda/elementwise.cuh"
 #include "src/backends/cuda/launch.h"
 #include "src/backends/kernel_table.h"
 
@@ -31,18 +32,6 @@ namespace {
 using namespace backend;   // the shared argument structs and formulas
 
 constexpr int kNormThreads = 256;   // threads per channel block of batch norm
-
-template <typename T> struct Tag { using type = T; };
-
-template <typename F>
-void with_float(DType t, F&& f) {
-  switch (t) {
-    case DType::kFloat32: return f(Tag<float>{});
-    case DType::kFloat16: return f(Tag<__half>{});
-    case DType::kBFloat16: return f(Tag<__nv_bfloat16>{});
-    default: return;
-  }
-}
 
 // ---- pooling ----
 

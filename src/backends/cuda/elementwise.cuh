@@ -87,6 +87,25 @@ void launch_elementwise(const Layout<N>& l, const F& f, const char* op) {
 
 template <typename T> struct Tag { using type = T; };
 
+// Calls f(Tag<T>{}) with T the float storage type of `t`: f32, f16 or bf16
+// (the host checked which; anything else calls nothing).
+template <typename F>
+void with_float(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: return f(Tag<float>{});
+    case DType::kFloat16: return f(Tag<__half>{});
+    case DType::kBFloat16: return f(Tag<__nv_bfloat16>{});
+    default: return;
+  }
+}
+
+// Calls f(Tag<T>{}) with T the index type of `t`: i32, else i64 (the host checked which).
+template <typename F>
+void with_index(DType t, F&& f) {
+  if (t == DType::kInt32) f(Tag<int32_t>{});
+  else f(Tag<int64_t>{});
+}
+
 // Calls f(Tag<T>{}) with T the device storage type of `t`.
 template <typename F>
 decltype(auto) visit_dtype(DType t, F&& f) {

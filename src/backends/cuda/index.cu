@@ -219,12 +219,6 @@ __global__ void advance_offset_kernel(int64_t* state, int64_t n) {
 
 // ---- launchers ----
 
-template <typename F>
-void with_index(DType t, F&& f) {
-  if (t == DType::kInt32) f(Tag<int32_t>{});
-  else f(Tag<int64_t>{});
-}
-
 void gather_launch(const GatherArgs& a) {
   if (a.g.numel == 0) return;
   visit_dtype(a.dtype, [&](auto tag) {

@@ -86,25 +86,7 @@ __global__ void nll_backward_kernel(NllBackwardArgs a) {
   }
 }
 
-// ---- dispatch helpers ----
-
-template <typename F>
-void with_float(DType t, F&& f) {
-  switch (t) {
-    case DType::kFloat32: return f(Tag<float>{});
-    case DType::kFloat16: return f(Tag<__half>{});
-    case DType::kBFloat16: return f(Tag<__nv_bfloat16>{});
-    default: return;
-  }
-}
-
-template <typename F>
-void with_index(DType t, F&& f) {
-  if (t == DType::kInt32) f(Tag<int32_t>{});
-  else f(Tag<int64_t>{});
-}
-
-// ---- launchers ----
+// ---- launchers (with_float, with_index: elementwise.cuh) ----
 
 template <typename T, BceMode kMode>
 void bce_launch_mode(const BceLogitsArgs& a, const char* name) {

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "src/backends/cuda/convert.cuh"
+#include "src/backends/cuda/elementwise.cuh"
 #include "src/backends/cuda/launch.h"
 #include "src/backends/kernel_table.h"
 #include "src/backends/nn_formulas.h"
@@ -455,26 +456,6 @@ __global__ void dropout_backward_kernel(const T* __restrict__ g, const bool* __r
 }
 
 // ---- dispatch helpers ----
-
-template <typename T> struct Tag { using type = T; };
-
-// f32, f16 or bf16 (the host checked which).
-template <typename F>
-void with_float(DType t, F&& f) {
-  switch (t) {
-    case DType::kFloat32: return f(Tag<float>{});
-    case DType::kFloat16: return f(Tag<__half>{});
-    case DType::kBFloat16: return f(Tag<__nv_bfloat16>{});
-    default: return;
-  }
-}
-
-// i32 or i64 (the host checked which).
-template <typename F>
-void with_index(DType t, F&& f) {
-  if (t == DType::kInt32) f(Tag<int32_t>{});
-  else f(Tag<int64_t>{});
-}
 
 // Calls f(std::bool_constant<b>{}) style: a runtime flag as a template argument.
 template <bool B> struct Flag { static constexpr bool value = B; };
