@@ -2,7 +2,9 @@
 // training steps, timed alternately in one process at 1 and 2 threads, so a
 // busy neighbour or a frequency change hits both.
 //
-//   OMP_WAIT_POLICY=passive build/bench/peers/torch_cpu_steps [--quick]
+//   OMP_WAIT_POLICY=passive build/bench/torch_cpu_steps [--quick] [WORKLOAD...]
+//
+// WORKLOAD names rows to run (all when none; --help lists them).
 //
 // Built only where meson finds libtorch (bench/meson.build). Workloads:
 //  - chain20: ten rounds of y = y * w + b on [1, 16], sum, backward (no optimizer);
@@ -10,7 +12,13 @@
 //    batch 64: ReLU, cross-entropy on labels i % classes, SGD lr 0.01 momentum 0.9;
 //  - the transformer block B 8, T 64, C 256, 4 heads: pre-norm LayerNorm,
 //    non-causal softmax attention, MLP 1024 with exact GELU, loss the mean
-//    of squares of its output, AdamW lr 1e-3.
+//    of squares of its output, AdamW lr 1e-3;
+//  - the CNN of issue 21 (bench/train_step_bench.cpp's cnn(3, 16, 32)):
+//    x [32, 3, 32, 32] -> conv 3->16 3x3, batch norm, ReLU, three residual
+//    blocks relu(x + bn2(conv2(relu(bn1(conv1(x)))))) of 16-channel 3x3
+//    convolutions (padding 1, no bias), global average pool, flatten,
+//    Linear(16, 10); cross-entropy on labels i % 10, SGD lr 0.01 momentum
+//    0.9, training mode.
 // Per row: median wall ms per step of libtorch, encore eager and encore's
 // captured step replayed, each timed in turn for at least 7 rounds and about
 // 1 s (--quick: 0.2 s); ratios are encore / libtorch.
@@ -94,6 +102,48 @@ std::unique_ptr<Workload> block() {
   return w;
 }
 
+// bench/train_step_bench.cpp's residual block and CNN step.
+class ResBlock : public nn::Module {
+ public:
+  explicit ResBlock(int64_t c)
+      : conv1_(register_module("conv1", std::make_unique<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, false))),
+        bn1_(register_module("bn1", std::make_unique<nn::BatchNorm2d>(c))),
+        conv2_(register_module("conv2", std::make_unique<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, false))),
+        bn2_(register_module("bn2", std::make_unique<nn::BatchNorm2d>(c))) {}
+  Tensor forward(const Tensor& x) const override {
+    return relu(x + bn2_.forward(conv2_.forward(relu(bn1_.forward(conv1_.forward(x))))));
+  }
+
+ private:
+  nn::Conv2d& conv1_;
+  nn::BatchNorm2d& bn1_;
+  nn::Conv2d& conv2_;
+  nn::BatchNorm2d& bn2_;
+};
+
+std::unique_ptr<Workload> cnn(int64_t blocks, int64_t channels, int64_t batch) {
+  auto w = std::make_unique<Workload>();
+  manual_seed(1);
+  auto m = std::make_unique<nn::Sequential>();
+  m->emplace<nn::Conv2d>(3, channels, 3, 1, 1, 1, 1, false);
+  m->emplace<nn::BatchNorm2d>(channels);
+  m->emplace<nn::ReLU>();
+  for (int64_t i = 0; i < blocks; ++i) m->emplace<ResBlock>(channels);
+  m->emplace<nn::AdaptiveAvgPool2d>(1);
+  m->emplace<nn::Flatten>();
+  m->emplace<nn::Linear>(channels, 10);
+  w->opt = std::make_unique<optim::SGD>(m->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
+  w->x = randn({batch, 3, 32, 32});
+  std::vector<int64_t> labels(batch);
+  for (int64_t i = 0; i < batch; ++i) labels[i] = i % 10;
+  w->y = from_vector<int64_t>(labels);
+  nn::Sequential* raw = m.get();
+  Workload* wp = w.get();
+  w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
+  w->model = std::move(m);
+  return w;
+}
+
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -117,10 +167,11 @@ void run_row(const std::string& name, int threads, double budget_ms) {
     chain = std::make_unique<Chain>();
     step = [&] { return chain->step(); };
   } else {
-    w = name == "block_b8_t64_c256_h4" ? block()
-        : name == "mlp_784_128_10_b32" ? mlp({784, 128, 10}, 32)
-        : name == "mlp_784_512_512_10_b128" ? mlp({784, 512, 512, 10}, 128)
-                                            : mlp({1024, 4096, 4096, 1024}, 64);
+    w = name == "block_b8_t64_c256_h4"         ? block()
+        : name == "cnn_resnet3x16_b32_3x32x32" ? cnn(3, 16, 32)
+        : name == "mlp_784_128_10_b32"         ? mlp({784, 128, 10}, 32)
+        : name == "mlp_784_512_512_10_b128"    ? mlp({784, 512, 512, 10}, 128)
+                                               : mlp({1024, 4096, 4096, 1024}, 64);
     step = [&] { return w->step(); };
   }
   std::function<void()> torch_step = peers::torch_step(name);
@@ -156,14 +207,35 @@ void run_row(const std::string& name, int threads, double budget_ms) {
 }  // namespace encore
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  const char* rows[] = {"chain20", "mlp_784_128_10_b32", "mlp_784_512_512_10_b128", "mlp_1024_4096_4096_1024_b64",
-                        "block_b8_t64_c256_h4"};
+  const std::vector<std::string> all = {"chain20",
+                                        "mlp_784_128_10_b32",
+                                        "mlp_784_512_512_10_b128",
+                                        "mlp_1024_4096_4096_1024_b64",
+                                        "block_b8_t64_c256_h4",
+                                        "cnn_resnet3x16_b32_3x32x32"};
+  bool quick = false;
+  std::vector<std::string> rows;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--help" || arg == "-h") {
+      std::printf("usage: %s [--quick] [WORKLOAD...]\nworkloads (all when none is named):\n", argv[0]);
+      for (const std::string& r : all) std::printf("  %s\n", r.c_str());
+      return 0;
+    } else if (std::find(all.begin(), all.end(), arg) != all.end()) {
+      rows.push_back(arg);
+    } else {
+      std::fprintf(stderr, "unknown workload or flag: %s (see --help)\n", arg.c_str());
+      return 2;
+    }
+  }
+  if (rows.empty()) rows = all;
   std::printf("| workload | threads | libtorch ms | encore eager ms | encore replay ms | eager / libtorch | "
               "replay / libtorch | rounds |\n|---|---|---|---|---|---|---|---|\n");
   for (int threads : {1, 2}) {
     encore::set_threads(threads);
-    for (const char* row : rows) encore::run_row(row, threads, quick ? 200.0 : 1000.0);
+    for (const std::string& row : rows) encore::run_row(row, threads, quick ? 200.0 : 1000.0);
   }
   return 0;
 }

@@ -89,12 +89,56 @@ std::function<void()> block() {
   };
 }
 
+// The CNN of issue 21: conv 3->16 3x3 (padding 1, no bias), batch norm,
+// ReLU, three residual blocks relu(x + bn2(conv2(relu(bn1(conv1(x)))))),
+// global average pool, flatten, Linear(16, 10); cross-entropy on labels
+// i % 10; SGD lr 0.01, momentum 0.9; training mode.
+torch::nn::Conv2d conv3x3(int64_t in, int64_t out) {
+  return torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).stride(1).padding(1).bias(false));
+}
+
+struct ResBlockImpl : torch::nn::Module {
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::BatchNorm2d bn1, bn2;
+  explicit ResBlockImpl(int64_t c)
+      : conv1(register_module("conv1", conv3x3(c, c))),
+        conv2(register_module("conv2", conv3x3(c, c))),
+        bn1(register_module("bn1", torch::nn::BatchNorm2d(c))),
+        bn2(register_module("bn2", torch::nn::BatchNorm2d(c))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    return torch::relu(x + bn2->forward(conv2->forward(torch::relu(bn1->forward(conv1->forward(x))))));
+  }
+};
+TORCH_MODULE(ResBlock);
+
+std::function<void()> cnn(int64_t blocks, int64_t channels, int64_t batch) {
+  torch::manual_seed(1);
+  auto m = std::make_shared<torch::nn::Sequential>();
+  (*m)->push_back(conv3x3(3, channels));
+  (*m)->push_back(torch::nn::BatchNorm2d(channels));
+  (*m)->push_back(torch::nn::ReLU());
+  for (int64_t i = 0; i < blocks; ++i) (*m)->push_back(ResBlock(channels));
+  (*m)->push_back(torch::nn::AdaptiveAvgPool2d(torch::nn::AdaptiveAvgPool2dOptions(1)));
+  (*m)->push_back(torch::nn::Flatten());
+  (*m)->push_back(torch::nn::Linear(channels, 10));
+  (*m)->train();
+  auto opt = std::make_shared<torch::optim::SGD>((*m)->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  auto x = torch::randn({batch, 3, 32, 32});
+  auto y = torch::arange(batch) % 10;
+  return [=] {
+    opt->zero_grad();
+    F::cross_entropy((*m)->forward(x), y).backward();
+    opt->step();
+  };
+}
+
 }  // namespace
 
 std::function<void()> torch_step(const std::string& name) {
   if (name == "chain20") return chain();
   if (name == "mlp_784_128_10_b32") return mlp({784, 128, 10}, 32);
   if (name == "mlp_784_512_512_10_b128") return mlp({784, 512, 512, 10}, 128);
+  if (name == "cnn_resnet3x16_b32_3x32x32") return cnn(3, 16, 32);
   if (name == "mlp_1024_4096_4096_1024_b64") return mlp({1024, 4096, 4096, 1024}, 64);
   return block();
 }
