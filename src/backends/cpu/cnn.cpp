@@ -432,8 +432,24 @@ void avg_pool_backward_loop(const AvgPoolArgs& a) {
 }
 
 // ---- batch normalization ----
-// Per channel, sums over (n, hw) in one fixed order in double; channels in
-// parallel.
+// Per channel, sums over (n, hw) in double, each row into 8 lanes (element k
+// of a row into lane k % 8, the lanes folded pairwise at the end): one fixed
+// order, whatever the thread count, that the compiler vectorizes (a single
+// double accumulator was a chain of dependent adds: 2.6 ms for a [32, 16,
+// 32, 32] forward). Channels in parallel.
+
+// lane[k % 8] += f(k) for k in [0, len).
+template <typename F>
+inline void add_lanes(double (&lane)[8], int64_t len, F&& f) {
+  int64_t k = 0;
+  for (; k + 8 <= len; k += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += f(k + j);
+  }
+  for (int j = 0; k < len; ++k, ++j) lane[j] += f(k);
+}
+inline double fold(const double (&l)[8]) {
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
 
 template <typename T>
 void batch_norm_loop(const BatchNormArgs& a) {
@@ -448,20 +464,22 @@ void batch_norm_loop(const BatchNormArgs& a) {
     for (int64_t ch = b; ch < e; ++ch) {
       float mean, invstd;
       if (a.training) {
-        double s = 0.0;
+        double lanes[8] = {};
         for (int64_t i = 0; i < a.n; ++i) {
           const T* row = x + (i * a.c + ch) * a.hw;
-          for (int64_t k = 0; k < a.hw; ++k) s += static_cast<float>(row[k]);
+          add_lanes(lanes, a.hw, [row](int64_t k) { return static_cast<double>(static_cast<float>(row[k])); });
         }
+        const double s = fold(lanes);
         const double mu = m > 0 ? s / static_cast<double>(m) : 0.0;
-        double ss = 0.0;
+        double sq[8] = {};
         for (int64_t i = 0; i < a.n; ++i) {
           const T* row = x + (i * a.c + ch) * a.hw;
-          for (int64_t k = 0; k < a.hw; ++k) {
+          add_lanes(sq, a.hw, [row, mu](int64_t k) {
             const double d = static_cast<double>(static_cast<float>(row[k])) - mu;
-            ss += d * d;
-          }
+            return d * d;
+          });
         }
+        const double ss = fold(sq);
         const double var = m > 0 ? ss / static_cast<double>(m) : 0.0;
         mean = static_cast<float>(mu);
         invstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(a.eps)));
@@ -499,16 +517,17 @@ void batch_norm_backward_loop(const BatchNormBackwardArgs& a) {
   parallel_for(a.c, grain_for(m * 3, kGrainElementwise), [&](int64_t b, int64_t e) {
     for (int64_t ch = b; ch < e; ++ch) {
       const float mean = a.saved[ch], invstd = a.saved[a.c + ch];
-      double sum_g = 0.0, sum_gx = 0.0;
+      double lanes_g[8] = {}, lanes_gx[8] = {};
       for (int64_t i = 0; i < a.n; ++i) {
-        const int64_t off = (i * a.c + ch) * a.hw;
-        for (int64_t k = 0; k < a.hw; ++k) {
-          const float g = static_cast<float>(gy[off + k]);
-          const float xhat = (static_cast<float>(x[off + k]) - mean) * invstd;
-          sum_g += g;
-          sum_gx += static_cast<double>(g) * xhat;
-        }
+        const T* gr = gy + (i * a.c + ch) * a.hw;
+        const T* xr = x + (i * a.c + ch) * a.hw;
+        add_lanes(lanes_g, a.hw, [gr](int64_t k) { return static_cast<double>(static_cast<float>(gr[k])); });
+        add_lanes(lanes_gx, a.hw, [gr, xr, mean, invstd](int64_t k) {
+          const float xhat = (static_cast<float>(xr[k]) - mean) * invstd;
+          return static_cast<double>(static_cast<float>(gr[k])) * xhat;
+        });
       }
+      const double sum_g = fold(lanes_g), sum_gx = fold(lanes_gx);
       if (gb != nullptr) gb[ch] = T(static_cast<float>(sum_g));
       if (gw != nullptr) gw[ch] = T(static_cast<float>(sum_gx));
       if (gx == nullptr) continue;
