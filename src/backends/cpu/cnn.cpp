@@ -54,6 +54,7 @@
 #include "encore/error.h"
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
+#include "src/backends/cpu/simd.h"
 #include "src/backends/cnn_formulas.h"
 #include "src/backends/kernel_table.h"
 
@@ -438,14 +439,60 @@ void avg_pool_backward_loop(const AvgPoolArgs& a) {
 // double accumulator was a chain of dependent adds: 2.6 ms for a [32, 16,
 // 32, 32] forward). Channels in parallel.
 
-// lane[k % 8] += f(k) for k in [0, len).
-template <typename F>
-inline void add_lanes(double (&lane)[8], int64_t len, F&& f) {
+// The row loops, compiled per x86-64 level (simd.h): each adds element k of
+// a row into lane k % 8 (the tail into lanes 0, 1, ...), so every clone and
+// thread count gives the same bits.
+template <typename T>
+ENCORE_SIMD_CLONES void bn_row_sum(const T* row, int64_t n, double* lane) {
   int64_t k = 0;
-  for (; k + 8 <= len; k += 8) {
-    for (int j = 0; j < 8; ++j) lane[j] += f(k + j);
+  for (; k + 8 <= n; k += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(static_cast<float>(row[k + j]));
   }
-  for (int j = 0; k < len; ++k, ++j) lane[j] += f(k);
+  for (int j = 0; k < n; ++k, ++j) lane[j] += static_cast<double>(static_cast<float>(row[k]));
+}
+template <typename T>
+ENCORE_SIMD_CLONES void bn_row_squares(const T* row, int64_t n, double mu, double* lane) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const double d = static_cast<double>(static_cast<float>(row[k + j])) - mu;
+      lane[j] += d * d;
+    }
+  }
+  for (int j = 0; k < n; ++k, ++j) {
+    const double d = static_cast<double>(static_cast<float>(row[k])) - mu;
+    lane[j] += d * d;
+  }
+}
+template <typename T>
+ENCORE_SIMD_CLONES void bn_row_apply(const T* row, T* out, int64_t n, float scale, float shift) {
+  for (int64_t k = 0; k < n; ++k) out[k] = T(static_cast<float>(row[k]) * scale + shift);
+}
+// sum gy and sum gy xhat, xhat = (x - mean) invstd in f32.
+template <typename T>
+ENCORE_SIMD_CLONES void bn_row_grad_sums(const T* gr, const T* xr, int64_t n, float mean, float invstd, double* lg,
+                                         double* lgx) {
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int j = 0; j < 8; ++j) {
+      const double g = static_cast<float>(gr[k + j]);
+      lg[j] += g;
+      lgx[j] += g * ((static_cast<float>(xr[k + j]) - mean) * invstd);
+    }
+  }
+  for (int j = 0; k < n; ++k, ++j) {
+    const double g = static_cast<float>(gr[k]);
+    lg[j] += g;
+    lgx[j] += g * ((static_cast<float>(xr[k]) - mean) * invstd);
+  }
+}
+template <typename T>
+ENCORE_SIMD_CLONES void bn_row_grad_input(const T* gr, const T* xr, T* out, int64_t n, float mean, float invstd,
+                                          float scale, float mg, float mgx) {
+  for (int64_t k = 0; k < n; ++k) {
+    const float xhat = (static_cast<float>(xr[k]) - mean) * invstd;
+    out[k] = T(scale * (static_cast<float>(gr[k]) - mg - xhat * mgx));
+  }
 }
 inline double fold(const double (&l)[8]) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
@@ -465,20 +512,11 @@ void batch_norm_loop(const BatchNormArgs& a) {
       float mean, invstd;
       if (a.training) {
         double lanes[8] = {};
-        for (int64_t i = 0; i < a.n; ++i) {
-          const T* row = x + (i * a.c + ch) * a.hw;
-          add_lanes(lanes, a.hw, [row](int64_t k) { return static_cast<double>(static_cast<float>(row[k])); });
-        }
+        for (int64_t i = 0; i < a.n; ++i) bn_row_sum(x + (i * a.c + ch) * a.hw, a.hw, lanes);
         const double s = fold(lanes);
         const double mu = m > 0 ? s / static_cast<double>(m) : 0.0;
         double sq[8] = {};
-        for (int64_t i = 0; i < a.n; ++i) {
-          const T* row = x + (i * a.c + ch) * a.hw;
-          add_lanes(sq, a.hw, [row, mu](int64_t k) {
-            const double d = static_cast<double>(static_cast<float>(row[k])) - mu;
-            return d * d;
-          });
-        }
+        for (int64_t i = 0; i < a.n; ++i) bn_row_squares(x + (i * a.c + ch) * a.hw, a.hw, mu, sq);
         const double ss = fold(sq);
         const double var = m > 0 ? ss / static_cast<double>(m) : 0.0;
         mean = static_cast<float>(mu);
@@ -497,9 +535,7 @@ void batch_norm_loop(const BatchNormArgs& a) {
       const float scale = (w != nullptr ? static_cast<float>(w[ch]) : 1.f) * invstd;
       const float shift = (bias != nullptr ? static_cast<float>(bias[ch]) : 0.f) - mean * scale;
       for (int64_t i = 0; i < a.n; ++i) {
-        const T* row = x + (i * a.c + ch) * a.hw;
-        T* out = y + (i * a.c + ch) * a.hw;
-        for (int64_t k = 0; k < a.hw; ++k) out[k] = T(static_cast<float>(row[k]) * scale + shift);
+        bn_row_apply(x + (i * a.c + ch) * a.hw, y + (i * a.c + ch) * a.hw, a.hw, scale, shift);
       }
     }
   });
@@ -521,17 +557,7 @@ void batch_norm_backward_loop(const BatchNormBackwardArgs& a) {
       for (int64_t i = 0; i < a.n; ++i) {
         const T* gr = gy + (i * a.c + ch) * a.hw;
         const T* xr = x + (i * a.c + ch) * a.hw;
-        // Both sums in one pass over the row, each in its own 8 lanes (add_lanes' order).
-        int64_t k = 0;
-        auto both = [&](int j, int64_t e) {
-          const double g = static_cast<float>(gr[e]);
-          lanes_g[j] += g;
-          lanes_gx[j] += g * ((static_cast<float>(xr[e]) - mean) * invstd);
-        };
-        for (; k + 8 <= a.hw; k += 8) {
-          for (int j = 0; j < 8; ++j) both(j, k + j);
-        }
-        for (int j = 0; k < a.hw; ++k, ++j) both(j, k);
+        bn_row_grad_sums(gr, xr, a.hw, mean, invstd, lanes_g, lanes_gx);
       }
       const double sum_g = fold(lanes_g), sum_gx = fold(lanes_gx);
       if (gb != nullptr) gb[ch] = T(static_cast<float>(sum_g));
@@ -542,11 +568,7 @@ void batch_norm_backward_loop(const BatchNormBackwardArgs& a) {
       const float mgx = a.training && m > 0 ? static_cast<float>(sum_gx / static_cast<double>(m)) : 0.f;
       for (int64_t i = 0; i < a.n; ++i) {
         const int64_t off = (i * a.c + ch) * a.hw;
-        for (int64_t k = 0; k < a.hw; ++k) {
-          const float g = static_cast<float>(gy[off + k]);
-          const float xhat = (static_cast<float>(x[off + k]) - mean) * invstd;
-          gx[off + k] = T(scale * (g - mg - xhat * mgx));
-        }
+        bn_row_grad_input(gy + off, x + off, gx + off, a.hw, mean, invstd, scale, mg, mgx);
       }
     }
   });
