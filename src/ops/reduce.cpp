@@ -139,7 +139,8 @@ Tensor var(const Tensor& a, std::vector<int64_t> dims, int64_t correction, bool 
   backend::var(out, a, mean_f32, r.mask, correction);
   if (autograd::any_requires_grad(a)) {
     // d var / d x = 2 (x - mean) / max(0, count - correction).
-    const double divisor = std::max<double>(0.0, static_cast<double>(r.count - correction));
+    // In double: count - correction overflows int64 for extreme corrections (ops_fuzz).
+    const double divisor = std::max(0.0, static_cast<double>(r.count) - static_cast<double>(correction));
     autograd::record("var", {a}, out,
                      [sa = SavedTensor(a, "var"), dims = r.dims, keep = r.keep_shape, divisor](const Tensor& g) -> Grads {
                        const Tensor& x = sa.get();

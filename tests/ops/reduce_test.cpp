@@ -271,6 +271,16 @@ TEST(ReduceTest, EmptyAndOverCorrectedReductionsFollowPyTorch) {
   Tensor a = from_vector<float>({1, 2, 1, 1}, {2, 2});
   expect_near_or_inf(var(a, {1}, 2), {kInf, kNaN});
   expect_near_or_inf(var(a, {1}, 5), {kInf, kNaN});
+  // Corrections at the ends of int64 (ops_fuzz found count - correction
+  // overflowing in var's backward): the divisor is taken in double.
+  for (int64_t c : {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}) {
+    Tensor x = from_vector<float>({1, 2, 4}, {3}).requires_grad_(true);
+    Tensor v = var(x, {}, c);
+    v.backward();
+    const double divisor = std::max(0.0, 3.0 - static_cast<double>(c));
+    expect_near_or_inf(v, {divisor > 0 ? (14.0 / 3.0) / divisor : kInf});
+    EXPECT_EQ(x.grad().numel(), 3) << c;
+  }
   // A sum reaching inf stays inf (the Kahan compensation does not turn it into NaN).
   const float big = std::numeric_limits<float>::max();
   expect_near_or_inf(sum(from_vector<float>(std::vector<float>(600, big))), {kInf});
