@@ -85,52 +85,6 @@ std::unique_ptr<Workload> gpt(int64_t layers, int64_t width, int64_t heads, int6
   return w;
 }
 
-// A residual block of a small ResNet: relu(x + bn(conv(relu(bn(conv(x)))))),
-// 3x3 convolutions keeping the channels.
-class ResBlock : public nn::Module {
- public:
-  explicit ResBlock(int64_t c)
-      : conv1_(register_module("conv1", std::make_unique<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, false))),
-        bn1_(register_module("bn1", std::make_unique<nn::BatchNorm2d>(c))),
-        conv2_(register_module("conv2", std::make_unique<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, false))),
-        bn2_(register_module("bn2", std::make_unique<nn::BatchNorm2d>(c))) {}
-  Tensor forward(const Tensor& x) const override {
-    return relu(x + bn2_.forward(conv2_.forward(relu(bn1_.forward(conv1_.forward(x))))));
-  }
-
- private:
-  nn::Conv2d& conv1_;
-  nn::BatchNorm2d& bn1_;
-  nn::Conv2d& conv2_;
-  nn::BatchNorm2d& bn2_;
-};
-
-// The CNN step: x [batch, 3, 32, 32] -> conv 3->c, batch norm, ReLU,
-// `blocks` residual blocks, global average pool, linear to 10 classes;
-// cross-entropy, SGD with momentum 0.9 (lr 0.01).
-std::unique_ptr<Workload> cnn(int64_t blocks, int64_t channels, int64_t batch) {
-  auto w = std::make_unique<Workload>();
-  manual_seed(1);
-  auto m = std::make_unique<nn::Sequential>();
-  m->emplace<nn::Conv2d>(3, channels, 3, 1, 1, 1, 1, false);
-  m->emplace<nn::BatchNorm2d>(channels);
-  m->emplace<nn::ReLU>();
-  for (int64_t i = 0; i < blocks; ++i) m->emplace<ResBlock>(channels);
-  m->emplace<nn::AdaptiveAvgPool2d>(1);
-  m->emplace<nn::Flatten>();
-  m->emplace<nn::Linear>(channels, 10);
-  w->opt = std::make_unique<optim::SGD>(m->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
-  w->x = randn({batch, 3, 32, 32});
-  std::vector<int64_t> labels(batch);
-  for (int64_t i = 0; i < batch; ++i) labels[i] = i % 10;
-  w->y = from_vector<int64_t>(labels);
-  nn::Sequential* raw = m.get();
-  Workload* wp = w.get();
-  w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
-  w->model = std::move(m);
-  return w;
-}
-
 // Records some launches of one eager step: the "gemm" launches (the GEMM
 // floor; with convolutions, the "conv2d*" launches too), or the optimizer's (launched in Phase::kOptimizer: the update and
 // the lazy zero_grad) — kernel, argument bytes, and a reference on every
@@ -284,7 +238,7 @@ MakeWorkload mlp_of(std::vector<int64_t> widths, int64_t batch, bool sgd = false
   return [=] { return mlp(widths, batch, sgd); };
 }
 MakeWorkload cnn_of(int64_t blocks, int64_t channels, int64_t batch) {
-  return [=] { return cnn(blocks, channels, batch); };
+  return [=] { return tools::make_resnet_cnn({.blocks = blocks, .channels = channels, .batch = batch}); };
 }
 MakeWorkload gpt_of(int64_t layers, int64_t width, int64_t heads, int64_t batch, int64_t seq, int64_t vocab) {
   return [=] { return gpt(layers, width, heads, batch, seq, vocab); };

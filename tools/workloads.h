@@ -1,5 +1,6 @@
 // Training workloads shared by the tools (encore-prof --model=mlp|gpt,
-// encore-launch's training-step variant) and their tests: the models of
+// encore-launch's training-step variant), their tests and the CNN step of
+// bench/train_step_bench and bench/peers: the models of
 // examples/train_mlp.cpp and examples/train_gpt.cpp with an AdamW optimizer,
 // static inputs filled once (synthetic data: profiling does not need a
 // corpus), and one training step ready for encore::capture().
@@ -86,6 +87,60 @@ inline std::unique_ptr<Workload> make_gpt(const GptSpec& spec) {
   nn::Gpt* raw = m.get();
   Workload* wp = w.get();
   w->loss = [raw, wp] { return raw->loss(wp->x, wp->y); };
+  w->model = std::move(m);
+  return w;
+}
+
+// A residual block of a small ResNet: relu(x + bn(conv(relu(bn(conv(x)))))),
+// 3x3 convolutions without bias keeping the channels.
+class ResBlock : public nn::Module {
+ public:
+  explicit ResBlock(int64_t c)
+      : conv1_(register_module("conv1", std::make_unique<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, false))),
+        bn1_(register_module("bn1", std::make_unique<nn::BatchNorm2d>(c))),
+        conv2_(register_module("conv2", std::make_unique<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, false))),
+        bn2_(register_module("bn2", std::make_unique<nn::BatchNorm2d>(c))) {}
+  Tensor forward(const Tensor& x) const override {
+    return relu(x + bn2_.forward(conv2_.forward(relu(bn1_.forward(conv1_.forward(x))))));
+  }
+
+ private:
+  nn::Conv2d& conv1_;
+  nn::BatchNorm2d& bn1_;
+  nn::Conv2d& conv2_;
+  nn::BatchNorm2d& bn2_;
+};
+
+// The CNN step of the convnets issue (bench/train_step_bench.cpp,
+// bench/peers/torch_cpu_steps.cpp): x ~ N(0, 1) [batch, 3, 32, 32] -> conv
+// 3->channels, batch norm, ReLU, `blocks` residual blocks, global average
+// pool, linear to 10 classes; cross-entropy on labels i % 10, SGD momentum 0.9.
+struct ResnetCnnSpec {
+  int64_t blocks = 3;
+  int64_t channels = 16;
+  int64_t batch = 32;
+  double lr = 0.01;
+};
+
+inline std::unique_ptr<Workload> make_resnet_cnn(const ResnetCnnSpec& spec) {
+  auto w = std::make_unique<Workload>();
+  manual_seed(1);
+  auto m = std::make_unique<nn::Sequential>();
+  m->emplace<nn::Conv2d>(3, spec.channels, 3, 1, 1, 1, 1, false);
+  m->emplace<nn::BatchNorm2d>(spec.channels);
+  m->emplace<nn::ReLU>();
+  for (int64_t i = 0; i < spec.blocks; ++i) m->emplace<ResBlock>(spec.channels);
+  m->emplace<nn::AdaptiveAvgPool2d>(1);
+  m->emplace<nn::Flatten>();
+  m->emplace<nn::Linear>(spec.channels, 10);
+  w->opt = std::make_unique<optim::SGD>(m->parameters(), optim::SgdOptions{.lr = spec.lr, .momentum = 0.9});
+  w->x = randn({spec.batch, 3, 32, 32});
+  std::vector<int64_t> labels(spec.batch);
+  for (int64_t i = 0; i < spec.batch; ++i) labels[i] = i % 10;
+  w->y = from_vector<int64_t>(labels);
+  nn::Sequential* raw = m.get();
+  Workload* wp = w.get();
+  w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
   w->model = std::move(m);
   return w;
 }

@@ -13,7 +13,7 @@
 //  - the transformer block B 8, T 64, C 256, 4 heads: pre-norm LayerNorm,
 //    non-causal softmax attention, MLP 1024 with exact GELU, loss the mean
 //    of squares of its output, AdamW lr 1e-3;
-//  - the CNN of issue 21 (bench/train_step_bench.cpp's cnn(3, 16, 32)):
+//  - the CNN of issue 21 (tools/workloads.h's make_resnet_cnn, as in bench/train_step_bench.cpp):
 //    x [32, 3, 32, 32] -> conv 3->16 3x3, batch norm, ReLU, three residual
 //    blocks relu(x + bn2(conv2(relu(bn1(conv1(x)))))) of 16-channel 3x3
 //    convolutions (padding 1, no bias), global average pool, flatten,
@@ -102,48 +102,6 @@ std::unique_ptr<Workload> block() {
   return w;
 }
 
-// bench/train_step_bench.cpp's residual block and CNN step.
-class ResBlock : public nn::Module {
- public:
-  explicit ResBlock(int64_t c)
-      : conv1_(register_module("conv1", std::make_unique<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, false))),
-        bn1_(register_module("bn1", std::make_unique<nn::BatchNorm2d>(c))),
-        conv2_(register_module("conv2", std::make_unique<nn::Conv2d>(c, c, 3, 1, 1, 1, 1, false))),
-        bn2_(register_module("bn2", std::make_unique<nn::BatchNorm2d>(c))) {}
-  Tensor forward(const Tensor& x) const override {
-    return relu(x + bn2_.forward(conv2_.forward(relu(bn1_.forward(conv1_.forward(x))))));
-  }
-
- private:
-  nn::Conv2d& conv1_;
-  nn::BatchNorm2d& bn1_;
-  nn::Conv2d& conv2_;
-  nn::BatchNorm2d& bn2_;
-};
-
-std::unique_ptr<Workload> cnn(int64_t blocks, int64_t channels, int64_t batch) {
-  auto w = std::make_unique<Workload>();
-  manual_seed(1);
-  auto m = std::make_unique<nn::Sequential>();
-  m->emplace<nn::Conv2d>(3, channels, 3, 1, 1, 1, 1, false);
-  m->emplace<nn::BatchNorm2d>(channels);
-  m->emplace<nn::ReLU>();
-  for (int64_t i = 0; i < blocks; ++i) m->emplace<ResBlock>(channels);
-  m->emplace<nn::AdaptiveAvgPool2d>(1);
-  m->emplace<nn::Flatten>();
-  m->emplace<nn::Linear>(channels, 10);
-  w->opt = std::make_unique<optim::SGD>(m->parameters(), optim::SgdOptions{.lr = 0.01, .momentum = 0.9});
-  w->x = randn({batch, 3, 32, 32});
-  std::vector<int64_t> labels(batch);
-  for (int64_t i = 0; i < batch; ++i) labels[i] = i % 10;
-  w->y = from_vector<int64_t>(labels);
-  nn::Sequential* raw = m.get();
-  Workload* wp = w.get();
-  w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
-  w->model = std::move(m);
-  return w;
-}
-
 double now_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -168,7 +126,7 @@ void run_row(const std::string& name, int threads, double budget_ms) {
     step = [&] { return chain->step(); };
   } else {
     w = name == "block_b8_t64_c256_h4"         ? block()
-        : name == "cnn_resnet3x16_b32_3x32x32" ? cnn(3, 16, 32)
+        : name == "cnn_resnet3x16_b32_3x32x32" ? tools::make_resnet_cnn({.blocks = 3, .channels = 16, .batch = 32})
         : name == "mlp_784_128_10_b32"         ? mlp({784, 128, 10}, 32)
         : name == "mlp_784_512_512_10_b128"    ? mlp({784, 512, 512, 10}, 128)
                                                : mlp({1024, 4096, 4096, 1024}, 64);
