@@ -5,6 +5,7 @@
 //
 //   encore-prof --model=mlp [--hidden=128] [--batch=128] --trace=mlp.json
 //   encore-prof --model=gpt --n_layer=2 --n_embd=64 --seq=32 --trace=gpt.json --dot=gpt.dot
+//   encore-prof --model=cnn --blocks=3 --channels=16  # the small ResNet of bench/train_step_bench
 //   encore-prof --device=cuda --model=gpt      # per-node GPU times (CUPTI), GPU idle time
 //
 // --device=auto (the default) profiles on cuda:0 when a GPU answers, else on
@@ -34,16 +35,19 @@
 ABSL_FLAG(std::string, device, "auto",
           "Where the step runs: cpu, cuda (cuda:0), or auto (cuda when a GPU answers, else cpu).");
 ABSL_FLAG(std::string, model, "mlp",
-          "Built-in model to profile: mlp (examples/train_mlp) or gpt (examples/train_gpt).");
-ABSL_FLAG(int64_t, batch, 0, "Examples per step, 0..65536; 0 = the model's default (mlp 128, gpt 16).");
+          "Built-in model to profile: mlp (examples/train_mlp), gpt (examples/train_gpt) or cnn (a small ResNet\n"
+          "on 3x32x32 inputs, SGD momentum: the CNN step of bench/train_step_bench).");
+ABSL_FLAG(int64_t, batch, 0, "Examples per step, 0..65536; 0 = the model's default (mlp 128, gpt 16, cnn 32).");
 ABSL_FLAG(int64_t, hidden, 128, "mlp: hidden width of the 32-hidden-10 MLP, 1..65536.");
 ABSL_FLAG(int64_t, seq, 32, "gpt: characters per sequence (T), also the block size, 1..4096.");
 ABSL_FLAG(int64_t, n_layer, 2, "gpt: transformer blocks, 1..256.");
 ABSL_FLAG(int64_t, n_head, 4, "gpt: attention heads per block, 1..1024.");
 ABSL_FLAG(int64_t, n_embd, 64, "gpt: model width (C), 1..16384; must divide by n_head.");
 ABSL_FLAG(int64_t, vocab, 65, "gpt: vocabulary size (token ids are synthetic), 1..1048576.");
+ABSL_FLAG(int64_t, blocks, 3, "cnn: residual blocks (two 3x3 convolutions with batch norm each), 0..256.");
+ABSL_FLAG(int64_t, channels, 16, "cnn: channels of every convolution, 1..4096.");
 ABSL_FLAG(double, dropout, 0.0, "gpt: dropout probability, in [0, 1).");
-ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate.");
+ABSL_FLAG(double, lr, 3e-3, "Learning rate (AdamW; cnn: SGD with momentum 0.9).");
 ABSL_FLAG(uint64_t, seed, 1337, "Seed for the model's initialisation and inputs.");
 ABSL_FLAG(int32_t, runs, 20,
           "Timed runs per profile, 1..100000 (node times are medians); as many untimed runs give the step time.");
@@ -81,27 +85,32 @@ absl::Status check_sizes() {
   const int64_t seq = absl::GetFlag(FLAGS_seq), n_layer = absl::GetFlag(FLAGS_n_layer);
   const int64_t n_head = absl::GetFlag(FLAGS_n_head), n_embd = absl::GetFlag(FLAGS_n_embd);
   const int64_t vocab = absl::GetFlag(FLAGS_vocab);
+  const int64_t blocks = absl::GetFlag(FLAGS_blocks), channels = absl::GetFlag(FLAGS_channels);
   for (absl::Status s : {in_range("--runs", absl::GetFlag(FLAGS_runs), 1, 100000),
                          in_range("--warmup_runs", absl::GetFlag(FLAGS_warmup_runs), 0, 100000),
                          in_range("--top", absl::GetFlag(FLAGS_top), 0, 10000), in_range("--batch", batch, 0, 65536),
                          in_range("--hidden", hidden, 1, 65536), in_range("--seq", seq, 1, 4096),
                          in_range("--n_layer", n_layer, 1, 256), in_range("--n_head", n_head, 1, 1024),
-                         in_range("--n_embd", n_embd, 1, 16384), in_range("--vocab", vocab, 1, 1 << 20)}) {
+                         in_range("--n_embd", n_embd, 1, 16384), in_range("--vocab", vocab, 1, 1 << 20),
+                         in_range("--blocks", blocks, 0, 256), in_range("--channels", channels, 1, 4096)}) {
     if (!s.ok()) return s;
   }
   if (const double p = absl::GetFlag(FLAGS_dropout); !(p >= 0 && p < 1)) {
     return absl::InvalidArgumentError(absl::StrFormat("--dropout must be in [0, 1), got %g", p));
   }
   // Every product below is at most 2^16 * 2^12 * 2^20 = 2^48: no overflow.
-  const bool mlp = absl::GetFlag(FLAGS_model) == "mlp";
-  const int64_t b = batch > 0 ? batch : mlp ? 128 : 16;
+  const std::string model = absl::GetFlag(FLAGS_model);
+  const bool mlp = model == "mlp", gpt = model == "gpt", cnn = model == "cnn";
+  const int64_t b = batch > 0 ? batch : mlp ? 128 : cnn ? 32 : 16;
   const std::pair<const char*, int64_t> largest[] = {
       {"batch x hidden", mlp ? b * hidden : 0},
-      {"batch x seq x vocab (logits)", mlp ? 0 : b * seq * vocab},
-      {"batch x seq x 4 n_embd (MLP)", mlp ? 0 : b * seq * 4 * n_embd},
-      {"batch x n_head x seq x seq (attention)", mlp ? 0 : b * n_head * seq * seq},
-      {"12 n_layer x n_embd^2 (parameters)", mlp ? 0 : 12 * n_layer * n_embd * n_embd},
-      {"vocab x n_embd (embedding)", mlp ? 0 : vocab * n_embd}};
+      {"batch x seq x vocab (logits)", gpt ? b * seq * vocab : 0},
+      {"batch x seq x 4 n_embd (MLP)", gpt ? b * seq * 4 * n_embd : 0},
+      {"batch x n_head x seq x seq (attention)", gpt ? b * n_head * seq * seq : 0},
+      {"12 n_layer x n_embd^2 (parameters)", gpt ? 12 * n_layer * n_embd * n_embd : 0},
+      {"vocab x n_embd (embedding)", gpt ? vocab * n_embd : 0},
+      {"batch x channels x 32 x 32 (activations)", cnn ? b * channels * 32 * 32 : 0},
+      {"channels^2 x 9 (convolution weights)", cnn ? channels * channels * 9 : 0}};
   for (const auto& [what, n] : largest) {
     if (n > kMaxTensorElements) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -131,7 +140,13 @@ absl::StatusOr<std::unique_ptr<Workload>> build_workload(encore::Device device) 
     if (!s.ok()) return s;
     return w;
   }
-  return absl::InvalidArgumentError(absl::StrFormat("--model must be mlp or gpt, got '%s'", model));
+  if (model == "cnn") {
+    return encore::tools::make_resnet_cnn({.blocks = absl::GetFlag(FLAGS_blocks),
+                                           .channels = absl::GetFlag(FLAGS_channels),
+                                           .batch = batch > 0 ? batch : 32, .lr = absl::GetFlag(FLAGS_lr),
+                                           .device = device});
+  }
+  return absl::InvalidArgumentError(absl::StrFormat("--model must be mlp, gpt or cnn, got '%s'", model));
 }
 
 // Graph::frozen(), one line per distinct (op, phase, argument, value): how
@@ -203,7 +218,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Profiles a built-in model's training step eagerly and captured + replayed, on the CPU or a GPU: per-kernel\n"
       "times mapped to ops and phases (forward, backward, optimizer), a summary, a Chrome trace and a DOT graph.\n"
-      "Usage: encore-prof [--device=cpu|cuda|auto] [--model=mlp|gpt] [model flags] [--runs=N] [--trace=FILE.json]\n"
+      "Usage: encore-prof [--device=cpu|cuda|auto] [--model=mlp|gpt|cnn] [model flags] [--runs=N] [--trace=FILE.json]\n"
       "       [--dot=FILE.dot]");
   std::vector<char*> args = encore::tools::parse_flags(argc, argv, "encore-prof");
   if (args.size() != 1) {

@@ -1,4 +1,4 @@
-// Training workloads shared by the tools (encore-prof --model=mlp|gpt,
+// Training workloads shared by the tools (encore-prof --model=mlp|gpt|cnn,
 // encore-launch's training-step variant), their tests and the CNN step of
 // bench/train_step_bench and bench/peers: the models of
 // examples/train_mlp.cpp and examples/train_gpt.cpp with an AdamW optimizer,
@@ -120,6 +120,7 @@ struct ResnetCnnSpec {
   int64_t channels = 16;
   int64_t batch = 32;
   double lr = 0.01;
+  Device device = kCPU;   // parameters, buffers and inputs; initialised on the CPU first
 };
 
 inline std::unique_ptr<Workload> make_resnet_cnn(const ResnetCnnSpec& spec) {
@@ -133,11 +134,12 @@ inline std::unique_ptr<Workload> make_resnet_cnn(const ResnetCnnSpec& spec) {
   m->emplace<nn::AdaptiveAvgPool2d>(1);
   m->emplace<nn::Flatten>();
   m->emplace<nn::Linear>(spec.channels, 10);
+  if (!spec.device.is_cpu()) m->to(spec.device);   // before the optimizer takes the parameters
   w->opt = std::make_unique<optim::SGD>(m->parameters(), optim::SgdOptions{.lr = spec.lr, .momentum = 0.9});
-  w->x = randn({spec.batch, 3, 32, 32});
+  w->x = randn({spec.batch, 3, 32, 32}).to(spec.device);
   std::vector<int64_t> labels(spec.batch);
   for (int64_t i = 0; i < spec.batch; ++i) labels[i] = i % 10;
-  w->y = from_vector<int64_t>(labels);
+  w->y = from_vector<int64_t>(labels).to(spec.device);
   nn::Sequential* raw = m.get();
   Workload* wp = w.get();
   w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };

@@ -74,6 +74,14 @@ TEST(EncoreProfTest, ProfilesTheGpt) {
   EXPECT_THAT(run.out, ::testing::Not(HasSubstr("eager (cpu)")));
 }
 
+TEST(EncoreProfTest, ProfilesTheCnn) {
+  const ToolRun run = prof("--device=cpu --model=cnn --blocks=1 --channels=4 --batch=2 --runs=1 --warmup_runs=0 --top=40");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("replay (cpu)"));
+  EXPECT_THAT(run.out, HasSubstr("conv2d"));
+  EXPECT_THAT(run.out, HasSubstr("batch_norm"));
+}
+
 // Graph::frozen(), grouped: AdamW's constants and dropout's p are host values baked into kernels.
 TEST(EncoreProfTest, ListsTheHostValuesTheGraphFroze) {
   const std::string flags = "--device=cpu --model=gpt --n_layer=1 --n_embd=16 --n_head=2 --seq=8 --vocab=11 "
@@ -119,7 +127,7 @@ TEST(EncoreProfTest, ProfilesOnCudaWhenAGpuAnswers) {
 }
 
 TEST(EncoreProfTest, FlagErrors) {
-  expect_flag_error(prof("--model=resnet"), "--model must be mlp or gpt, got 'resnet'");
+  expect_flag_error(prof("--model=resnet"), "--model must be mlp, gpt or cnn, got 'resnet'");
   expect_flag_error(prof("--device=tpu"), "--device must be cpu, cuda or auto, got 'tpu'");
   expect_flag_error(prof("--runs=0"), "--runs must be in 1..100000, got 0");
   expect_flag_error(prof("--model=mlp --hidden=0"), "--hidden must be in 1..65536, got 0");
@@ -153,6 +161,9 @@ TEST(EncoreProfTest, SizeFlagsRefuseHostileValues) {
   expect_flag_error(prof("--model=gpt --seq=4096 --n_head=64 --batch=16"), "batch x n_head x seq x seq (attention)");
   expect_flag_error(prof("--model=gpt --n_embd=16384 --n_layer=2"), "12 n_layer x n_embd^2 (parameters)");
   expect_flag_error(prof("--model=mlp --hidden=65536 --batch=65536"), "batch x hidden = 4294967296");
+  expect_flag_error(prof("--model=cnn --channels=4096 --batch=65536"), "batch x channels x 32 x 32 (activations)");
+  expect_flag_error(prof("--model=cnn --blocks=257"), "--blocks must be in 0..256, got 257");
+  expect_flag_error(prof("--model=cnn --channels=0"), "--channels must be in 1..4096, got 0");
   for (const char* p : {"nan", "inf", "-0.5", "1"}) {
     expect_flag_error(prof(std::string("--model=gpt --dropout=") + p), "--dropout must be in [0, 1)");
   }
@@ -182,7 +193,7 @@ TEST(EncoreProfTest, WriteFailuresAreReported) {
 TEST(EncoreProfTest, HelpDescribesEveryFlag) {
   const ToolRun run = prof("--help");
   for (const char* flag : {"--device", "--model", "--batch", "--hidden", "--seq", "--n_layer", "--n_head", "--n_embd", "--vocab",
-                           "--dropout", "--lr", "--seed", "--runs", "--warmup_runs", "--eager", "--top", "--trace",
+                           "--blocks", "--channels", "--dropout", "--lr", "--seed", "--runs", "--warmup_runs", "--eager", "--top", "--trace",
                            "--dot"}) {
     EXPECT_THAT(run.out + run.err, HasSubstr(std::string(flag) + " (")) << flag;
   }
