@@ -1,11 +1,13 @@
 // The pooling windows both backends walk (cpu/cnn.cpp, cuda/cnn.cu), written
-// once as host/device functions so their divisors and bounds agree bit for
-// bit. nvcc-safe.
+// once as host/device functions so their divisors, bounds and tie rules
+// agree bit for bit. nvcc-safe.
 //
 //   const PoolWindow win = avg_pool_window(g, mode, i, j);   // output (i, j)
 //   for (int64_t r = win.h0; r < win.h1; ++r) ...            // rows inside the input
+//   const MaxTap m = max_pool_window(g, i, j, [&](int64_t flat) { return float(plane[flat]); });
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "src/backends/kernel_table.h"
@@ -45,6 +47,33 @@ ENCORE_HOST_DEVICE PoolWindow avg_pool_window(const PoolGeom& g, AvgPoolMode mod
   const int64_t inside = (h1 - h0) * (w1 - w0);
   win.divisor = static_cast<float>(mode == AvgPoolMode::kIncludePad ? padded : (inside > 0 ? inside : 0));
   return win;
+}
+
+// The winner of a max-pooling window: its value and its flat index in the
+// input plane (-1 when no tap of the window lies inside the input).
+struct MaxTap {
+  float value;
+  int64_t flat;
+};
+
+// Max pooling of output (i, j) over the dilated taps inside the input, row
+// by row: the first largest tap wins ties and a NaN wins over numbers
+// (PyTorch's rule; `v != v` is the NaN test both compilers keep). `at(flat)`
+// reads the plane's input at ih * w + iw as float.
+template <typename At>
+ENCORE_HOST_DEVICE MaxTap max_pool_window(const PoolGeom& g, int64_t i, int64_t j, At at) {
+  MaxTap m{-INFINITY, -1};
+  for (int64_t r = 0; r < g.kh; ++r) {
+    const int64_t ih = i * g.stride_h - g.pad_h + r * g.dil_h;
+    if (ih < 0 || ih >= g.h) continue;
+    for (int64_t s = 0; s < g.kw; ++s) {
+      const int64_t iw = j * g.stride_w - g.pad_w + s * g.dil_w;
+      if (iw < 0 || iw >= g.w) continue;
+      const float v = at(ih * g.w + iw);
+      if (m.flat < 0 || v > m.value || (v != v && m.value == m.value)) m = {v, ih * g.w + iw};
+    }
+  }
+  return m;
 }
 
 }  // namespace encore::backend

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -305,6 +306,24 @@ TEST(Pooling, AvgPoolBackwardOfAWidePlane) {
     for (int64_t r = 0; r < 2; ++r) expected[r * 5000] = expected[r * 5000 + 4999] = 2.0 / 3.0;
     expect_near(x.grad().to(kFloat32), expected, dt == kFloat32 ? 1e-6 : 1e-2, 0.0);
   }
+}
+
+// PyTorch's tie and NaN rules: the first largest tap of a window wins (and
+// takes the whole gradient), a NaN wins over numbers and propagates.
+TEST(Pooling, MaxPoolTiesGoToTheFirstTapAndNanWins) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor x = from_vector<float>({1, 1, 5, 1, /**/ 2, nan, 3, 4}, {1, 1, 2, 4}).requires_grad_();
+  Tensor y = max_pool2d(x, {1, 2});   // windows (1, 1), (5, 1), (2, nan), (3, 4)
+  const std::vector<float> got = y.to_vector<float>();
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[0], 1.f);
+  EXPECT_EQ(got[1], 5.f);
+  EXPECT_TRUE(std::isnan(got[2]));
+  EXPECT_EQ(got[3], 4.f);
+  sum(y).backward();
+  const std::vector<float> g = x.grad().to_vector<float>();
+  const std::vector<float> expected = {1, 0, 1, 0, 0, 1, 0, 1};
+  for (size_t k = 0; k < g.size(); ++k) EXPECT_EQ(g[k], expected[k]) << "element " << k;
 }
 
 TEST(Pooling, RefusesBadArguments) {

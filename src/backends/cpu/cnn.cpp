@@ -71,6 +71,7 @@ using backend::ConvGeom;
 using backend::ConvPass;
 using backend::MaxPoolArgs;
 using backend::MaxPoolBackwardArgs;
+using backend::MaxTap;
 using backend::PoolGeom;
 
 // Units per parallel chunk so that a chunk holds about `grain` elements of work.
@@ -312,24 +313,11 @@ void max_pool_loop(const MaxPoolArgs& a) {
       const T* xp = x + p * g.h * g.w;
       for (int64_t i = 0; i < g.oh; ++i) {
         for (int64_t j = 0; j < g.ow; ++j) {
-          float best = -INFINITY;
-          int64_t arg = -1;
-          for (int64_t r = 0; r < g.kh; ++r) {
-            const int64_t ih = i * g.stride_h - g.pad_h + r * g.dil_h;
-            if (ih < 0 || ih >= g.h) continue;
-            for (int64_t s = 0; s < g.kw; ++s) {
-              const int64_t iw = j * g.stride_w - g.pad_w + s * g.dil_w;
-              if (iw < 0 || iw >= g.w) continue;
-              const float v = static_cast<float>(xp[ih * g.w + iw]);
-              if (arg < 0 || v > best || (std::isnan(v) && !std::isnan(best))) {
-                best = v;
-                arg = ih * g.w + iw;
-              }
-            }
-          }
+          const MaxTap m =
+              backend::max_pool_window(g, i, j, [xp](int64_t flat) { return static_cast<float>(xp[flat]); });
           const int64_t o = (p * g.oh + i) * g.ow + j;
-          y[o] = T(best);
-          a.indices[o] = arg;
+          y[o] = T(m.value);
+          a.indices[o] = m.flat;
         }
       }
     }

@@ -45,23 +45,9 @@ __global__ void max_pool_kernel(MaxPoolArgs a) {
   for (int64_t o = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; o < total; o += int64_t{gridDim.x} * blockDim.x) {
     const int64_t j = o % g.ow, i = (o / g.ow) % g.oh, p = o / (g.ow * g.oh);
     const T* xp = x + p * g.h * g.w;
-    float best = -INFINITY;
-    int64_t arg = -1;
-    for (int64_t r = 0; r < g.kh; ++r) {
-      const int64_t ih = i * g.stride_h - g.pad_h + r * g.dil_h;
-      if (ih < 0 || ih >= g.h) continue;
-      for (int64_t s = 0; s < g.kw; ++s) {
-        const int64_t iw = j * g.stride_w - g.pad_w + s * g.dil_w;
-        if (iw < 0 || iw >= g.w) continue;
-        const float v = to_float(xp[ih * g.w + iw]);
-        if (arg < 0 || v > best || (isnan(v) && !isnan(best))) {
-          best = v;
-          arg = ih * g.w + iw;
-        }
-      }
-    }
-    y[o] = convert<T>(best);
-    a.indices[o] = arg;
+    const MaxTap m = max_pool_window(g, i, j, [xp](int64_t flat) { return to_float(xp[flat]); });
+    y[o] = convert<T>(m.value);
+    a.indices[o] = m.flat;
   }
 }
 
