@@ -272,7 +272,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, PoolTest, ::testing::ValuesIn(kPoolCases));
 
 TEST(AdaptiveAvgPool2d, MatchesLoopsAndFiniteDifferences) {
   for (const auto& [shape, out] : {std::pair{Shape{2, 3, 7, 5}, Size2(3, 2)}, std::pair{Shape{1, 2, 4, 4}, Size2(1)},
-                                   std::pair{Shape{2, 5, 5}, Size2(7, 3)}, std::pair{Shape{1, 1, 6, 6}, Size2(6)}}) {
+                                   std::pair{Shape{2, 5, 5}, Size2(7, 3)}, std::pair{Shape{1, 1, 6, 6}, Size2(6)},
+                                   // windows of whole rows (the contiguous-run sum): global, and two row bands
+                                   std::pair{Shape{2, 3, 37, 29}, Size2(1)}, std::pair{Shape{1, 2, 9, 20}, Size2(2, 1)}}) {
     Tensor x = random_tensor(shape, 3);
     const int64_t h = x.size(-2), w = x.size(-1), planes = x.numel() / (h * w);
     const auto v = values(x);
