@@ -13,8 +13,10 @@
 # Which libraries: every library `ldd` resolves for those binaries except the
 # C/C++ runtime (libc, libm, libstdc++, libgcc_s, ...), which any Linux with
 # glibc >= 2.34 and GLIBCXX_3.4.30 has, and the NVIDIA driver and CUDA
-# libraries (libcuda, libcudart, libcublas*, libnccl: 218 MB), which must come
-# from the GPU machine itself (bench/gpu-check finds them there). That leaves e.g. libopenblas, libgfortran, libgomp,
+# libraries (libcuda, libcudart, libcublas*, libnccl: 218 MB; libcudnn, whose
+# 128 KB loader dlopens its engine libraries, hundreds of MB, from its own
+# folder), which must come from the GPU machine itself (bench/gpu-check finds
+# them there: the nvidia-* wheels beside PyTorch hold cuDNN 9 and NCCL). That leaves e.g. libopenblas, libgfortran, libgomp,
 # libquadmath, libbenchmark and libcupti. bench/gpu-check puts carry-lib first
 # on LD_LIBRARY_PATH. Prints what it copied and the sizes.
 set -euo pipefail
@@ -31,7 +33,7 @@ done
 [ "${#BINS[@]}" -gt 0 ] || { echo "gpu-carry: no binaries under $BUILD" >&2; exit 1; }
 
 # Libraries the GPU machine provides or that every Linux has.
-keep_out='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl|libnvidia)[.-]'
+keep_out='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libutil|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn|libnccl|libnvidia)[.-]'
 
 mkdir -p "$BUILD/carry-lib"
 mapfile -t LIBS < <(for b in "${BINS[@]}"; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1 " " $3}' |
