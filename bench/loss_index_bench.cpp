@@ -9,8 +9,8 @@
 //   multinomial(p [64, 1024], 1)       vs  softmax of p
 // Sizes: [512, 1024] (B*T rows of a 1024-wide layer or vocabulary).
 //
-//   OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 build/bench/loss_index_bench --benchmark_repetitions=3 \
-//       --benchmark_report_aggregates_only=true
+//   OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1 build/bench/loss_index_bench --benchmark_repetitions=3
+//       --benchmark_report_aggregates_only=true      (one command line)
 #include <benchmark/benchmark.h>
 
 #include <vector>

@@ -164,21 +164,43 @@ class Conv2d : public Module {
   int64_t groups_;
 };
 
-// batch_norm over the channels of [N, C, H, W]. weight [C] = 1, bias [C] = 0
-// (affine); buffers running_mean [C] = 0, running_var [C] = 1 and
-// num_batches_tracked (i64, 0-d), all saved in checkpoints. In training mode
-// forward() normalizes by the batch's statistics and updates the running ones
-// in place (inside a captured step too); in eval mode it normalizes by the
-// running ones. Without track_running_stats it always uses the batch's.
-class BatchNorm2d : public Module {
+// batch_norm over the channels of its input: BatchNorm1d takes [N, C] or
+// [N, C, L], BatchNorm2d [N, C, H, W]; C must be num_features. weight [C] = 1,
+// bias [C] = 0 (affine); buffers running_mean [C] = 0, running_var [C] = 1
+// and num_batches_tracked (i64, 0-d), all saved in checkpoints. In training
+// mode forward() normalizes by the batch's statistics and updates the running
+// ones in place (inside a captured step too); in eval mode it normalizes by
+// the running ones. Without track_running_stats it always uses the batch's.
+//
+//   nn::BatchNorm1d bn(128);                        // after a Linear(.., 128)
+//   Tensor h = relu(bn.forward(fc.forward(x)));     // x [B, in] -> [B, 128]
+class BatchNormBase : public Module {
  public:
-  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
-                       bool track_running_stats = true, Init init = {});
   Tensor forward(const Tensor& x) const override;
   Tensor weight, bias;                                      // [C] or undefined (affine = false)
   Tensor running_mean, running_var, num_batches_tracked;    // undefined without track_running_stats
+ protected:
+  // `layer` names the class in errors ("BatchNorm2d"); inputs have min_dim..max_dim dims.
+  BatchNormBase(const char* layer, int64_t min_dim, int64_t max_dim, int64_t num_features, double eps,
+                double momentum, bool affine, bool track_running_stats, Init init);
  private:
+  const char* layer_;
+  int64_t min_dim_, max_dim_, num_features_;
   double eps_, momentum_;
+};
+
+class BatchNorm1d : public BatchNormBase {
+ public:
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+                       bool track_running_stats = true, Init init = {})
+      : BatchNormBase("BatchNorm1d", 2, 3, num_features, eps, momentum, affine, track_running_stats, init) {}
+};
+
+class BatchNorm2d : public BatchNormBase {
+ public:
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
+                       bool track_running_stats = true, Init init = {})
+      : BatchNormBase("BatchNorm2d", 4, 4, num_features, eps, momentum, affine, track_running_stats, init) {}
 };
 
 class MaxPool2d : public Module {

@@ -1,4 +1,4 @@
-// Conv2d and BatchNorm2d (the pooling and Flatten modules are inline in
+// Conv2d, BatchNorm1d and BatchNorm2d (the pooling and Flatten modules are inline in
 // encore/nn.h).
 #include <cmath>
 
@@ -25,10 +25,11 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Siz
   if (with_bias) bias = register_parameter("bias", uniform({out_channels}, bound, init));
 }
 
-BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool affine, bool track_running_stats,
-                         Init init)
-    : eps_(eps), momentum_(momentum) {
-  ENCORE_CHECK(num_features > 0, "BatchNorm2d: num_features must be positive, got %d", num_features);
+BatchNormBase::BatchNormBase(const char* layer, int64_t min_dim, int64_t max_dim, int64_t num_features, double eps,
+                             double momentum, bool affine, bool track_running_stats, Init init)
+    : layer_(layer), min_dim_(min_dim), max_dim_(max_dim), num_features_(num_features), eps_(eps),
+      momentum_(momentum) {
+  ENCORE_CHECK(num_features > 0, "%s: num_features must be positive, got %d", layer, num_features);
   if (affine) {
     weight = register_parameter("weight", ones({num_features}, kFloat32, init.device));
     bias = register_parameter("bias", zeros({num_features}, kFloat32, init.device));
@@ -40,9 +41,12 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool
   }
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) const {
-  ENCORE_CHECK(x.dim() == 4, "BatchNorm2d: expected a 4-D input (N, C, H, W), got %s (%s)", shape_str(x.shape()),
-               dtype_name(x.dtype()));
+Tensor BatchNormBase::forward(const Tensor& x) const {
+  const char* expected = min_dim_ == 4 ? "a 4-D input (N, C, H, W)" : "a 2-D or 3-D input (N, C) or (N, C, L)";
+  ENCORE_CHECK(x.dim() >= min_dim_ && x.dim() <= max_dim_, "%s: expected %s, got %s (%s)", layer_, expected,
+               shape_str(x.shape()), dtype_name(x.dtype()));
+  ENCORE_CHECK(x.size(1) == num_features_, "%s: expected %d channels (num_features) in dim 1, got %s", layer_,
+               num_features_, shape_str(x.shape()));
   const bool use_batch = is_training() || !running_mean.defined();
   if (is_training() && num_batches_tracked.defined()) {
     NoGradGuard no_grad;

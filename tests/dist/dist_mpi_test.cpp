@@ -56,7 +56,9 @@ TEST(DistMpiTest, EnvironmentMatchesTheLauncher) {
   EXPECT_EQ(world()->environment().launcher, "mpirun");
   EXPECT_EQ(world()->world_size(), 2);
   EXPECT_GE(world()->rank(), 0);
-  if (!cuda_available()) EXPECT_EQ(world()->device(), kCPU);
+  if (!cuda_available()) {
+    EXPECT_EQ(world()->device(), kCPU);
+  }
 }
 
 TEST(DistMpiTest, AllReduceSumsAndAveragesEveryDtype) {
@@ -158,7 +160,9 @@ TEST(DistMpiTest, BucketsLaunchDuringBackwardInOrder) {
   // (the first layer's two gradients come from one node: nothing is left to overlap them with).
   for (size_t b = 0; b + 2 < buckets.size(); ++b) {
     EXPECT_GT(c.remaining_at_launch[b], 0) << "bucket " << b << " launched after backward";
-    if (b > 0) EXPECT_LE(c.remaining_at_launch[b], c.remaining_at_launch[b - 1]);
+    if (b > 0) {
+      EXPECT_LE(c.remaining_at_launch[b], c.remaining_at_launch[b - 1]);
+    }
   }
   EXPECT_EQ(c.remaining_at_launch.back(), 0);
   rig->ddp->finish();   // already waited: a no-op
@@ -390,7 +394,9 @@ TEST(DistMpiTest, RankZeroSavesEveryRankLoads) {
     rig->step();
   }
   const std::string path = (std::filesystem::temp_directory_path() / "encore_dist_ckpt_test.safetensors").string();
-  if (world()->rank() == 0) ASSERT_TRUE(save_checkpoint(path, *rig->model, rig->opt.get()).ok());
+  if (world()->rank() == 0) {
+    ASSERT_TRUE(save_checkpoint(path, *rig->model, rig->opt.get()).ok());
+  }
   world()->barrier();
   const uint64_t saved = rig->state_hash();
   auto fresh = DdpRig::make(world(), 4, 2, world()->rank(), 99);   // other weights, no optimizer state

@@ -1,4 +1,4 @@
-// Conv2d, BatchNorm2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and Flatten:
+// Conv2d, BatchNorm1d, BatchNorm2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d and Flatten:
 // shapes, initialisation bounds, forward equal to the ops they wrap,
 // train()/eval() switching batch norm's statistics, buffers named and saved
 // in checkpoints, dtype and device moves, and the error paths.
@@ -66,6 +66,36 @@ TEST(BatchNorm2dModule, TrainUpdatesRunningStatsEvalUsesThem) {
   EXPECT_TRUE(plain.parameters().empty());
   EXPECT_EQ(values(plain.forward(x)), values(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true)));
   expect_error([&] { bn.forward(x.view({2, 3, 4})); }, absl::StatusCode::kInvalidArgument, {"BatchNorm2d", "4-D"});
+}
+
+// BatchNorm1d: the same layer over [N, C] (after a Linear) and [N, C, L].
+TEST(BatchNorm1dModule, NormalizesTwoAndThreeDimInputsLikeTheOp) {
+  nn::BatchNorm1d bn(3, 1e-5, 0.2);
+  EXPECT_EQ(bn.named_persistent_buffers().size(), 3u);
+  Tensor rm = zeros({3}), rv = ones({3});
+  for (const Shape& shape : {Shape{5, 3}, Shape{4, 3, 6}}) {
+    Tensor x = random_tensor(shape, 30 + shape.size());
+    EXPECT_EQ(values(bn.forward(x)), values(batch_norm(x, rm, rv, bn.weight, bn.bias, true, 0.2, 1e-5)));
+  }
+  EXPECT_EQ(values(bn.running_mean), values(rm));
+  EXPECT_EQ(values(bn.running_var), values(rv));
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 2);
+  bn.eval();
+  Tensor x = random_tensor({2, 3}, 40);
+  EXPECT_EQ(values(bn.forward(x)), values(batch_norm(x, rm, rv, bn.weight, bn.bias, false, 0.2, 1e-5)));
+  expect_error([&] { bn.forward(random_tensor({2, 3, 2, 2}, 1)); }, absl::StatusCode::kInvalidArgument,
+               {"BatchNorm1d", "2-D or 3-D", "[2, 3, 2, 2]"});
+  expect_error([&] { bn.forward(random_tensor({3}, 1)); }, absl::StatusCode::kInvalidArgument, {"BatchNorm1d"});
+}
+
+TEST(BatchNormModules, RefuseAChannelCountOtherThanNumFeatures) {
+  nn::BatchNorm1d bn1(4, 1e-5, 0.1, false, false);   // no parameters or buffers that the op would check
+  nn::BatchNorm2d bn2(4);
+  expect_error([&] { bn1.forward(random_tensor({2, 3}, 1)); }, absl::StatusCode::kInvalidArgument,
+               {"BatchNorm1d", "expected 4 channels", "[2, 3]"});
+  expect_error([&] { bn2.forward(random_tensor({2, 3, 2, 2}, 1)); }, absl::StatusCode::kInvalidArgument,
+               {"BatchNorm2d", "expected 4 channels"});
+  expect_error([&] { nn::BatchNorm1d bad(0); }, absl::StatusCode::kInvalidArgument, {"BatchNorm1d", "num_features"});
 }
 
 TEST(BatchNorm2dModule, RunningStatsAreSavedAndLoadedWithCheckpoints) {
