@@ -4,6 +4,7 @@
 // gradients against finite differences, running statistics over several
 // steps against a loop, determinism, and the error paths.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <random>
 
 #include "encore/encore.h"
+#include "src/backends/kernels.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -142,6 +144,33 @@ TEST(Conv2d, DeterministicAcrossCalls) {
   }
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_EQ(runs[0], runs[2]);
+}
+
+// oneDNN fixes a primitive's work split for the thread count it was made
+// at, so the CPU backend keeps one plan per OpenMP thread count: a plan made
+// at one thread would stay single-threaded after omp_set_num_threads(2).
+TEST(Conv2d, CpuPlansArePerOpenMpThreadCount) {
+  backend::ConvArgs a{};
+  a.g = {.n = 2, .c = 3, .h = 8, .w = 8, .k = 4, .kh = 3, .kw = 3, .oh = 8, .ow = 8, .stride_h = 1, .stride_w = 1,
+         .pad_h = 1, .pad_w = 1, .dil_h = 1, .dil_w = 1, .groups = 1};
+  a.pass = backend::ConvPass::kForward;
+  a.dtype = kFloat32;
+  const auto plan = backend::kernels_for(kCPU).cnn->plan;
+  ASSERT_NE(plan, nullptr);
+  const int saved = omp_get_max_threads();
+  auto plan_at = [&](int threads) {
+    omp_set_num_threads(threads);
+    a.plan = -1;
+    plan(a);
+    return a.plan;
+  };
+  const int64_t one = plan_at(1), two = plan_at(2);
+  omp_set_num_threads(saved);
+  EXPECT_GE(one, 0);
+  EXPECT_NE(one, two);
+  EXPECT_EQ(plan_at(1), one);   // cached, per thread count
+  EXPECT_EQ(plan_at(2), two);
+  omp_set_num_threads(saved);
 }
 
 TEST(Conv2d, RefusesBadArguments) {

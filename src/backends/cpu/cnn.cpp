@@ -24,10 +24,11 @@
 // to im2col + GEMM ("gemm:jit"): measured 3.5x (forward) to 5.6x (data
 // gradient) slower on 16->16 channels at 32x32 than the blocked kernels
 // libtorch reaches (DNNL_VERBOSE, bench/peers/torch_cpu_steps).
-// - Plans: one oneDNN primitive per (geometry, pass, bias), built by
-//   CnnKernels::plan at the first eager call and cached for the life of the
-//   process; its id is ConvArgs::plan, so a captured launch carries the same
-//   id and a replay calls the same primitive.
+// - Plans: one oneDNN primitive per (geometry, pass, bias, OpenMP thread
+//   count), built by CnnKernels::plan at the first eager call and cached for
+//   the life of the process; its id is ConvArgs::plan, so a captured launch
+//   carries the same id and a replay calls the same primitive (with the
+//   work split of the thread count it was captured at).
 // - No allocation in the kernel: the scratchpad is user-managed
 //   (scratchpad_mode::user) and, with the reordered operands after it, sized
 //   by plan and handed in as the launch's workspace tensor (from the arena
@@ -40,6 +41,7 @@
 // - One launch at a time: the plan's memory objects are re-pointed per
 //   launch, so executions take one mutex (each is parallel inside).
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -85,13 +87,19 @@ using dims = dnnl::memory::dims;
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
+// A plan is per geometry, pass, bias and OpenMP thread count: oneDNN fixes
+// a primitive's work split for omp_get_max_threads() when it is made and
+// keeps it at every execution, so a plan made at one thread stays
+// single-threaded (the CNN step gained 1.07x from a second thread where
+// libtorch gained 1.4x when the thread count changed in the process).
 struct ConvKey {
   int64_t v[16];
   ConvPass pass;
   bool bias;
+  int threads;
   bool operator<(const ConvKey& o) const {
     return std::lexicographical_compare(v, v + 16, o.v, o.v + 16) ||
-           (std::equal(v, v + 16, o.v) && std::tie(pass, bias) < std::tie(o.pass, o.bias));
+           (std::equal(v, v + 16, o.v) && std::tie(pass, bias, threads) < std::tie(o.pass, o.bias, o.threads));
   }
 };
 
@@ -131,7 +139,8 @@ ConvKey key_of(const ConvArgs& a) {
   return ConvKey{{g.n, g.c, g.h, g.w, g.k, g.kh, g.kw, g.oh, g.ow, g.stride_h, g.stride_w, g.pad_h, g.pad_w,
                   g.dil_h, g.dil_w, g.groups},
                  a.pass,
-                 a.b != nullptr};
+                 a.b != nullptr,
+                 omp_get_max_threads()};
 }
 
 int64_t align64(int64_t v) { return (v + 63) / 64 * 64; }
