@@ -5,7 +5,7 @@
 #
 #   bench/gpu-carry.sh BUILD            # copies the libraries into BUILD/carry-lib
 #   bench/gpu-carry.sh BUILD DEST       # also DEST/build.tar.xz: the test binaries, bench/gpu_bench,
-#                                       # the tools (encore-plan, -prof, -launch), examples/train_gpt and carry-lib, stripped
+#                                       # the tools (encore-plan, -prof, -launch), examples/train_gpt, train_cnn and carry-lib, stripped
 #                                       # and packed (for the device tool's 64 MiB carry limit: name DEST,
 #                                       # a git-ignored folder such as build-gpu, in `carry`); then, there:
 #                                       # bench/gpu-check DEST/build.tar.xz
@@ -27,7 +27,7 @@ DEST="${2:-}"
 
 # Binaries gpu-check runs.
 mapfile -t BINS < <(find "$BUILD/tests" -type f -name '*_test' -perm -u+x | sort)
-for b in bench/gpu_bench tools/encore-plan tools/encore-prof tools/encore-launch examples/train_gpt; do
+for b in bench/gpu_bench tools/encore-plan tools/encore-prof tools/encore-launch examples/train_gpt examples/train_cnn; do
   [ -x "$BUILD/$b" ] && BINS+=("$BUILD/$b")
 done
 [ "${#BINS[@]}" -gt 0 ] || { echo "gpu-carry: no binaries under $BUILD" >&2; exit 1; }
@@ -64,6 +64,9 @@ cp -r "$BUILD/carry-lib" "$STAGE/build/carry-lib"
 # The planner tests read the shared MiniMalloc problems (60 KB), which live outside the checkout.
 SHARED="$(cd "$(dirname "$0")/../.." && pwd)/shared"
 [ -d "$SHARED/data" ] && mkdir -p "$STAGE/build/shared" && cp -r "$SHARED/data" "$STAGE/build/shared/data"
+# examples/train_cnn's digits (./run fetches them into data/, which git ignores).
+DIGITS="$(cd "$(dirname "$0")/.." && pwd)/data/digits.csv.gz"
+[ -f "$DIGITS" ] && mkdir -p "$STAGE/build/data" && cp "$DIGITS" "$STAGE/build/data/"
 # One xz stream with a 256 MiB dictionary: the test binaries each hold a copy
 # of the same CUDA kernels (about 15 MB stripped), which a dictionary that
 # spans several binaries stores once (the default 8 MiB, or the blocks of a
