@@ -27,15 +27,16 @@
 #include "absl/flags/parse.h"
 #include "encore/encore.h"
 #include "encore/hf_gpt2.h"
+#include "tools/flags.h"
 
 ABSL_FLAG(std::string, model, "", "Hugging Face GPT-2 directory (model.safetensors + config.json); empty: a stand-in.");
 ABSL_FLAG(std::string, text, "/usr/share/dict/words", "Text to fine-tune on.");
 ABSL_FLAG(std::string, ids, "", "File of whitespace-separated GPT-2 token ids to train on instead of --text.");
 ABSL_FLAG(std::string, out, "", "Directory to save the fine-tuned model to (Hugging Face layout); empty: none.");
-ABSL_FLAG(int64_t, steps, 60, "Fine-tuning steps.");
-ABSL_FLAG(int64_t, batch, 8, "Sequences per step.");
-ABSL_FLAG(int64_t, seq, 32, "Tokens per sequence (at most the model's n_positions).");
-ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate.");
+ABSL_FLAG(int64_t, steps, 60, "Fine-tuning steps, 1..10000000.");
+ABSL_FLAG(int64_t, batch, 8, "Sequences per step, 1..4096.");
+ABSL_FLAG(int64_t, seq, 32, "Tokens per sequence, 1..65536 (cut to the model's n_positions).");
+ABSL_FLAG(double, lr, 1e-3, "AdamW learning rate, in [0, 1e6].");
 ABSL_FLAG(uint64_t, seed, 1, "Seed for batches.");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
 
@@ -67,10 +68,26 @@ absl::StatusOr<std::string> stand_in_checkpoint() {
   return std::string(dir);
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+// The flags' ranges (tools/flags.h: one message, exit 2).
+absl::Status check_flags() {
+  const std::string device = absl::GetFlag(FLAGS_device);
+  for (absl::Status s : {tools::in_range("--steps", absl::GetFlag(FLAGS_steps), 1, 10000000),
+                         tools::in_range("--batch", absl::GetFlag(FLAGS_batch), 1, 4096),
+                         tools::in_range("--seq", absl::GetFlag(FLAGS_seq), 1, 65536),
+                         tools::finite_in_range("--lr", absl::GetFlag(FLAGS_lr), 0, 1e6)}) {
+    if (!s.ok()) return s;
+  }
+  if (device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + device + "'");
+  }
+  if (device == "cuda" && !cuda_available()) {
+    return absl::InvalidArgumentError("--device=cuda but no usable GPU (or encore was built without CUDA)");
+  }
+  return absl::OkStatus();
+}
+
+int run() {
   const Device device = absl::GetFlag(FLAGS_device) == "cpu" ? kCPU : Device::cuda(0);
   std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) {
@@ -149,4 +166,20 @@ int main(int argc, char** argv) {
     std::printf("saved the fine-tuned model to %s/ (model.safetensors, config.json)\n", out.c_str());
   }
   return last < first && s.eager_fallbacks == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (tools::parse_flags(argc, argv, "finetune_gpt2").size() != 1) {
+    std::fprintf(stderr, "finetune_gpt2: unexpected arguments (see --help)\n");
+    return 2;
+  }
+  if (absl::Status s = check_flags(); !s.ok()) return tools::flag_error("finetune_gpt2", s);
+  try {
+    return run();
+  } catch (const encore::Error& e) {   // a failure of the library (a device error, a refused op): reported, exit 1
+    std::fprintf(stderr, "finetune_gpt2: %s\n", e.what());
+    return 1;
+  }
 }

@@ -22,7 +22,6 @@
 // copies differ in any bit, or when a graphed step fell back to eager.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -33,11 +32,12 @@
 #include "absl/flags/parse.h"
 #include "encore/encore.h"
 #include "examples/digits.h"
+#include "tools/flags.h"
 
 ABSL_FLAG(std::string, data, "data/digits.csv.gz", "scikit-learn's digits.csv.gz (or the unzipped CSV).");
 ABSL_FLAG(int64_t, epochs, 8, "Passes over the training split, 1..10000.");
 ABSL_FLAG(int64_t, batch, 32, "Images per step, 1..1024 (the last partial batch of an epoch is dropped).");
-ABSL_FLAG(double, lr, 0.05, "SGD learning rate (momentum 0.9), finite and positive.");
+ABSL_FLAG(double, lr, 0.05, "SGD learning rate (momentum 0.9), in [1e-12, 1e6].");
 ABSL_FLAG(double, min_accuracy, 0.95, "Exit 1 below this held-out accuracy, in [0, 1].");
 ABSL_FLAG(uint64_t, seed, 0, "Seed for the split, the initialisation and the batch order.");
 ABSL_FLAG(std::string, device, "cpu", "cpu or cuda.");
@@ -103,26 +103,22 @@ bool same_bits(const Tensor& a, const Tensor& b) {
          std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel() * dtype_size(x.dtype()))) == 0;
 }
 
-// The flags' ranges: a message for the first value out of its range, or "".
-std::string flag_error() {
-  const long long epochs = absl::GetFlag(FLAGS_epochs), batch = absl::GetFlag(FLAGS_batch);
-  const double lr = absl::GetFlag(FLAGS_lr), min_accuracy = absl::GetFlag(FLAGS_min_accuracy);
+// The flags' ranges (tools/flags.h: one message, exit 2).
+absl::Status check_flags() {
   const std::string device = absl::GetFlag(FLAGS_device);
-  char buf[160] = "";
-  if (epochs < 1 || epochs > 10000) {
-    std::snprintf(buf, sizeof buf, "--epochs must be in 1..10000, got %lld", epochs);
-  } else if (batch < 1 || batch > 1024) {
-    std::snprintf(buf, sizeof buf, "--batch must be in 1..1024, got %lld", batch);
-  } else if (!(std::isfinite(lr) && lr > 0)) {
-    std::snprintf(buf, sizeof buf, "--lr must be finite and positive, got %g", lr);
-  } else if (!(min_accuracy >= 0 && min_accuracy <= 1)) {
-    std::snprintf(buf, sizeof buf, "--min_accuracy must be in [0, 1], got %g", min_accuracy);
-  } else if (device != "cpu" && device != "cuda") {
-    std::snprintf(buf, sizeof buf, "--device must be cpu or cuda, got '%s'", device.c_str());
-  } else if (device == "cuda" && !cuda_available()) {
-    std::snprintf(buf, sizeof buf, "--device=cuda but no usable GPU (or encore was built without CUDA)");
+  for (absl::Status s : {tools::in_range("--epochs", absl::GetFlag(FLAGS_epochs), 1, 10000),
+                         tools::in_range("--batch", absl::GetFlag(FLAGS_batch), 1, 1024),
+                         tools::finite_in_range("--lr", absl::GetFlag(FLAGS_lr), 1e-12, 1e6),
+                         tools::finite_in_range("--min_accuracy", absl::GetFlag(FLAGS_min_accuracy), 0, 1)}) {
+    if (!s.ok()) return s;
   }
-  return buf;
+  if (device != "cpu" && device != "cuda") {
+    return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + device + "'");
+  }
+  if (device == "cuda" && !cuda_available()) {
+    return absl::InvalidArgumentError("--device=cuda but no usable GPU (or encore was built without CUDA)");
+  }
+  return absl::OkStatus();
 }
 
 double median(std::vector<double> v) {
@@ -136,11 +132,11 @@ double median(std::vector<double> v) {
 int run();
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  if (const std::string e = flag_error(); !e.empty()) {
-    std::fprintf(stderr, "train_cnn: %s\n", e.c_str());
+  if (tools::parse_flags(argc, argv, "train_cnn").size() != 1) {
+    std::fprintf(stderr, "train_cnn: unexpected arguments (see --help)\n");
     return 2;
   }
+  if (absl::Status s = check_flags(); !s.ok()) return tools::flag_error("train_cnn", s);
   try {
     return run();
   } catch (const encore::Error& e) {   // a failure of the library (a device error, a refused op): reported, exit 1

@@ -43,19 +43,20 @@
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
+#include "tools/flags.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/dict/words", "Text file to train on (any bytes).");
 ABSL_FLAG(int64_t, steps, 1500, "Training steps of the graphed run (the first two run eagerly, the third captures).");
 ABSL_FLAG(int64_t, eager_steps, 40,
           "Steps of the eager reference run, in lockstep with the graphed run: timed and compared bit for bit.");
 ABSL_FLAG(bool, json, false, "End with one JSON line of the figures.");
-ABSL_FLAG(int64_t, batch, 16, "Sequences per step (B).");
-ABSL_FLAG(int64_t, seq, 32, "Characters per sequence (T); also the model's block size.");
-ABSL_FLAG(int64_t, n_layer, 2, "Transformer blocks.");
-ABSL_FLAG(int64_t, n_head, 4, "Attention heads per block.");
-ABSL_FLAG(int64_t, n_embd, 64, "Model width (C).");
-ABSL_FLAG(double, dropout, 0.0, "Dropout probability.");
-ABSL_FLAG(double, lr, 3e-3, "Peak learning rate (AdamW).");
+ABSL_FLAG(int64_t, batch, 16, "Sequences per step (B), 1..4096.");
+ABSL_FLAG(int64_t, seq, 32, "Characters per sequence (T), 1..4096; also the model's block size.");
+ABSL_FLAG(int64_t, n_layer, 2, "Transformer blocks, 1..256.");
+ABSL_FLAG(int64_t, n_head, 4, "Attention heads per block, 1..1024.");
+ABSL_FLAG(int64_t, n_embd, 64, "Model width (C), 1..16384.");
+ABSL_FLAG(double, dropout, 0.0, "Dropout probability, in [0, 1).");
+ABSL_FLAG(double, lr, 3e-3, "Peak learning rate (AdamW), in [0, 1e6].");
 ABSL_FLAG(int64_t, log_every, 100, "Print a progress line every this many steps.");
 ABSL_FLAG(int64_t, sample_chars, 200, "Characters to sample after training (0: none).");
 ABSL_FLAG(uint64_t, seed, 1337, "Seed for initialisation, batches and sampling.");
@@ -232,7 +233,26 @@ int main(int argc, char** argv) {
       "GraphedStep (captured and replayed), the two runs in lockstep for the first --eager_steps steps.\n"
       "Prints per-step times, the speedup, arena bytes against the eager peak and the lower bound, and\n"
       "whether the replayed steps matched the eager ones bit for bit.");
-  absl::ParseCommandLine(argc, argv);
+  if (encore::tools::parse_flags(argc, argv, "train_gpt").size() != 1) {
+    std::fprintf(stderr, "train_gpt: unexpected arguments (see --help)\n");
+    return 2;
+  }
+  for (absl::Status s : {encore::tools::in_range("--steps", absl::GetFlag(FLAGS_steps), 1, 100000000),
+                         encore::tools::in_range("--eager_steps", absl::GetFlag(FLAGS_eager_steps), 0, 100000000),
+                         encore::tools::in_range("--batch", absl::GetFlag(FLAGS_batch), 1, 4096),
+                         encore::tools::in_range("--seq", absl::GetFlag(FLAGS_seq), 1, 4096),
+                         encore::tools::in_range("--n_layer", absl::GetFlag(FLAGS_n_layer), 1, 256),
+                         encore::tools::in_range("--n_head", absl::GetFlag(FLAGS_n_head), 1, 1024),
+                         encore::tools::in_range("--n_embd", absl::GetFlag(FLAGS_n_embd), 1, 16384),
+                         encore::tools::in_range("--log_every", absl::GetFlag(FLAGS_log_every), 1, 100000000),
+                         encore::tools::in_range("--sample_chars", absl::GetFlag(FLAGS_sample_chars), 0, 1000000),
+                         encore::tools::finite_in_range("--lr", absl::GetFlag(FLAGS_lr), 0, 1e6)}) {
+    if (!s.ok()) return encore::tools::flag_error("train_gpt", s);
+  }
+  if (const double p = absl::GetFlag(FLAGS_dropout); !(p >= 0 && p < 1)) {
+    std::fprintf(stderr, "train_gpt: --dropout must be in [0, 1), got %g\n", p);
+    return 2;
+  }
   absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> pg = dist::ProcessGroup::create();
   if (!pg.ok()) {
     std::fprintf(stderr, "train_gpt: %s\n", std::string(pg.status().message()).c_str());

@@ -15,18 +15,29 @@
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
+#include "tools/flags.h"
 
-ABSL_FLAG(int64_t, steps, 1000, "Training steps.");
-ABSL_FLAG(int64_t, batch, 128, "Examples per step.");
-ABSL_FLAG(int64_t, hidden, 128, "Student hidden width.");
-ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate.");
+ABSL_FLAG(int64_t, steps, 1000, "Training steps, 1..100000000.");
+ABSL_FLAG(int64_t, batch, 128, "Examples per step, 1..65536.");
+ABSL_FLAG(int64_t, hidden, 128, "Student hidden width, 1..65536.");
+ABSL_FLAG(double, lr, 3e-3, "AdamW learning rate, in [0, 1e6].");
 ABSL_FLAG(double, target_loss, 0.35, "Held-out loss the student must reach.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed for teacher, student and data.");
 
 int main(int argc, char** argv) {
   using namespace encore;
   absl::SetProgramUsageMessage("Trains an MLP to imitate a random teacher network (eager, CPU).");
-  absl::ParseCommandLine(argc, argv);
+  if (tools::parse_flags(argc, argv, "train_mlp").size() != 1) {
+    std::fprintf(stderr, "train_mlp: unexpected arguments (see --help)\n");
+    return 2;
+  }
+  for (absl::Status s : {tools::in_range("--steps", absl::GetFlag(FLAGS_steps), 1, 100000000),
+                         tools::in_range("--batch", absl::GetFlag(FLAGS_batch), 1, 65536),
+                         tools::in_range("--hidden", absl::GetFlag(FLAGS_hidden), 1, 65536),
+                         tools::finite_in_range("--lr", absl::GetFlag(FLAGS_lr), 0, 1e6),
+                         tools::finite_in_range("--target_loss", absl::GetFlag(FLAGS_target_loss), 0, 1e6)}) {
+    if (!s.ok()) return tools::flag_error("train_mlp", s);
+  }
   const int64_t B = absl::GetFlag(FLAGS_batch), steps = absl::GetFlag(FLAGS_steps);
   double held_out = 0;
   absl::Status status = status_of([&] {
