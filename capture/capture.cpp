@@ -268,8 +268,11 @@ std::vector<planner::Buffer> lifetimes(const Trace& trace, int64_t alignment) {
     const capture_internal::AllocRecord& a = trace.allocs[i];
     const int64_t lower = a.first_use >= 0 ? a.first_use : a.allocated_at;
     const int64_t upper = a.output ? end : (a.last_use >= 0 ? a.last_use : lower) + 1;
-    buffers.push_back({.id = absl::StrCat("t", i), .size = a.nbytes, .lower = lower, .upper = upper,
-                       .alignment = alignment});
+    // An empty temporary gets a byte of its own: at an address no live
+    // buffer covers, a pointer to it is recognised as an empty operand's
+    // (launch_match.cpp) in the capture run as in the warm-up.
+    buffers.push_back({.id = absl::StrCat("t", i), .size = std::max<int64_t>(a.nbytes, 1), .lower = lower,
+                       .upper = upper, .alignment = alignment});
   }
   return buffers;
 }

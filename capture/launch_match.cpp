@@ -23,13 +23,25 @@ std::vector<PointerTarget> pointer_targets(const LaunchRecord& launch, const std
     PointerTarget t;
     if (p != nullptr) {
       t.operand = PointerTarget::kOther;
-      // Inside an operand first; then one past an operand's end (an empty
-      // view), which may also be where the next temporary starts.
-      for (int end_too = 0; end_too < 2 && t.operand == PointerTarget::kOther; ++end_too) {
+      // Inside an operand first; then the address of an empty operand (the
+      // warm-up allocates each its own, the arena may give them one address
+      // or another's: which one says nothing about the work); then one past
+      // an operand's end (an empty view), which may also be where the next
+      // temporary starts.
+      for (int pass = 0; pass < 3 && t.operand == PointerTarget::kOther; ++pass) {
         for (size_t i = 0; i < operands(launch); ++i) {
           const char* base = static_cast<const char*>(operand(launch, i)->data());
-          const char* end = base + operand(launch, i)->nbytes();
-          if (base != nullptr && p >= base && (p < end || (end_too == 1 && p == end))) {
+          const int64_t nbytes = operand(launch, i)->nbytes();
+          const char* end = base + nbytes;
+          if (base == nullptr) continue;
+          if (pass == 1) {
+            if (nbytes == 0 && p == base) {
+              t = {PointerTarget::kEmpty, 0};
+              break;
+            }
+            continue;
+          }
+          if (p >= base && (p < end || (pass == 2 && p == end))) {
             t = {static_cast<int32_t>(i), p - base};
             break;
           }
@@ -48,6 +60,7 @@ std::string field_name(const ArgField& f) {
 std::string target_string(const PointerTarget& t) {
   if (t.operand == PointerTarget::kNull) return "null";
   if (t.operand == PointerTarget::kOther) return "memory outside its operands";
+  if (t.operand == PointerTarget::kEmpty) return "an empty operand";
   return absl::StrFormat("operand %d at byte %d", t.operand, t.offset);
 }
 

@@ -27,6 +27,9 @@ inline constexpr int32_t kPersistent = -1;
 struct PointerTarget {
   static constexpr int32_t kNull = -1;    // a null pointer
   static constexpr int32_t kOther = -2;   // memory outside the launch's operands: compared by value
+  // The address of an empty operand (0 bytes: a batch of 0): no data behind
+  // it, so any empty operand's address matches any other's.
+  static constexpr int32_t kEmpty = -3;
   int32_t operand = kNull;
   int64_t offset = 0;
   bool operator==(const PointerTarget&) const = default;

@@ -904,6 +904,32 @@ TEST(CudaCaptureTest, StepOnTwoDevicesIsRefused) {
   EXPECT_NE(graph.status().message().find("one device"), absl::string_view::npos) << graph.status();
 }
 
+// A step over empty tensors (a batch of 0) captures and replays like any
+// other: its temporaries hold no bytes, and the recorder must not take their
+// addresses for work that differs between the warm-up and the capture run.
+TEST(CaptureTest, StepsOverEmptyTensorsCaptureAndReplay) {
+  manual_seed(3);
+  nn::Linear fc(4, 3);
+  Tensor x = zeros({0, 4});
+  Tensor bias = ones({3});
+  optim::SGD opt(fc.parameters(), {.lr = 0.1});
+  absl::StatusOr<Graph> graph = capture([&] {
+    opt.zero_grad();
+    Tensor y = relu(fc.forward(x) + bias);   // [0, 3]
+    Tensor loss = sum(y);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{y, loss};
+  });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::vector<float> w = fc.weight.detach().to_vector<float>();
+  ASSERT_TRUE(graph->replay().ok());
+  EXPECT_EQ(graph->output(0).shape(), (Shape{0, 3}));
+  EXPECT_EQ(graph->output(1).item<float>(), 0.f);
+  EXPECT_EQ(fc.weight.detach().to_vector<float>(), w);   // a zero gradient: SGD leaves the weights
+  EXPECT_EQ(fc.weight.grad().to_vector<float>(), std::vector<float>(12, 0.f));
+}
+
 TEST(CudaCaptureTest, OutputsAreViewsIntoTheArenaUpdatedByEachReplay) {
   ENCORE_SKIP_WITHOUT_GPU();
   Tensor x = from_vector<float>({1, 2, 3}, {3}, kGpu);
