@@ -5,6 +5,7 @@
 // sits beside it. Kernels take contiguous NCHW tensors: other layouts are
 // copied once first.
 #include <algorithm>
+#include <cmath>
 
 #include "encore/ops.h"
 #include "src/autograd/function.h"
@@ -32,12 +33,40 @@ void check_non_negative(const char* op, const char* what, Size2 s, const Tensor&
                shape_str(input.shape()), dtype_name(input.dtype()));
 }
 
-// PyTorch's pooling_output_shape: floor or ceil, and with ceil_mode the last
-// window must start inside the input or its left padding.
-int64_t pool_out(int64_t in, int64_t k, int64_t pad, int64_t stride, int64_t dil, bool ceil_mode) {
-  const int64_t span = in + 2 * pad - dil * (k - 1) - 1 + (ceil_mode ? stride - 1 : 0);
-  int64_t out = (span >= 0 ? span / stride : -((-span + stride - 1) / stride)) + 1;
-  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+// One axis of a sliding window: the padded input (in + 2 pad) and the
+// dilated window (dil (k - 1) + 1), refused where either passes int64 (a
+// huge padding, kernel or dilation: their products would wrap).
+struct Axis {
+  int64_t padded, window;
+};
+Axis axis_of(const char* op, const char* axis, int64_t in, int64_t k, int64_t pad, int64_t dil,
+             const Tensor& input) {
+  Axis a{};
+  const bool wraps = __builtin_mul_overflow(pad, int64_t{2}, &a.padded) ||
+                     __builtin_add_overflow(a.padded, in, &a.padded) ||
+                     __builtin_mul_overflow(dil, k - 1, &a.window) || __builtin_add_overflow(a.window, 1, &a.window);
+  ENCORE_CHECK(!wraps, "%s: %s size %d with padding %d, kernel %d and dilation %d passes 2^63 (input %s)", op, axis,
+               in, pad, k, dil, shape_str(input.shape()));
+  return a;
+}
+
+// PyTorch's pooling_output_shape: floor((padded - window + (ceil_mode ?
+// stride - 1 : 0)) / stride) + 1, rounding toward -inf, and with ceil_mode
+// the last window must start inside the input or its left padding. Written
+// so that nothing wraps for sizes axis_of accepted and stride > 0.
+int64_t pool_out(int64_t in, int64_t pad, int64_t stride, const Axis& a, bool ceil_mode) {
+  const int64_t span = a.padded - a.window;   // both in [1, 2^63): no wrap
+  int64_t out;
+  if (span >= 0) {
+    out = span / stride + 1 + (ceil_mode && span % stride != 0 ? 1 : 0);
+  } else {
+    const int64_t s = span + (ceil_mode ? stride - 1 : 0);   // negative plus non-negative: no wrap
+    out = (s >= 0 ? s / stride : -((-s - 1) / stride) - 1) + 1;
+  }
+  int64_t last_start;
+  if (ceil_mode && out > 0 && (__builtin_mul_overflow(out - 1, stride, &last_start) || last_start >= in + pad)) {
+    --out;
+  }
   return out;
 }
 
@@ -67,10 +96,12 @@ backend::PoolGeom pool_geom(const char* op, const Tensor& input, Size2 kernel, S
   check_positive(op, "stride", stride, input);
   check_non_negative(op, "padding", padding, input);
   check_positive(op, "dilation", dilation, input);
-  ENCORE_CHECK(padding.h * 2 <= (kernel.h - 1) * dilation.h + 1 && padding.w * 2 <= (kernel.w - 1) * dilation.w + 1,
+  const int64_t h = input.size(-2), w = input.size(-1);
+  const Axis ah = axis_of(op, "height", h, kernel.h, padding.h, dilation.h, input);
+  const Axis aw = axis_of(op, "width", w, kernel.w, padding.w, dilation.w, input);
+  ENCORE_CHECK(ah.padded - h <= ah.window && aw.padded - w <= aw.window,
                "%s: padding %s must be at most half of the kernel %s (dilation %s; input %s)", op, pair_str(padding),
                pair_str(kernel), pair_str(dilation), shape_str(input.shape()));
-  const int64_t h = input.size(-2), w = input.size(-1);
   backend::PoolGeom g{};
   g.h = h, g.w = w;
   g.planes = input.numel() / std::max<int64_t>(1, h * w);
@@ -78,8 +109,8 @@ backend::PoolGeom pool_geom(const char* op, const Tensor& input, Size2 kernel, S
   g.stride_h = stride.h, g.stride_w = stride.w;
   g.pad_h = padding.h, g.pad_w = padding.w;
   g.dil_h = dilation.h, g.dil_w = dilation.w;
-  g.oh = pool_out(h, kernel.h, padding.h, stride.h, dilation.h, ceil_mode);
-  g.ow = pool_out(w, kernel.w, padding.w, stride.w, dilation.w, ceil_mode);
+  g.oh = pool_out(h, padding.h, stride.h, ah, ceil_mode);
+  g.ow = pool_out(w, padding.w, stride.w, aw, ceil_mode);
   ENCORE_CHECK(g.oh > 0 && g.ow > 0,
                "%s: input %s is too small for kernel %s, stride %s, padding %s, dilation %s: output would be "
                "%d x %d",
@@ -134,11 +165,13 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Siz
     ENCORE_CHECK(bias.dim() == 1 && bias.size(0) == k, "conv2d: bias %s must be [%d] for weight %s",
                  shape_str(bias.shape()), k, shape_str(weight.shape()));
   }
-  const int64_t oh = (h + 2 * padding.h - dilation.h * (kh - 1) - 1) / stride.h + 1;
-  const int64_t ow = (w + 2 * padding.w - dilation.w * (kw - 1) - 1) / stride.w + 1;
-  ENCORE_CHECK(h + 2 * padding.h >= dilation.h * (kh - 1) + 1 && w + 2 * padding.w >= dilation.w * (kw - 1) + 1,
+  const Axis ah = axis_of(kOp, "height", h, kh, padding.h, dilation.h, input);
+  const Axis aw = axis_of(kOp, "width", w, kw, padding.w, dilation.w, input);
+  ENCORE_CHECK(ah.padded >= ah.window && aw.padded >= aw.window,
                "conv2d: input %s padded by %s is smaller than the kernel %s dilated by %s", shape_str(input.shape()),
                pair_str(padding), shape_str(weight.shape()), pair_str(dilation));
+  const int64_t oh = (ah.padded - ah.window) / stride.h + 1;
+  const int64_t ow = (aw.padded - aw.window) / stride.w + 1;
   const backend::Conv2dParams p{{stride.h, stride.w}, {padding.h, padding.w}, {dilation.h, dilation.w}, groups};
   Tensor x = dense(input), wc = dense(weight), bc = bias.defined() ? dense(bias) : Tensor();
   Tensor out = empty_for(kOp, {n, k, oh, ow}, input.dtype(), input.device());
@@ -259,6 +292,11 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
                shape_str(input.shape()));
   ENCORE_CHECK(!training || input.numel() / std::max<int64_t>(1, c) > 1,
                "batch_norm: expected more than 1 value per channel when training, got input %s",
+               shape_str(input.shape()));
+  // Values that would turn every output or running statistic into NaN without a word.
+  ENCORE_CHECK(std::isfinite(eps) && eps >= 0, "batch_norm: eps must be finite and non-negative, got %g (input %s)",
+               eps, shape_str(input.shape()));
+  ENCORE_CHECK(std::isfinite(momentum), "batch_norm: momentum must be finite, got %g (input %s)", momentum,
                shape_str(input.shape()));
   ENCORE_CHECK(!running_mean.defined() || (running_mean.is_contiguous() && running_var.is_contiguous()),
                "batch_norm: running_mean and running_var must be contiguous (updated in place; input %s)",

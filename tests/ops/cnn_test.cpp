@@ -183,6 +183,12 @@ TEST(Conv2d, RefusesBadArguments) {
   expect_error([&] { conv2d(x, random_tensor({3, 4, 3, 3}, 2), random_tensor({4}, 3)); }, kInvalid,
                {"conv2d", "bias", "[3]"});
   expect_error([&] { conv2d(x, random_tensor({3, 4, 3, 3}, 2), Tensor(), 0); }, kInvalid, {"conv2d", "stride"});
+  // Sizes whose products would wrap int64 (UBSan saw dilation * (k - 1) wrap before the check).
+  const int64_t huge = int64_t{1} << 62;
+  expect_error([&] { conv2d(x, random_tensor({3, 4, 3, 3}, 2), Tensor(), 1, 1, Size2(huge)); }, kInvalid,
+               {"conv2d", "dilation 4611686018427387904", "passes 2^63"});
+  expect_error([&] { conv2d(x, random_tensor({3, 4, 3, 3}, 2), Tensor(), 1, Size2(huge)); }, kInvalid,
+               {"conv2d", "padding 4611686018427387904", "passes 2^63"});
   expect_error([&] { conv2d(x, random_tensor({3, 4, 3, 3}, 2).to(kBFloat16)); }, kInvalid, {"conv2d"});
   expect_error([&] { conv2d(x.to(kInt32), random_tensor({3, 4, 3, 3}, 2).to(kInt32)); }, kInvalid,
                {"conv2d", "float"});
@@ -245,6 +251,7 @@ const PoolCase kPoolCases[] = {
     {{2, 2, 9, 8}, {3, 2}, Size2(1, 2), {1, 0}, {2, 1}, false},
     {{3, 6, 6}, 2, Size2(1), 0, 1, true},   // 3-D input, overlapping windows
     {{1, 1, 5, 5}, 2, Size2(2), 1, 1, true},
+    {{1, 2, 2, 2}, 3, Size2(2), 0, 1, true},   // ceil_mode: one window larger than the input
 };
 
 class PoolTest : public ::testing::TestWithParam<PoolCase> {};
@@ -365,6 +372,10 @@ TEST(Pooling, RefusesBadArguments) {
   expect_error([&] { avg_pool2d(x.view({48, 8}), 2); }, kInvalid, {"avg_pool2d", "3-D", "[48, 8]"});
   expect_error([&] { adaptive_avg_pool2d(x, 0); }, kInvalid, {"adaptive_avg_pool2d", "output_size"});
   expect_error([&] { max_pool2d(x.to(kInt64), 2); }, kInvalid, {"max_pool2d", "float"});
+  const int64_t huge = int64_t{1} << 62;
+  expect_error([&] { max_pool2d(x, 3, Size2(1), 0, Size2(huge)); }, kInvalid, {"max_pool2d", "passes 2^63"});
+  expect_error([&] { avg_pool2d(x, Size2(huge), Size2(1), Size2(huge)); }, kInvalid, {"avg_pool2d", "passes 2^63"});
+  EXPECT_EQ(max_pool2d(x, 2, Size2(huge)).size(-1), 1);   // one window: a huge stride is fine
 }
 
 TEST(Flatten, MergesDimsAsAView) {
@@ -486,6 +497,14 @@ TEST(BatchNorm, RefusesBadArguments) {
                {"batch_norm", "(N, C, ...)"});
   expect_error([&] { batch_norm(x, zeros({3}, kBFloat16), ones({3}, kBFloat16), Tensor(), Tensor(), true); },
                kInvalid, {"batch_norm"});
+  for (double eps : {-1.0, std::nan(""), static_cast<double>(INFINITY)}) {
+    expect_error([&] { batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, eps); }, kInvalid,
+                 {"batch_norm", "eps must be finite and non-negative"});
+  }
+  Tensor rm = zeros({3}), rv = ones({3});
+  expect_error([&] { batch_norm(x, rm, rv, Tensor(), Tensor(), true, std::nan("")); }, kInvalid,
+               {"batch_norm", "momentum must be finite"});
+  EXPECT_EQ(values(rm), std::vector<double>(3, 0.0));   // refused before any update
 }
 
 }  // namespace
