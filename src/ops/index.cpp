@@ -213,7 +213,7 @@ Tensor multinomial(const Tensor& probs, int64_t num_samples, bool replacement, G
                    "without replacement", r, shape_str(probs.shape()), positive, num_samples);
     }
   }
-  Tensor out = empty({rows, num_samples}, kInt64, probs.device());
+  Tensor out = empty_for(kOp, {rows, num_samples}, kInt64, probs.device());   // refuses sizes past 2^63 naming the op
   backend::multinomial(out, p, num_samples, replacement, g.state());
   return probs.dim() == 1 ? out.view({num_samples}) : out;
 }

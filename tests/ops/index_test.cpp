@@ -271,6 +271,8 @@ TEST(IndexTest, Refusals) {
   expect_error([&] { multinomial(from_vector<float>({1.f, 0.f, 2.f}, {3}), 4); }, kInvalid,
                {"multinomial", "4 samples", "3 categories"});
   EXPECT_EQ(multinomial(from_vector<float>({1.f, 0.f, 2.f}, {3}), 4, true).shape(), (Shape{4}));
+  expect_error([&] { multinomial(ones({2, 5}), int64_t{1} << 62, true); }, kInvalid,
+               {"multinomial", "[2, 4611686018427387904]", "more than 2^63"});
 }
 
 }  // namespace
