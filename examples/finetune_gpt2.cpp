@@ -27,6 +27,7 @@
 #include "absl/flags/parse.h"
 #include "encore/encore.h"
 #include "encore/hf_gpt2.h"
+#include "examples/example_main.h"
 #include "tools/flags.h"
 
 ABSL_FLAG(std::string, model, "", "Hugging Face GPT-2 directory (model.safetensors + config.json); empty: a stand-in.");
@@ -78,13 +79,7 @@ absl::Status check_flags() {
                          tools::finite_in_range("--lr", absl::GetFlag(FLAGS_lr), 0, 1e6)}) {
     if (!s.ok()) return s;
   }
-  if (device != "cpu" && device != "cuda") {
-    return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + device + "'");
-  }
-  if (device == "cuda" && !cuda_available()) {
-    return absl::InvalidArgumentError("--device=cuda but no usable GPU (or encore was built without CUDA)");
-  }
-  return absl::OkStatus();
+  return examples::check_device_flag(device);
 }
 
 int run() {
@@ -170,16 +165,4 @@ int run() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (tools::parse_flags(argc, argv, "finetune_gpt2").size() != 1) {
-    std::fprintf(stderr, "finetune_gpt2: unexpected arguments (see --help)\n");
-    return 2;
-  }
-  if (absl::Status s = check_flags(); !s.ok()) return tools::flag_error("finetune_gpt2", s);
-  try {
-    return run();
-  } catch (const encore::Error& e) {   // a failure of the library (a device error, a refused op): reported, exit 1
-    std::fprintf(stderr, "finetune_gpt2: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return examples::example_main("finetune_gpt2", argc, argv, check_flags, run); }

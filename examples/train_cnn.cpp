@@ -32,6 +32,7 @@
 #include "absl/flags/parse.h"
 #include "encore/encore.h"
 #include "examples/digits.h"
+#include "examples/example_main.h"
 #include "tools/flags.h"
 
 ABSL_FLAG(std::string, data, "data/digits.csv.gz", "scikit-learn's digits.csv.gz (or the unzipped CSV).");
@@ -112,13 +113,7 @@ absl::Status check_flags() {
                          tools::finite_in_range("--min_accuracy", absl::GetFlag(FLAGS_min_accuracy), 0, 1)}) {
     if (!s.ok()) return s;
   }
-  if (device != "cpu" && device != "cuda") {
-    return absl::InvalidArgumentError("--device must be cpu or cuda, got '" + device + "'");
-  }
-  if (device == "cuda" && !cuda_available()) {
-    return absl::InvalidArgumentError("--device=cuda but no usable GPU (or encore was built without CUDA)");
-  }
-  return absl::OkStatus();
+  return examples::check_device_flag(device);
 }
 
 double median(std::vector<double> v) {
@@ -131,19 +126,7 @@ double median(std::vector<double> v) {
 
 int run();
 
-int main(int argc, char** argv) {
-  if (tools::parse_flags(argc, argv, "train_cnn").size() != 1) {
-    std::fprintf(stderr, "train_cnn: unexpected arguments (see --help)\n");
-    return 2;
-  }
-  if (absl::Status s = check_flags(); !s.ok()) return tools::flag_error("train_cnn", s);
-  try {
-    return run();
-  } catch (const encore::Error& e) {   // a failure of the library (a device error, a refused op): reported, exit 1
-    std::fprintf(stderr, "train_cnn: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return examples::example_main("train_cnn", argc, argv, check_flags, run); }
 
 int run() {
   absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> pg = dist::ProcessGroup::create();
