@@ -30,10 +30,11 @@ constexpr std::array<absl::string_view, 7> kNames = {"naive",       "caching", "
 // `best` starts from the online allocator's plan (cheap: 0.4 s for 10^6
 // buffers), then adds greedy plans, one ordering after another (above
 // kAllOrders buffers decreasing size only), each only if it can finish in
-// the time left: greedy costs 15 to 50 times what the online walk took
-// (10^5 buffers: 0.7 s on kLayers traces, 1.8 s on transformer traces,
-// against 35-45 ms; bench/RESULTS.md), so it is started when the time left
-// is kGreedyOverOnline times that, and a greedy run cut short would be time the
+// the time left: greedy costs 15 to 30 times what the online walk took
+// (10^5 buffers: 0.6-0.9 s against 30-45 ms, varying with the trace and the
+// load; bench/RESULTS.md), so it is started when the time left is
+// kGreedyOverOnline times that (a safe margin: a greedy run the limit cuts
+// is lost, and with it the time repacking would have had), and a greedy run cut short would be time the
 // next phase could have used. Then, with what is left, the exact search
 // improves on the best plan (up to 8000 buffers) or the peak region is
 // repacked (above). Whenever the limit hits, the best plan so far is
