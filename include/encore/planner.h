@@ -101,17 +101,19 @@ struct PlanOptions {
   // for the whole call: checking the input, the lower bound and validating
   // the plan count against it. They return the best plan found when it runs
   // out. Both make the online plan first (about 0.4 s for 10^6 buffers on
-  // this project's 2-core build machine), then greedy plans where they can finish in time, then search.
-  // If the limit runs out during the online plan, the buffers it has not
-  // reached are stacked above the rest (Plan::stacked_by_limit says how
-  // many), so the call returns a valid, validated plan in time: at most the
-  // limit plus about 1 ms, except for what cannot be cut: checking the
-  // input, the lower bound and validation, together about 0.28 s for 10^6
-  // buffers (bench/RESULTS.md "Issue 17: the limit at 10^6 buffers").
-  // The fast algorithms ignore the limit. The exact search is
-  // skipped for problems of more than 8000 buffers or 4 million pairs of
-  // buffers overlapping in time (it needs memory per pair and recurses once
-  // per buffer, up to 2 MiB of stack); `best` repacks the peak region there.
+  // this project's 2-core build machine), then greedy plans where they can
+  // finish in time, then search. If the limit runs out during the online
+  // plan, the buffers it has not reached are stacked above the rest
+  // (Plan::stacked_by_limit says how many), so the call returns a valid,
+  // validated plan in time: within the limit plus a few ms (one step of a
+  // phase), except for what cannot be cut: checking the input, the lower
+  // bound and validation, together about 0.28 s for 10^6 buffers
+  // (bench/RESULTS.md "Issue 17: the limit at 10^6 buffers"), which a
+  // shorter limit takes. The fast algorithms ignore the limit. The exact
+  // search is skipped for problems of more than 8000 buffers or 4 million
+  // pairs of buffers overlapping in time (it needs memory per pair and
+  // recurses once per buffer, up to 2 MiB of stack); `best` repacks the peak
+  // region there.
   double time_limit_s = 0.5;
   // For `exact` and `best`: 0 minimises the peak. A positive capacity (bytes)
   // asks MiniMalloc's decision question instead: they stop at the first plan
