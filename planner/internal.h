@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "encore/planner.h"
 
@@ -38,8 +39,13 @@ struct TimeEvent {
   int is_alloc;    // 0 = free, 1 = allocation: frees at a time step come first
   int32_t index;   // into the buffers
 };
-// Every non-empty buffer's allocation and free, sorted by time (stable).
+// Every non-empty buffer's allocation and free, sorted by time, frees
+// before allocations at equal times, then by index (a radix sort).
 std::vector<TimeEvent> time_ordered_events(absl::Span<const Buffer> buffers);
+// lower_bound() and validate() on events = time_ordered_events(buffers), so
+// that plan_buffers sorts once for the bound, the first plan and validation.
+int64_t lower_bound_of(absl::Span<const Buffer> buffers, absl::Span<const TimeEvent> events);
+absl::Status validate_with(absl::Span<const Buffer> buffers, const Plan& plan, absl::Span<const TimeEvent> events);
 
 // A wall-clock deadline for the searching algorithms.
 class Deadline {
@@ -72,6 +78,10 @@ std::string buffer_problem(const Buffer& buffer);
 Plan plan_naive(absl::Span<const Buffer> buffers);
 Plan plan_caching(absl::Span<const Buffer> buffers);
 Plan plan_online(absl::Span<const Buffer> buffers);
+// The same on events = time_ordered_events(buffers). With a deadline, the
+// walk stops once it passes and the buffers not yet reached are stacked
+// above the rest (NOTE [ Cutting the first plan ] in online.cpp).
+Plan plan_online(absl::Span<const Buffer> buffers, absl::Span<const TimeEvent> events, const Deadline* deadline);
 
 // The orderings greedy can place buffers in; ties fall back to size, then
 // to the buffer index, so every ordering is deterministic.

@@ -77,6 +77,8 @@ class OccupancyTree {
   std::vector<int32_t> all_;      // node -> index into sets_, or -1
   std::vector<RangeSet> sets_;
   std::vector<Range> scratch_;    // the ranges best_fit reads
+  std::vector<Range> merged_;     // best_fit's merge buffer
+  std::vector<size_t> runs_, next_runs_;  // where each sorted run of scratch_ starts
 };
 
 }  // namespace encore::planner::internal

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "encore/planner.h"
 #include "planner/internal.h"
+#include "planner/radix.h"
 
 namespace encore::planner {
 namespace {
@@ -26,29 +27,34 @@ constexpr std::array<absl::string_view, 7> kNames = {"naive",       "caching", "
                                                     "best_greedy", "exact",   "best"};
 
 // NOTE [ What best does ]
-// `best` starts from the online allocator's plan (cheap: 0.8-1.4 s for 10^6
+// `best` starts from the online allocator's plan (cheap: 0.4 s for 10^6
 // buffers), then adds greedy plans, one ordering after another (above
 // kAllOrders buffers decreasing size only), each only if it can finish in
-// the time left: greedy costs 7 to 15 times what the online plan took
-// (bench/RESULTS.md), so it is started when the time left is
-// kGreedyOverOnline times that, and a greedy run cut short would be time the
+// the time left: greedy costs 15 to 30 times what the online walk took
+// (10^5 buffers: 0.6-0.9 s against 30-45 ms, varying with the trace and the
+// load; bench/RESULTS.md), so it is started when the time left is
+// kGreedyOverOnline times that (a safe margin: a greedy run the limit cuts
+// is lost, and with it the time repacking would have had), and a greedy run cut short would be time the
 // next phase could have used. Then, with what is left, the exact search
 // improves on the best plan (up to 8000 buffers) or the peak region is
 // repacked (above). Whenever the limit hits, the best plan so far is
 // returned. `exact` starts the same way.
 constexpr size_t kAllOrders = 20'000;
-constexpr int kGreedyOverOnline = 16;
+constexpr int kGreedyOverOnline = 48;
 
 bool good_enough(const Plan& plan, int64_t bound, int64_t capacity) {
   return plan.peak == bound || (capacity > 0 && plan.peak <= capacity);
 }
 
 // The online plan, then the greedy orderings that fit in the time left.
-Plan first_plan(absl::Span<const Buffer> buffers, int64_t bound, const internal::Deadline& deadline,
-                int64_t capacity) {
+// The online walk stops at the deadline (NOTE [ Cutting the first plan ] in
+// online.cpp); then nothing follows it.
+Plan first_plan(absl::Span<const Buffer> buffers, absl::Span<const internal::TimeEvent> events, int64_t bound,
+                const internal::Deadline& deadline, int64_t capacity) {
   const auto start = std::chrono::steady_clock::now();
-  Plan best = internal::plan_online(buffers);
+  Plan best = internal::plan_online(buffers, events, &deadline);
   const auto online_time = std::chrono::steady_clock::now() - start;
+  if (best.stacked_by_limit > 0) return best;
   constexpr internal::GreedyOrder kOrders[] = {internal::GreedyOrder::kSize, internal::GreedyOrder::kLength,
                                                internal::GreedyOrder::kArea, internal::GreedyOrder::kStart};
   for (internal::GreedyOrder order : kOrders) {
@@ -60,17 +66,17 @@ Plan first_plan(absl::Span<const Buffer> buffers, int64_t bound, const internal:
   return best;
 }
 
-Plan plan_best(absl::Span<const Buffer> buffers, int64_t bound, const internal::Deadline& deadline,
-               int64_t capacity) {
-  Plan best = first_plan(buffers, bound, deadline, capacity);
+Plan plan_best(absl::Span<const Buffer> buffers, absl::Span<const internal::TimeEvent> events, int64_t bound,
+               const internal::Deadline& deadline, int64_t capacity) {
+  Plan best = first_plan(buffers, events, bound, deadline, capacity);
   if (good_enough(best, bound, capacity) || deadline.expired()) return best;
   if (buffers.size() > internal::kMaxExactItems) return internal::repack_peak(buffers, std::move(best), deadline);
   return internal::plan_exact(buffers, bound, std::move(best), deadline, capacity).plan;
 }
 
-Plan plan_exact_within(absl::Span<const Buffer> buffers, int64_t bound, const internal::Deadline& deadline,
-                       int64_t capacity) {
-  Plan start = first_plan(buffers, bound, deadline, capacity);
+Plan plan_exact_within(absl::Span<const Buffer> buffers, absl::Span<const internal::TimeEvent> events,
+                       int64_t bound, const internal::Deadline& deadline, int64_t capacity) {
+  Plan start = first_plan(buffers, events, bound, deadline, capacity);
   return internal::plan_exact(buffers, bound, std::move(start), deadline, capacity).plan;
 }
 
@@ -95,16 +101,16 @@ absl::Status check_total(absl::Span<const Buffer> buffers) {
   return absl::OkStatus();
 }
 
-Plan run(absl::Span<const Buffer> buffers, const PlanOptions& options, int64_t bound,
-         const internal::Deadline& deadline) {
+Plan run(absl::Span<const Buffer> buffers, absl::Span<const internal::TimeEvent> events, const PlanOptions& options,
+         int64_t bound, const internal::Deadline& deadline) {
   switch (options.algorithm) {
     case Algorithm::kNaive: return internal::plan_naive(buffers);
     case Algorithm::kCaching: return internal::plan_caching(buffers);
-    case Algorithm::kOnline: return internal::plan_online(buffers);
+    case Algorithm::kOnline: return internal::plan_online(buffers, events, nullptr);
     case Algorithm::kGreedy: return internal::plan_greedy(buffers, internal::GreedyOrder::kSize);
     case Algorithm::kBestGreedy: return internal::plan_best_greedy(buffers);
-    case Algorithm::kExact: return plan_exact_within(buffers, bound, deadline, options.capacity);
-    case Algorithm::kBest: return plan_best(buffers, bound, deadline, options.capacity);
+    case Algorithm::kExact: return plan_exact_within(buffers, events, bound, deadline, options.capacity);
+    case Algorithm::kBest: return plan_best(buffers, events, bound, deadline, options.capacity);
   }
   return internal::plan_naive(buffers);
 }
@@ -125,15 +131,20 @@ absl::StatusOr<Algorithm> parse_algorithm(absl::string_view name) {
 
 // NOTE [ The time limit covers the whole call ]
 // The deadline starts when plan_buffers is called, so checking the input
-// and the lower bound count against it, and it is brought forward by twice
-// what those took: validating the plan costs 1.2 to 1.7 times as much (at
-// 10^6 buffers 0.4-0.5 s against 0.5-0.55 s), and the last step of a phase
-// may overrun. What cannot be cut is a first plan: the online one,
-// made whatever the limit, so a call takes at most max(limit, checks + bound
-// + online plan + validation), plus what one step of a phase takes past the
-// deadline (greedy and the search check the clock every few thousand
-// placements or 256 nodes, repacking every window). tests/planner's
+// and the lower bound count against it. Both and validation read one event
+// order (time_ordered_events, a radix sort), as does the online plan. The
+// deadline is brought forward by what validation will cost, estimated as
+// kValidationOverSetup times what the checks, the event order and the bound
+// took (measured at 10^6 buffers: validation costs 0.6 times as much;
+// bench/planner/time_limit_bench), so that a plan validated after the deadline still
+// returns within the limit. The online walk, the first plan, is cut at the
+// deadline (NOTE [ Cutting the first plan ] in online.cpp); every later phase
+// checks the clock (greedy every 512 placements, the search every
+// 256 nodes, repacking every 256 placements). So a call takes at most max(limit,
+// checks + bound + validation) plus one step of a phase. tests/planner's
 // TimeLimitTest holds every algorithm to that.
+constexpr double kValidationOverSetup = 0.8;
+
 absl::StatusOr<Plan> plan_buffers(absl::Span<const Buffer> buffers, const PlanOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status status = check_buffers(buffers); !status.ok()) return status;
@@ -144,14 +155,16 @@ absl::StatusOr<Plan> plan_buffers(absl::Span<const Buffer> buffers, const PlanOp
   if (options.capacity < 0) {
     return absl::InvalidArgumentError(absl::StrCat("capacity ", options.capacity, " is negative"));
   }
-  const int64_t bound = lower_bound(buffers);
+  const std::vector<internal::TimeEvent> events = internal::time_ordered_events(buffers);
+  const int64_t bound = internal::lower_bound_of(buffers, events);
   const auto setup = std::chrono::steady_clock::now() - start;
+  using Duration = std::chrono::steady_clock::duration;
   const internal::Deadline deadline(
-      start - 2 * setup + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                          std::chrono::duration<double>(std::min(options.time_limit_s, 1e9))));
-  Plan plan = run(buffers, options, bound, deadline);
+      start - std::chrono::duration_cast<Duration>(kValidationOverSetup * setup) +
+      std::chrono::duration_cast<Duration>(std::chrono::duration<double>(std::min(options.time_limit_s, 1e9))));
+  Plan plan = run(buffers, events, options, bound, deadline);
   plan.peak_floor = std::max(plan.peak_floor, bound);
-  if (absl::Status status = validate(buffers, plan); !status.ok()) {
+  if (absl::Status status = internal::validate_with(buffers, plan, events); !status.ok()) {
     return absl::InternalError(absl::StrCat("algorithm '", algorithm_name(options.algorithm),
                                             "' produced an invalid plan: ", status.message()));
   }
@@ -160,17 +173,20 @@ absl::StatusOr<Plan> plan_buffers(absl::Span<const Buffer> buffers, const PlanOp
 
 namespace internal {
 
+// Frees first, then allocations, each in index order; a stable radix sort
+// by time then gives (time, free before allocation, index): the order a
+// comparison sort by (time, is_alloc) that keeps index order would give.
 std::vector<TimeEvent> time_ordered_events(absl::Span<const Buffer> buffers) {
-  std::vector<TimeEvent> events;
-  events.reserve(2 * buffers.size());
+  size_t non_empty = 0;
+  for (const Buffer& b : buffers) non_empty += b.size != 0;
+  std::vector<TimeEvent> events(2 * non_empty), scratch;
+  size_t frees = 0, allocs = non_empty;
   for (int32_t i = 0; i < static_cast<int32_t>(buffers.size()); ++i) {
     if (buffers[i].size == 0) continue;  // takes no memory (PyTorch returns none for 0 bytes)
-    events.push_back({buffers[i].lower, 1, i});
-    events.push_back({buffers[i].upper, 0, i});
+    events[frees++] = {buffers[i].upper, 0, i};
+    events[allocs++] = {buffers[i].lower, 1, i};
   }
-  std::stable_sort(events.begin(), events.end(), [](const TimeEvent& a, const TimeEvent& b) {
-    return a.time != b.time ? a.time < b.time : a.is_alloc < b.is_alloc;
-  });
+  radix_sort(events, scratch, [](const TimeEvent& e) { return ordered_key(e.time); });
   return events;
 }
 

@@ -105,7 +105,7 @@ class Repacker {
       occupancy.insert(lo, hi, {offsets[k], offsets[k] + b.size});
       new_top = std::max(new_top, offsets[k] + b.size);
       if (new_top >= old_top) return false;  // no better here: keep the plan
-      if (k % 4096 == 4095 && deadline.expired()) return false;
+      if (k % 256 == 255 && deadline.expired()) return false;  // 256 placements: ~1-3 ms
     }
     for (size_t k = 0; k < inner.size(); ++k) plan_.offsets[inner[k]] = offsets[k];
     return true;

@@ -12,7 +12,9 @@
 // --svg use the last algorithm run (the chosen one, or `best` when all run).
 // Exits 1 with a one-line message on bad input or a failed write, 2 on bad
 // flags (a value that does not parse or is out of range, a missing or extra
-// file argument).
+// file argument). A row ends "(time limit cut the first plan: N buffers
+// stacked)" when the limit ran out before the first plan was made whole
+// (Plan::stacked_by_limit).
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -98,8 +100,13 @@ absl::Status run(const std::string& path) {
     if (!planned.ok()) return planned.status();
     plan = *std::move(planned);
     const bool searched = algorithm == Algorithm::kExact || algorithm == Algorithm::kBest;
-    absl::PrintF("%-12s %14d %14d %10.4f %12.2f  %s\n", encore::planner::algorithm_name(algorithm), plan.peak,
-                 bound, bound > 0 ? double(plan.peak) / double(bound) : 1.0, ms, proven(plan, capacity, searched));
+    const std::string cut = plan.stacked_by_limit > 0
+                                ? absl::StrCat(" (time limit cut the first plan: ", plan.stacked_by_limit,
+                                               " buffers stacked)")
+                                : std::string();
+    absl::PrintF("%-12s %14d %14d %10.4f %12.2f  %s%s\n", encore::planner::algorithm_name(algorithm), plan.peak,
+                 bound, bound > 0 ? double(plan.peak) / double(bound) : 1.0, ms, proven(plan, capacity, searched),
+                 cut);
   }
   return write_outputs(*problem, plan);
 }

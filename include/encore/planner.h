@@ -59,6 +59,14 @@ struct Plan {
                                  // more where `exact` proved the capacities
                                  // below it infeasible. peak == peak_floor:
                                  // the plan is proven optimal
+  int64_t stacked_by_limit = 0;  // `exact` and `best`: buffers the time
+                                 // limit left out of the first plan (see
+                                 // PlanOptions::time_limit_s), stacked above
+                                 // all the others and reusing bytes only
+                                 // last in, first out: valid, but the peak
+                                 // may be up to the naive plan's. 0: the
+                                 // first plan was made whole (always so for
+                                 // the other algorithms)
 };
 
 // The planning algorithms, cheapest first. Each is selectable by name; n is
@@ -92,13 +100,20 @@ struct PlanOptions {
   // Wall-clock budget for the searching algorithms (exact, best), in seconds,
   // for the whole call: checking the input, the lower bound and validating
   // the plan count against it. They return the best plan found when it runs
-  // out. Both make the online plan first whatever the limit (about 1 s for
-  // 10^6 buffers), so a call takes at most about max(limit, that plan with
-  // the checks and validation); greedy plans follow only where they can
-  // finish in time. The fast algorithms ignore it. The exact search is
-  // skipped for problems of more than 8000 buffers or 4 million pairs of
-  // buffers overlapping in time (it needs memory per pair and recurses once
-  // per buffer, up to 2 MiB of stack); `best` repacks the peak region there.
+  // out. Both make the online plan first (about 0.4 s for 10^6 buffers on
+  // this project's 2-core build machine), then greedy plans where they can
+  // finish in time, then search. If the limit runs out during the online
+  // plan, the buffers it has not reached are stacked above the rest
+  // (Plan::stacked_by_limit says how many), so the call returns a valid,
+  // validated plan in time: within the limit plus a few ms (one step of a
+  // phase), except for what cannot be cut: checking the input, the lower
+  // bound and validation, together about 0.28 s for 10^6 buffers
+  // (bench/RESULTS.md "Issue 17: the limit at 10^6 buffers"), which a
+  // shorter limit takes. The fast algorithms ignore the limit. The exact
+  // search is skipped for problems of more than 8000 buffers or 4 million
+  // pairs of buffers overlapping in time (it needs memory per pair and
+  // recurses once per buffer, up to 2 MiB of stack); `best` repacks the peak
+  // region there.
   double time_limit_s = 0.5;
   // For `exact` and `best`: 0 minimises the peak. A positive capacity (bytes)
   // asks MiniMalloc's decision question instead: they stop at the first plan

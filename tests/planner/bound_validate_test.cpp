@@ -142,5 +142,26 @@ TEST(CheckBuffersTest, RejectsDuplicateIds) {
   EXPECT_FALSE(plan_buffers(buffers).ok());
 }
 
+// check_buffers sorts hashed ids (NOTE [ Duplicate ids by sorted hashes ]);
+// the message must still be the one a scan in index order gives: the lowest
+// index that repeats an earlier id, naming that id's first index, unless a
+// buffer before it is invalid. Enough buffers for the radix sort (>= 512).
+TEST(CheckBuffersTest, NamesTheFirstRepeatAmongManyIds) {
+  std::vector<Buffer> buffers;
+  for (int i = 0; i < 10'000; ++i) buffers.push_back({.id = absl::StrCat("b", i), .size = 1, .lower = 0, .upper = 1});
+  EXPECT_TRUE(check_buffers(buffers).ok());
+  buffers[8000].id = "b5";
+  buffers[7000].id = "b123";
+  buffers[9000].id = "b123";
+  EXPECT_THAT(check_buffers(buffers).message(), HasSubstr("buffer 7000 ('b123'): duplicate id (first at buffer 123)"));
+  buffers[6000].size = -1;
+  EXPECT_THAT(check_buffers(buffers).message(), HasSubstr("buffer 6000 ('b6000'): negative size -1"));
+  buffers[7000].size = -1;  // invalid and a repeat: the repeat is named, as before
+  buffers[6000].size = 1;
+  EXPECT_THAT(check_buffers(buffers).message(), HasSubstr("buffer 7000 ('b123'): duplicate id"));
+  std::vector<Buffer> same(100'000, Buffer{.id = "x", .size = 1, .lower = 0, .upper = 1});
+  EXPECT_THAT(check_buffers(same).message(), HasSubstr("buffer 1 ('x'): duplicate id (first at buffer 0)"));
+}
+
 }  // namespace
 }  // namespace encore::planner

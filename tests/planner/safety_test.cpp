@@ -108,16 +108,16 @@ TEST(PlannerSafetyTest, ValidateRejectsOffsetsThatOverflow) {
   EXPECT_THAT(status.message(), HasSubstr("'x'"));
 }
 
-// With no time at all, `exact` gives up on greedy after its first clock check
-// (4096 placements) and returns the online allocator's plan: a bounded amount
-// of work, instead of all four greedy orderings (40 s on 10^6 buffers).
-TEST(PlannerSafetyTest, ExactWithoutTimeFallsBackToOnline) {
+// With no time at all, `exact` does a bounded amount of work: the online
+// walk stops at its first clock check (4096 events) and stacks the rest
+// (TimeLimitTest checks the cut in detail); no greedy ordering runs (all
+// four took 40 s on 10^6 buffers).
+TEST(PlannerSafetyTest, ExactWithoutTimeCutsTheOnlinePlan) {
   const std::vector<Buffer> buffers = training_step_trace({.num_buffers = 50'000, .seed = 3});
   absl::StatusOr<Plan> exact = plan_buffers(buffers, {.algorithm = Algorithm::kExact, .time_limit_s = 0});
   ASSERT_TRUE(exact.ok()) << exact.status();
-  absl::StatusOr<Plan> online = plan_buffers(buffers, {.algorithm = Algorithm::kOnline});
-  ASSERT_TRUE(online.ok()) << online.status();
-  EXPECT_EQ(exact->offsets, online->offsets);
+  EXPECT_TRUE(validate(buffers, *exact).ok());
+  EXPECT_GT(exact->stacked_by_limit, 45'000);
 }
 
 // A large problem with a short limit still gets a valid plan (speed is

@@ -1,15 +1,21 @@
 // The time limit of `exact` and `best` covers the whole call (NOTE [ The
-// time limit covers the whole call ] in planner/plan.cpp). No assertion here
-// compares a time with a fixed figure: one test is exact (no time, no phase
-// after the first plan), the other compares with what the online plan
-// costs on the same machine at the same moment, with generous slack.
+// time limit covers the whole call ] in planner/plan.cpp), and a limit that
+// runs out during the first plan cuts it (NOTE [ Cutting the first plan ] in
+// planner/online.cpp). No assertion here compares a time with a fixed
+// figure: the cut tests are exact (no time: the cut falls at the first clock
+// check), the last compares with what the online plan costs on the same
+// machine at the same moment, with generous slack.
 #include <chrono>
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "encore/planner.h"
 #include "gtest/gtest.h"
+#include "planner/internal.h"
 #include "planner/synthetic.h"
 
 namespace encore::planner {
@@ -19,30 +25,69 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// With no time at all, every phase after the online plan is skipped: no
-// greedy ordering (which `best` used to run up to 20,000 buffers whatever
-// the limit), no search node, no repacking. Small, middle and large sizes.
-TEST(TimeLimitTest, WithoutTimeOnlyTheOnlinePlanIsMade) {
+// With no time the deadline has passed at the online walk's first clock
+// check (after 4,096 events), so the walk is cut there, deterministically:
+// buffers allocated before it keep the online plan's offsets, every later
+// one is in the stacked tail, the count is reported, and the plan is valid.
+// Problems of at most 2,048 buffers finish before the check: exactly the
+// online plan. Small, middle and large sizes, both trace styles, random
+// lifetimes (frees far out of last-in first-out order) and alignments.
+TEST(TimeLimitTest, WithoutTimeTheFirstPlanIsCutValidAndFlagged) {
   const std::vector<std::vector<Buffer>> problems = {
       challenging_problem({.num_buffers = 200, .seed = 3}),
+      training_step_trace({.num_buffers = 2'000, .seed = 7}),
       training_step_trace({.num_buffers = 5'000, .seed = 4}),
       training_step_trace({.num_buffers = 30'000, .seed = 5, .style = TraceStyle::kTransformer}),
+      random_buffers(20'000, 5'000, 3'000, /*aligned=*/true, 8),
   };
   for (const std::vector<Buffer>& buffers : problems) {
     absl::StatusOr<Plan> online = plan_buffers(buffers, {.algorithm = Algorithm::kOnline});
     ASSERT_TRUE(online.ok()) << online.status();
+    EXPECT_EQ(online->stacked_by_limit, 0);
+    const std::vector<internal::TimeEvent> events = internal::time_ordered_events(buffers);
+    constexpr size_t kCut = 4096;
+    std::vector<char> before_cut(buffers.size(), 0);
+    int64_t after_cut = 0;
+    for (size_t e = 0; e < events.size(); ++e) {
+      if (!events[e].is_alloc) continue;
+      if (e < kCut) before_cut[events[e].index] = 1;
+      after_cut += e >= kCut;
+    }
     for (Algorithm algorithm : {Algorithm::kExact, Algorithm::kBest}) {
       absl::StatusOr<Plan> plan = plan_buffers(buffers, {.algorithm = algorithm, .time_limit_s = 0});
       ASSERT_TRUE(plan.ok()) << plan.status();
-      EXPECT_EQ(plan->offsets, online->offsets) << algorithm_name(algorithm) << ", " << buffers.size() << " buffers";
+      const std::string what = absl::StrCat(algorithm_name(algorithm), ", ", buffers.size(), " buffers");
+      EXPECT_TRUE(validate(buffers, *plan).ok()) << what;
+      EXPECT_EQ(plan->stacked_by_limit, after_cut) << what;
+      if (after_cut == 0) EXPECT_EQ(plan->offsets, online->offsets) << what;
+      int64_t below_tail = 0;  // the high-water mark of the buffers placed before the cut
+      for (size_t i = 0; i < buffers.size(); ++i) {
+        if (!before_cut[i]) continue;
+        EXPECT_EQ(plan->offsets[i], online->offsets[i]) << what << ", buffer " << i;
+        below_tail = std::max(below_tail, online->offsets[i] + buffers[i].size);
+      }
+      for (size_t i = 0; i < buffers.size(); ++i) {
+        if (!before_cut[i] && buffers[i].size > 0) EXPECT_GE(plan->offsets[i], below_tail) << what << ", buffer " << i;
+      }
     }
   }
 }
 
+// A limit long enough for everything leaves nothing stacked.
+TEST(TimeLimitTest, WithTimeNothingIsStacked) {
+  const std::vector<Buffer> buffers = training_step_trace({.num_buffers = 5'000, .seed = 4});
+  for (Algorithm algorithm : {Algorithm::kExact, Algorithm::kBest}) {
+    absl::StatusOr<Plan> plan = plan_buffers(buffers, {.algorithm = algorithm, .time_limit_s = 30});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->stacked_by_limit, 0) << algorithm_name(algorithm);
+  }
+}
+
 // On 300,000 buffers greedy costs 2-4 s, so a phase that ignored the limit
-// would show. A call may take the limit or the first plan (checks, bound,
-// online plan, validation), whichever is longer; the bound allows the limit
-// plus three times a whole online call plus half a second.
+// would show. A call may take the limit or what cannot be cut (checks,
+// bound, validation), whichever is longer; the bound allows the limit plus
+// three times a whole online call (which includes all of those) plus half a
+// second.
 TEST(TimeLimitTest, LargeProblemsStayWithinTheLimitAndTheFirstPlan) {
   const std::vector<Buffer> buffers =
       training_step_trace({.num_buffers = 300'000, .seed = 6, .style = TraceStyle::kTransformer});
@@ -58,7 +103,7 @@ TEST(TimeLimitTest, LargeProblemsStayWithinTheLimitAndTheFirstPlan) {
       ASSERT_TRUE(plan.ok()) << plan.status();
       EXPECT_LE(took, limit + 3 * online_s + 0.5)
           << algorithm_name(algorithm) << " with limit " << limit << " s; an online call took " << online_s << " s";
-      EXPECT_LE(plan->peak, online->peak);
+      if (plan->stacked_by_limit == 0) EXPECT_LE(plan->peak, online->peak);
     }
   }
 }

@@ -8,6 +8,7 @@
 #include "encore/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/synthetic.h"
 #include "tests/svg_test_util.h"
 #include "tests/tool_run.h"
 
@@ -145,6 +146,19 @@ TEST(EncorePlanToolTest, SaysWhatExactProved) {
   const ToolRun below = run_tool("--algorithm=exact --capacity=11 " + input);
   ASSERT_EQ(below.exit_code, 0) << below.err;
   EXPECT_THAT(below.out, HasSubstr("infeasible"));
+}
+
+// With no time, a plan of 5,000 buffers (10,000 events, past the first
+// clock check at 4,096) is cut, and the row says so.
+TEST(EncorePlanToolTest, SaysWhenTheLimitCutTheFirstPlan) {
+  const std::vector<Buffer> buffers = training_step_trace({.num_buffers = 5'000, .seed = 2});
+  const std::string input = write_temp("cut.csv", format_csv(buffers, nullptr, true));
+  const ToolRun cut = run_tool("--algorithm=exact --time_limit_s=0 " + input);
+  ASSERT_EQ(cut.exit_code, 0) << cut.err;
+  EXPECT_THAT(cut.out, HasSubstr("time limit cut the first plan"));
+  const ToolRun whole = run_tool("--algorithm=exact --time_limit_s=5 " + input);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  EXPECT_THAT(whole.out, ::testing::Not(HasSubstr("cut")));
 }
 
 }  // namespace
