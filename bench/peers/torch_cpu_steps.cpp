@@ -33,6 +33,9 @@
 //  - the transformer block B 8, T 64, C 256, 4 heads: pre-norm LayerNorm,
 //    non-causal softmax attention, MLP 1024 with exact GELU, loss the mean
 //    of squares of its output, AdamW lr 1e-3;
+//  - the demo GPT (tools/workloads.h's make_gpt, examples/train_gpt): vocab 64,
+//    block 32, 2 layers, 4 heads, C 64, batch 16, tied head, GELU-tanh,
+//    AdamW lr 3e-3 weight decay 0.1;
 //  - the CNN of issue 21 (tools/workloads.h's make_resnet_cnn, as in bench/train_step_bench.cpp):
 //    x [32, 3, 32, 32] -> conv 3->16 3x3, batch norm, ReLU, three residual
 //    blocks relu(x + bn2(conv2(relu(bn1(conv1(x)))))) of 16-channel 3x3
@@ -153,6 +156,9 @@ void run_row(const std::string& name, int threads, double budget_ms) {
   } else {
     w = name == "block_b8_t64_c256_h4"         ? block()
         : name == "cnn_resnet3x16_b32_3x32x32" ? tools::make_resnet_cnn({.blocks = 3, .channels = 16, .batch = 32})
+        : name == "demo_gpt_2x64_b16_t32"
+            ? tools::make_gpt({.config = {.vocab_size = 64, .block_size = 32, .n_layer = 2, .n_head = 4, .n_embd = 64},
+                               .batch = 16})
         : name == "mlp_784_128_10_b32"         ? mlp({784, 128, 10}, 32)
         : name == "mlp_784_512_512_10_b128"    ? mlp({784, 512, 512, 10}, 128)
                                                : mlp({1024, 4096, 4096, 1024}, 64);
@@ -266,6 +272,7 @@ int main(int argc, char** argv) {
                                         "mlp_784_512_512_10_b128",
                                         "mlp_1024_4096_4096_1024_b64",
                                         "block_b8_t64_c256_h4",
+                                        "demo_gpt_2x64_b16_t32",
                                         "cnn_resnet3x16_b32_3x32x32"};
   bool quick = false;
   std::string malloc_setting;   // empty: the driver
