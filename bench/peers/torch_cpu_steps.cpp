@@ -23,7 +23,9 @@
 // round (--procs, default 3) it runs itself once per setting, in alternating
 // order, each child timing that one row (libtorch, encore eager, replay in
 // turn); it reports libtorch's median under each setting and encore's ratios
-// against libtorch's better one. With --malloc it is such a child, for the
+// against libtorch's better one, and (steadier on a shared machine) the
+// median over that setting's children of encore / libtorch timed in the same
+// process. With --malloc it is such a child, for the
 // named rows (all when none) at 1 and 2 threads (--threads=N: only N).
 //
 // Built only where meson finds libtorch (bench/meson.build). Workloads:
@@ -235,11 +237,13 @@ int drive(const std::string& self, const std::vector<std::string>& rows, bool qu
               "per setting, alternating; medians over processes of each process's median step.\n\n",
               procs);
   std::printf("| workload | threads | libtorch default ms | libtorch keep ms | encore eager ms | encore replay ms | "
-              "eager / best libtorch | replay / best libtorch |\n|---|---|---|---|---|---|---|---|\n");
+              "eager / best libtorch | replay / best libtorch | same process, better setting: eager / libtorch, "
+              "replay / libtorch |\n|---|---|---|---|---|---|---|---|---|\n");
   std::fflush(stdout);
   for (int threads : {1, 2}) {
     for (const std::string& row : rows) {
       std::vector<double> torch_default, torch_keep, eager, replay;
+      std::vector<double> in_eager[2], in_replay[2];   // per child: encore / libtorch of the same process
       for (int p = 0; p < procs; ++p) {
         for (int k = 0; k < 2; ++k) {
           const bool keep = (p + k) % 2 == 1;   // default first in even rounds, keep first in odd ones
@@ -252,12 +256,15 @@ int drive(const std::string& self, const std::vector<std::string>& rows, bool qu
           (keep ? torch_keep : torch_default).push_back(r.torch_ms);
           eager.push_back(r.eager_ms);
           replay.push_back(r.replay_ms);
+          in_eager[keep].push_back(r.eager_ms / r.torch_ms);
+          in_replay[keep].push_back(r.replay_ms / r.torch_ms);
         }
       }
       const double td = encore::median(torch_default), tk = encore::median(torch_keep);
       const double best = std::min(td, tk), me = encore::median(eager), mr = encore::median(replay);
-      std::printf("| %s | %d | %.4g | %.4g | %.4g | %.4g | %.2fx | %.2fx |\n", row.c_str(), threads, td, tk, me, mr,
-                  me / best, mr / best);
+      const int b = tk < td ? 1 : 0;   // libtorch's better setting
+      std::printf("| %s | %d | %.4g | %.4g | %.4g | %.4g | %.2fx | %.2fx | %.2fx / %.2fx |\n", row.c_str(), threads, td,
+                  tk, me, mr, me / best, mr / best, encore::median(in_eager[b]), encore::median(in_replay[b]));
       std::fflush(stdout);
     }
   }
