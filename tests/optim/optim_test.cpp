@@ -548,6 +548,40 @@ TEST(ClipTest, LargeAndHalfPrecisionGrads) {
   }
 }
 
+// The f32 sum of squares (a clone per x86-64 level, 8 double lanes) in its
+// documented order, modelled here: fixed chunks of the gradient (by its
+// size alone), in each the lanes j, j + 8, ... in double, the tail first
+// into the chunk's sum, then the lanes in order; chunks added in order. The
+// norm's bits must be the model's at one and two threads.
+TEST(ClipTest, FloatSumOfSquaresIsTheLaneOrderBitForBitAtOneAndTwoThreads) {
+  const int64_t n = 300007;
+  const std::vector<float> g = random_tensor({n}, 5).to_vector<float>();
+  const int64_t chunks = std::min<int64_t>(64, (n + 32767) / 32768), size = (n + chunks - 1) / chunks;
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = std::min(n, c * size), e = std::min(n, b + size);
+    double lane[8] = {};
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) {
+      for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(g[i + j]) * static_cast<double>(g[i + j]);
+    }
+    double s = 0.0;
+    for (; i < e; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    for (double l : lane) s += l;
+    total += s;
+  }
+  const float want = static_cast<float>(std::sqrt(static_cast<double>(static_cast<float>(total))));
+  for (int threads : {1, 2}) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Tensor p = zeros({n}).requires_grad_();
+    p.set_grad(from_vector<float>(g, {n}));
+    const float got = optim::clip_grad_norm({p}, 1e30).item<float>();
+    omp_set_num_threads(before);
+    EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << threads << " threads: " << got << " vs " << want;
+  }
+}
+
 TEST(ClipTest, NoGradsGiveZeroAndNoHostReadsInside) {
   Tensor p = make_param({3}, 1);
   EXPECT_EQ(optim::clip_grad_norm({p}, 1.0).item<float>(), 0.0f);

@@ -66,6 +66,14 @@ ENCORE_SIMD_INLINE F32x8 fold_lanes(int64_t n, F32x8 acc, F& f, Fold&& fold) {
   }
   return acc;
 }
+// The folds, as always-inlined functors (a lambda taking F32x8 by value was
+// inlined too, but GCC still warned about its out-of-line ABI, -Wpsabi).
+struct AddLanes {
+  ENCORE_SIMD_INLINE F32x8 operator()(F32x8 a, F32x8 v) const { return a + v; }
+};
+struct MaxLanes {
+  ENCORE_SIMD_INLINE F32x8 operator()(F32x8 a, F32x8 v) const { return max_f32x8(a, v); }
+};
 template <typename F>
 ENCORE_SIMD_INLINE float at(F& f, int64_t k) {
   if constexpr (std::is_pointer_v<F>) {
@@ -77,7 +85,7 @@ ENCORE_SIMD_INLINE float at(F& f, int64_t k) {
 // f: a functor of k, or a const float* (the values themselves).
 template <typename F>
 ENCORE_SIMD_INLINE float lane_sum(int64_t n, F&& f) {
-  F32x8 acc = fold_lanes(n, F32x8{}, f, [](F32x8 a, F32x8 v) { return a + v; });
+  F32x8 acc = fold_lanes(n, F32x8{}, f, AddLanes{});
   for (int64_t k = n / kAcc * kAcc; k < n; ++k) acc[0] += at(f, k);
   float s = 0;
   for (int j = 0; j < kAcc; ++j) s += acc[j];
@@ -103,7 +111,7 @@ ENCORE_SIMD_INLINE float lane_max(int64_t n, F&& f) {
     acc = max_f32x8(max_f32x8(acc, a1), max_f32x8(a2, a3));
     for (; k + kAcc <= n; k += kAcc) acc = max_f32x8(acc, load_f32x8(f + k));
   } else {
-    acc = fold_lanes(n, init, f, [](F32x8 a, F32x8 v) { return max_f32x8(a, v); });
+    acc = fold_lanes(n, init, f, MaxLanes{});
     k = n / kAcc * kAcc;
   }
   for (; k < n; ++k) acc[0] = std::max(acc[0], at(f, k));

@@ -44,6 +44,12 @@ namespace encore::cpu {
 //   for (; k + 8 <= n; k += 8) acc += load_f32x8(x + k);
 //   float s = 0;
 //   for (int j = 0; j < 8; ++j) s += acc[j];   // lanes combined in the order the caller documents
+// The helpers and the lambdas that take these types are always inlined
+// into one function, so passing them by value never meets a call ABI: GCC's
+// note that 32-byte vector arguments change the ABI without AVX (-Wpsabi, in
+// every default clone and in the lambdas of the files that include this
+// header) is moot there, and silenced for those files.
+#pragma GCC diagnostic ignored "-Wpsabi"
 using F32x8 = float __attribute__((vector_size(32)));
 using F64x8 = double __attribute__((vector_size(64)));
 using I32x8 = int32_t __attribute__((vector_size(32)));
