@@ -261,7 +261,9 @@ TEST(ReduceTest, RowSumsMeanAndVarAreThePairwiseLaneOrderBitForBit) {
         omp_set_num_threads(threads);
         EXPECT_EQ(float_bits(sum(a, {1})), want_sum);
         EXPECT_EQ(float_bits(mean(a, {1})), want_mean);
-        if (n > 1) EXPECT_EQ(float_bits(var(a, {1})), want_var);
+        if (n > 1) {
+          EXPECT_EQ(float_bits(var(a, {1})), want_var);
+        }
         omp_set_num_threads(before);
       }
     }
@@ -501,6 +503,45 @@ TEST(ReduceTest, RowArgmaxFindsTheFirstMaximumAndTheFirstNaNAtEveryPosition) {
   // All equal, and all -inf: index 0.
   EXPECT_EQ(argmax(full({1, 77}, 2.0), 1).item<int64_t>(), 0);
   EXPECT_EQ(argmax(full({1, 77}, -kInf), 1).item<int64_t>(), 0);
+}
+
+// The f32 column max (adjacent outputs as vector lanes, max_column_step):
+// per column the maximum, a tie after it and, in every third column, NaNs,
+// at positions that cover every row; against the reference, values and
+// first indices; 1100 columns span two column blocks.
+TEST(ReduceTest, ColumnMaxFindsTheFirstMaximumAndTheFirstNaNInEveryColumn) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t rows : {1, 2, 5, 33, 300}) {
+    const int64_t cols = 1100;
+    std::vector<float> v(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) v[r * cols + c] = static_cast<float>((r * 5 + c) % 9) - 20.0f;
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t p = (c * 7) % rows;
+      v[p * cols + c] = 3.0f;
+      if (p + 2 < rows) v[(p + 2) * cols + c] = 3.0f;   // a later tie
+      if (c % 3 == 0 && p + 1 < rows) {
+        v[(p + 1) * cols + c] = nan;
+        if (p + 3 < rows) v[(p + 3) * cols + c] = nan;
+      }
+    }
+    const Tensor a = from_vector<float>(v, {rows, cols});
+    const RefLayout l = ref_layout({rows, cols}, {0}, false);
+    std::vector<double> x(v.begin(), v.end());
+    auto [best, index] = ref_max(x, l);
+    SCOPED_TRACE(std::to_string(rows) + " rows");
+    auto [mv, mi] = max(a, 0);
+    EXPECT_EQ(mi.to_vector<int64_t>(), index);
+    const std::vector<double> got = values(mv);
+    for (int64_t c = 0; c < cols; ++c) {
+      if (std::isnan(best[c])) {
+        EXPECT_TRUE(std::isnan(got[c])) << "column " << c;
+      } else {
+        EXPECT_EQ(got[c], best[c]) << "column " << c;
+      }
+    }
+  }
 }
 
 TEST(ReduceTest, MaxOverAllElementsMatchesReference) {

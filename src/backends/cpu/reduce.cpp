@@ -51,6 +51,19 @@ inline int64_t kept_offset(const ReduceGeom& g, int64_t o) {
   return off;
 }
 
+// One reduced element (row) of an f32 column max: w adjacent outputs, each
+// taking row[c] when it beats best[c] (greater, or the first NaN), with its
+// index r; branch-free selects, so the loop vectorizes per clone.
+ENCORE_SIMD_CLONES void max_column_step(float* __restrict best, int64_t* __restrict at, const float* __restrict row,
+                                        int64_t w, int64_t r) {
+  for (int64_t c = 0; c < w; ++c) {
+    const float x = row[c], b = best[c];
+    const bool take = x > b || (x != x && b == b);
+    best[c] = take ? x : b;
+    at[c] = take ? r : at[c];
+  }
+}
+
 // ---- reduction drivers (R: a reducer, see SumReducer and MaxReducer) ----
 
 // Accumulates the reduced elements [begin, end) (row-major over the reduced
@@ -123,6 +136,29 @@ void run_rows(const R& r, const ReduceGeom& g) {
 template <typename R>
 void column_block(const R& r, const ReduceGeom& g, const typename R::In* x, int64_t o0, int64_t w) {
   using In = typename R::In;
+  if constexpr (R::kFloatColumns) {   // f32 max: the first row seeds the lanes, max_column_step does the rest
+    float best[kColumnBlock];
+    int64_t at[kColumnBlock];
+    int64_t idx[backend::kLayoutMaxDims] = {};
+    int64_t off = 0;
+    for (int64_t ri = 0; ri < g.red_numel; ++ri) {
+      const float* row = x + off;
+      if (ri == 0) {
+        for (int64_t c = 0; c < w; ++c) best[c] = row[c];
+        std::fill_n(at, w, int64_t{0});
+      } else {
+        max_column_step(best, at, row, w, ri);
+      }
+      for (int d = g.red_ndim - 1; d >= 0; --d) {   // step the odometer over the reduced dims
+        off += g.red_stride[d];
+        if (++idx[d] < g.red_shape[d]) break;
+        off -= g.red_shape[d] * g.red_stride[d];
+        idx[d] = 0;
+      }
+    }
+    for (int64_t c = 0; c < w; ++c) r.store(o0 + c, typename R::Acc{best[c], at[c]});
+    return;
+  }
   typename R::Acc acc[kColumnBlock];
   typename R::Lane lane[kColumnBlock];
   for (int64_t c = 0; c < w; ++c) acc[c] = typename R::Acc{};
@@ -297,6 +333,7 @@ struct SumReducer {
   using C = std::conditional_t<std::is_floating_point_v<compute_t<T>>, float, uint64_t>;
   static constexpr bool kFloat = std::is_same_v<C, float>;
   struct Acc { C sum = 0; C comp = 0; };   // comp: Kahan compensation (floats)
+  static constexpr bool kFloatColumns = false;
   using Lane = C;
   const SumArgs& a;
 
@@ -374,6 +411,7 @@ struct MaxReducer {
   using In = T;
   using C = compute_t<T>;
   struct Acc { C v{}; int64_t i = -1; };   // i < 0: nothing seen yet
+  static constexpr bool kFloatColumns = std::is_same_v<T, float>;   // column_block's vector path
   using Lane = Acc;
   const MaxArgs& a;
 
