@@ -1,6 +1,8 @@
-// The CPU elementwise and optimizer kernels of issue 19, alone, at the sizes
-// of the transformer block (B 8, T 64, C 256: the MLP's hidden activations
-// are [512, 1024]); wall time, so that a second thread shows.
+// The CPU elementwise, reduction (sum, mean, var, max, softmax, layer norm)
+// and optimizer (AdamW, SGD) kernels of issue 19, alone, at the sizes of the
+// transformer block (B 8, T 64, C 256: the MLP's hidden activations are
+// [512, 1024]; SGD over the large MLP's 25.2 M parameters); wall time, so
+// that a second thread shows.
 //
 //   export OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=1
 //   OMP_NUM_THREADS=1 build/bench/cpu_kernels_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
