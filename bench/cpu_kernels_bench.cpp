@@ -1,6 +1,8 @@
-// The CPU elementwise and optimizer kernels of issue 19, alone, at the sizes
-// of the transformer block (B 8, T 64, C 256: the MLP's hidden activations
-// are [512, 1024]); wall time, so that a second thread shows.
+// The CPU elementwise, reduction (sum, mean, var, max, softmax, layer norm)
+// and optimizer (AdamW, SGD) kernels of issue 19, alone, at the sizes of the
+// transformer block (B 8, T 64, C 256: the MLP's hidden activations are
+// [512, 1024]; SGD over the large MLP's 25.2 M parameters); wall time, so
+// that a second thread shows.
 //
 //   export OMP_WAIT_POLICY=passive OPENBLAS_NUM_THREADS=1
 //   OMP_NUM_THREADS=1 build/bench/cpu_kernels_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
@@ -87,6 +89,53 @@ void adamw_step(benchmark::State& state) {
   for (auto _ : state) opt.step();
 }
 BENCHMARK(adamw_step)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+
+// Reductions on [512, 1024]: along the rows (dim -1), down the columns (dim 0), everything.
+void reduce(benchmark::State& state, std::function<Tensor(const Tensor&)> fn) {
+  manual_seed(1);
+  Tensor x = randn({kRows, kCols});
+  for (auto _ : state) {
+    Tensor y = fn(x);
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+Tensor sum_rows(const Tensor& x) { return sum(x, {-1}); }
+Tensor sum_cols(const Tensor& x) { return sum(x, {0}); }
+Tensor sum_all(const Tensor& x) { return sum(x); }
+Tensor mean_rows(const Tensor& x) { return mean(x, {-1}); }
+Tensor var_rows(const Tensor& x) { return var(x, {-1}); }
+Tensor var_cols(const Tensor& x) { return var(x, {0}); }
+Tensor max_rows(const Tensor& x) { return max(x, -1).first; }
+Tensor max_cols(const Tensor& x) { return max(x, 0).first; }
+Tensor softmax_rows(const Tensor& x) { return softmax(x, -1); }
+Tensor layer_norm_rows(const Tensor& x) { return layer_norm(x, {kCols}); }
+BENCHMARK_CAPTURE(reduce, sum_rows, sum_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(reduce, sum_cols, sum_cols)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(reduce, sum_all, sum_all)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(reduce, mean_rows, mean_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(reduce, var_rows, var_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(reduce, var_cols, var_cols)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(reduce, max_rows, max_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(reduce, max_cols, max_cols)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(reduce, softmax_rows, softmax_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(reduce, layer_norm_rows, layer_norm_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(forward_backward, softmax_rows, softmax_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(forward_backward, layer_norm_rows, layer_norm_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// SGD, momentum 0.9, over the parameters of the 1024-4096-4096-1024 MLP
+// (three weights and biases, 25.2 M f32 values); arg 1: weight decay 1e-4.
+void sgd_step(benchmark::State& state) {
+  manual_seed(1);
+  std::vector<Tensor> params;
+  for (Shape s : {Shape{4096, 1024}, Shape{4096}, Shape{4096, 4096}, Shape{4096}, Shape{1024, 4096}, Shape{1024}}) {
+    params.push_back(randn(s).requires_grad_());
+  }
+  optim::SGD opt(params, {.lr = 0.01, .momentum = 0.9, .weight_decay = state.range(0) != 0 ? 1e-4 : 0.0});
+  for (Tensor& p : params) p.sum().backward();
+  for (auto _ : state) opt.step();
+}
+BENCHMARK(sgd_step)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace encore

@@ -2,6 +2,7 @@
 // shapes and losses as its encore steps.
 #include <torch/torch.h>
 
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -89,6 +90,76 @@ std::function<void()> block() {
   };
 }
 
+// The demo GPT (examples/train_gpt, tools/workloads.h's make_gpt): vocab
+// 64, block 32, 2 layers, 4 heads, C 64, batch 16; token + position
+// embeddings, pre-norm blocks with causal attention and a 4C MLP with
+// GELU-tanh, final LayerNorm, head tied to the token embedding; mean
+// cross-entropy against the ids shifted by one; AdamW lr 3e-3, weight decay 0.1.
+struct GptLayer {
+  torch::nn::LayerNorm ln1{torch::nn::LayerNormOptions({64})}, ln2{torch::nn::LayerNormOptions({64})};
+  torch::nn::Linear qkv{64, 192}, proj{64, 64}, fc{64, 256}, fc2{256, 64};
+};
+
+struct Gpt {
+  static constexpr int64_t V = 64, T = 32, C = 64, H = 4, L = 2, B = 16;
+  torch::nn::Embedding wte{V, C}, wpe{T, C};
+  std::vector<GptLayer> layers = std::vector<GptLayer>(L);
+  torch::nn::LayerNorm ln_f{torch::nn::LayerNormOptions({C})};
+  torch::Tensor mask = torch::ones({T, T}, torch::kBool).triu(1);   // true above the diagonal
+  torch::Tensor ids, targets, pos = torch::arange(T);
+  Gpt() {
+    std::vector<int64_t> v(B * T + 1);
+    for (int64_t i = 0; i <= B * T; ++i) v[i] = (i * 7 + i / T) % V;
+    auto all = torch::tensor(v);
+    ids = all.slice(0, 0, B * T).view({B, T}).clone();
+    targets = all.slice(0, 1, B * T + 1).view({B, T}).clone();
+  }
+  std::vector<torch::Tensor> parameters() {
+    std::vector<torch::Tensor> out;
+    auto add = [&](torch::nn::Module& m) {
+      for (auto& p : m.parameters()) out.push_back(p);
+    };
+    add(*wte);
+    add(*wpe);
+    for (GptLayer& l : layers) {
+      for (torch::nn::Module* m : std::initializer_list<torch::nn::Module*>{l.ln1.get(), l.qkv.get(), l.proj.get(),
+                                                                            l.ln2.get(), l.fc.get(), l.fc2.get()}) {
+        add(*m);
+      }
+    }
+    add(*ln_f);
+    return out;
+  }
+  torch::Tensor loss() {
+    const int64_t hd = C / H;
+    auto x = wte->forward(ids) + wpe->forward(pos);
+    for (GptLayer& l : layers) {
+      auto parts = l.qkv->forward(l.ln1->forward(x)).split(C, 2);
+      auto q = parts[0].view({B, T, H, hd}).transpose(1, 2);
+      auto k = parts[1].view({B, T, H, hd}).transpose(1, 2);
+      auto v = parts[2].view({B, T, H, hd}).transpose(1, 2);
+      auto att = torch::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(double(hd)));
+      att = torch::softmax(att.masked_fill(mask, -std::numeric_limits<double>::infinity()), -1);
+      auto h = x + l.proj->forward(torch::matmul(att, v).transpose(1, 2).reshape({B, T, C}));
+      x = h + l.fc2->forward(torch::gelu(l.fc->forward(l.ln2->forward(h)), "tanh"));
+    }
+    auto logits = F::linear(ln_f->forward(x), wte->weight);
+    return F::cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));
+  }
+};
+
+std::function<void()> gpt() {
+  torch::manual_seed(1);
+  auto m = std::make_shared<Gpt>();
+  auto opt = std::make_shared<torch::optim::AdamW>(m->parameters(),
+                                                   torch::optim::AdamWOptions(3e-3).weight_decay(0.1));
+  return [=] {
+    opt->zero_grad();
+    m->loss().backward();
+    opt->step();
+  };
+}
+
 // The CNN of issue 21: conv 3->16 3x3 (padding 1, no bias), batch norm,
 // ReLU, three residual blocks relu(x + bn2(conv2(relu(bn1(conv1(x)))))),
 // global average pool, flatten, Linear(16, 10); cross-entropy on labels
@@ -139,6 +210,7 @@ std::function<void()> torch_step(const std::string& name) {
   if (name == "mlp_784_128_10_b32") return mlp({784, 128, 10}, 32);
   if (name == "mlp_784_512_512_10_b128") return mlp({784, 512, 512, 10}, 128);
   if (name == "cnn_resnet3x16_b32_3x32x32") return cnn(3, 16, 32);
+  if (name == "demo_gpt_2x64_b16_t32") return gpt();
   if (name == "mlp_1024_4096_4096_1024_b64") return mlp({1024, 4096, 4096, 1024}, 64);
   return block();
 }

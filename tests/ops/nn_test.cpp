@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "encore/encore.h"
@@ -361,6 +362,33 @@ TEST(NnOpsTest, LayerNormParameterGradientsAreDeterministicSums) {
   omp_set_num_threads(threads);
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_EQ(runs[0], runs[2]);
+}
+
+// softmax, log_softmax and layer_norm (forward and backward) run their rows
+// through 8-lane vector sums and maxima (a clone per x86-64 level) split by
+// rows over the threads: the bits must not depend on the thread count.
+TEST(NnOpsTest, SoftmaxAndLayerNormBitsDoNotDependOnThreads) {
+  const Tensor x = random_tensor({512, 333}, 61), g = random_tensor({512, 333}, 62);
+  const Tensor w = random_tensor({333}, 63), b = random_tensor({333}, 64);
+  std::vector<std::vector<float>> runs[2];
+  for (int threads : {1, 2}) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    for (int op = 0; op < 3; ++op) {
+      Tensor xi = x.detach().requires_grad_();
+      Tensor wi = w.detach().requires_grad_(), bi = b.detach().requires_grad_();
+      Tensor y = op == 0 ? softmax(xi, -1) : op == 1 ? log_softmax(xi, -1) : layer_norm(xi, {333}, wi, bi);
+      y.backward(g);
+      runs[threads - 1].push_back(y.detach().to_vector<float>());
+      runs[threads - 1].push_back(xi.grad().to_vector<float>());
+      if (op == 2) runs[threads - 1].push_back(wi.grad().to_vector<float>());
+    }
+    omp_set_num_threads(before);
+  }
+  ASSERT_EQ(runs[0].size(), runs[1].size());
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_EQ(std::memcmp(runs[0][i].data(), runs[1][i].data(), runs[0][i].size() * sizeof(float)), 0) << "output " << i;
+  }
 }
 
 TEST(NnOpsTest, LayerNormErrors) {

@@ -2,8 +2,10 @@
 // references in double, over shapes, dim sets, keepdim, strided inputs and
 // dtypes; every backward against finite differences; every error path.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "encore/encore.h"
@@ -198,6 +200,103 @@ TEST(ReduceTest, SumMatchesReferenceOverShapesDimsAndLayouts) {
   }
 }
 
+// NOTE [ Summation error ]'s order as a plain float loop: a run of n
+// elements splits in halves (multiples of 8) down to 256, each block summed
+// by 8 lanes, combined ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)),
+// then its tail; kSqDev maps x to (x - mean)^2 first.
+float pairwise_model(const float* x, int64_t n, int64_t stride, bool sq_dev = false, float mean = 0) {
+  if (n > 256) {
+    const int64_t half = n / 2 / 8 * 8;
+    return pairwise_model(x, half, stride, sq_dev, mean) + pairwise_model(x + half * stride, n - half, stride, sq_dev, mean);
+  }
+  auto map = [&](float v) { return sq_dev ? (v - mean) * (v - mean) : v; };
+  float lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += map(x[(i + j) * stride]);
+  }
+  float tail = 0;
+  for (; i < n; ++i) tail += map(x[i * stride]);
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
+}
+
+std::vector<uint32_t> float_bits(const Tensor& t) {
+  const std::vector<float> v = t.contiguous().to_vector<float>();
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+uint32_t float_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+// The vectorized f32 row sums (a clone per x86-64 level) give the bits of
+// the plain loop above, for row lengths around the lane and block sizes,
+// dense rows and rows of stride 2; mean and var (squared deviations from the
+// f32 mean, divided in double) too; all of it at one and two threads.
+TEST(ReduceTest, RowSumsMeanAndVarAreThePairwiseLaneOrderBitForBit) {
+  for (int64_t n : {1, 7, 8, 9, 31, 64, 100, 256, 257, 1000, 4099}) {
+    const int64_t rows = 5;
+    const Tensor wide = random_tensor({rows, 2 * n}, static_cast<uint64_t>(n));
+    for (bool strided : {false, true}) {
+      const Tensor a = strided ? wide.slice(1, 0, 2 * n, 2) : wide.slice(1, 0, n).contiguous();
+      const std::vector<float> buf = (strided ? wide : a).to_vector<float>();
+      const int64_t row_pitch = strided ? 2 * n : n, step = strided ? 2 : 1;
+      std::vector<uint32_t> want_sum, want_mean, want_var;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* x = buf.data() + r * row_pitch;
+        const float s = pairwise_model(x, n, step);
+        const float m = static_cast<float>(static_cast<double>(s) / static_cast<double>(n));
+        const float ss = pairwise_model(x, n, step, true, m);
+        want_sum.push_back(float_bits(s));
+        want_mean.push_back(float_bits(m));
+        want_var.push_back(float_bits(n > 1 ? static_cast<float>(static_cast<double>(ss) / static_cast<double>(n - 1))
+                                            : std::numeric_limits<float>::quiet_NaN()));
+      }
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE("n " + std::to_string(n) + (strided ? " stride 2" : "") + ", " + std::to_string(threads) + " threads");
+        const int before = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        EXPECT_EQ(float_bits(sum(a, {1})), want_sum);
+        EXPECT_EQ(float_bits(mean(a, {1})), want_mean);
+        if (n > 1) {
+          EXPECT_EQ(float_bits(var(a, {1})), want_var);
+        }
+        omp_set_num_threads(before);
+      }
+    }
+  }
+}
+
+// A full reduction cuts its range into blocks by its size alone (70,000
+// elements: 2 blocks), sums each in the pairwise order and merges the
+// partials in block order (Kahan): the plain model's bits at 1 and 2 threads;
+// column sums (lanes across adjacent outputs) do not depend on threads either.
+TEST(ReduceTest, FullAndColumnSumsGiveTheSameBitsAtOneAndTwoThreads) {
+  const int64_t n = 70000;
+  const Tensor a = random_tensor({n}, 99);
+  const std::vector<float> x = a.to_vector<float>();
+  const float p0 = pairwise_model(x.data(), n / 2, 1), p1 = pairwise_model(x.data() + n / 2, n - n / 2, 1);
+  const float t = p0 + p1;
+  const float comp = (t - p0) - p1;
+  const float want = t - comp;
+  const Tensor cols = random_tensor({3000, 1100}, 98);
+  std::vector<uint32_t> col_bits[2], var_bits[2];
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    EXPECT_EQ(float_bits(sum(a).item<float>()), float_bits(want));
+    col_bits[threads - 1] = float_bits(sum(cols, {0}));
+    var_bits[threads - 1] = float_bits(var(cols, {0}));
+    omp_set_num_threads(before);
+  }
+  EXPECT_EQ(col_bits[0], col_bits[1]);
+  EXPECT_EQ(var_bits[0], var_bits[1]);
+}
+
 TEST(ReduceTest, SumOfIntegersAndBoolAccumulatesInInt64) {
   // 2e9 fits in i32; three of them do not.
   Tensor a = from_vector<int32_t>({2000000000, 2000000000, 2000000000, -7, 5, 1}, {2, 3});
@@ -376,6 +475,73 @@ TEST(ReduceTest, MaxPropagatesTheFirstNaN) {
   big.slice(0, 5, 6).fill_(100.0);
   EXPECT_EQ(argmax(big, 0).item<int64_t>(), 40001);
   EXPECT_TRUE(std::isnan(max(big).item<float>()));
+}
+
+// The vectorized f32 row argmax (four accumulators, a vector scan) for every
+// row length up to 80 and every position of the maximum, with an equal value
+// later in the row, and of a NaN after an earlier maximum.
+TEST(ReduceTest, RowArgmaxFindsTheFirstMaximumAndTheFirstNaNAtEveryPosition) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n = 1; n <= 80; ++n) {
+    for (int64_t p = 0; p < n; ++p) {
+      std::vector<float> v(n), w(n);
+      for (int64_t i = 0; i < n; ++i) v[i] = w[i] = static_cast<float>((i * 13) % 7) - 10.0f;
+      v[p] = 5.0f;
+      if (p + 3 < n) v[p + 3] = 5.0f;   // a tie later: the first index wins
+      w[n - 1 - p] = 7.0f;
+      w[p] = nan;
+      if (p + 2 < n) w[p + 2] = nan;
+      SCOPED_TRACE("n " + std::to_string(n) + " position " + std::to_string(p));
+      auto [mv, mi] = max(from_vector<float>(v, {1, n}), 1);
+      EXPECT_EQ(mi.item<int64_t>(), p);
+      EXPECT_EQ(mv.item<float>(), 5.0f);
+      auto [nv, ni] = max(from_vector<float>(w, {1, n}), 1);
+      EXPECT_EQ(ni.item<int64_t>(), p);
+      EXPECT_TRUE(std::isnan(nv.item<float>()));
+    }
+  }
+  // All equal, and all -inf: index 0.
+  EXPECT_EQ(argmax(full({1, 77}, 2.0), 1).item<int64_t>(), 0);
+  EXPECT_EQ(argmax(full({1, 77}, -kInf), 1).item<int64_t>(), 0);
+}
+
+// The f32 column max (adjacent outputs as vector lanes, max_column_step):
+// per column the maximum, a tie after it and, in every third column, NaNs,
+// at positions that cover every row; against the reference, values and
+// first indices; 1100 columns span two column blocks.
+TEST(ReduceTest, ColumnMaxFindsTheFirstMaximumAndTheFirstNaNInEveryColumn) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t rows : {1, 2, 5, 33, 300}) {
+    const int64_t cols = 1100;
+    std::vector<float> v(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) v[r * cols + c] = static_cast<float>((r * 5 + c) % 9) - 20.0f;
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t p = (c * 7) % rows;
+      v[p * cols + c] = 3.0f;
+      if (p + 2 < rows) v[(p + 2) * cols + c] = 3.0f;   // a later tie
+      if (c % 3 == 0 && p + 1 < rows) {
+        v[(p + 1) * cols + c] = nan;
+        if (p + 3 < rows) v[(p + 3) * cols + c] = nan;
+      }
+    }
+    const Tensor a = from_vector<float>(v, {rows, cols});
+    const RefLayout l = ref_layout({rows, cols}, {0}, false);
+    std::vector<double> x(v.begin(), v.end());
+    auto [best, index] = ref_max(x, l);
+    SCOPED_TRACE(std::to_string(rows) + " rows");
+    auto [mv, mi] = max(a, 0);
+    EXPECT_EQ(mi.to_vector<int64_t>(), index);
+    const std::vector<double> got = values(mv);
+    for (int64_t c = 0; c < cols; ++c) {
+      if (std::isnan(best[c])) {
+        EXPECT_TRUE(std::isnan(got[c])) << "column " << c;
+      } else {
+        EXPECT_EQ(got[c], best[c]) << "column " << c;
+      }
+    }
+  }
 }
 
 TEST(ReduceTest, MaxOverAllElementsMatchesReference) {

@@ -548,6 +548,40 @@ TEST(ClipTest, LargeAndHalfPrecisionGrads) {
   }
 }
 
+// The f32 sum of squares (a clone per x86-64 level, 8 double lanes) in its
+// documented order, modelled here: fixed chunks of the gradient (by its
+// size alone), in each the lanes j, j + 8, ... in double, the tail first
+// into the chunk's sum, then the lanes in order; chunks added in order. The
+// norm's bits must be the model's at one and two threads.
+TEST(ClipTest, FloatSumOfSquaresIsTheLaneOrderBitForBitAtOneAndTwoThreads) {
+  const int64_t n = 300007;
+  const std::vector<float> g = random_tensor({n}, 5).to_vector<float>();
+  const int64_t chunks = std::min<int64_t>(64, (n + 32767) / 32768), size = (n + chunks - 1) / chunks;
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = std::min(n, c * size), e = std::min(n, b + size);
+    double lane[8] = {};
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) {
+      for (int j = 0; j < 8; ++j) lane[j] += static_cast<double>(g[i + j]) * static_cast<double>(g[i + j]);
+    }
+    double s = 0.0;
+    for (; i < e; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    for (double l : lane) s += l;
+    total += s;
+  }
+  const float want = static_cast<float>(std::sqrt(static_cast<double>(static_cast<float>(total))));
+  for (int threads : {1, 2}) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Tensor p = zeros({n}).requires_grad_();
+    p.set_grad(from_vector<float>(g, {n}));
+    const float got = optim::clip_grad_norm({p}, 1e30).item<float>();
+    omp_set_num_threads(before);
+    EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << threads << " threads: " << got << " vs " << want;
+  }
+}
+
 TEST(ClipTest, NoGradsGiveZeroAndNoHostReadsInside) {
   Tensor p = make_param({3}, 1);
   EXPECT_EQ(optim::clip_grad_norm({p}, 1.0).item<float>(), 0.0f);
@@ -738,6 +772,49 @@ TEST(OptimTest, AdamWOneLaunchGivesTheSameBitsAtOneAndTwoThreads) {
     omp_set_num_threads(before);
   }
   EXPECT_EQ(result[1], result[0]);
+}
+
+// SGD's dense f32 path (one clone per x86-64 level, split over the threads
+// above the threshold) against NOTE [ SGD arithmetic ] written as a plain
+// float loop here, bit for bit, for every mode, with and without weight
+// decay, at one and two threads (131,075 elements: several chunks, a tail).
+TEST(OptimTest, SgdDenseUpdateIsThePlainLoopBitForBitAtOneAndTwoThreads) {
+  struct Mode { double momentum; bool nesterov; double wd; };
+  for (Mode m : {Mode{0, false, 0}, Mode{0, false, 1e-2}, Mode{0.9, false, 0}, Mode{0.9, false, 1e-2},
+                 Mode{0.9, true, 0}, Mode{0.9, true, 1e-2}}) {
+    SCOPED_TRACE("momentum " + std::to_string(m.momentum) + (m.nesterov ? " nesterov" : "") + " wd " +
+                 std::to_string(m.wd));
+    const int64_t n = 131075;
+    const float lr = 0.01f, mu = static_cast<float>(m.momentum), wd = static_cast<float>(m.wd);
+    std::vector<float> p = random_tensor({n}, 3).to_vector<float>(), buf(n, 0.0f);
+    std::vector<std::vector<float>> grads;
+    for (int step = 0; step < 3; ++step) grads.push_back(random_tensor({n}, 10 + step).to_vector<float>());
+    for (int step = 0; step < 3; ++step) {
+      for (int64_t i = 0; i < n; ++i) {
+        float d = grads[step][i];
+        if (wd != 0.0f) d = d + wd * p[i];
+        if (mu != 0.0f) {
+          buf[i] = mu * buf[i] + d;
+          d = m.nesterov ? d + mu * buf[i] : buf[i];
+        }
+        p[i] = p[i] - lr * d;
+      }
+    }
+    for (int threads : {1, 2}) {
+      const int before = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      Tensor param = random_tensor({n}, 3).requires_grad_();
+      SGD opt({param}, {.lr = 0.01, .momentum = m.momentum, .nesterov = m.nesterov, .weight_decay = m.wd});
+      for (int step = 0; step < 3; ++step) {
+        param.set_grad(from_vector<float>(grads[step], {n}));
+        opt.step();
+      }
+      omp_set_num_threads(before);
+      const std::vector<float> got = param.detach().to_vector<float>();
+      ASSERT_EQ(got.size(), p.size());
+      EXPECT_EQ(std::memcmp(got.data(), p.data(), p.size() * sizeof(float)), 0) << threads << " threads";
+    }
+  }
 }
 
 // The backend functions check their arguments themselves (src/backends/optim.cpp),

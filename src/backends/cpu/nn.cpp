@@ -42,29 +42,79 @@ ENCORE_SIMD_INLINE float ld(T v) { return static_cast<float>(v); }
 
 // Sum / max of f(k) over k in [0, n) in kAcc independent accumulators: one
 // float accumulator is a serial chain that GCC keeps in order (no -ffast-math),
-// kAcc of them vectorize. (max ignores NaN; a NaN still poisons the exp sum.)
+// kAcc of them vectorize. The order: lane j takes k = j, j + 8, ... up to the
+// last full group of 8; the tail goes to lane 0; the lanes combine left to
+// right. f's values go through a block buffer first: written as
+// `acc[j] += f(k + j)` over a float[8], GCC left lane_max scalar (vmaxss per
+// element) and built lane_sum's vectors by inserts, one element at a time;
+// the buffer loop vectorizes at the clone's full width, and the lanes are one
+// F32x8 (simd.h). (max ignores NaN; a NaN still poisons the exp sum.)
 constexpr int kAcc = 8;
+constexpr int64_t kLaneBlock = 256;   // f values buffered per block (1 KiB)
+template <typename F, typename Fold>
+ENCORE_SIMD_INLINE F32x8 fold_lanes(int64_t n, F32x8 acc, F& f, Fold&& fold) {
+  const int64_t n8 = n / kAcc * kAcc;
+  if constexpr (std::is_pointer_v<F>) {   // f is the row itself (f32): no buffer
+    for (int64_t k = 0; k < n8; k += kAcc) acc = fold(acc, load_f32x8(f + k));
+  } else {
+    alignas(64) float t[kLaneBlock];
+    for (int64_t k0 = 0; k0 < n8; k0 += kLaneBlock) {
+      const int64_t m = std::min(kLaneBlock, n8 - k0);
+      for (int64_t i = 0; i < m; ++i) t[i] = f(k0 + i);
+      for (int64_t i = 0; i < m; i += kAcc) acc = fold(acc, load_f32x8(t + i));
+    }
+  }
+  return acc;
+}
+// The folds, as always-inlined functors (a lambda taking F32x8 by value was
+// inlined too, but GCC still warned about its out-of-line ABI, -Wpsabi).
+struct AddLanes {
+  ENCORE_SIMD_INLINE F32x8 operator()(F32x8 a, F32x8 v) const { return a + v; }
+};
+struct MaxLanes {
+  ENCORE_SIMD_INLINE F32x8 operator()(F32x8 a, F32x8 v) const { return max_f32x8(a, v); }
+};
+template <typename F>
+ENCORE_SIMD_INLINE float at(F& f, int64_t k) {
+  if constexpr (std::is_pointer_v<F>) {
+    return f[k];
+  } else {
+    return f(k);
+  }
+}
+// f: a functor of k, or a const float* (the values themselves).
 template <typename F>
 ENCORE_SIMD_INLINE float lane_sum(int64_t n, F&& f) {
-  float acc[kAcc] = {};
-  int64_t k = 0;
-  for (; k + kAcc <= n; k += kAcc) {
-    for (int j = 0; j < kAcc; ++j) acc[j] += f(k + j);
-  }
-  for (; k < n; ++k) acc[0] += f(k);
+  F32x8 acc = fold_lanes(n, F32x8{}, f, AddLanes{});
+  for (int64_t k = n / kAcc * kAcc; k < n; ++k) acc[0] += at(f, k);
   float s = 0;
   for (int j = 0; j < kAcc; ++j) s += acc[j];
   return s;
 }
+// The max does not depend on the order in which it meets the values (ties
+// are equal values; only the sign of a zero maximum could differ, and x - m
+// and exp(x - m) do not see it), so the f32 row form runs four accumulators
+// to break the dependency chain of the compare-and-blend.
 template <typename F>
 ENCORE_SIMD_INLINE float lane_max(int64_t n, F&& f) {
-  float acc[kAcc];
-  std::fill_n(acc, kAcc, kNegInf);
+  const F32x8 init = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  F32x8 acc = init;
   int64_t k = 0;
-  for (; k + kAcc <= n; k += kAcc) {
-    for (int j = 0; j < kAcc; ++j) acc[j] = std::max(acc[j], f(k + j));
+  if constexpr (std::is_pointer_v<std::remove_reference_t<F>>) {
+    F32x8 a1 = init, a2 = init, a3 = init;
+    for (; k + 4 * kAcc <= n; k += 4 * kAcc) {
+      acc = max_f32x8(acc, load_f32x8(f + k));
+      a1 = max_f32x8(a1, load_f32x8(f + k + 8));
+      a2 = max_f32x8(a2, load_f32x8(f + k + 16));
+      a3 = max_f32x8(a3, load_f32x8(f + k + 24));
+    }
+    acc = max_f32x8(max_f32x8(acc, a1), max_f32x8(a2, a3));
+    for (; k + kAcc <= n; k += kAcc) acc = max_f32x8(acc, load_f32x8(f + k));
+  } else {
+    acc = fold_lanes(n, init, f, MaxLanes{});
+    k = n / kAcc * kAcc;
   }
-  for (; k < n; ++k) acc[0] = std::max(acc[0], f(k));
+  for (; k < n; ++k) acc[0] = std::max(acc[0], at(f, k));
   float m = kNegInf;
   for (int j = 0; j < kAcc; ++j) m = std::max(m, acc[j]);
   return m;
@@ -138,11 +188,16 @@ struct TypedSoftmaxBackwardArgs { const T* g; const T* y; T* gx; int64_t outer, 
 template <typename T, bool kLog>
 ENCORE_SIMD_CLONES void softmax_row(const T* x, T* y, int64_t n) {
   constexpr bool kKeepExp = !kLog && std::is_same_v<T, float>;
-  const float m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
+  float m;
+  if constexpr (std::is_same_v<T, float>) {
+    m = lane_max(n, x);
+  } else {
+    m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
+  }
   float s;
   if constexpr (kKeepExp) {
     for (int64_t k = 0; k < n; ++k) y[k] = exp_softmax(ld(x[k]) - m);
-    s = lane_sum(n, [&](int64_t k) { return ld(y[k]); });
+    s = lane_sum(n, static_cast<const float*>(y));
   } else {
     s = lane_sum(n, [&](int64_t k) { return exp_softmax(ld(x[k]) - m); });
   }
@@ -245,7 +300,12 @@ struct TypedCrossEntropyBackwardArgs {
 
 template <typename T>
 ENCORE_SIMD_CLONES float row_logsumexp(const T* x, int64_t n) {
-  const float m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
+  float m;
+  if constexpr (std::is_same_v<T, float>) {
+    m = lane_max(n, x);
+  } else {
+    m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
+  }
   return m + std::log(lane_sum(n, [&](int64_t k) { return exp_softmax(ld(x[k]) - m); }));
 }
 
@@ -353,7 +413,12 @@ ENCORE_SIMD_CLONES void layer_norm_row(const TypedLayerNormArgs<T>& a, int64_t r
   const T* x = a.x + r * a.cols;
   T* y = a.y + r * a.cols;
   const float inv_n = 1.0f / static_cast<float>(a.cols);
-  const float mean = lane_sum(a.cols, [&](int64_t c) { return ld(x[c]); }) * inv_n;
+  float mean;
+  if constexpr (std::is_same_v<T, float>) {
+    mean = lane_sum(a.cols, x) * inv_n;
+  } else {
+    mean = lane_sum(a.cols, [&](int64_t c) { return ld(x[c]); }) * inv_n;
+  }
   // Two passes: no cancellation when |mean| >> std.
   const float var = lane_sum(a.cols, [&](int64_t c) { return (ld(x[c]) - mean) * (ld(x[c]) - mean); }) * inv_n;
   const float rstd = 1.0f / std::sqrt(var + a.eps);

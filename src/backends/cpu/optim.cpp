@@ -15,6 +15,7 @@
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/loops.h"
 #include "src/backends/cpu/parallel.h"
+#include "src/backends/cpu/simd.h"
 #include "src/backends/kernel_table.h"
 #include "src/backends/optim_math.h"
 
@@ -57,18 +58,37 @@ enum class SgdMode { kPlain, kMomentum, kNesterov };
 
 using namespace backend;   // the shared argument structs, kinds and formulas
 
+// Dense f32 elements [0, n): param p, grad g and, with momentum, buf; one
+// clone per x86-64 level, restrict pointers so each clone vectorizes at its
+// full width (NOTE [ SGD arithmetic ]: element by element, so every clone and
+// every split over threads gives the same bits).
+template <SgdMode kMode, bool kDecay>
+ENCORE_SIMD_CLONES void sgd_dense_f32(float* __restrict p, const float* __restrict g, float* __restrict buf,
+                                      int64_t n, float lr, float mu, float wd) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = kDecay ? sgd_direction(p[i], g[i], wd) : g[i];
+    if constexpr (kMode == SgdMode::kPlain) {
+      p[i] = sgd_apply(p[i], lr, d);
+    } else {
+      p[i] = sgd_apply(p[i], lr, sgd_momentum(d, buf[i], mu, kMode == SgdMode::kNesterov));
+    }
+  }
+}
+
 // Operands param, grad (T) and, with momentum, the f32 buffer.
 template <typename T, SgdMode kMode, int N>
 void sgd_loop(const Layout<N>& l, float lr, float mu, float wd) {
-  if constexpr (kMode == SgdMode::kPlain && std::is_same_v<T, float>) {
-    if (l.contiguous) {   // dense f32: restrict pointers let the loop vectorise
-      float* __restrict p = reinterpret_cast<float*>(l.ptr[0]);
-      const float* __restrict g = reinterpret_cast<const float*>(l.ptr[1]);
+  if constexpr (std::is_same_v<T, float>) {
+    if (l.contiguous) {
+      float* p = reinterpret_cast<float*>(l.ptr[0]);
+      const float* g = reinterpret_cast<const float*>(l.ptr[1]);
+      float* buf = kMode == SgdMode::kPlain ? nullptr : reinterpret_cast<float*>(l.ptr[N - 1]);
       parallel_for(l.numel, kGrainElementwise, [=](int64_t b, int64_t e) {
+        float* bb = buf != nullptr ? buf + b : nullptr;
         if (wd == 0.0f) {
-          for (int64_t i = b; i < e; ++i) p[i] = sgd_apply(p[i], lr, g[i]);
+          sgd_dense_f32<kMode, false>(p + b, g + b, bb, e - b, lr, mu, wd);
         } else {
-          for (int64_t i = b; i < e; ++i) p[i] = sgd_apply(p[i], lr, sgd_direction(p[i], g[i], wd));
+          sgd_dense_f32<kMode, true>(p + b, g + b, bb, e - b, lr, mu, wd);
         }
       });
       return;
@@ -255,8 +275,28 @@ constexpr int64_t kMaxChunks = 64;
 
 // Sum of x^2 over dense x[b, e), in double. Independent accumulators let the
 // compiler vectorize without reassociating (the order stays fixed).
+// f32: the same order with the eight lanes as one F64x8 (simd.h), one clone
+// per x86-64 level (a zmm register under AVX-512; the plain loop below stayed
+// SSE).
+ENCORE_SIMD_CLONES double sum_of_squares_f32(const float* x, int64_t b, int64_t e) {
+  F64x8 acc = {};
+  int64_t i = b;
+  for (; i + 8 <= e; i += 8) {
+    const F64x8 v = __builtin_convertvector(load_f32x8(x + i), F64x8);
+    acc += v * v;
+  }
+  double s = 0.0;
+  for (; i < e; ++i) {
+    const double v = x[i];
+    s += v * v;
+  }
+  for (int j = 0; j < 8; ++j) s += acc[j];
+  return s;
+}
+
 template <typename T>
 double sum_of_squares_dense(const T* x, int64_t b, int64_t e) {
+  if constexpr (std::is_same_v<T, float>) return sum_of_squares_f32(x, b, e);
   constexpr int kLanes = 8;
   double acc[kLanes] = {};
   int64_t i = b;

@@ -9,6 +9,7 @@
 
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
+#include "src/backends/cpu/simd.h"
 #include "src/backends/kernel_table.h"
 
 namespace encore::cpu {
@@ -48,6 +49,19 @@ inline int64_t kept_offset(const ReduceGeom& g, int64_t o) {
     o /= g.kept_shape[d];
   }
   return off;
+}
+
+// One reduced element (row) of an f32 column max: w adjacent outputs, each
+// taking row[c] when it beats best[c] (greater, or the first NaN), with its
+// index r; branch-free selects, so the loop vectorizes per clone.
+ENCORE_SIMD_CLONES void max_column_step(float* __restrict best, int64_t* __restrict at, const float* __restrict row,
+                                        int64_t w, int64_t r) {
+  for (int64_t c = 0; c < w; ++c) {
+    const float x = row[c], b = best[c];
+    const bool take = x > b || (x != x && b == b);
+    best[c] = take ? x : b;
+    at[c] = take ? r : at[c];
+  }
 }
 
 // ---- reduction drivers (R: a reducer, see SumReducer and MaxReducer) ----
@@ -122,6 +136,29 @@ void run_rows(const R& r, const ReduceGeom& g) {
 template <typename R>
 void column_block(const R& r, const ReduceGeom& g, const typename R::In* x, int64_t o0, int64_t w) {
   using In = typename R::In;
+  if constexpr (R::kFloatColumns) {   // f32 max: the first row seeds the lanes, max_column_step does the rest
+    float best[kColumnBlock];
+    int64_t at[kColumnBlock];
+    int64_t idx[backend::kLayoutMaxDims] = {};
+    int64_t off = 0;
+    for (int64_t ri = 0; ri < g.red_numel; ++ri) {
+      const float* row = x + off;
+      if (ri == 0) {
+        for (int64_t c = 0; c < w; ++c) best[c] = row[c];
+        std::fill_n(at, w, int64_t{0});
+      } else {
+        max_column_step(best, at, row, w, ri);
+      }
+      for (int d = g.red_ndim - 1; d >= 0; --d) {   // step the odometer over the reduced dims
+        off += g.red_stride[d];
+        if (++idx[d] < g.red_shape[d]) break;
+        off -= g.red_shape[d] * g.red_stride[d];
+        idx[d] = 0;
+      }
+    }
+    for (int64_t c = 0; c < w; ++c) r.store(o0 + c, typename R::Acc{best[c], at[c]});
+    return;
+  }
   typename R::Acc acc[kColumnBlock];
   typename R::Lane lane[kColumnBlock];
   for (int64_t c = 0; c < w; ++c) acc[c] = typename R::Acc{};
@@ -194,6 +231,90 @@ void run_reduce(const R& r, const ReduceGeom& g) {
   }
 }
 
+// ---- vector leaves (ENCORE_SIMD_CLONES: one clone per x86-64 level) ----
+
+// The 8-lane sum of f32 x[0], x[s], ... x[(n - 1) s] (n <= kPairwiseBlock),
+// mapped to (x - mean)^2 when kSqDev: lane j adds elements j, j + 8, ...;
+// the lanes combine as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)),
+// then the tail (n % 8 elements, in order). F32x8 lanes (simd.h): the clones
+// run them as one AVX register, the default as two SSE ones; same bits.
+template <bool kSqDev, bool kContiguous>
+ENCORE_SIMD_CLONES float sum_block_f32(const float* x, int64_t n, int64_t stride, float mean) {
+  const int64_t s = kContiguous ? 1 : stride;
+  F32x8 lane = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    F32x8 v;
+    if constexpr (kContiguous) {
+      v = load_f32x8(x + i);
+    } else {
+      for (int j = 0; j < 8; ++j) v[j] = x[(i + j) * s];
+    }
+    if constexpr (kSqDev) {
+      v -= mean;
+      v *= v;
+    }
+    lane += v;
+  }
+  float tail = 0;
+  for (; i < n; ++i) {
+    float v = x[i * s];
+    if constexpr (kSqDev) v = (v - mean) * (v - mean);
+    tail += v;
+  }
+  return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])) + tail;
+}
+
+// The index of the first maximum of f32 x[0, n) (n >= 1): the first NaN if
+// there is one, else the first element equal to the max. The max and the
+// NaN flag come from four F32x8 accumulators (the max of a set does not
+// depend on the order it is met in), then a vector scan finds the first
+// match 8 elements at a time.
+ENCORE_SIMD_CLONES int64_t argmax_f32(const float* x, int64_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const F32x8 init = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  F32x8 a0 = init, a1 = init, a2 = init, a3 = init;
+  I32x8 nan = {};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const F32x8 v0 = load_f32x8(x + i), v1 = load_f32x8(x + i + 8);
+    const F32x8 v2 = load_f32x8(x + i + 16), v3 = load_f32x8(x + i + 24);
+    a0 = max_f32x8(a0, v0);
+    a1 = max_f32x8(a1, v1);
+    a2 = max_f32x8(a2, v2);
+    a3 = max_f32x8(a3, v3);
+    nan |= (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);
+  }
+  a0 = max_f32x8(max_f32x8(a0, a1), max_f32x8(a2, a3));
+  for (; i + 8 <= n; i += 8) {
+    const F32x8 v = load_f32x8(x + i);
+    a0 = max_f32x8(a0, v);
+    nan |= v != v;
+  }
+  float best = a0[0];
+  bool any_nan = false;
+  for (int j = 0; j < 8; ++j) {
+    best = a0[j] > best ? a0[j] : best;
+    any_nan = any_nan || nan[j] != 0;
+  }
+  for (; i < n; ++i) {
+    best = x[i] > best ? x[i] : best;
+    any_nan = any_nan || x[i] != x[i];
+  }
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const F32x8 v = load_f32x8(x + k);
+    const I32x8 hit = any_nan ? (v != v) : (v == best);
+    bool any = false;
+    for (int j = 0; j < 8; ++j) any = any || hit[j] != 0;
+    if (any) break;
+  }
+  for (; k < n - 1; ++k) {
+    if (any_nan ? x[k] != x[k] : x[k] == best) break;
+  }
+  return std::min(k, n - 1);   // some element always matches; the bound only guards the read
+}
+
 // ---- sum, mean, var ----
 
 // NOTE [ Summation error ]
@@ -212,6 +333,7 @@ struct SumReducer {
   using C = std::conditional_t<std::is_floating_point_v<compute_t<T>>, float, uint64_t>;
   static constexpr bool kFloat = std::is_same_v<C, float>;
   struct Acc { C sum = 0; C comp = 0; };   // comp: Kahan compensation (floats)
+  static constexpr bool kFloatColumns = false;
   using Lane = C;
   const SumArgs& a;
 
@@ -232,6 +354,10 @@ struct SumReducer {
     if (n > kPairwiseBlock) {
       const int64_t half = n / 2 / 8 * 8;
       return pairwise<kContiguous>(x, half, stride, o) + pairwise<kContiguous>(x + half * s, n - half, stride, o);
+    }
+    if constexpr (std::is_same_v<T, float>) {   // the same sum, vectorized per x86-64 level
+      constexpr bool kSqDev = kMode == SumMode::kSquaredDeviation;
+      return sum_block_f32<kSqDev, kContiguous>(x, n, stride, kSqDev ? a.mean[o] : 0.0f);
     }
     C lane[8] = {};
     int64_t i = 0;
@@ -285,6 +411,7 @@ struct MaxReducer {
   using In = T;
   using C = compute_t<T>;
   struct Acc { C v{}; int64_t i = -1; };   // i < 0: nothing seen yet
+  static constexpr bool kFloatColumns = std::is_same_v<T, float>;   // column_block's vector path
   using Lane = Acc;
   const MaxArgs& a;
 
@@ -307,31 +434,9 @@ struct MaxReducer {
     }
     for (int64_t i = 0; i < n; ++i) add_lane(acc, x[i * stride], o, r0 + i);
   }
-  // f32 rows: the max and whether a NaN occurs, by 8 independent lanes (vectorizes),
-  // then a scan for the first element equal to it (or the first NaN).
+  // f32 rows: argmax_f32, vectorized per x86-64 level.
   void run_contiguous(Acc& acc, const float* x, int64_t n, int64_t r0) const {
-    float lane[8];
-    int32_t nan[8] = {};
-    for (int j = 0; j < 8; ++j) lane[j] = -std::numeric_limits<float>::infinity();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      for (int j = 0; j < 8; ++j) {
-        lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
-        nan[j] |= x[i + j] != x[i + j];
-      }
-    }
-    float best = lane[0];
-    bool any_nan = nan[0] != 0;
-    for (int j = 1; j < 8; ++j) {
-      best = lane[j] > best ? lane[j] : best;
-      any_nan = any_nan || nan[j] != 0;
-    }
-    for (; i < n; ++i) {
-      best = x[i] > best ? x[i] : best;
-      any_nan = any_nan || x[i] != x[i];
-    }
-    int64_t k = 0;
-    while (k < n - 1 && (any_nan ? !std::isnan(x[k]) : x[k] != best)) ++k;
+    const int64_t k = argmax_f32(x, n);
     merge(acc, Acc{x[k], r0 + k});
   }
   // b covers reduced elements after acc's.
