@@ -59,7 +59,9 @@ TEST(TimeLimitTest, WithoutTimeTheFirstPlanIsCutValidAndFlagged) {
       const std::string what = absl::StrCat(algorithm_name(algorithm), ", ", buffers.size(), " buffers");
       EXPECT_TRUE(validate(buffers, *plan).ok()) << what;
       EXPECT_EQ(plan->stacked_by_limit, after_cut) << what;
-      if (after_cut == 0) EXPECT_EQ(plan->offsets, online->offsets) << what;
+      if (after_cut == 0) {
+        EXPECT_EQ(plan->offsets, online->offsets) << what;
+      }
       int64_t below_tail = 0;  // the high-water mark of the buffers placed before the cut
       for (size_t i = 0; i < buffers.size(); ++i) {
         if (!before_cut[i]) continue;
@@ -67,7 +69,9 @@ TEST(TimeLimitTest, WithoutTimeTheFirstPlanIsCutValidAndFlagged) {
         below_tail = std::max(below_tail, online->offsets[i] + buffers[i].size);
       }
       for (size_t i = 0; i < buffers.size(); ++i) {
-        if (!before_cut[i] && buffers[i].size > 0) EXPECT_GE(plan->offsets[i], below_tail) << what << ", buffer " << i;
+        if (!before_cut[i] && buffers[i].size > 0) {
+          EXPECT_GE(plan->offsets[i], below_tail) << what << ", buffer " << i;
+        }
       }
     }
   }
@@ -103,7 +107,9 @@ TEST(TimeLimitTest, LargeProblemsStayWithinTheLimitAndTheFirstPlan) {
       ASSERT_TRUE(plan.ok()) << plan.status();
       EXPECT_LE(took, limit + 3 * online_s + 0.5)
           << algorithm_name(algorithm) << " with limit " << limit << " s; an online call took " << online_s << " s";
-      if (plan->stacked_by_limit == 0) EXPECT_LE(plan->peak, online->peak);
+      if (plan->stacked_by_limit == 0) {
+        EXPECT_LE(plan->peak, online->peak);
+      }
     }
   }
 }
