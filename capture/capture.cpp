@@ -308,6 +308,7 @@ absl::Status plan(const CaptureOptions& options, bool outputs_apart, Graph::Impl
   for (size_t j = 0; j < index.size(); ++j) g.offsets[index[j]] = plan->offsets[j];
   g.stats.plan_ms = ms_since(t0);
   g.stats.arena_bytes = plan->peak;
+  g.stats.planner_stacked = plan->stacked_by_limit;
   g.stats.output_bytes = output_bytes;
   g.stats.lower_bound_bytes = planner::lower_bound(arena_buffers);
   g.stats.temporaries = static_cast<int64_t>(n);

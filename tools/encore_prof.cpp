@@ -187,6 +187,10 @@ absl::Status run(Workload& w) {
   const encore::CaptureStats& st = graph->stats();
   absl::PrintF("capture: %d kernels, %d temporaries, arena %d bytes, captured in %.1f ms (plan %.1f ms)\n",
                st.kernels, st.temporaries, st.arena_bytes, st.capture_ms, st.plan_ms);
+  if (st.planner_stacked > 0) {
+    absl::PrintF("capture: the planner's time limit cut its first plan: %d temporaries stacked above it\n",
+                 st.planner_stacked);
+  }
   if (absl::GetFlag(FLAGS_frozen)) print_frozen(*graph);
   absl::StatusOr<encore::StepProfile> replayed = encore::profile_replay(*graph, options);
   if (!replayed.ok()) return replayed.status();

@@ -128,6 +128,10 @@ struct CaptureStats {
   int64_t arena_bytes = 0;         // the planned arena
   int64_t output_bytes = 0;        // the outputs' own region, when they live apart from the arena (GraphedStep)
   int64_t lower_bound_bytes = 0;   // planner::lower_bound of the recorded lifetimes
+  // Temporaries the planner's time limit (CaptureOptions::planner_time_limit_s)
+  // left out of its first plan and stacked above the rest (valid, but the
+  // arena may be far above the lower bound): 0 unless the limit ran out.
+  int64_t planner_stacked = 0;
   int64_t eager_peak_bytes = 0;    // caching allocator's in-use peak during the recorded warm-up,
                                    // above what was in use before it
   double warmup_ms = 0, plan_ms = 0, capture_ms = 0;

@@ -930,6 +930,34 @@ TEST(CaptureTest, StepsOverEmptyTensorsCaptureAndReplay) {
   EXPECT_EQ(fc.weight.grad().to_vector<float>(), std::vector<float>(12, 0.f));
 }
 
+// A planner time limit that runs out (0 s: at the planner's first clock
+// check, after 4,096 lifetime events) leaves the rest of the temporaries
+// stacked above its first plan: capture says how many, and the graph
+// replays the eager results all the same.
+TEST(CaptureTest, APlannerTimeLimitThatRunsOutIsReportedAndTheGraphStaysValid) {
+  Tensor x = from_vector<float>({1, 2, 3, 4});
+  auto step = [&] {
+    Tensor y = x;
+    for (int i = 0; i < 3000; ++i) y = y * 1.0001 + 0.5;   // 6,000 temporaries
+    return std::vector<Tensor>{y};
+  };
+  const std::vector<float> eager = step()[0].to_vector<float>();
+  CaptureOptions options;
+  options.planner = planner::Algorithm::kBest;
+  options.planner_time_limit_s = 0;
+  absl::StatusOr<Graph> graph = capture(step, options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_GT(graph->stats().planner_stacked, 0);
+  EXPECT_LT(graph->stats().planner_stacked, graph->stats().temporaries);
+  ASSERT_TRUE(graph->replay().ok());
+  EXPECT_EQ(graph->output(0).to_vector<float>(), eager);
+  CaptureOptions roomy;   // the default limit: planned whole
+  absl::StatusOr<Graph> whole = capture(step, roomy);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->stats().planner_stacked, 0);
+  EXPECT_EQ(whole->stats().arena_bytes, whole->stats().lower_bound_bytes);
+}
+
 TEST(CudaCaptureTest, OutputsAreViewsIntoTheArenaUpdatedByEachReplay) {
   ENCORE_SKIP_WITHOUT_GPU();
   Tensor x = from_vector<float>({1, 2, 3}, {3}, kGpu);
