@@ -311,18 +311,11 @@ void conv_kernel(const ConvArgs& a) {
 }
 
 // ---- vector lanes ----
-// Fixed-width lanes as the compiler's vector types, for the row loops of
-// pooling and batch normalization below: each lane is one chain of adds in
-// a fixed order, so every x86-64 level (simd.h's clones: one AVX-512
-// register, two AVX2 or four SSE2 ones) and thread count gives the same
-// bits. The helpers are always inlined into those loops: -Wpsabi's note on
-// passing such vectors by value (an ABI that differs between x86-64 levels)
-// does not apply to them. Off for the rest of the file, where the templates
-// are instantiated.
-#pragma GCC diagnostic ignored "-Wpsabi"
-using Floats8 = float __attribute__((vector_size(32)));
-using Floats16 = float __attribute__((vector_size(64)));
-using Doubles8 = double __attribute__((vector_size(64)));
+// simd.h's fixed-width lanes (F32x8, F64x8, F32x16: the compiler's vector
+// types) for the row loops of pooling and batch normalization below: each
+// lane is one chain of adds in a fixed order, so every x86-64 level (one
+// AVX-512 register, two AVX2 or four SSE2 ones) and thread count gives the
+// same bits. Here the rows may also be f16/bf16, converted on load.
 // N consecutive elements as floats.
 template <typename V, typename T>
 ENCORE_SIMD_INLINE V load_floats(const T* p) {
@@ -335,14 +328,14 @@ ENCORE_SIMD_INLINE V load_floats(const T* p) {
   return v;
 }
 template <typename T>
-ENCORE_SIMD_INLINE Floats8 load8(const T* p) { return load_floats<Floats8>(p); }
-ENCORE_SIMD_INLINE Doubles8 widen(Floats8 v) { return __builtin_convertvector(v, Doubles8); }
-ENCORE_SIMD_INLINE Doubles8 load_lanes(const double* lane) {
-  Doubles8 v;
+ENCORE_SIMD_INLINE F32x8 load8(const T* p) { return load_floats<F32x8>(p); }
+ENCORE_SIMD_INLINE F64x8 widen(F32x8 v) { return __builtin_convertvector(v, F64x8); }
+ENCORE_SIMD_INLINE F64x8 load_lanes(const double* lane) {
+  F64x8 v;
   std::memcpy(&v, lane, sizeof v);
   return v;
 }
-ENCORE_SIMD_INLINE void store_lanes(double* lane, Doubles8 v) { std::memcpy(lane, &v, sizeof v); }
+ENCORE_SIMD_INLINE void store_lanes(double* lane, F64x8 v) { std::memcpy(lane, &v, sizeof v); }
 
 // The f32 sum of n consecutive elements: element k into lane k % 16 (the
 // tail into lanes 0, 1, ...), the lanes folded pairwise (lane j + 8 into j,
@@ -351,9 +344,9 @@ ENCORE_SIMD_INLINE void store_lanes(double* lane, Doubles8 v) { std::memcpy(lane
 // 0.37 ms as one chain.
 template <typename T>
 ENCORE_SIMD_CLONES float sum_run(const T* p, int64_t n) {
-  Floats16 acc = {};
+  F32x16 acc = {};
   int64_t k = 0;
-  for (; k + 16 <= n; k += 16) acc += load_floats<Floats16>(p + k);
+  for (; k + 16 <= n; k += 16) acc += load_floats<F32x16>(p + k);
   for (int j = 0; k < n; ++k, ++j) acc[j] += static_cast<float>(p[k]);
   for (int width = 8; width >= 1; width /= 2) {
     for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
@@ -502,7 +495,7 @@ void avg_pool_backward_loop(const AvgPoolArgs& a) {
 
 template <typename T>
 ENCORE_SIMD_CLONES void bn_row_sum(const T* row, int64_t n, double* lane) {
-  Doubles8 acc = load_lanes(lane);
+  F64x8 acc = load_lanes(lane);
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) acc += widen(load8(row + k));
   for (int j = 0; k < n; ++k, ++j) acc[j] += static_cast<double>(static_cast<float>(row[k]));
@@ -510,10 +503,10 @@ ENCORE_SIMD_CLONES void bn_row_sum(const T* row, int64_t n, double* lane) {
 }
 template <typename T>
 ENCORE_SIMD_CLONES void bn_row_squares(const T* row, int64_t n, double mu, double* lane) {
-  Doubles8 acc = load_lanes(lane);
+  F64x8 acc = load_lanes(lane);
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
-    const Doubles8 d = widen(load8(row + k)) - mu;
+    const F64x8 d = widen(load8(row + k)) - mu;
     acc += d * d;
   }
   for (int j = 0; k < n; ++k, ++j) {
@@ -530,10 +523,10 @@ ENCORE_SIMD_CLONES void bn_row_apply(const T* row, T* out, int64_t n, float scal
 template <typename T>
 ENCORE_SIMD_CLONES void bn_row_grad_sums(const T* gr, const T* xr, int64_t n, float mean, float invstd, double* lg,
                                          double* lgx) {
-  Doubles8 ag = load_lanes(lg), agx = load_lanes(lgx);
+  F64x8 ag = load_lanes(lg), agx = load_lanes(lgx);
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
-    const Doubles8 g = widen(load8(gr + k));
+    const F64x8 g = widen(load8(gr + k));
     ag += g;
     agx += g * widen((load8(xr + k) - mean) * invstd);
   }
