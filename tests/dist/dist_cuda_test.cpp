@@ -18,14 +18,7 @@
 namespace encore {
 namespace {
 
-std::shared_ptr<dist::ProcessGroup> world() {
-  static std::shared_ptr<dist::ProcessGroup> g = [] {
-    absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> pg = dist::ProcessGroup::create({.timeout_s = 60});
-    if (!pg.ok()) throw Error(pg.status());
-    return *pg;
-  }();
-  return g;
-}
+using testing::world;
 
 // Whether every rank has a GPU of its own (all ranks decide alike, so that
 // none waits in a collective the others skipped).

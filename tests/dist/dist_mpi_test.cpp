@@ -24,14 +24,7 @@ namespace {
 using testing::DdpRig;
 using testing::expect_error;
 
-std::shared_ptr<dist::ProcessGroup> world() {
-  static std::shared_ptr<dist::ProcessGroup> g = [] {
-    absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> pg = dist::ProcessGroup::create({.timeout_s = 60});
-    if (!pg.ok()) throw Error(pg.status());
-    return *pg;
-  }();
-  return g;
-}
+using testing::world;
 
 #define NEED_TWO_RANKS()                                                                     \
   if (world()->world_size() < 2) GTEST_SKIP() << "one process: run under mpirun -np 2";      \

@@ -21,6 +21,17 @@ namespace encore::testing {
 
 inline constexpr int64_t kIn = 12, kHidden = 16, kClasses = 5;
 
+// The process group of this test process (the world mpirun started, or a
+// world of one), made at the first call with a 60 s collective timeout.
+inline std::shared_ptr<dist::ProcessGroup> world() {
+  static std::shared_ptr<dist::ProcessGroup> g = [] {
+    absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> pg = dist::ProcessGroup::create({.timeout_s = 60});
+    if (!pg.ok()) throw Error(pg.status());
+    return *pg;
+  }();
+  return g;
+}
+
 // FNV-1a over the bits of every tensor (float32 or int64 as stored).
 inline uint64_t bits_hash(const std::vector<Tensor>& ts) {
   uint64_t h = 0xcbf29ce484222325ull;
