@@ -37,6 +37,22 @@ struct Workload {
   }
 };
 
+// A classifier's step on static inputs: w.x = x, w.y = labels i % classes
+// (one per row of x), w.loss = cross_entropy(model.forward(x), y), all on
+// `device`; w takes the model.
+inline void set_classification(Workload& w, std::unique_ptr<nn::Module> model, const Tensor& x, int64_t classes,
+                               Device device) {
+  const int64_t batch = x.size(0);
+  std::vector<int64_t> labels(batch);
+  for (int64_t i = 0; i < batch; ++i) labels[i] = i % classes;
+  w.x = x.to(device);
+  w.y = from_vector<int64_t>(labels).to(device);
+  const nn::Module* raw = model.get();
+  Workload* wp = &w;
+  w.loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
+  w.model = std::move(model);
+}
+
 // examples/train_mlp.cpp's student: Linear layers of `widths` with ReLU,
 // cross-entropy on x ~ N(0, 1) [batch, widths.front()] and labels i % classes.
 struct MlpSpec {
@@ -53,14 +69,7 @@ inline std::unique_ptr<Workload> make_mlp(const MlpSpec& spec) {
   auto m = std::make_unique<nn::Mlp>(spec.widths);
   if (!spec.device.is_cpu()) m->to(spec.device);   // before the optimizer takes the parameters
   w->opt = std::make_unique<optim::AdamW>(m->parameters(), optim::AdamWOptions{.lr = spec.lr, .weight_decay = 0.0});
-  w->x = randn({spec.batch, spec.widths.front()}).to(spec.device);
-  std::vector<int64_t> labels(spec.batch);
-  for (int64_t i = 0; i < spec.batch; ++i) labels[i] = i % spec.widths.back();
-  w->y = from_vector<int64_t>(labels).to(spec.device);
-  nn::Mlp* raw = m.get();
-  Workload* wp = w.get();
-  w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
-  w->model = std::move(m);
+  set_classification(*w, std::move(m), randn({spec.batch, spec.widths.front()}), spec.widths.back(), spec.device);
   return w;
 }
 
@@ -136,14 +145,7 @@ inline std::unique_ptr<Workload> make_resnet_cnn(const ResnetCnnSpec& spec) {
   m->emplace<nn::Linear>(spec.channels, 10);
   if (!spec.device.is_cpu()) m->to(spec.device);   // before the optimizer takes the parameters
   w->opt = std::make_unique<optim::SGD>(m->parameters(), optim::SgdOptions{.lr = spec.lr, .momentum = 0.9});
-  w->x = randn({spec.batch, 3, 32, 32}).to(spec.device);
-  std::vector<int64_t> labels(spec.batch);
-  for (int64_t i = 0; i < spec.batch; ++i) labels[i] = i % 10;
-  w->y = from_vector<int64_t>(labels).to(spec.device);
-  nn::Sequential* raw = m.get();
-  Workload* wp = w.get();
-  w->loss = [raw, wp] { return cross_entropy(raw->forward(wp->x), wp->y); };
-  w->model = std::move(m);
+  set_classification(*w, std::move(m), randn({spec.batch, 3, 32, 32}), 10, spec.device);
   return w;
 }
 
