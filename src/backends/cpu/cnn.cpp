@@ -316,6 +316,7 @@ void conv_kernel(const ConvArgs& a) {
 // lane is one chain of adds in a fixed order, so every x86-64 level (one
 // AVX-512 register, two AVX2 or four SSE2 ones) and thread count gives the
 // same bits. Here the rows may also be f16/bf16, converted on load.
+
 // N consecutive elements as floats.
 template <typename V, typename T>
 ENCORE_SIMD_INLINE V load_floats(const T* p) {
@@ -480,18 +481,13 @@ void avg_pool_backward_loop(const AvgPoolArgs& a) {
 
 // ---- batch normalization ----
 // Per channel, sums over (n, hw) in double, each row into 8 lanes (element k
-// of a row into lane k % 8, the lanes folded pairwise at the end): one fixed
-// order, whatever the thread count, that the compiler vectorizes (a single
-// double accumulator was a chain of dependent adds: 2.6 ms for a [32, 16,
-// 32, 32] forward). Channels in parallel.
-
-// The row loops, compiled per x86-64 level (simd.h): each adds element k of
-// a row into lane k % 8 (the tail into lanes 0, 1, ...), so every clone and
-// thread count gives the same bits. The eight lanes are one vector of the
-// compiler's (one AVX-512 register, two AVX2 or four SSE2 ones, each the
-// same eight adds): written as plain loops over a lane array reached through
-// a pointer they stayed in memory, a load-add-store chain per element, and
-// the row sums were 15 % of a CNN training step.
+// of a row into lane k % 8, the tail into lanes 0, 1, ..., the lanes folded
+// pairwise at the end): one fixed order, whatever the clone (simd.h) or the
+// thread count. A single double accumulator was a chain of dependent adds
+// (2.6 ms for a [32, 16, 32, 32] forward); lanes written as a plain array
+// reached through a pointer stayed in memory, a load-add-store chain per
+// element (the row sums were about 15 % of a CNN training step), so they are
+// an F64x8 (the vector lanes above). Channels in parallel.
 
 template <typename T>
 ENCORE_SIMD_CLONES void bn_row_sum(const T* row, int64_t n, double* lane) {
