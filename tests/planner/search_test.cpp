@@ -82,6 +82,25 @@ TEST(ExactVsBruteForceTest, ProvesTheOptimum) {
   }
 }
 
+// Short horizons nest and repeat lifetimes, so many placements raise no
+// other buffer (NOTE [ Hatless placements ] in planner/exact.cpp): the
+// pruning after them must still find the optimum and prove the one below.
+TEST(ExactVsBruteForceTest, HatlessPlacementsOnNestedLifetimes) {
+  int proven_above_bound = 0;
+  for (uint64_t seed = 1; seed <= 80; ++seed) {
+    const std::vector<Buffer> buffers = random_buffers(5 + seed % 3, 1 + seed % 12, 2 + seed % 3, seed % 4 == 0, 500 + seed);
+    const int64_t optimum = brute_force_by_orders(buffers);
+    ASSERT_EQ(exact_peak(buffers), optimum) << "seed " << seed;
+    if (optimum <= 1) continue;
+    absl::StatusOr<Plan> below =
+        plan_buffers(buffers, {.algorithm = Algorithm::kExact, .time_limit_s = 20, .capacity = optimum - 1});
+    ASSERT_TRUE(below.ok()) << below.status();
+    EXPECT_GT(below->peak_floor, optimum - 1) << "seed " << seed << ": not proven";
+    proven_above_bound += optimum > lower_bound(buffers);
+  }
+  EXPECT_GT(proven_above_bound, 0) << "no proof went beyond the lower bound";
+}
+
 // Problems with a known packing (challenging_problem): exact finds a plan
 // within its capacity. Without dropped pieces or shortened lifetimes the
 // packing is perfect, so the optimum is the capacity, which is also the
