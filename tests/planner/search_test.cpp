@@ -88,7 +88,8 @@ TEST(ExactVsBruteForceTest, ProvesTheOptimum) {
 TEST(ExactVsBruteForceTest, HatlessPlacementsOnNestedLifetimes) {
   int proven_above_bound = 0;
   for (uint64_t seed = 1; seed <= 80; ++seed) {
-    const std::vector<Buffer> buffers = random_buffers(5 + seed % 3, 1 + seed % 12, 2 + seed % 3, seed % 4 == 0, 500 + seed);
+    const std::vector<Buffer> buffers =
+        random_buffers(5 + seed % 3, 1 + seed % 12, 2 + seed % 3, seed % 4 == 0, 500 + seed);
     const int64_t optimum = brute_force_by_orders(buffers);
     ASSERT_EQ(exact_peak(buffers), optimum) << "seed " << seed;
     if (optimum <= 1) continue;
