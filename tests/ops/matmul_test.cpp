@@ -1,9 +1,11 @@
 // matmul and linear against plain-loop host references (double), their
 // gradients against finite differences, the gemm launchers, and the errors.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "encore/encore.h"
@@ -357,6 +359,64 @@ TEST(MatmulTest, MatmulLauncherSumsIntoSmallerOutputBatch) {
     expected[i] = 2 * s + 0.5 * o0[i];
   }
   expect_near(out, expected, 1e-4, 1e-4);
+}
+
+// At two threads a GEMM too big for one thread is cut into bands of C's rows
+// (m >= n) or columns (n > m), each one OpenBLAS call (NOTE [ One thread pool
+// for GEMMs ] in src/backends/cpu/gemm.cpp): every transpose, padded leading
+// dims, alpha and beta; batches summed into one C (bands, items in order) and
+// into separate Cs; the bits repeat from call to call.
+TEST(MatmulTest, GemmBandsAtTwoThreadsMatchReference) {
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(2);
+  const int64_t pad = 3;
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{260, 150, 130}, {48, 701, 160}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        SCOPED_TRACE(absl::StrFormat("m %d n %d k %d trans_a %d trans_b %d", m, n, k, ta, tb));
+        const Tensor a = random_tensor({ta ? k : m, (ta ? m : k) + pad}, 1);
+        const Tensor b = random_tensor({tb ? n : k, (tb ? k : n) + pad}, 2);
+        const Tensor c0 = random_tensor({m, n + pad}, 3);
+        const std::vector<double> av = values(a), bv = values(b), cv = values(c0);
+        const int64_t lda = a.size(1), ldb = b.size(1), ldc = c0.size(1);
+        Tensor c = c0.clone(), again = c0.clone();
+        cpu_gemm(ta, tb, m, n, k, 1.5f, a, lda, b, ldb, 0.5f, c, ldc);
+        cpu_gemm(ta, tb, m, n, k, 1.5f, a, lda, b, ldb, 0.5f, again, ldc);
+        std::vector<double> expected = cv;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (int64_t p = 0; p < k; ++p) s += av[ta ? p * lda + i : i * lda + p] * bv[tb ? j * ldb + p : p * ldb + j];
+            expected[i * ldc + j] = 1.5 * s + 0.5 * cv[i * ldc + j];
+          }
+        }
+        expect_near(c, expected, 1e-4, 1e-4);   // padding columns stay as they were
+        EXPECT_EQ(c.to_vector<float>(), again.to_vector<float>());
+      }
+    }
+  }
+  // {items, C matrices}: 3 summed into one C (bands), 3 into their own Cs
+  // (bands: 3 items do not split evenly), 4 into their own (items to threads).
+  const int64_t m = 160, n = 96, k = 100;
+  for (const auto& [items, out_batch] : {std::pair<int64_t, int64_t>{3, 1}, {3, 3}, {4, 4}}) {
+    SCOPED_TRACE(absl::StrFormat("%d products into %d matrices", items, out_batch));
+    const Tensor a = random_tensor({items, m, k}, 4), b = random_tensor({items, k, n}, 5);
+    const Tensor out = random_tensor({out_batch, m, n}, 6);
+    const std::vector<double> o0 = values(out);
+    Shape shape;
+    const std::vector<double> prods = ref_matmul(a, b, &shape);
+    backend::matmul(out, a, b, 2.f, 0.5f);
+    std::vector<double> expected(o0.size());
+    for (int64_t i = 0; i < static_cast<int64_t>(expected.size()); ++i) {
+      double s = 0;
+      for (int64_t bi = 0; bi < items; ++bi) {
+        if (out_batch == 1 || bi == i / (m * n)) s += prods[bi * m * n + i % (m * n)];
+      }
+      expected[i] = 2 * s + 0.5 * o0[i];
+    }
+    expect_near(out, expected, 1e-4, 1e-4);
+  }
+  omp_set_num_threads(before);
 }
 
 TEST(MatmulTest, ColumnSumMatchesReference) {

@@ -5,9 +5,12 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <cmath>
 
 #include "src/backends/cpu/dispatch.h"
+#include "src/backends/cpu/gemm_threading.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/backends/kernel_table.h"
 
@@ -16,12 +19,35 @@ namespace {
 
 using namespace backend;   // the shared argument structs, kinds and formulas
 
-// OpenBLAS 0.3.21 runs a GEMM with m*n*k <= SMP_THRESHOLD_MIN (65536) *
-// GEMM_MULTITHREAD_THRESHOLD (4) on the calling thread. Batches of such small
-// matrices are parallelised over the batch instead; bigger ones are left to
-// OpenBLAS's own threads, one matrix after another.
-constexpr int64_t kSmallGemm = 65536 * 4;      // multiply-adds per matrix
-constexpr int64_t kGrainGemm = 1 << 16;        // multiply-adds per thread, at least
+// NOTE [ One thread pool for GEMMs ]
+// Debian's OpenBLAS is its pthreads build: its own worker threads, which spin
+// (sched_yield, up to 2^28 cycles) after every threaded call. On a machine
+// with as many cores as threads they take the cores from encore's OpenMP
+// workers running the elementwise kernels that follow each GEMM (measured
+// on 2 cores, issue 19: an OpenMP 2-thread GEMM split right after a 2-thread
+// OpenBLAS call ran at 0.97-1.02x of one thread, against 1.3-1.9x when
+// OpenBLAS had not run threaded). So OpenBLAS runs on the calling thread only
+// (openblas_set_num_threads(1), once, before encore's first GEMM) and encore
+// spreads GEMMs over its own OpenMP threads, like every other kernel:
+//   - a batch of products that write disjoint C matrices goes item by item
+//     to the threads;
+//   - otherwise each thread takes a band of C's rows (or of its columns,
+//     whichever dimension is longer) and runs every batch item on it, in
+//     batch order; bands are multiples of kGemmBand rows (or columns), so
+//     their edges fall on the register-tile edges of OpenBLAS's x86-64 sgemm
+//     kernels (at most 16 wide).
+// Each element of C is summed over k inside one OpenBLAS call, and which
+// calls a GEMM becomes depends only on its shape and the thread count: the
+// bits are deterministic for a given build and thread count (test:
+// MatmulTest.GemmBandsAtTwoThreadsMatchReference). A share is kGrainGemm
+// multiply-adds at least: waking a sleeping worker (OMP_WAIT_POLICY=passive)
+// costs tens of microseconds on a virtual machine. Measured in one process
+// against OpenBLAS's threads (bench/gemm_threads_bench, 2 threads, issue 19):
+// 0.72-0.77x the step time on the MLP 1024-4096-4096-1024, 0.96-1.00x on the
+// transformer block, 0.82-0.94x on the demo GPT. A process that also calls
+// OpenBLAS itself finds it single-threaded after encore's first GEMM.
+constexpr int64_t kGrainGemm = 1 << 20;        // multiply-adds per thread, at least
+constexpr int64_t kGemmBand = 16;              // rows or columns: the unit a band is made of
 constexpr int64_t kColumnBlock = 256;          // column-sum accumulators (floats) on the stack
 
 // ---- kernels ----
@@ -37,6 +63,12 @@ void gemm_one(const GemmArgs& g, const float* a, const float* b, float* c, float
   cblas_sgemm(CblasRowMajor, g.trans_a ? CblasTrans : CblasNoTrans, g.trans_b ? CblasTrans : CblasNoTrans,
               static_cast<blasint>(g.m), static_cast<blasint>(g.n), static_cast<blasint>(g.k), g.alpha, a,
               static_cast<blasint>(g.lda), b, static_cast<blasint>(g.ldb), beta, c, static_cast<blasint>(g.ldc));
+}
+
+int64_t batch_items(const GemmArgs& g) {
+  int64_t batch = 1;
+  for (int d = 0; d < g.batch_ndim; ++d) batch *= g.batch_shape[d];
+  return batch;
 }
 
 // Runs batch items [begin, end). An item is the first into its C matrix when
@@ -85,24 +117,81 @@ void column_sum_loop(const ColumnSumArgs& a) {
 
 // ---- kernel table entries ----
 
+// Which part of each batch item's C a band covers: rows [begin, end) when
+// by_rows, else columns [begin, end).
+struct Band {
+  bool by_rows;
+  int64_t begin, end;
+};
+
+// Runs every batch item, in order, on one band of C.
+void gemm_band(const GemmArgs& g, const Band& band) {
+  GemmArgs part = g;
+  const int64_t w = band.end - band.begin;
+  if (band.by_rows) {   // rows of op(A) and of C
+    part.m = w;
+    part.a = static_cast<const float*>(g.a) + band.begin * (g.trans_a ? 1 : g.lda);
+    part.c = static_cast<float*>(g.c) + band.begin * g.ldc;
+  } else {              // columns of op(B) and of C
+    part.n = w;
+    part.b = static_cast<const float*>(g.b) + band.begin * (g.trans_b ? g.ldb : 1);
+    part.c = static_cast<float*>(g.c) + band.begin;
+  }
+  gemm_range(part, 0, batch_items(g));
+}
+
+// The baseline of bench/gemm_threads_bench (GemmThreading::kOpenBlas): a
+// GEMM of more than kOpenBlasSmall multiply-adds goes whole to OpenBLAS's own
+// threads; smaller ones in a batch are spread over the batch.
+constexpr int64_t kOpenBlasSmall = 65536 * 4;   // OpenBLAS 0.3.21: SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD
+constexpr int64_t kOpenBlasGrain = 1 << 16;     // multiply-adds per thread in such a batch
+std::atomic<GemmThreading> g_threading{GemmThreading::kEncore};
+
+void openblas_on_calling_thread() {
+  static const bool once = [] {
+    if (g_threading.load() == GemmThreading::kEncore) openblas_set_num_threads(1);
+    return true;
+  }();
+  (void)once;
+}
+
 // A batch of f32 GEMMs (batch_ndim 0: one).
 void gemm_kernel(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
-  int64_t batch = 1;
-  bool sums = false;
-  for (int d = 0; d < g.batch_ndim; ++d) {
-    batch *= g.batch_shape[d];
-    sums |= g.batch_shape[d] > 1 && g.batch_stride[2][d] == 0;
-  }
-  // Multiply-adds per matrix, in double: m * n * k can pass 2^63.
+  openblas_on_calling_thread();
+  const int64_t batch = batch_items(g);
+  bool sums = false;   // some C matrix is the sum of several items
+  for (int d = 0; d < g.batch_ndim; ++d) sums |= g.batch_shape[d] > 1 && g.batch_stride[2][d] == 0;
+  // Multiply-adds per matrix and in all, in double: m * n * k can pass 2^63.
   const double work =
       static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(std::max<int64_t>(g.k, 1));
-  if (!sums && work <= kSmallGemm) {   // items write disjoint C matrices: safe to split
-    parallel_for(batch, std::max<int64_t>(1, kGrainGemm / static_cast<int64_t>(work)),
-                 [&](int64_t b, int64_t e) { gemm_range(g, b, e); });
-  } else {
-    gemm_range(g, 0, batch);
+  const double total = work * static_cast<double>(batch);
+  const int threads = omp_get_max_threads();
+  if (g_threading.load(std::memory_order_relaxed) == GemmThreading::kOpenBlas) {
+    if (!sums && work <= kOpenBlasSmall) {
+      parallel_for(batch, std::max<int64_t>(1, kOpenBlasGrain / static_cast<int64_t>(work)),
+                   [&](int64_t b, int64_t e) { gemm_range(g, b, e); });
+    } else {
+      gemm_range(g, 0, batch);
+    }
+    return;
   }
+  if (!sums && (batch % threads == 0 || batch >= 4 * threads || total < 2.0 * threads * kGrainGemm)) {
+    // Whole items to each thread (evenly, or nearly: else bands), kGrainGemm
+    // multiply-adds a thread at least.
+    const double items = std::ceil(kGrainGemm / work);
+    parallel_for(batch, items >= static_cast<double>(batch) ? batch : static_cast<int64_t>(items),
+                 [&](int64_t b, int64_t e) { gemm_range(g, b, e); });
+    return;
+  }
+  const bool by_rows = g.m >= g.n;
+  const int64_t len = by_rows ? g.m : g.n;
+  const int64_t bands = (len + kGemmBand - 1) / kGemmBand;
+  const double per_band = total / static_cast<double>(bands);   // over the whole batch
+  const int64_t grain = std::min<int64_t>(bands, static_cast<int64_t>(std::ceil(kGrainGemm / per_band)));
+  parallel_for(bands, grain, [&](int64_t b, int64_t e) {
+    gemm_band(g, {by_rows, b * kGemmBand, std::min(len, e * kGemmBand)});
+  });
 }
 
 template <typename T>
@@ -113,6 +202,11 @@ struct ColumnSumEntry {
 };
 
 }  // namespace
+
+void set_gemm_threading(GemmThreading threading) {
+  g_threading.store(threading);
+  openblas_set_num_threads(threading == GemmThreading::kEncore ? 1 : omp_get_max_threads());
+}
 
 extern const GemmKernels kGemm = {
     .gemm = kernel<&gemm_kernel>(),
