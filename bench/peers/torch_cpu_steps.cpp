@@ -45,8 +45,9 @@
 //    Linear(16, 10); cross-entropy on labels i % 10, SGD lr 0.01 momentum
 //    0.9, training mode.
 // Per row: median wall ms per step of libtorch, encore eager and encore's
-// captured step replayed, each timed in turn for at least 7 rounds and about
-// 1 s (--quick: 0.2 s); ratios are encore / libtorch.
+// captured step replayed, timed in turn in runs of 5 steps for at least 7
+// rounds and about 1 s of steps (--quick: 0.2 s; above one thread each round
+// also sleeps 0.15 s, see run_row); ratios are encore / libtorch.
 #include <malloc.h>
 #include <omp.h>
 
@@ -61,6 +62,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/peers/torch_cpu_steps.h"
@@ -166,7 +168,13 @@ void run_row(const std::string& name, int threads, double budget_ms) {
                                                : mlp({1024, 4096, 4096, 1024}, 64);
     step = [&] { return w->step(); };
   }
-  std::function<void()> torch_step = peers::torch_step(name);
+  // libtorch's GEMMs use OpenBLAS's own threads; encore's set OpenBLAS to
+  // one thread whenever they run (NOTE [ One thread pool for GEMMs ] in
+  // src/backends/cpu/gemm.cpp), so each libtorch step gets them back first.
+  std::function<void()> torch_step = [threads, inner = peers::torch_step(name)] {
+    openblas_set_num_threads(threads);
+    inner();
+  };
   for (int i = 0; i < 3; ++i) step();
   absl::StatusOr<Graph> graph = capture([&] { return step(); });
   if (!graph.ok()) {
@@ -183,11 +191,25 @@ void run_row(const std::string& name, int threads, double budget_ms) {
     fn();
     out.push_back(now_ms() - t0);
   };
+  // Rounds of kRun steps each: libtorch, encore eager, replay. Above one
+  // thread OpenBLAS's workers spin (sched_yield, up to 2^28 cycles: ~0.1 s)
+  // after libtorch's GEMMs and would take the cores from encore's OpenMP
+  // workers, which run encore's GEMMs too (NOTE [ One thread pool for GEMMs ]
+  // in src/backends/cpu/gemm.cpp); so after libtorch's run the round sleeps
+  // until they have given up. Each run starts with one untimed step.
+  constexpr int kRun = 5;
+  const auto quiesce = [threads] {
+    if (threads > 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  };
   const double start = now_ms();
-  while (tt.size() < 7 || (now_ms() - start < budget_ms && tt.size() < 2000)) {
-    time(torch_step, tt);
-    time([&] { step(); }, te);
-    time([&] { (void)graph->replay(); }, tr);
+  while (tt.size() < 7 * kRun || (now_ms() - start < budget_ms && tt.size() < 2000)) {
+    torch_step();
+    for (int i = 0; i < kRun; ++i) time(torch_step, tt);
+    quiesce();
+    step();
+    for (int i = 0; i < kRun; ++i) time([&] { step(); }, te);
+    (void)graph->replay();
+    for (int i = 0; i < kRun; ++i) time([&] { (void)graph->replay(); }, tr);
   }
   const double mt = median(tt), me = median(te), mr = median(tr);
   if (machine_lines) {

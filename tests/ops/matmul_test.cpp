@@ -1,5 +1,6 @@
 // matmul and linear against plain-loop host references (double), their
 // gradients against finite differences, the gemm launchers, and the errors.
+#include <cblas.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -365,10 +366,12 @@ TEST(MatmulTest, MatmulLauncherSumsIntoSmallerOutputBatch) {
 // (m >= n) or columns (n > m), each one OpenBLAS call (NOTE [ One thread pool
 // for GEMMs ] in src/backends/cpu/gemm.cpp): every transpose, padded leading
 // dims, alpha and beta; batches summed into one C (bands, items in order) and
-// into separate Cs; the bits repeat from call to call.
+// into separate Cs; the bits repeat from call to call, and OpenBLAS is left
+// on one thread.
 TEST(MatmulTest, GemmBandsAtTwoThreadsMatchReference) {
   const int before = omp_get_max_threads();
   omp_set_num_threads(2);
+  openblas_set_num_threads(2);   // as a program using OpenBLAS itself might: encore's GEMMs set it back to 1
   const int64_t pad = 3;
   for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{260, 150, 130}, {48, 701, 160}}) {
     for (bool ta : {false, true}) {
@@ -381,6 +384,7 @@ TEST(MatmulTest, GemmBandsAtTwoThreadsMatchReference) {
         const int64_t lda = a.size(1), ldb = b.size(1), ldc = c0.size(1);
         Tensor c = c0.clone(), again = c0.clone();
         cpu_gemm(ta, tb, m, n, k, 1.5f, a, lda, b, ldb, 0.5f, c, ldc);
+        EXPECT_EQ(openblas_get_num_threads(), 1);
         cpu_gemm(ta, tb, m, n, k, 1.5f, a, lda, b, ldb, 0.5f, again, ldc);
         std::vector<double> expected = cv;
         for (int64_t i = 0; i < m; ++i) {

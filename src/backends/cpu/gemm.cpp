@@ -27,7 +27,7 @@ using namespace backend;   // the shared argument structs, kinds and formulas
 // on 2 cores, issue 19: an OpenMP 2-thread GEMM split right after a 2-thread
 // OpenBLAS call ran at 0.97-1.02x of one thread, against 1.3-1.9x when
 // OpenBLAS had not run threaded). So OpenBLAS runs on the calling thread only
-// (openblas_set_num_threads(1), once, before encore's first GEMM) and encore
+// (openblas_set_num_threads(1) whenever encore runs a GEMM) and encore
 // spreads GEMMs over its own OpenMP threads, like every other kernel:
 //   - a batch of products that write disjoint C matrices goes item by item
 //     to the threads;
@@ -45,7 +45,7 @@ using namespace backend;   // the shared argument structs, kinds and formulas
 // against OpenBLAS's threads (bench/gemm_threads_bench, 2 threads, issue 19):
 // 0.72-0.77x the step time on the MLP 1024-4096-4096-1024, 0.96-1.00x on the
 // transformer block, 0.82-0.94x on the demo GPT. A process that also calls
-// OpenBLAS itself finds it single-threaded after encore's first GEMM.
+// OpenBLAS itself finds it single-threaded after each of encore's GEMMs.
 constexpr int64_t kGrainGemm = 1 << 20;        // multiply-adds per thread, at least
 constexpr int64_t kGemmBand = 16;              // rows or columns: the unit a band is made of
 constexpr int64_t kColumnBlock = 256;          // column-sum accumulators (floats) on the stack
@@ -147,12 +147,13 @@ constexpr int64_t kOpenBlasSmall = 65536 * 4;   // OpenBLAS 0.3.21: SMP_THRESHOL
 constexpr int64_t kOpenBlasGrain = 1 << 16;     // multiply-adds per thread in such a batch
 std::atomic<GemmThreading> g_threading{GemmThreading::kEncore};
 
+// Checked at every GEMM (a read of OpenBLAS's count): a program that also
+// calls OpenBLAS may have raised it since (bench/peers/torch_cpu_steps runs
+// libtorch, which relies on OpenBLAS's threads, between encore's steps).
 void openblas_on_calling_thread() {
-  static const bool once = [] {
-    if (g_threading.load() == GemmThreading::kEncore) openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)once;
+  if (g_threading.load(std::memory_order_relaxed) == GemmThreading::kEncore && openblas_get_num_threads() != 1) {
+    openblas_set_num_threads(1);
+  }
 }
 
 // A batch of f32 GEMMs (batch_ndim 0: one).

@@ -8,7 +8,8 @@
 //
 // Internal: for benchmarks; call it between steps, never while a GEMM runs.
 // It also sets OpenBLAS's thread count for the whole process (1 for kEncore,
-// omp_get_max_threads() for kOpenBlas).
+// omp_get_max_threads() for kOpenBlas); under kEncore every GEMM sets it back
+// to 1 if something raised it.
 #pragma once
 
 namespace encore::cpu {
