@@ -173,21 +173,30 @@ struct Piece {
   int64_t area() const { return (t1 - t0) * (a1 - a0); }
 };
 
-// Cuts the biggest of a few random pieces at a random grid line across its
-// longer side (relative to the other), until there are `count` pieces or
-// none can be cut.
-std::vector<Piece> guillotine(int64_t cells, int count, Rng& rng) {
+// Cuts a piece at a random grid line, until there are `count` pieces or none
+// can be cut. kSquarish: the biggest of four random pieces, across time with
+// probability width / (width + height); kLargestFirst: the biggest piece of
+// all, direction a fair coin (NOTE [ Largest-first cuts ] in synthetic.h).
+std::vector<Piece> guillotine(int64_t cells, int count, ChallengeCuts cuts, Rng& rng) {
+  const bool by_shape = cuts == ChallengeCuts::kSquarish;
   std::vector<Piece> pieces = {{0, cells, 0, cells}};
   while (static_cast<int>(pieces.size()) < count) {
-    size_t pick = rng.next() % pieces.size();
-    for (int k = 0; k < 3; ++k) {  // the largest of four draws
-      const size_t other = rng.next() % pieces.size();
-      if (pieces[other].area() > pieces[pick].area()) pick = other;
+    size_t pick = by_shape ? rng.next() % pieces.size() : 0;
+    if (by_shape) {
+      for (int k = 0; k < 3; ++k) {  // the largest of four draws
+        const size_t other = rng.next() % pieces.size();
+        if (pieces[other].area() > pieces[pick].area()) pick = other;
+      }
+    } else {
+      for (size_t other = 1; other < pieces.size(); ++other) {
+        if (pieces[other].area() > pieces[pick].area()) pick = other;
+      }
     }
     Piece& p = pieces[pick];
     const int64_t width = p.t1 - p.t0, height = p.a1 - p.a0;
-    if (width < 2 && height < 2) break;  // the largest of the draws is one cell
-    const bool across_time = height < 2 || (width >= 2 && rng.uniform(1, width + height) <= width);
+    if (width < 2 && height < 2) break;  // the largest of the draws (or of all) is one cell
+    const bool across_time =
+        height < 2 || (width >= 2 && (by_shape ? rng.uniform(1, width + height) <= width : rng.chance(50)));
     Piece cut = p;
     if (across_time) {
       const int64_t at = p.t0 + rng.uniform(1, width - 1);
@@ -211,7 +220,7 @@ std::vector<Buffer> challenging_problem(const ChallengeOptions& options) {
   const int64_t cells = std::max<int64_t>(options.capacity / kGrid, 1);
   const int keep = std::max(options.num_buffers, 1);
   const int cut = static_cast<int>(int64_t{keep} * 100 / std::max(100 - options.drop_percent, 1));
-  std::vector<Piece> pieces = guillotine(cells, cut, rng);
+  std::vector<Piece> pieces = guillotine(cells, cut, options.cuts, rng);
   // Drop pieces at random until `keep` are left (Fisher-Yates, then trim).
   for (size_t i = pieces.size(); i > 1; --i) std::swap(pieces[i - 1], pieces[rng.next() % i]);
   if (static_cast<int>(pieces.size()) > keep) pieces.resize(keep);
@@ -227,6 +236,17 @@ std::vector<Buffer> challenging_problem(const ChallengeOptions& options) {
     buffers.push_back({absl::StrCat("b", buffers.size()), (p.a1 - p.a0) * kGrid, p.t0 * kGrid, p.t1 * kGrid});
   }
   return buffers;
+}
+
+std::vector<Buffer> minimalloc_like_problem(uint64_t seed) {
+  Rng rng(seed * 0x9E3779B97F4A7C15ull + 1);
+  const int num_buffers = static_cast<int>(rng.uniform(150, 450));
+  const int drop_percent = static_cast<int>(rng.uniform(5, 20));
+  return challenging_problem({.num_buffers = num_buffers,
+                              .seed = seed,
+                              .drop_percent = drop_percent,
+                              .shrink_percent = 0,
+                              .cuts = ChallengeCuts::kLargestFirst});
 }
 
 std::vector<Buffer> random_buffers(int num_buffers, int64_t max_size, int64_t horizon, bool aligned,

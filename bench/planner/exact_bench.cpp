@@ -2,6 +2,7 @@
 // instances of planner/synthetic.h's challenging_problem.
 //
 //   build/bench/planner/exact_bench [--dir=DIR] [--seeds=20] [--time_limit_s=10] [--grid_sizes=70,75]
+//                                   [--like_seeds=100] [--like_first_seed=1]
 //
 // For each problem, two runs of plan_buffers: `exact` deciding the capacity
 // 2^20 (MiniMalloc's question; its published times are 0.6-5.4 s), and
@@ -38,6 +39,11 @@ ABSL_FLAG(double, time_limit_s, 10, "Time limit per run, seconds.");
 ABSL_FLAG(std::string, grid_sizes, "",
           "Sizes (buffers, comma separated) of the generated grid: drop 0/15/30 % x shrink 0/30/60 % x 4 seeds, "
           "36 instances per size (the family of tests/planner's ExactOnGeneratedTest).");
+
+ABSL_FLAG(int, like_seeds, 0,
+          "Instances of minimalloc_like_problem (the files' character: 150-450 buffers, NOTE [ Largest-first cuts ] in "
+          "planner/synthetic.h), seeds like_first_seed, like_first_seed + 1, ...");
+ABSL_FLAG(int, like_first_seed, 1, "First seed of the minimalloc_like_problem instances.");
 
 namespace encore::planner {
 namespace {
@@ -93,10 +99,12 @@ void measure(const std::string& name, const std::vector<Buffer>& buffers, Family
   const Run fit = run(buffers, kCapacity);
   const Run min = run(buffers, 0);
   const bool optimal = min.plan.peak == min.plan.peak_floor;
-  absl::PrintF("%-16s %4d buffers lb %8d | 2^20: %-10s %8.3f s (CPU %.3f s) | minimal: peak %8d (%.4f x lb) %8.3f s %s\n",
-               name, buffers.size(), bound, fit.plan.peak <= kCapacity ? "fits" : "not found", fit.seconds, fit.cpu,
-               min.plan.peak, double(min.plan.peak) / double(bound), min.seconds,
-               optimal ? "optimal" : absl::StrCat("floor ", min.plan.peak_floor));
+  absl::PrintF(
+      "%-16s %4d buffers lb %8d | 2^20: %-10s %8.3f s (CPU %.3f s) | minimal: peak %8d (%.4f x lb) %8.3f s (CPU %.3f "
+      "s) %s\n",
+      name, buffers.size(), bound, fit.plan.peak <= kCapacity ? "fits" : "not found", fit.seconds, fit.cpu,
+      min.plan.peak, double(min.plan.peak) / double(bound), min.seconds, min.cpu,
+      optimal ? "optimal" : absl::StrCat("floor ", min.plan.peak_floor));
   ++family.problems;
   family.fits += fit.plan.peak <= kCapacity;
   family.optimal += optimal;
@@ -131,6 +139,13 @@ int main_(int argc, char** argv) {
     for (int seed = 1; seed <= absl::GetFlag(FLAGS_seeds); ++seed) {
       measure(absl::StrCat("gen n=", size, " s=", seed),
               challenging_problem({.num_buffers = size, .seed = static_cast<uint64_t>(seed)}), family);
+    }
+  }
+  if (absl::GetFlag(FLAGS_like_seeds) > 0) {
+    Family& family = families.emplace_back(Family{.name = "minimalloc_like_problem"});
+    const int first = absl::GetFlag(FLAGS_like_first_seed);
+    for (int seed = first; seed < first + absl::GetFlag(FLAGS_like_seeds); ++seed) {
+      measure(absl::StrCat("like #", seed), minimalloc_like_problem(static_cast<uint64_t>(seed)), family);
     }
   }
   for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_grid_sizes), ',', absl::SkipEmpty())) {

@@ -1,6 +1,8 @@
 // The generated problems of planner/synthetic.h: shape, determinism, and the
 // properties the benchmarks rely on.
+#include <algorithm>
 #include <cstdint>
+#include <set>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -54,6 +56,65 @@ TEST(ChallengingProblemTest, APerfectPackingFillsEveryTimeStep) {
   for (const Buffer& b : buffers) area += b.size / 1024 * ((b.upper - b.lower) / 1024);
   EXPECT_EQ(area, int64_t{1024} * 1024);
   EXPECT_EQ(lower_bound(buffers), int64_t{1} << 20);
+}
+
+// Largest-first cuts without drops tile the rectangle too, and since every cut
+// splits the largest piece, the areas spread evenly under a ceiling, as in the
+// files: the largest is about twice the mean (squarish cuts leave one 4-17x it).
+TEST(ChallengingProblemTest, LargestFirstCutsTileTheRectangleUnderACeiling) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    const std::vector<Buffer> buffers = challenging_problem({.num_buffers = 200, .seed = seed, .drop_percent = 0,
+                                                             .shrink_percent = 0, .cuts = ChallengeCuts::kLargestFirst});
+    int64_t area = 0, largest = 0, smallest = int64_t{1} << 40;
+    for (const Buffer& b : buffers) {
+      const int64_t cells = b.size / 1024 * ((b.upper - b.lower) / 1024);
+      area += cells;
+      largest = std::max(largest, cells);
+      smallest = std::min(smallest, cells);
+    }
+    EXPECT_EQ(area, int64_t{1024} * 1024) << "seed " << seed;
+    EXPECT_EQ(lower_bound(buffers), int64_t{1} << 20) << "seed " << seed;
+    EXPECT_LT(largest, int64_t{1024} * 1024 / 50) << "seed " << seed;
+    EXPECT_GT(largest, int64_t{1024} * 1024 / 200) << "seed " << seed;
+    EXPECT_LT(smallest, largest);
+  }
+}
+
+// minimalloc_like_problem: the files' character (NOTE [ Largest-first cuts ]):
+// 150-450 buffers on the 1024 grid, about one time point per two buffers,
+// nearly every point both an end and a start, and a lower bound at or just
+// below 2^20 (never above: the constructed packing fits).
+TEST(MiniMallocLikeProblemTest, HasTheFilesCharacter) {
+  int below_capacity = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    const std::vector<Buffer> buffers = minimalloc_like_problem(seed);
+    ASSERT_GE(buffers.size(), 150u);
+    ASSERT_LE(buffers.size(), 450u);
+    EXPECT_TRUE(check_buffers(buffers).ok());
+    std::set<int64_t> starts, ends;
+    for (const Buffer& b : buffers) {
+      EXPECT_EQ(b.size % 1024, 0);
+      EXPECT_EQ(b.lower % 1024, 0);
+      EXPECT_EQ(b.upper % 1024, 0);
+      starts.insert(b.lower);
+      ends.insert(b.upper);
+    }
+    std::set<int64_t> points = starts;
+    points.insert(ends.begin(), ends.end());
+    int both = 0;
+    for (int64_t t : points) both += starts.contains(t) && ends.contains(t);
+    const double per_buffer = double(points.size()) / double(buffers.size());
+    EXPECT_GT(per_buffer, 0.4) << "seed " << seed;
+    EXPECT_LT(per_buffer, 0.7) << "seed " << seed;
+    // All but 0 and 2^20 (and the ends of dropped neighbours) both end and start buffers.
+    EXPECT_GE(both * 10, static_cast<int>(points.size()) * 7) << "seed " << seed;
+    const int64_t bound = lower_bound(buffers);
+    EXPECT_LE(bound, int64_t{1} << 20) << "seed " << seed;
+    EXPECT_GE(bound, (int64_t{1} << 20) * 9 / 10) << "seed " << seed;
+    below_capacity += bound < int64_t{1} << 20;
+  }
+  EXPECT_GT(below_capacity, 0);   // some like C, D and J
+  EXPECT_LT(below_capacity, 40);  // most like A, B and E
 }
 
 TEST(TrainingStepTraceTest, TransformerTracesHaveTheAskedSizeAndAreValid) {
