@@ -181,8 +181,9 @@ std::vector<Piece> guillotine(int64_t cells, int count, ChallengeCuts cuts, Rng&
   const bool by_shape = cuts == ChallengeCuts::kSquarish;
   std::vector<Piece> pieces = {{0, cells, 0, cells}};
   while (static_cast<int>(pieces.size()) < count) {
-    size_t pick = by_shape ? rng.next() % pieces.size() : 0;
+    size_t pick = 0;
     if (by_shape) {
+      pick = rng.next() % pieces.size();
       for (int k = 0; k < 3; ++k) {  // the largest of four draws
         const size_t other = rng.next() % pieces.size();
         if (pieces[other].area() > pieces[pick].area()) pick = other;

@@ -41,7 +41,8 @@ using namespace backend;   // the shared argument structs, kinds and formulas
 // bits are deterministic for a given build and thread count (test:
 // MatmulTest.GemmBandsAtTwoThreadsMatchReference). A share is kGrainGemm
 // multiply-adds at least: waking a sleeping worker (OMP_WAIT_POLICY=passive)
-// costs tens of microseconds on a virtual machine. Measured in one process
+// costs from tens of microseconds up to a millisecond on a virtual machine
+// (bench/RESULTS.md, issue 19, session 12). Measured in one process
 // against OpenBLAS's threads (bench/gemm_threads_bench, 2 threads, issue 19):
 // 0.72-0.77x the step time on the MLP 1024-4096-4096-1024, 0.96-1.00x on the
 // transformer block, 0.82-0.94x on the demo GPT. A process that also calls
@@ -147,19 +148,9 @@ constexpr int64_t kOpenBlasSmall = 65536 * 4;   // OpenBLAS 0.3.21: SMP_THRESHOL
 constexpr int64_t kOpenBlasGrain = 1 << 16;     // multiply-adds per thread in such a batch
 std::atomic<GemmThreading> g_threading{GemmThreading::kEncore};
 
-// Checked at every GEMM (a read of OpenBLAS's count): a program that also
-// calls OpenBLAS may have raised it since (bench/peers/torch_cpu_steps runs
-// libtorch, which relies on OpenBLAS's threads, between encore's steps).
-void openblas_on_calling_thread() {
-  if (g_threading.load(std::memory_order_relaxed) == GemmThreading::kEncore && openblas_get_num_threads() != 1) {
-    openblas_set_num_threads(1);
-  }
-}
-
 // A batch of f32 GEMMs (batch_ndim 0: one).
 void gemm_kernel(const GemmArgs& g) {
   if (g.m == 0 || g.n == 0) return;
-  openblas_on_calling_thread();
   const int64_t batch = batch_items(g);
   bool sums = false;   // some C matrix is the sum of several items
   for (int d = 0; d < g.batch_ndim; ++d) sums |= g.batch_shape[d] > 1 && g.batch_stride[2][d] == 0;
@@ -177,6 +168,10 @@ void gemm_kernel(const GemmArgs& g) {
     }
     return;
   }
+  // Checked at every GEMM (a read of OpenBLAS's count): a program that also
+  // calls OpenBLAS may have raised it since (bench/peers/torch_cpu_steps runs
+  // libtorch, which relies on OpenBLAS's threads, between encore's steps).
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
   if (!sums && (batch % threads == 0 || batch >= 4 * threads || total < 2.0 * threads * kGrainGemm)) {
     // Whole items to each thread (evenly, or nearly: else bands), kGrainGemm
     // multiply-adds a thread at least.
