@@ -54,7 +54,8 @@ const std::vector<MathCase>& math_cases() {
   return kCases;
 }
 
-// SLEEF's u10 functions: at most 1 ulp from the exact value (double here).
+// SLEEF's u10 functions and our erf: at most 1 ulp from the exact value
+// (double here).
 TEST(VecMathTest, WithinOneUlpOfDoubleReference) {
   for (const MathCase& c : math_cases()) {
     SCOPED_TRACE(std::string(c.name) + " " + cpu::vec_math_isa());
@@ -70,6 +71,42 @@ TEST(VecMathTest, WithinOneUlpOfDoubleReference) {
       }
     }
   }
+}
+
+// erf's edges (NOTE [ erf in double ] in vec_math.cpp): the switch between
+// its two polynomials at 1 and to +-1 at 4, signed zeros, infinities, NaN and
+// subnormals, in every variant this CPU runs.
+TEST(VecMathTest, ErfEdges) {
+  std::vector<float> x = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-45f, -1e-45f, 1e-38f, 3.925f, 3.93f, 100.0f};
+  for (float edge : {1.0f, 4.0f}) {
+    float lo = edge, hi = edge;
+    for (int i = 0; i < 64; ++i) {
+      lo = std::nextafter(lo, 0.0f);
+      x.insert(x.end(), {lo, hi, -lo, -hi});
+      hi = std::nextafter(hi, INFINITY);
+    }
+  }
+  const std::string widest = cpu::vec_math_isa();
+  for (const char* isa : {"sse2", "avx", "avx512f", "scalar"}) {
+    if (!cpu::vec_math_force(isa)) continue;
+    SCOPED_TRACE(isa);
+    std::vector<float> y(x.size());
+    cpu::vec_erf(y.data(), x.data(), static_cast<int64_t>(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan(y[i]));
+        continue;
+      }
+      const double ref = std::erf(static_cast<double>(x[i]));
+      const double ulp = std::nextafter(static_cast<float>(std::fabs(ref)), INFINITY) - std::fabs(static_cast<float>(ref));
+      EXPECT_LE(std::fabs(y[i] - ref), ulp) << "erf(" << x[i] << ") = " << y[i] << ", reference " << ref;
+      EXPECT_EQ(std::signbit(y[i]), std::signbit(x[i])) << "erf(" << x[i] << ")";
+    }
+    EXPECT_EQ(y[2], 1.0f);
+    EXPECT_EQ(y[3], -1.0f);
+    EXPECT_EQ(y[10], 1.0f);
+  }
+  ASSERT_TRUE(cpu::vec_math_force(widest.c_str()));
 }
 
 // Every variant the CPU runs gives the same bits (no FMA in any of them), so
