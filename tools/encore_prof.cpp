@@ -6,6 +6,7 @@
 //   encore-prof --model=mlp [--hidden=128] [--batch=128] --trace=mlp.json
 //   encore-prof --model=gpt --n_layer=2 --n_embd=64 --seq=32 --trace=gpt.json --dot=gpt.dot
 //   encore-prof --model=cnn --blocks=3 --channels=16  # the small ResNet of bench/train_step_bench
+//   encore-prof --model=block  # the transformer block of bench/peers (B 8, T 64, C 256, 4 heads)
 //   encore-prof --device=cuda --model=gpt      # per-node GPU times (CUPTI), GPU idle time
 //
 // --device=auto (the default) profiles on cuda:0 when a GPU answers, else on
@@ -35,14 +36,19 @@
 ABSL_FLAG(std::string, device, "auto",
           "Where the step runs: cpu, cuda (cuda:0), or auto (cuda when a GPU answers, else cpu).");
 ABSL_FLAG(std::string, model, "mlp",
-          "Built-in model to profile: mlp (examples/train_mlp), gpt (examples/train_gpt) or cnn (a small ResNet\n"
-          "on 3x32x32 inputs, SGD momentum: the CNN step of bench/train_step_bench).");
-ABSL_FLAG(int64_t, batch, 0, "Examples per step, 0..65536; 0 = the model's default (mlp 128, gpt 16, cnn 32).");
+          "Built-in model to profile: mlp (examples/train_mlp), gpt (examples/train_gpt), cnn (a small ResNet\n"
+          "on 3x32x32 inputs, SGD momentum: the CNN step of bench/train_step_bench) or block (one pre-norm\n"
+          "transformer block, exact GELU, loss mean(out^2), AdamW: the block of bench/peers/torch_cpu_steps).");
+ABSL_FLAG(int64_t, batch, 0,
+          "Examples per step, 0..65536; 0 = the model's default (mlp 128, gpt 16, cnn 32, block 8).");
 ABSL_FLAG(int64_t, hidden, 128, "mlp: hidden width of the 32-hidden-10 MLP, 1..65536.");
-ABSL_FLAG(int64_t, seq, 32, "gpt: characters per sequence (T), also the block size, 1..4096.");
+ABSL_FLAG(int64_t, seq, 0,
+          "gpt, block: positions per sequence (T; gpt: also its block size), 0..4096; 0 = the model's default\n"
+          "(gpt 32, block 64).");
 ABSL_FLAG(int64_t, n_layer, 2, "gpt: transformer blocks, 1..256.");
-ABSL_FLAG(int64_t, n_head, 4, "gpt: attention heads per block, 1..1024.");
-ABSL_FLAG(int64_t, n_embd, 64, "gpt: model width (C), 1..16384; must divide by n_head.");
+ABSL_FLAG(int64_t, n_head, 4, "gpt, block: attention heads per block, 1..1024.");
+ABSL_FLAG(int64_t, n_embd, 0,
+          "gpt, block: model width (C), 0..16384, dividing by n_head; 0 = the model's default (gpt 64, block 256).");
 ABSL_FLAG(int64_t, vocab, 65, "gpt: vocabulary size (token ids are synthetic), 1..1048576.");
 ABSL_FLAG(int64_t, blocks, 3, "cnn: residual blocks (two 3x3 convolutions with batch norm each), 0..256.");
 ABSL_FLAG(int64_t, channels, 16, "cnn: channels of every convolution, 1..4096.");
@@ -76,22 +82,33 @@ absl::StatusOr<encore::Device> chosen_device() {
 
 constexpr int64_t kMaxTensorElements = int64_t{1} << 28;   // 1 GiB of f32: the largest tensor a step may make
 
+// --seq and --n_embd, with 0 standing for the model's default.
+int64_t seq_flag() {
+  const int64_t v = absl::GetFlag(FLAGS_seq);
+  return v != 0 ? v : absl::GetFlag(FLAGS_model) == "block" ? 64 : 32;
+}
+int64_t n_embd_flag() {
+  const int64_t v = absl::GetFlag(FLAGS_n_embd);
+  return v != 0 ? v : absl::GetFlag(FLAGS_model) == "block" ? 256 : 64;
+}
+
 // Each size flag in its range, and the step's largest tensors (activations,
 // logits, attention scores, parameters) at most kMaxTensorElements: a size
 // that would exhaust memory is a flag error, not an allocation failure.
 absl::Status check_sizes() {
   using encore::tools::in_range;
   const int64_t batch = absl::GetFlag(FLAGS_batch), hidden = absl::GetFlag(FLAGS_hidden);
-  const int64_t seq = absl::GetFlag(FLAGS_seq), n_layer = absl::GetFlag(FLAGS_n_layer);
-  const int64_t n_head = absl::GetFlag(FLAGS_n_head), n_embd = absl::GetFlag(FLAGS_n_embd);
+  const int64_t seq = seq_flag(), n_layer = absl::GetFlag(FLAGS_n_layer);
+  const int64_t n_head = absl::GetFlag(FLAGS_n_head), n_embd = n_embd_flag();
   const int64_t vocab = absl::GetFlag(FLAGS_vocab);
   const int64_t blocks = absl::GetFlag(FLAGS_blocks), channels = absl::GetFlag(FLAGS_channels);
   for (absl::Status s : {in_range("--runs", absl::GetFlag(FLAGS_runs), 1, 100000),
                          in_range("--warmup_runs", absl::GetFlag(FLAGS_warmup_runs), 0, 100000),
                          in_range("--top", absl::GetFlag(FLAGS_top), 0, 10000), in_range("--batch", batch, 0, 65536),
-                         in_range("--hidden", hidden, 1, 65536), in_range("--seq", seq, 1, 4096),
+                         in_range("--hidden", hidden, 1, 65536), in_range("--seq", absl::GetFlag(FLAGS_seq), 0, 4096),
                          in_range("--n_layer", n_layer, 1, 256), in_range("--n_head", n_head, 1, 1024),
-                         in_range("--n_embd", n_embd, 1, 16384), in_range("--vocab", vocab, 1, 1 << 20),
+                         in_range("--n_embd", absl::GetFlag(FLAGS_n_embd), 0, 16384),
+                         in_range("--vocab", vocab, 1, 1 << 20),
                          in_range("--blocks", blocks, 0, 256), in_range("--channels", channels, 1, 4096)}) {
     if (!s.ok()) return s;
   }
@@ -100,14 +117,19 @@ absl::Status check_sizes() {
   }
   // Every product below is at most 2^16 * 2^12 * 2^20 = 2^48: no overflow.
   const std::string model = absl::GetFlag(FLAGS_model);
-  const bool mlp = model == "mlp", gpt = model == "gpt", cnn = model == "cnn";
-  const int64_t b = batch > 0 ? batch : mlp ? 128 : cnn ? 32 : 16;
+  const bool mlp = model == "mlp", gpt = model == "gpt", cnn = model == "cnn", block = model == "block";
+  const bool attention = gpt || block;
+  if (attention && n_embd % n_head != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--n_embd (%d) must divide by --n_head (%d)", n_embd, n_head));
+  }
+  const int64_t b = batch > 0 ? batch : mlp ? 128 : cnn ? 32 : block ? 8 : 16;
   const std::pair<const char*, int64_t> largest[] = {
       {"batch x hidden", mlp ? b * hidden : 0},
       {"batch x seq x vocab (logits)", gpt ? b * seq * vocab : 0},
-      {"batch x seq x 4 n_embd (MLP)", gpt ? b * seq * 4 * n_embd : 0},
-      {"batch x n_head x seq x seq (attention)", gpt ? b * n_head * seq * seq : 0},
-      {"12 n_layer x n_embd^2 (parameters)", gpt ? 12 * n_layer * n_embd * n_embd : 0},
+      {"batch x seq x 4 n_embd (MLP)", attention ? b * seq * 4 * n_embd : 0},
+      {"batch x n_head x seq x seq (attention)", attention ? b * n_head * seq * seq : 0},
+      {"12 n_layer x n_embd^2 (parameters)", attention ? 12 * (gpt ? n_layer : 1) * n_embd * n_embd : 0},
       {"vocab x n_embd (embedding)", gpt ? vocab * n_embd : 0},
       {"batch x channels x 32 x 32 (activations)", cnn ? b * channels * 32 * 32 : 0},
       {"channels^2 x 9 (convolution weights)", cnn ? channels * channels * 9 : 0}};
@@ -131,9 +153,9 @@ absl::StatusOr<std::unique_ptr<Workload>> build_workload(encore::Device device) 
   }
   if (model == "gpt") {
     encore::tools::GptSpec spec{.batch = batch > 0 ? batch : 16, .lr = absl::GetFlag(FLAGS_lr)};
-    spec.config = {.vocab_size = absl::GetFlag(FLAGS_vocab), .block_size = absl::GetFlag(FLAGS_seq),
+    spec.config = {.vocab_size = absl::GetFlag(FLAGS_vocab), .block_size = seq_flag(),
                    .n_layer = absl::GetFlag(FLAGS_n_layer), .n_head = absl::GetFlag(FLAGS_n_head),
-                   .n_embd = absl::GetFlag(FLAGS_n_embd), .dropout = absl::GetFlag(FLAGS_dropout),
+                   .n_embd = n_embd_flag(), .dropout = absl::GetFlag(FLAGS_dropout),
                    .seed = absl::GetFlag(FLAGS_seed), .device = device};
     std::unique_ptr<Workload> w;
     absl::Status s = encore::status_of([&] { w = encore::tools::make_gpt(spec); });   // the model checks its config
@@ -146,7 +168,12 @@ absl::StatusOr<std::unique_ptr<Workload>> build_workload(encore::Device device) 
                                            .batch = batch > 0 ? batch : 32, .lr = absl::GetFlag(FLAGS_lr),
                                            .device = device});
   }
-  return absl::InvalidArgumentError(absl::StrFormat("--model must be mlp, gpt or cnn, got '%s'", model));
+  if (model == "block") {
+    return encore::tools::make_block({.batch = batch > 0 ? batch : 8, .seq = seq_flag(), .n_embd = n_embd_flag(),
+                                      .n_head = absl::GetFlag(FLAGS_n_head), .lr = absl::GetFlag(FLAGS_lr),
+                                      .device = device});
+  }
+  return absl::InvalidArgumentError(absl::StrFormat("--model must be mlp, gpt, cnn or block, got '%s'", model));
 }
 
 // Graph::frozen(), one line per distinct (op, phase, argument, value): how

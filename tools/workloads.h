@@ -1,6 +1,6 @@
-// Training workloads shared by the tools (encore-prof --model=mlp|gpt|cnn,
-// encore-launch's training-step variant), their tests and the CNN step of
-// bench/train_step_bench and bench/peers: the models of
+// Training workloads shared by the tools (encore-prof --model=mlp|gpt|cnn|block,
+// encore-launch's training-step variant), their tests and the CNN and
+// transformer-block steps of bench/train_step_bench and bench/peers: the models of
 // examples/train_mlp.cpp and examples/train_gpt.cpp with an AdamW optimizer,
 // static inputs filled once (synthetic data: profiling does not need a
 // corpus), and one training step ready for encore::capture().
@@ -14,6 +14,7 @@
 // values. A GPT is built where its config.device says.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -96,6 +97,63 @@ inline std::unique_ptr<Workload> make_gpt(const GptSpec& spec) {
   nn::Gpt* raw = m.get();
   Workload* wp = w.get();
   w->loss = [raw, wp] { return raw->loss(wp->x, wp->y); };
+  w->model = std::move(m);
+  return w;
+}
+
+// The transformer block of the CPU-speed issue (bench/peers/torch_cpu_steps
+// times the same layers in libtorch): pre-norm, x1 = x + proj(attn(ln1(x)))
+// with non-causal softmax attention over n_head heads, out = x1 +
+// fc2(gelu(fc(ln2(x1)))) with exact (erf) GELU and a 4C hidden layer; loss =
+// mean(out^2) on x ~ N(0, 1) [batch, seq, n_embd]; AdamW.
+class TransformerBlock : public nn::Module {
+ public:
+  TransformerBlock(int64_t n_embd, int64_t n_head)
+      : n_head_(n_head),
+        ln1_(register_module("ln1", std::make_unique<nn::LayerNorm>(n_embd))),
+        qkv_(register_module("qkv", std::make_unique<nn::Linear>(n_embd, 3 * n_embd))),
+        proj_(register_module("proj", std::make_unique<nn::Linear>(n_embd, n_embd))),
+        ln2_(register_module("ln2", std::make_unique<nn::LayerNorm>(n_embd))),
+        fc_(register_module("fc", std::make_unique<nn::Linear>(n_embd, 4 * n_embd))),
+        fc2_(register_module("fc2", std::make_unique<nn::Linear>(4 * n_embd, n_embd))) {}
+  Tensor forward(const Tensor& x) const override {
+    const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = n_head_, hd = C / H;
+    std::vector<Tensor> parts = split(qkv_.forward(ln1_.forward(x)), C, 2);
+    Tensor q = parts[0].view({B, T, H, hd}).transpose(1, 2);
+    Tensor k = parts[1].view({B, T, H, hd}).transpose(1, 2);
+    Tensor v = parts[2].view({B, T, H, hd}).transpose(1, 2);
+    Tensor att = softmax(matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(hd))), -1);
+    Tensor y = matmul(att, v).transpose(1, 2).reshape({B, T, C});
+    Tensor x1 = x + proj_.forward(y);
+    return x1 + fc2_.forward(gelu(fc_.forward(ln2_.forward(x1)), GeluApprox::kNone));
+  }
+
+ private:
+  int64_t n_head_;
+  nn::LayerNorm& ln1_;
+  nn::Linear& qkv_;
+  nn::Linear& proj_;
+  nn::LayerNorm& ln2_;
+  nn::Linear& fc_;
+  nn::Linear& fc2_;
+};
+
+struct BlockSpec {
+  int64_t batch = 8, seq = 64, n_embd = 256, n_head = 4;   // n_embd must divide by n_head
+  double lr = 1e-3;                                         // AdamW, its other options at their defaults
+  Device device = kCPU;   // parameters, optimizer state and input; initialised on the CPU first
+};
+
+inline std::unique_ptr<Workload> make_block(const BlockSpec& spec) {
+  auto w = std::make_unique<Workload>();
+  manual_seed(1);
+  auto m = std::make_unique<TransformerBlock>(spec.n_embd, spec.n_head);
+  if (!spec.device.is_cpu()) m->to(spec.device);   // before the optimizer takes the parameters
+  w->opt = std::make_unique<optim::AdamW>(m->parameters(), optim::AdamWOptions{.lr = spec.lr});
+  w->x = randn({spec.batch, spec.seq, spec.n_embd}).to(spec.device);
+  const TransformerBlock* raw = m.get();
+  Workload* wp = w.get();
+  w->loss = [raw, wp] { return mean(pow(raw->forward(wp->x), 2.0)); };
   w->model = std::move(m);
   return w;
 }

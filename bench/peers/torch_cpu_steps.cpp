@@ -32,7 +32,8 @@
 //  - chain20: ten rounds of y = y * w + b on [1, 16], sum, backward (no optimizer);
 //  - MLPs 784-128-10 batch 32, 784-512-512-10 batch 128, 1024-4096-4096-1024
 //    batch 64: ReLU, cross-entropy on labels i % classes, SGD lr 0.01 momentum 0.9;
-//  - the transformer block B 8, T 64, C 256, 4 heads: pre-norm LayerNorm,
+//  - the transformer block (tools/workloads.h's make_block) B 8, T 64, C 256,
+//    4 heads: pre-norm LayerNorm,
 //    non-causal softmax attention, MLP 1024 with exact GELU, loss the mean
 //    of squares of its output, AdamW lr 1e-3;
 //  - the demo GPT (tools/workloads.h's make_gpt, examples/train_gpt): vocab 64,
@@ -97,42 +98,6 @@ std::unique_ptr<Workload> mlp(std::vector<int64_t> widths, int64_t batch) {
   return w;
 }
 
-// The block of torch_cpu_steps_torch.cpp, layer for layer.
-struct Block : nn::Module {
-  static constexpr int64_t B = 8, T = 64, C = 256, H = 4;
-  nn::LayerNorm* ln1 = &register_module("ln1", std::make_unique<nn::LayerNorm>(C));
-  nn::Linear* qkv = &register_module("qkv", std::make_unique<nn::Linear>(C, 3 * C));
-  nn::Linear* proj = &register_module("proj", std::make_unique<nn::Linear>(C, C));
-  nn::LayerNorm* ln2 = &register_module("ln2", std::make_unique<nn::LayerNorm>(C));
-  nn::Linear* fc = &register_module("fc", std::make_unique<nn::Linear>(C, 4 * C));
-  nn::Linear* fc2 = &register_module("fc2", std::make_unique<nn::Linear>(4 * C, C));
-  Tensor loss(const Tensor& x) const {
-    const int64_t hd = C / H;
-    std::vector<Tensor> parts = split(qkv->forward(ln1->forward(x)), C, 2);
-    Tensor q = parts[0].view({B, T, H, hd}).transpose(1, 2);
-    Tensor k = parts[1].view({B, T, H, hd}).transpose(1, 2);
-    Tensor v = parts[2].view({B, T, H, hd}).transpose(1, 2);
-    Tensor att = softmax(matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(hd))), -1);
-    Tensor y = matmul(att, v).transpose(1, 2).reshape({B, T, C});
-    Tensor x1 = x + proj->forward(y);
-    Tensor out = x1 + fc2->forward(gelu(fc->forward(ln2->forward(x1)), GeluApprox::kNone));
-    return mean(pow(out, 2.0));
-  }
-};
-
-std::unique_ptr<Workload> block() {
-  auto w = std::make_unique<Workload>();
-  manual_seed(1);
-  auto m = std::make_unique<Block>();
-  w->opt = std::make_unique<optim::AdamW>(m->parameters(), optim::AdamWOptions{.lr = 1e-3});
-  w->x = randn({Block::B, Block::T, Block::C});
-  Block* raw = m.get();
-  Workload* wp = w.get();
-  w->loss = [raw, wp] { return raw->loss(wp->x); };
-  w->model = std::move(m);
-  return w;
-}
-
 bool machine_lines = false;   // --machine: "ROW name threads torch eager replay rounds" per row
 
 double now_ms() {
@@ -158,7 +123,7 @@ void run_row(const std::string& name, int threads, double budget_ms) {
     chain = std::make_unique<Chain>();
     step = [&] { return chain->step(); };
   } else {
-    w = name == "block_b8_t64_c256_h4"         ? block()
+    w = name == "block_b8_t64_c256_h4"         ? tools::make_block({})
         : name == "cnn_resnet3x16_b32_3x32x32" ? tools::make_resnet_cnn({.blocks = 3, .channels = 16, .batch = 32})
         : name == "demo_gpt_2x64_b16_t32"
             ? tools::make_gpt({.config = {.vocab_size = 64, .block_size = 32, .n_layer = 2, .n_head = 4, .n_embd = 64},

@@ -82,6 +82,18 @@ TEST(EncoreProfTest, ProfilesTheCnn) {
   EXPECT_THAT(run.out, HasSubstr("batch_norm"));
 }
 
+// The transformer block of bench/peers: GELU, non-causal softmax (no
+// masked_fill), loss mean(out^2).
+TEST(EncoreProfTest, ProfilesTheTransformerBlock) {
+  const ToolRun run = prof("--device=cpu --model=block --batch=2 --seq=8 --n_embd=16 --n_head=2 --runs=1 "
+                           "--warmup_runs=0 --top=40");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("replay (cpu)"));
+  EXPECT_THAT(run.out, HasSubstr("gelu_backward"));
+  EXPECT_THAT(run.out, HasSubstr("pow_backward"));
+  EXPECT_THAT(run.out, ::testing::Not(HasSubstr("masked_fill")));
+}
+
 // Graph::frozen(), grouped: AdamW's constants and dropout's p are host values baked into kernels.
 TEST(EncoreProfTest, ListsTheHostValuesTheGraphFroze) {
   const std::string flags = "--device=cpu --model=gpt --n_layer=1 --n_embd=16 --n_head=2 --seq=8 --vocab=11 "
@@ -127,13 +139,16 @@ TEST(EncoreProfTest, ProfilesOnCudaWhenAGpuAnswers) {
 }
 
 TEST(EncoreProfTest, FlagErrors) {
-  expect_flag_error(prof("--model=resnet"), "--model must be mlp, gpt or cnn, got 'resnet'");
+  expect_flag_error(prof("--model=resnet"), "--model must be mlp, gpt, cnn or block, got 'resnet'");
   expect_flag_error(prof("--device=tpu"), "--device must be cpu, cuda or auto, got 'tpu'");
   expect_flag_error(prof("--runs=0"), "--runs must be in 1..100000, got 0");
   expect_flag_error(prof("--model=mlp --hidden=0"), "--hidden must be in 1..65536, got 0");
   expect_flag_error(prof("stray"), "unexpected argument 'stray'");
   // A config the model refuses (width not divisible by heads) is a flag error with the model's message.
   expect_flag_error(prof("--model=gpt --n_embd=10 --n_head=4"), "n_head");
+  expect_flag_error(prof("--model=block --n_embd=10 --n_head=4"), "--n_embd (10) must divide by --n_head (4)");
+  expect_flag_error(prof("--model=block --seq=-1"), "--seq must be in 0..4096");
+  expect_flag_error(prof("--model=block --seq=4096 --n_head=64 --batch=16"), "batch x n_head x seq x seq (attention)");
   // Values the library refuses while building the model: a message and exit 2, never an abort (issue #17).
   expect_flag_error(prof("--model=mlp --lr=nan"), "lr must be finite");
 }
@@ -152,10 +167,15 @@ TEST(EncoreProfTest, SizeFlagsRefuseHostileValues) {
   expect_flag_error(prof("--model=mlp --hidden=4611686018427387904"), "--hidden must be in 1..65536");
   expect_flag_error(prof("--warmup_runs=-1"), "--warmup_runs must be in 0..100000, got -1");
   expect_flag_error(prof("--top=-1"), "--top must be in 0..10000, got -1");
-  for (const char* flag : {"--seq", "--n_layer", "--n_head", "--n_embd", "--vocab"}) {
+  for (const char* flag : {"--n_layer", "--n_head", "--vocab"}) {
     expect_flag_error(prof(std::string("--model=gpt ") + flag + "=0"), std::string(flag) + " must be in 1..");
     expect_flag_error(prof(std::string("--model=gpt ") + flag + "=9223372036854775807"),
                       std::string(flag) + " must be in 1..");
+  }
+  for (const char* flag : {"--seq", "--n_embd"}) {   // 0: the model's default
+    expect_flag_error(prof(std::string("--model=gpt ") + flag + "=-1"), std::string(flag) + " must be in 0..");
+    expect_flag_error(prof(std::string("--model=gpt ") + flag + "=9223372036854775807"),
+                      std::string(flag) + " must be in 0..");
   }
   expect_flag_error(prof("--model=gpt --seq=4096 --batch=65536"), "batch x seq x vocab (logits) = 17448304640");
   expect_flag_error(prof("--model=gpt --seq=4096 --n_head=64 --batch=16"), "batch x n_head x seq x seq (attention)");
