@@ -23,33 +23,34 @@ namespace {
 // AVX-512 register, two AVX or four SSE2 ones), nothing but IEEE multiplies,
 // adds and selects, so every variant and the padded tail round alike: the
 // same bits everywhere (-ffp-contract=off). For |x| < 1, erf(x) = x P(u)
-// with u = 2x^2 - 1; for 1 <= |x| < 4, erf(x) = Q(v) with v = 2|x| - 5;
-// above, +-1 (erf(3.93) already rounds to 1.0f). P (degree 7) and Q (degree
-// 16) interpolate erf at Chebyshev nodes (in long double, erfl), which
-// leaves them within 4e-11 (relative) and 7e-10 (absolute) of erf, so one
-// rounding to float keeps every result within 0.512 ulp of the exact value:
-// checked on every float in [0, 5] (1.08e9 of them; 480,550 not correctly
-// rounded). NaN goes through Q and stays NaN; erf(-x) = -erf(x), -0 included.
+// with u = 2x^2 - 1; for 1 <= |x| < 3.9375, erf(x) = Q(v) with v = |x| -
+// 2.46875; above, +-1 (erf(3.93) already rounds to 1.0f). P (degree 6) and
+// Q (degree 14) interpolate erf at Chebyshev nodes (in long double, erfl),
+// and one rounding to float keeps every result within 0.634 ulp of the exact
+// value: checked on every float in [0, 5] (1.08e9 of them, 1.4 % not
+// correctly rounded; degrees 7 and 16 on [1, 4): 0.512 ulp, 0.04 %, and
+// GELU forward 0.95 ms against 0.79). NaN goes through Q and stays NaN; erf(-x) = -erf(x), -0 included.
 // cpu_kernels_bench, one thread, [512, 1024] f32 (session 13, Xeon, SLEEF
-// before / this): GELU forward 1.78 / 0.95 ms, forward + backward 3.87 /
-// 2.22 ms.
+// before / this): GELU forward 1.78 / 0.79 ms, forward + backward 3.87 /
+// 1.87 ms.
 constexpr double kErfSmall[] = {   // P, from u^0 up
-    0.9654687386375691, -0.14053608902112114, 0.019852497722455825, -0.0022854856122122408,
-    0.00021751199062085736, -1.7536914180797864e-05, 1.2316395977699044e-06, -7.5523785718779185e-08};
+    0.96546873866986727, -0.14053609727754268, 0.01985249714090763, -0.0022854195448728447,
+    0.0002175135416557877, -1.7669068026129414e-05, 1.2306054785699412e-06};
 constexpr double kErfLarge[] = {   // Q, from v^0 up
-    0.99959304798255499, 0.0010891392385747828, -0.0013614271216667681, 0.0010437765327196392,
-    -0.00053890124030368846, 0.0001911432834869595, -4.3722009962814339e-05, 4.2542136139521311e-06,
-    1.0151142927111782e-06, -4.9498121402836783e-07, 7.8146974246316827e-08, 3.7891394381700192e-09,
-    -3.6997058355603979e-09, 4.2254984346154398e-10, 4.4906584005533071e-11, -1.0716650367562904e-11,
-    2.6143317717667519e-13};
+    0.99951939529124134, 0.0025441054280921161, -0.0062809574423946055, 0.0094907631346312568,
+    -0.0096198197489053023, 0.0066455470299470491, -0.0029090501454896263, 0.00048436936127043708,
+    0.00033367667135642367, -0.00029366813824602164, 7.7289145686879049e-05, 2.3201327351354757e-05,
+    -1.7007878002499117e-05, 1.8088460407854162e-07, 1.0503379140590729e-06};
+constexpr double kErfMid = 2.46875;   // the middle of [1, 3.9375]: v = |x| - kErfMid
+constexpr double kErfOne = 3.9375;    // from here on, erf rounds to 1.0f
 
 // c[Lo] + c[Lo+1] u + ... + c[Lo+Len-1] u^(Len-1) by Estrin's scheme, with
 // p[k] = u^(2^k): the lower half (the largest power of two below Len) plus
 // the upper half times u^half, so the pairs c[2i] + c[2i+1] u come first,
 // then pairs of those with u^2, and so on. Its dependency chain is
-// log2(Len) multiply-adds long where Horner's is Len (with Horner's, GELU
-// forward took 1.13 ms, latency-bound, against 0.95; this order is the one
-// the note's check ran).
+// log2(Len) multiply-adds long where Horner's is Len (degrees 7 and 16: GELU
+// forward took 1.13 ms with Horner's, latency-bound, 0.95 with Estrin's;
+// this order is the one the note's check ran).
 template <size_t Lo, size_t Len, size_t N>
 ENCORE_SIMD_INLINE F64x8 estrin(const double (&c)[N], const F64x8* p) {
   if constexpr (Len == 1) {
@@ -77,9 +78,9 @@ ENCORE_SIMD_INLINE F32x8 erf_f32x8(F32x8 xf) {
   std::memcpy(&mag, &mag_bits, sizeof mag);
   const F64x8 x = __builtin_convertvector(mag, F64x8);
   const F64x8 small = polynomial(kErfSmall, 2.0 * (x * x) - 1.0) * x;
-  const F64x8 large = polynomial(kErfLarge, 2.0 * x - 5.0);
+  const F64x8 large = polynomial(kErfLarge, x - kErfMid);
   F64x8 r = x < 1.0 ? small : large;
-  r = x >= 4.0 ? F64x8{} + 1.0 : r;
+  r = x >= kErfOne ? F64x8{} + 1.0 : r;
   const F32x8 rf = __builtin_convertvector(r, F32x8);
   I32x8 out_bits;
   std::memcpy(&out_bits, &rf, sizeof out_bits);
