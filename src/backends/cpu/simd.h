@@ -54,6 +54,7 @@ using F32x8 = float __attribute__((vector_size(32)));
 using F64x8 = double __attribute__((vector_size(64)));
 using F32x16 = float __attribute__((vector_size(64)));   // one AVX-512 register
 using I32x8 = int32_t __attribute__((vector_size(32)));
+using I32x16 = int32_t __attribute__((vector_size(64)));
 
 ENCORE_SIMD_INLINE F32x8 load_f32x8(const float* p) {
   F32x8 v;

@@ -1,8 +1,8 @@
 // The CPU kernels of elementwise unary math and of its fused backward
 // (contracts: UnaryArgs in src/backends/kernel_table.h). The element formulas
 // are src/backends/unary_math.h, shared with CUDA, except for the ops that
-// call exp, log, tanh, erf or pow: those run in blocks through SLEEF's vector
-// functions (vec_math.h; NOTE [ Blocked transcendentals ] below).
+// call exp, log, tanh, erf or pow: those run in blocks through vec_math.h's
+// vector functions (NOTE [ Blocked transcendentals ] below).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -53,8 +53,8 @@ ENCORE_SIMD_CLONES void unary_backward_run(T* __restrict o, const T* __restrict 
 // transformer block's step, its backward 3.1 ms). The float ops that need
 // them run here in blocks of kBlock elements: the inner argument of the
 // transcendental is computed into a scratch block (a flat loop, cloned per
-// x86-64 level), the block goes through vec_math.h (SLEEF, 1 ulp), and a
-// second flat loop finishes the formula. f16/bf16 and strided operands are
+// x86-64 level), the block goes through vec_math.h (SLEEF, 1 ulp; the exact
+// GELU: vec_erf_fast, 4 ulp), and a second flat loop finishes the formula. f16/bf16 and strided operands are
 // gathered into float blocks first and scattered after, so every layout and
 // every chunking gives an element the same bits (NOTE [ Deterministic
 // vector math ] in vec_math.h). pow takes shortcuts for the exponents
@@ -151,7 +151,7 @@ void forward_block(float* o, const float* x, float* t, int64_t n, float p0) {
     else step_run<Step::kSiluOut>(o, x, t, n, 0);
   } else if constexpr (kOp == UnaryOp::kGeluErf) {
     step_run<Step::kScale>(t, x, nullptr, n, float(kInvSqrt2));
-    vec_erf(t, t, n);
+    vec_erf_fast(t, t, n);
     step_run<Step::kGeluErfOut>(o, x, t, n, 0);
   } else if constexpr (kOp == UnaryOp::kPow) {
     switch (pow_case(p0)) {
@@ -178,7 +178,7 @@ void backward_block(float* o, const float* g, const float* s, float* t, float* u
     for (int64_t i = 0; i < n; ++i) o[i] = g[i] * t[i] * (1.0f + s[i] * (1.0f - t[i]));
   } else if constexpr (kOp == UnaryOp::kGeluErf) {
     step_run<Step::kScale>(t, s, nullptr, n, float(kInvSqrt2));
-    vec_erf(t, t, n);
+    vec_erf_fast(t, t, n);
     step_run<Step::kNegHalfSq>(u, s, nullptr, n, 0);
     vec_exp(u, u, n);
     const float k = float(kInvSqrt2Pi);
