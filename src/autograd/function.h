@@ -61,6 +61,7 @@ Tensor grad_buffer(size_t input, const Shape& shape, DType dtype, Device device)
 // Wires `node` between `inputs` and `outputs`.
 void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs,
              std::initializer_list<Tensor*> outputs);
+void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs, absl::Span<Tensor> outputs);
 
 // One output: fn(const Tensor& grad) -> Grads, or
 //             fn(const Tensor& grad, absl::Span<const InputMeta> inputs) -> Grads
@@ -75,6 +76,12 @@ void record_multi(const char* name, std::initializer_list<Tensor> inputs,
                   std::initializer_list<Tensor*> outputs, F fn) {
   connect(std::make_shared<FunctionNode<F>>(name, static_cast<int>(outputs.size()), std::move(fn)),
           inputs, outputs);
+}
+// Several, as many as the forward made (split's pieces): fn(const Grads& grads) -> Grads.
+template <typename F>
+void record_outputs(const char* name, std::initializer_list<Tensor> inputs, absl::Span<Tensor> outputs, F fn) {
+  connect(std::make_shared<FunctionNode<F>>(name, static_cast<int>(outputs.size()), std::move(fn)), inputs,
+          outputs);
 }
 
 }  // namespace encore::autograd

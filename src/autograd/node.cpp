@@ -90,21 +90,35 @@ const Tensor& SavedTensor::get() const {
   return tensor_;
 }
 
+namespace {
+
+void connect_inputs(Node& node, std::initializer_list<Tensor> inputs) {
+  for (const Tensor& in : inputs) {
+    node.next_edges().push_back(in.defined() ? gradient_edge(in) : Edge{});
+    node.input_meta().push_back(in.defined() ? InputMeta{in.shape(), in.dtype()} : InputMeta{{}, kFloat32});
+  }
+}
+
+void connect_output(const std::shared_ptr<Node>& node, Tensor& out, int32_t nr) {
+  auto& meta = out.impl()->autograd;
+  if (!meta) meta = std::make_unique<AutogradMeta>();
+  meta->requires_grad = true;
+  meta->grad_fn = node;
+  meta->output_nr = nr;
+}
+
+}  // namespace
+
 void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs,
              std::initializer_list<Tensor*> outputs) {
-  for (const Tensor& in : inputs) {
-    node->next_edges().push_back(in.defined() ? gradient_edge(in) : Edge{});
-    node->input_meta().push_back(in.defined() ? InputMeta{in.shape(), in.dtype()}
-                                              : InputMeta{{}, kFloat32});
-  }
+  connect_inputs(*node, inputs);
   int32_t nr = 0;
-  for (Tensor* out : outputs) {
-    auto& meta = out->impl()->autograd;
-    if (!meta) meta = std::make_unique<AutogradMeta>();
-    meta->requires_grad = true;
-    meta->grad_fn = node;
-    meta->output_nr = nr++;
-  }
+  for (Tensor* out : outputs) connect_output(node, *out, nr++);
+}
+
+void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs, absl::Span<Tensor> outputs) {
+  connect_inputs(*node, inputs);
+  for (size_t i = 0; i < outputs.size(); ++i) connect_output(node, outputs[i], static_cast<int32_t>(i));
 }
 
 }  // namespace encore::autograd

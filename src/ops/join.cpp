@@ -2,7 +2,12 @@
 //
 // concat allocates its output and copies each input into a slice of it with
 // the ordinary strided copy kernel (backend::copy): no kernel of its own. split
-// returns views made with Tensor::slice, which carry their own backward.
+// returns views made with Tensor::slice and records one node for all of them:
+// its backward copies each piece's gradient into its slice of one buffer
+// (zeros only where some piece has none). Each view carrying its own slice
+// backward instead made a zero-filled input-sized gradient per piece and
+// added them up: for a transformer block's qkv split, three fills, three
+// copies and two adds of [512, 768] f32, 0.71 ms of a 23 ms step (issue 19).
 #include <algorithm>
 #include <memory>
 #include <utility>
@@ -155,12 +160,30 @@ std::vector<Tensor> split(const Tensor& a, int64_t size, int64_t dim) {
   ENCORE_CHECK_CODE(count <= kMaxPieces, kResourceExhausted,
                     "split: %d pieces of size %d along dim %d of shape %s; at most %d pieces", count, size, dim,
                     shape_str(a.shape()), kMaxPieces);
+  const bool grad = autograd::any_requires_grad(a);
   std::vector<Tensor> pieces;
   pieces.reserve(count);
-  for (int64_t start = 0; start < n;) {
-    const int64_t end = size < n - start ? start + size : n;
-    pieces.push_back(a.slice(dim, start, end));
-    start = end;
+  {
+    NoGradGuard no_grad;   // one node for all the pieces, below
+    for (int64_t start = 0; start < n;) {
+      const int64_t end = size < n - start ? start + size : n;
+      pieces.push_back(a.slice(dim, start, end));
+      start = end;
+    }
+  }
+  if (grad) {
+    autograd::record_outputs(
+        "split", {a}, absl::MakeSpan(pieces),
+        [dim, size, shape = a.shape(), dtype = a.dtype(), device = a.device()](const Grads& grads) -> Grads {
+          const bool all = std::all_of(grads.begin(), grads.end(), [](const Tensor& g) { return g.defined(); });
+          const Tensor full = all ? autograd::grad_buffer(0, shape, dtype, device) : zeros(shape, dtype, device);
+          for (size_t i = 0; i < grads.size(); ++i) {
+            const int64_t start = static_cast<int64_t>(i) * size;
+            const int64_t end = std::min(start + size, shape[dim]);
+            if (grads[i].defined()) backend::copy(full.slice(dim, start, end), grads[i]);
+          }
+          return {full};
+        });
   }
   return pieces;
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "encore/encore.h"
+#include "src/autograd/node.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -294,6 +295,29 @@ TEST(JoinTest, SplitBackwardMatchesFiniteDifferences) {
       },
       {random_tensor({3, 5}, 1)});
   expect_gradients_match([](const auto& in) { return split(in[0], 3, 0)[1]; }, {random_tensor({7, 2}, 2)});
+}
+
+// One node for all the pieces: its backward copies each gradient into its
+// slice of one buffer (no zero-filled input-sized gradient per piece, no
+// adds), and zeros only the pieces that got none.
+TEST(JoinTest, SplitRecordsOneNodeForAllItsPieces) {
+  Tensor a = random_tensor({4, 6}, 3).requires_grad_();
+  std::vector<Tensor> p = split(a, 2, 1);
+  ASSERT_EQ(p.size(), 3u);
+  for (size_t i = 0; i < p.size(); ++i) {
+    ASSERT_NE(p[i].grad_fn(), nullptr);
+    EXPECT_EQ(p[i].grad_fn(), p[0].grad_fn());
+    EXPECT_STREQ(p[i].grad_fn()->name(), "split");
+  }
+  concat({mul(p[0], 1.0), mul(p[1], 2.0), mul(p[2], 3.0)}, 1).backward(ones({4, 6}));
+  std::vector<double> want;
+  for (int r = 0; r < 4; ++r) want.insert(want.end(), {1, 1, 2, 2, 3, 3});
+  expect_near(a.grad(), want, 0, 0);
+  Tensor b = random_tensor({4, 6}, 4).requires_grad_();
+  split(b, 4, 1)[1].backward(ones({4, 2}));   // only the last piece
+  want.clear();
+  for (int r = 0; r < 4; ++r) want.insert(want.end(), {0, 0, 0, 0, 1, 1});
+  expect_near(b.grad(), want, 0, 0);
 }
 
 }  // namespace
