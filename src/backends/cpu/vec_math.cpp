@@ -67,26 +67,17 @@ ENCORE_SIMD_INLINE V polynomial(const C (&c)[N], V u) {
   return estrin<0, N>(c, p);
 }
 
-ENCORE_SIMD_INLINE F32x8 erf_f32x8(F32x8 xf) {
-  I32x8 bits;
-  std::memcpy(&bits, &xf, sizeof bits);
-  const I32x8 sign = bits & static_cast<int32_t>(0x80000000u);
-  const I32x8 mag_bits = bits & 0x7fffffff;
-  F32x8 mag;
-  std::memcpy(&mag, &mag_bits, sizeof mag);
-  const F64x8 x = __builtin_convertvector(mag, F64x8);
-  const F64x8 small = polynomial(kErfSmall, 2.0 * (x * x) - 1.0) * x;
-  const F64x8 large = polynomial(kErfLarge, x - kErfMid);
-  F64x8 r = x < 1.0 ? small : large;
-  r = x >= kErfOne ? F64x8{} + 1.0 : r;
-  const F32x8 rf = __builtin_convertvector(r, F32x8);
-  I32x8 out_bits;
-  std::memcpy(&out_bits, &rf, sizeof out_bits);
-  out_bits |= sign;   // |erf| first, so the sign is a plain or
-  F32x8 out;
-  std::memcpy(&out, &out_bits, sizeof out);
-  return out;
-}
+// erf(x) for x >= 0 (or NaN), F32x8 -> F64x8 -> F32x8 (NOTE [ erf in double ]).
+struct ErfOfMagnitude {
+  ENCORE_SIMD_INLINE F32x8 operator()(F32x8 mag) const {
+    const F64x8 x = __builtin_convertvector(mag, F64x8);
+    const F64x8 small = polynomial(kErfSmall, 2.0 * (x * x) - 1.0) * x;
+    const F64x8 large = polynomial(kErfLarge, x - kErfMid);
+    F64x8 r = x < 1.0 ? small : large;
+    r = x >= kErfOne ? F64x8{} + 1.0 : r;
+    return __builtin_convertvector(r, F32x8);
+  }
+};
 
 // NOTE [ A float erf for GELU ]
 // The exact GELU's forward and backward need erf(x / sqrt 2) only inside a
@@ -112,51 +103,57 @@ constexpr FloatCoefs<N> float_coefs(const double (&c)[N], double shift0) {
 constexpr FloatCoefs kErfSmallMinusOneF = float_coefs(kErfSmall, -1.0);   // P - 1
 constexpr FloatCoefs kErfLargeF = float_coefs(kErfLarge, 0.0);
 
-ENCORE_SIMD_INLINE F32x16 erf_fast_f32x16(F32x16 xf) {
-  I32x16 bits;
-  std::memcpy(&bits, &xf, sizeof bits);
-  const I32x16 sign = bits & static_cast<int32_t>(0x80000000u);
-  const I32x16 mag_bits = bits & 0x7fffffff;
-  F32x16 x;
-  std::memcpy(&x, &mag_bits, sizeof x);
-  const F32x16 small = x + x * polynomial(kErfSmallMinusOneF.c, 2.0f * (x * x) - 1.0f);
-  const F32x16 large = polynomial(kErfLargeF.c, x - static_cast<float>(kErfMid));
-  F32x16 r = x < 1.0f ? small : large;
-  r = x >= static_cast<float>(kErfOne) ? F32x16{} + 1.0f : r;
-  I32x16 out_bits;
-  std::memcpy(&out_bits, &r, sizeof out_bits);
-  out_bits |= sign;
-  F32x16 out;
-  std::memcpy(&out, &out_bits, sizeof out);
+struct FastErfOfMagnitude {
+  ENCORE_SIMD_INLINE F32x16 operator()(F32x16 x) const {
+    const F32x16 small = x + x * polynomial(kErfSmallMinusOneF.c, 2.0f * (x * x) - 1.0f);
+    const F32x16 large = polynomial(kErfLargeF.c, x - static_cast<float>(kErfMid));
+    const F32x16 r = x < 1.0f ? small : large;
+    return x >= static_cast<float>(kErfOne) ? F32x16{} + 1.0f : r;
+  }
+};
+
+// erf(x) through F (an ErfOfMagnitude) on a vector V of floats (I: as many
+// int32): erf is odd, so F sees |x| and the sign goes back on with an or
+// (F's result is >= 0 or NaN).
+template <typename V, typename I, typename F>
+ENCORE_SIMD_INLINE V odd(V x) {
+  I bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const I sign = bits & static_cast<int32_t>(0x80000000u);
+  bits &= 0x7fffffff;
+  V mag;
+  std::memcpy(&mag, &bits, sizeof mag);
+  const V r = F()(mag);
+  std::memcpy(&bits, &r, sizeof bits);
+  bits |= sign;
+  V out;
+  std::memcpy(&out, &bits, sizeof out);
   return out;
 }
 
-ENCORE_SIMD_INLINE void erf_fast_loop(float* o, const float* x, int64_t n) {
+// o[i] = erf(x[i]), a vector at a time; the tail is padded with zeros into a
+// full vector.
+template <typename V, typename I, typename F>
+ENCORE_SIMD_INLINE void odd_loop(float* o, const float* x, int64_t n) {
+  constexpr int64_t kW = sizeof(V) / sizeof(float);
+  V v;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    F32x16 v;
+  for (; i + kW <= n; i += kW) {
     std::memcpy(&v, x + i, sizeof v);
-    v = erf_fast_f32x16(v);
+    v = odd<V, I, F>(v);
     std::memcpy(o + i, &v, sizeof v);
   }
   if (i == n) return;
-  float buf[16] = {};
+  float buf[kW] = {};
   std::memcpy(buf, x + i, sizeof(float) * (n - i));
-  F32x16 v;
   std::memcpy(&v, buf, sizeof v);
-  v = erf_fast_f32x16(v);
+  v = odd<V, I, F>(v);
   std::memcpy(o + i, &v, sizeof(float) * (n - i));
 }
 
-// Eight at a time; the tail is padded with zeros into a full vector.
-ENCORE_SIMD_INLINE void erf_loop(float* o, const float* x, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) store_f32x8(o + i, erf_f32x8(load_f32x8(x + i)));
-  if (i == n) return;
-  float buf[8] = {};
-  std::memcpy(buf, x + i, sizeof(float) * (n - i));
-  store_f32x8(buf, erf_f32x8(load_f32x8(buf)));
-  std::memcpy(o + i, buf, sizeof(float) * (n - i));
+ENCORE_SIMD_INLINE void erf_loop(float* o, const float* x, int64_t n) { odd_loop<F32x8, I32x8, ErfOfMagnitude>(o, x, n); }
+ENCORE_SIMD_INLINE void erf_fast_loop(float* o, const float* x, int64_t n) {
+  odd_loop<F32x16, I32x16, FastErfOfMagnitude>(o, x, n);
 }
 
 }  // namespace
