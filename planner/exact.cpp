@@ -29,7 +29,9 @@
 //   - a failure memo (NOTE [ Failure memo ]): a state proved hopeless is not
 //     searched again, however it was reached.
 // Candidates are tried by min offset, ties by a static rank; several static
-// rankings are tried round-robin with growing node limits.
+// rankings are tried round-robin with growing node limits, each first in
+// dives that may leave the first choice only a few times
+// (NOTE [ Limited discrepancy dives ]).
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -52,17 +54,43 @@ constexpr int64_t kMaxPairs = 4'000'000;
 // The failure memo stops growing here (about 40 bytes an entry).
 constexpr size_t kMaxMemoEntries = size_t{1} << 20;
 
-// Static rankings, as priority lists of keys, all larger-first:
-// W = lifetime width, A = area (bytes x width), T = the largest section
-// total the buffer takes part in. MiniMalloc's three (TWA, TAW, WAT), and
-// AWT second: area first places the biggest rectangles of the packing
-// first, which finds the zero-slack packings of generated problems that the
-// other three miss (a 70-buffer one of tests/planner's grid: none of them
-// in 20 s, AWT in 0.2 s) and costs the challenging files nothing
-// (bench/RESULTS.md, issue 20 third pass).
-constexpr std::array<absl::string_view, 4> kRankings = {"TWA", "AWT", "TAW", "WAT"};
+// Static rankings, as priority lists of keys: W = lifetime width, A = area
+// (bytes x width), T = the largest section total the buffer takes part in,
+// Z = size, all larger first; S = start (the first section), earlier first;
+// R = end (the last section), later first.
+//
+// NOTE [ Rankings in time order ]
+// The rank only orders candidates at equal offsets, but that decides which
+// plan each dive builds. MiniMalloc's three (TWA, TAW, WAT) and area first
+// (AWT) fill a level by size; on minimalloc_like_problem (synthetic.h), the
+// files' character, each fits 5-8 of seeds 1-30 in 0.5 s and together 8. A
+// ranking led by the start (S) or the end (R) fills each level from one end
+// of time to the other, so a choice at a level is made next to the one
+// before it rather than anywhere in time: SAW alone fits 15, RAW 13, and
+// they fit different ones. The eight below, time-ordered ones first, fit
+// 50-52 of seeds 1-100 at 2^20 in 1 s where the four of before fit 29 (40
+// with the dives below); the challenging files and tests/planner's grid stay
+// fast (bench/RESULTS.md, issue 20 sixth pass).
+constexpr std::array<absl::string_view, 8> kRankings = {"SAW", "RAW", "TWA", "SWA", "RWA", "WAT", "SZ", "RZ"};
 
-enum class Outcome { kFound, kInfeasible, kOutOfNodes, kOutOfTime };
+// NOTE [ Limited discrepancy dives ]
+// A probe first runs, under every ranking, dives that may take a candidate
+// other than the first viable one (one whose placement passes the section
+// checks) at most d times on the path, for d = 0 .. kDiveDiscrepancies - 1,
+// and only then the complete search (Harvey and Ginsberg's limited
+// discrepancy search). Depth-first search spends its nodes below the first
+// choices and never revisits them; on minimalloc_like_problem the plans
+// found lie a few choices away from the ranking's own, anywhere on the path.
+// A subtree cut short for want of discrepancies proves nothing: it is not
+// recorded in the failure memo and a dive that cut any returns kOutOfNodes.
+// With the rankings above, 52-54 of seeds 1-100 fit in 1 s instead of 50
+// (with MiniMalloc's four: 40 instead of 29). Only the floor and target
+// probes dive (NOTE [ Capacity search ]).
+constexpr int64_t kDiveDiscrepancies = 4;
+constexpr int64_t kNoDiscrepancyLimit = std::numeric_limits<int64_t>::max();
+
+// kCut: a child skipped for want of discrepancies (never leaves search()).
+enum class Outcome { kFound, kInfeasible, kOutOfNodes, kOutOfTime, kCut };
 
 struct Partition {
   int32_t first_section;
@@ -146,7 +174,9 @@ class CapacitySearch {
   CapacitySearch(const SectionProblem& problem, int64_t capacity, const Deadline& deadline, FailureMemo& memo)
       : p_(problem), capacity_(capacity), deadline_(deadline), memo_(memo) {}
 
-  Outcome solve(int32_t ranking, int64_t node_limit);
+  // At most `discrepancies` non-first choices on any path (NOTE [ Limited
+  // discrepancy dives ]); kNoDiscrepancyLimit: the complete search.
+  Outcome solve(int32_t ranking, int64_t node_limit, int64_t discrepancies);
   // Item offsets of the plan found by the last successful solve().
   const std::vector<int64_t>& solution() const { return solution_; }
   int64_t nodes() const { return nodes_; }
@@ -156,7 +186,7 @@ class CapacitySearch {
   Outcome search(const Partition& partition, const std::vector<Candidate>& previous, const Candidate& last,
                  int depth);
   Outcome try_candidate(const Partition& partition, const std::vector<Candidate>& ordering, const Candidate& c,
-                        int depth, bool* hatless);
+                        int depth, bool* hatless, int64_t* entered);
   Outcome split_and_solve(const Partition& partition, std::vector<int32_t>& cutpoints, int depth);
   void make_ordering(const std::vector<Candidate>& previous, std::vector<Candidate>& ordering);
   bool place(int32_t item, int64_t offset, bool* hatless);
@@ -182,6 +212,8 @@ class CapacitySearch {
   int32_t ranking_ = 0;
   int64_t nodes_left_ = 0;
   int64_t nodes_ = 0;
+  int64_t discrepancies_ = kNoDiscrepancyLimit;  // left on the current path
+  int64_t cut_ = 0;                              // children skipped for want of them
 
   std::vector<int64_t> offset_, min_offset_, solution_;  // per item
   std::vector<int64_t> total_;                           // per section: unplaced bytes
@@ -197,8 +229,10 @@ class CapacitySearch {
   uint64_t hash_a_ = 0, hash_b_ = 0;                     // of the state, NOTE [ Failure memo ]
 };
 
-Outcome CapacitySearch::solve(int32_t ranking, int64_t node_limit) {
+Outcome CapacitySearch::solve(int32_t ranking, int64_t node_limit, int64_t discrepancies) {
   ranking_ = ranking;
+  discrepancies_ = discrepancies;
+  cut_ = 0;
   nodes_left_ = node_limit;
   const size_t n = p_.items.size(), sections = p_.totals.size();
   offset_.assign(n, kUnplaced);
@@ -223,7 +257,8 @@ Outcome CapacitySearch::solve(int32_t ranking, int64_t node_limit) {
     if (cuts_[s] == 0) cutpoints.push_back(s + 1);
   }
   for (int32_t i = 0; i < static_cast<int32_t>(n); ++i) partition.items.push_back(i);
-  return split_and_solve(partition, cutpoints, 0);
+  const Outcome outcome = split_and_solve(partition, cutpoints, 0);
+  return outcome == Outcome::kInfeasible && cut_ > 0 ? Outcome::kOutOfNodes : outcome;
 }
 
 // Solves each piece of `partition` between consecutive cutpoints on its own.
@@ -252,8 +287,8 @@ std::vector<int32_t> CapacitySearch::rank_items(const std::vector<int32_t>& item
   struct Key {
     uint64_t width;
     __int128 area;
-    int64_t total;
-    int32_t item;
+    int64_t total, size;
+    int32_t first, last, item;
   };
   std::vector<Key> keys;
   keys.reserve(items.size());
@@ -261,7 +296,7 @@ std::vector<int32_t> CapacitySearch::rank_items(const std::vector<int32_t>& item
     const SearchItem& it = p_.items[item];
     int64_t total = 0;
     for (int32_t s = it.first; s < it.last; ++s) total = std::max(total, total_[s]);
-    keys.push_back({it.width, static_cast<__int128>(it.size) * it.width, total, item});
+    keys.push_back({it.width, static_cast<__int128>(it.size) * it.width, total, it.size, it.first, it.last, item});
   }
   const absl::string_view ranking = kRankings[ranking_];
   std::stable_sort(keys.begin(), keys.end(), [&](const Key& a, const Key& b) {
@@ -269,6 +304,9 @@ std::vector<int32_t> CapacitySearch::rank_items(const std::vector<int32_t>& item
       if (c == 'W' && a.width != b.width) return a.width > b.width;
       if (c == 'A' && a.area != b.area) return a.area > b.area;
       if (c == 'T' && a.total != b.total) return a.total > b.total;
+      if (c == 'Z' && a.size != b.size) return a.size > b.size;
+      if (c == 'S' && a.first != b.first) return a.first < b.first;
+      if (c == 'R' && a.last != b.last) return a.last > b.last;
     }
     return false;
   });
@@ -351,23 +389,36 @@ Outcome CapacitySearch::search(const Partition& partition, const std::vector<Can
   for (int32_t s = partition.first_section; s < partition.last_section; ++s) max_total = std::max(max_total, total_[s]);
   for (const Candidate& c : ordering) min_top = std::min(min_top, c.offset + p_.items[c.item].size);
   const int64_t highest = std::min(capacity_ - max_total, min_top - 1);
+  const int64_t cut_before = cut_;
+  int64_t entered = 0;  // children searched
   for (const Candidate& c : ordering) {
     if (c.offset > highest) break;
     if (c < last) continue;  // not canonical
     bool hatless = false;
-    if (Outcome r = try_candidate(partition, ordering, c, depth, &hatless); r != Outcome::kInfeasible) return r;
+    const Outcome r = try_candidate(partition, ordering, c, depth, &hatless, &entered);
+    if (r == Outcome::kCut) break;  // so would every later child be
+    if (r != Outcome::kInfeasible) return r;
     if (hatless) break;
   }
-  memo_.record(key, state);
+  if (cut_ == cut_before) memo_.record(key, state);
   return Outcome::kInfeasible;
 }
 
+// Places `c` and searches below it; *entered counts the children of the node
+// searched so far, all but the first at the cost of a discrepancy.
 Outcome CapacitySearch::try_candidate(const Partition& partition, const std::vector<Candidate>& ordering,
-                                      const Candidate& c, int depth, bool* hatless) {
+                                      const Candidate& c, int depth, bool* hatless, int64_t* entered) {
   if (const Outcome spent = spend_node(); spent != Outcome::kFound) return spent;
   const size_t mark = trail_.size();
   Outcome result = Outcome::kInfeasible;
   if (place(c.item, c.offset, hatless)) {
+    const int64_t cost = (*entered)++ > 0 ? 1 : 0;
+    if (cost > discrepancies_) {
+      ++cut_;
+      unplace(mark, c.item);
+      return Outcome::kCut;
+    }
+    discrepancies_ -= cost;
     solution_[c.item] = c.offset;  // a leaf of a later split piece records only its own items
     const SearchItem& it = p_.items[c.item];
     std::vector<int32_t> cutpoints;
@@ -377,6 +428,7 @@ Outcome CapacitySearch::try_candidate(const Partition& partition, const std::vec
     result = cutpoints.empty() ? search(partition, ordering, c, depth + 1)
                                : split_and_solve(partition, cutpoints, depth);
     for (int32_t s = it.first; s + 1 < it.last; ++s) ++cuts_[s];
+    discrepancies_ += cost;
   }
   unplace(mark, c.item);
   return result;
@@ -499,8 +551,13 @@ Plan to_plan(const SectionProblem& problem, absl::Span<const Buffer> buffers, co
 // A plan at the proven floor (the lower bound, or one grain above the largest
 // capacity proven infeasible) is optimal, and on real problems it is often
 // reachable, so each round first asks for one there, trying every ranking
-// with the round's node limit (MiniMalloc's round robin). Then it bisects
-// between the floor and the best peak found. A probe that runs out of nodes
+// with the round's node limit (MiniMalloc's round robin), in dives first.
+// Then it bisects between the floor and the best peak found, with complete
+// searches only and a quarter of the limit, but never less than two dives'
+// worth (a dive takes two nodes per buffer: with 2n nodes split four ways
+// no early probe could finish, and with the floor probe's dives taking most
+// of the first rounds the minimiser stayed at the first plan on some
+// minimalloc_like_problem seeds, 1.47x the bound). A probe that runs out of nodes
 // proves nothing and counts as infeasible for the rest of the round. The node
 // limit doubles every round until the floor is reached or the deadline
 // passes; the failure memo keeps what every probe proved, so a round resumes
@@ -547,31 +604,37 @@ class CapacityDriver {
       int64_t lo = floor_, hi = best_.peak - grain();
       for (int probes = 0; probes < kProbesPerRound && lo <= hi; ++probes) {
         const int64_t mid = lo + (hi - lo) / grain() / 2 * grain();
-        const Outcome outcome = probe(mid, limit / kBisectionShare);
+        const Outcome outcome = probe(mid, bisection_limit(limit), /*dives=*/false);
         if (outcome == Outcome::kOutOfTime) return;
         if (outcome == Outcome::kFound) hi = best_.peak - grain();
         if (outcome != Outcome::kFound) lo = mid + grain();
       }
       // Step down from the best plan while that is easy.
       for (Outcome step = Outcome::kFound; step == Outcome::kFound && best_.peak > floor_;) {
-        step = probe(best_.peak - grain(), limit / kBisectionShare);
+        step = probe(best_.peak - grain(), bisection_limit(limit), /*dives=*/false);
         if (step == Outcome::kOutOfTime) return;
       }
     }
   }
 
-  static constexpr int kProbesPerRound = 3;
-  static constexpr int64_t kBisectionShare = 4;  // a bisection probe gets 1/4 of the round's limit
+  int64_t bisection_limit(int64_t limit) const { return std::max(limit / kBisectionShare, 2 * first_limit()); }
 
-  // Asks for a plan within `capacity` under each ranking in turn; keeps a
-  // plan found, raises the floor if none can exist.
-  Outcome probe(int64_t capacity, int64_t node_limit) {
+  static constexpr int kProbesPerRound = 3;
+  static constexpr int64_t kBisectionShare = 4;  // a bisection probe gets 1/4 of the round's limit, or more
+
+  // Asks for a plan within `capacity` under each ranking in turn, in dives
+  // first if `dives` (NOTE [ Limited discrepancy dives ]), each search with
+  // the node limit; keeps a plan found, raises the floor if none can exist.
+  Outcome probe(int64_t capacity, int64_t node_limit, bool dives = true) {
     if (deadline_.expired()) return Outcome::kOutOfTime;
     CapacitySearch search(problem_, capacity, deadline_, memo_);
     Outcome outcome = Outcome::kOutOfNodes;
-    for (int32_t ranking = 0; ranking < static_cast<int32_t>(kRankings.size()); ++ranking) {
-      outcome = search.solve(ranking, node_limit);
-      if (outcome != Outcome::kOutOfNodes) break;
+    for (int64_t d = dives ? 0 : kDiveDiscrepancies; d <= kDiveDiscrepancies && outcome == Outcome::kOutOfNodes; ++d) {
+      const int64_t discrepancies = d < kDiveDiscrepancies ? d : kNoDiscrepancyLimit;
+      for (int32_t ranking = 0; ranking < static_cast<int32_t>(kRankings.size()); ++ranking) {
+        outcome = search.solve(ranking, node_limit, discrepancies);
+        if (outcome != Outcome::kOutOfNodes) break;
+      }
     }
     nodes_ += search.nodes();
     if (outcome == Outcome::kFound) best_ = to_plan(problem_, buffers_, search.solution());
