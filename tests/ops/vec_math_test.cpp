@@ -211,6 +211,14 @@ TEST(VecMathTest, UnaryBitsDoNotDependOnThreadsChunksOrLayout) {
     }
     EXPECT_EQ(bits(rows_y), tensor_bits(y1));
     EXPECT_EQ(bits(rows_dx), tensor_bits(dx1));
+    // Broadcast gradients (stride 0: a mean's, a bias's) give the bits of
+    // their dense copies.
+    for (const Tensor& gb : {random_tensor({1, 1001}, 5).expand({301, 1001}),
+                             random_tensor({}, 6).expand({301, 1001})}) {
+      auto [yb, dxb] = run(c, x, gb, 2);
+      auto [yd, dxd] = run(c, x, gb.contiguous(), 2);
+      EXPECT_EQ(tensor_bits(dxb), tensor_bits(dxd));
+    }
   }
 }
 
