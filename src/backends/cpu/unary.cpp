@@ -54,8 +54,9 @@ ENCORE_SIMD_CLONES void unary_backward_run(T* __restrict o, const T* __restrict 
 // them run here in blocks of kBlock elements: the inner argument of the
 // transcendental is computed into a scratch block (a flat loop, cloned per
 // x86-64 level), the block goes through vec_math.h (SLEEF, 1 ulp; the exact
-// GELU: vec_erf_fast, 4 ulp), and a second flat loop finishes the formula. f16/bf16 and strided operands are
-// gathered into float blocks first and scattered after, so every layout and
+// GELU: vec_erf_fast, 4 ulp), and a second flat loop finishes the formula.
+// f16/bf16 and strided operands are gathered into float blocks first and
+// scattered after, so every layout and
 // every chunking gives an element the same bits (NOTE [ Deterministic
 // vector math ] in vec_math.h). pow takes shortcuts for the exponents
 // 0, 1, 2, 3, 0.5, -0.5, -1 and -2 (x*x, sqrt(x), 1/x, ... like PyTorch's
@@ -220,10 +221,10 @@ void scatter_run(char* dst, int64_t stride, const float* src, int64_t n) {
 
 // Runs block(float* out, const float* const* in, scratch, n) over layout l
 // in blocks of kBlock (operand 0 the output, N - 1 inputs of type T),
-// in parallel above `grain` elements. Dense f32 blocks are computed in
-// place; otherwise each run along the innermost dim is, with its dense f32
-// operands in place and the others (16-bit, strided, broadcast) gathered
-// into float blocks, the output scattered back unless dense f32.
+// in parallel above `grain` elements, a run along the innermost dim at a
+// time: dense f32 operands and output in place, the others (16-bit,
+// strided, broadcast) gathered into float blocks and the output scattered
+// back.
 template <typename T, int N, typename F>
 void for_each_block(const Layout<N>& l, int64_t grain, F&& block) {
   constexpr int kIn = N - 1;
@@ -231,7 +232,7 @@ void for_each_block(const Layout<N>& l, int64_t grain, F&& block) {
     alignas(64) float in[kIn][kBlock], out[kBlock], scratch[2][kBlock];
     for (int64_t s = b; s < e; s += kBlock) {
       const int64_t n = std::min(kBlock, e - s);
-      if (std::is_same_v<T, float> && l.contiguous) {
+      if (std::is_same_v<T, float> && l.contiguous) {   // one dense run: no run to find
         const float* ins[kIn];
         for (int k = 0; k < kIn; ++k) ins[k] = reinterpret_cast<const float*>(l.ptr[k + 1]) + s;
         block(reinterpret_cast<float*>(l.ptr[0]) + s, ins, scratch, n);

@@ -4,7 +4,7 @@
 // exact GELU, 4.3x as fast as SLEEF's there (NOTEs in vec_math.cpp).
 //
 //   float t[256];
-//   vec_erf(t, x, n);          // t[i] = erf(x[i]), |error| <= 1 ulp
+//   vec_erf(t, x, n);          // t[i] = erf(x[i]), |error| <= 0.64 ulp
 //   vec_pow(t, x, 1.7f, n);    // t[i] = x[i]^1.7
 //
 // NOTE [ Deterministic vector math ]: every element goes through the same
@@ -13,9 +13,10 @@
 // element's bits do not depend on how a kernel chunks the array (threads,
 // blocks, strided or contiguous layouts). The variant is picked once per
 // process: SLEEF's no-FMA builds for AVX-512F (16 lanes), AVX (8) or SSE2 (4),
-// and erf's one source compiled for each, which run the same IEEE operations
-// in the same order and so give the same bits on every x86-64 machine (tests/ops/vec_math_test.cpp checks the
-// variants this CPU runs against each other). SLEEF's own dispatchers would
+// and erf's one source compiled for each, which run the same IEEE
+// operations in the same order and so give the same bits on every x86-64
+// machine (tests/ops/vec_math_test.cpp checks the variants this CPU runs
+// against each other). SLEEF's own dispatchers would
 // pick FMA variants, whose bits differ between machines.
 //
 // n counts floats; o may alias x (each vector is loaded before it is stored).
