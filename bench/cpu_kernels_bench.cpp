@@ -1,6 +1,6 @@
 // The CPU elementwise, reduction (sum, mean, var, max, softmax, layer norm)
 // and optimizer (AdamW, SGD) kernels of issue 19, alone, at the sizes of the
-// transformer block (B 8, T 64, C 256: the MLP's hidden activations are
+// transformer block and the CNN step (B 8, T 64, C 256: the MLP's hidden activations are
 // [512, 1024]; SGD over the large MLP's 25.2 M parameters); wall time, so
 // that a second thread shows.
 //
@@ -65,6 +65,38 @@ void mul_scalar(benchmark::State& state) {
   }
 }
 BENCHMARK(mul_scalar)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The CNN step's own kernels (bench/train_step_bench, cnn_resnet3x16): batch
+// norm in training mode and relu on one [32, 16, 32, 32] activation.
+void cnn_forward(benchmark::State& state, std::function<Tensor(const Tensor&)> fn) {
+  manual_seed(1);
+  Tensor x = randn({32, 16, 32, 32});
+  for (auto _ : state) {
+    Tensor y = fn(x);
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+void cnn_forward_backward(benchmark::State& state, std::function<Tensor(const Tensor&)> fn) {
+  manual_seed(1);
+  Tensor x = randn({32, 16, 32, 32}).requires_grad_();
+  Tensor g = randn({32, 16, 32, 32});
+  for (auto _ : state) {
+    fn(x).backward(g);
+    x.set_grad(Tensor());
+  }
+}
+Tensor batch_norm_train(const Tensor& x) {
+  static Tensor rm = zeros({16}), rv = ones({16});
+  static Tensor w = ones({16}).requires_grad_(), b = zeros({16}).requires_grad_();
+  w.set_grad(Tensor());
+  b.set_grad(Tensor());
+  return batch_norm(x, rm, rv, w, b, true);
+}
+Tensor relu_of(const Tensor& x) { return relu(x); }
+BENCHMARK_CAPTURE(cnn_forward, batch_norm, batch_norm_train)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(cnn_forward_backward, batch_norm, batch_norm_train)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(cnn_forward, relu, relu_of)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(cnn_forward_backward, relu, relu_of)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 BENCHMARK_CAPTURE(forward, gelu_erf, gelu_erf)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(forward_backward, gelu_erf, gelu_erf)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -470,6 +470,58 @@ TEST(BatchNorm, BackwardMatchesFiniteDifferences) {
       {random_tensor({4, 2, 3}, 8)});
 }
 
+// The CPU loops walk blocks of 32 channels with the batch outer (NOTE
+// [ Batch norm rows in memory order ], src/backends/cpu/cnn.cpp): 70
+// channels make blocks of 32, 32 and 6, and at two threads the blocks start
+// where the threads' shares do. Every channel's output, statistics and
+// gradients must have the bits of that channel normalized alone, at one
+// thread or two.
+TEST(BatchNorm, BitsDoNotDependOnChannelBlocksOrThreads) {
+  const int64_t n = 8, c = 70;
+  const Tensor x = random_tensor({n, c, 15, 15}, 30), g = random_tensor({n, c, 15, 15}, 31);
+  const Tensor w0 = random_tensor({c}, 32), b0 = random_tensor({c}, 33);
+  struct Out {
+    std::vector<float> y, rm, rv, gx, gw, gb;
+  };
+  const auto run = [&](const Tensor& xs, const Tensor& gs, const Tensor& ws, const Tensor& bs, int threads) {
+    const int before = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Tensor xi = xs.detach().contiguous().requires_grad_(), w = ws.clone().requires_grad_(),
+           b = bs.clone().requires_grad_();
+    Tensor rm = zeros({xs.size(1)}), rv = ones({xs.size(1)});
+    Tensor y = batch_norm(xi, rm, rv, w, b, true);
+    y.backward(gs.contiguous());
+    omp_set_num_threads(before);
+    return Out{y.contiguous().to_vector<float>(), rm.to_vector<float>(), rv.to_vector<float>(),
+               xi.grad().contiguous().to_vector<float>(), w.grad().to_vector<float>(), b.grad().to_vector<float>()};
+  };
+  const Out one = run(x, g, w0, b0, 1), two = run(x, g, w0, b0, 2);
+  EXPECT_EQ(two.y, one.y);
+  EXPECT_EQ(two.rm, one.rm);
+  EXPECT_EQ(two.rv, one.rv);
+  EXPECT_EQ(two.gx, one.gx);
+  EXPECT_EQ(two.gw, one.gw);
+  EXPECT_EQ(two.gb, one.gb);
+  for (int64_t ch : {0, 31, 32, 33, 63, 64, 69}) {
+    SCOPED_TRACE(ch);
+    const Out alone = run(x.slice(1, ch, ch + 1), g.slice(1, ch, ch + 1), w0.slice(0, ch, ch + 1),
+                          b0.slice(0, ch, ch + 1), 1);
+    const auto channel = [&](const std::vector<float>& v) {
+      std::vector<float> r;
+      for (int64_t i = 0; i < n; ++i) {
+        r.insert(r.end(), v.begin() + (i * c + ch) * 225, v.begin() + (i * c + ch + 1) * 225);
+      }
+      return r;
+    };
+    EXPECT_EQ(alone.y, channel(one.y));
+    EXPECT_EQ(alone.gx, channel(one.gx));
+    EXPECT_EQ(alone.rm[0], one.rm[ch]);
+    EXPECT_EQ(alone.rv[0], one.rv[ch]);
+    EXPECT_EQ(alone.gw[0], one.gw[ch]);
+    EXPECT_EQ(alone.gb[0], one.gb[ch]);
+  }
+}
+
 TEST(BatchNorm, HalfDtypesMatchF32) {
   for (DType dt : {kBFloat16, kFloat16}) {
     Tensor x = random_tensor({4, 3, 5, 5}, 1).to(dt), w = random_tensor({3}, 2).to(dt), b = random_tensor({3}, 3).to(dt);

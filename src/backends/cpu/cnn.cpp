@@ -546,6 +546,27 @@ inline double fold(const double (&l)[8]) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
+// NOTE [ Batch norm rows in memory order ]
+// Row (i, ch) of an [n, c, hw] tensor lies at (i c + ch) hw: a channel's rows
+// are hw elements each, c hw apart. Walking one channel's rows at a time
+// (as these loops once did) read each tensor as n c short streams (4 KiB for
+// a 32x32 plane: one page, where the hardware prefetcher stops); within a
+// step, where the rows come from memory, the forward and backward ran at
+// 0.20 and 0.49 ms a [32, 16, 32, 32] layer against 0.15 and 0.17 ms with
+// the data in cache. So each pass runs over a block of channels with i
+// outer: a thread reads its block's rows as n long runs. A channel's lanes
+// still take its rows in the order i = 0, 1, ..., so the bits are those of
+// the channel-at-a-time loops, whatever the block or the thread count.
+constexpr int64_t kBnBlock = 32;   // channels per block: their lanes (2 KiB per array) on the stack
+
+// Runs row(i, ch) for every i and every channel of [c0, c1), i outer.
+template <typename Row>
+ENCORE_SIMD_INLINE void bn_rows(int64_t n, int64_t c0, int64_t c1, Row&& row) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t ch = c0; ch < c1; ++ch) row(i, ch);
+  }
+}
+
 template <typename T>
 void batch_norm_loop(const BatchNormArgs& a) {
   const T* x = static_cast<const T*>(a.x);
@@ -555,36 +576,43 @@ void batch_norm_loop(const BatchNormArgs& a) {
   T* rm = static_cast<T*>(a.running_mean);
   T* rv = static_cast<T*>(a.running_var);
   const int64_t m = a.n * a.hw;
+  const auto off = [&](int64_t i, int64_t ch) { return (i * a.c + ch) * a.hw; };
   parallel_for(a.c, grain_for(m * 3, kGrainElementwise), [&](int64_t b, int64_t e) {
-    for (int64_t ch = b; ch < e; ++ch) {
-      float mean, invstd;
+    for (int64_t c0 = b; c0 < e; c0 += kBnBlock) {
+      const int64_t c1 = std::min(e, c0 + kBnBlock);
+      float scale[kBnBlock], shift[kBnBlock];
+      double mu[kBnBlock], lanes[kBnBlock][8] = {}, sq[kBnBlock][8] = {};
       if (a.training) {
-        double lanes[8] = {};
-        for (int64_t i = 0; i < a.n; ++i) bn_row_sum(x + (i * a.c + ch) * a.hw, a.hw, lanes);
-        const double s = fold(lanes);
-        const double mu = m > 0 ? s / static_cast<double>(m) : 0.0;
-        double sq[8] = {};
-        for (int64_t i = 0; i < a.n; ++i) bn_row_squares(x + (i * a.c + ch) * a.hw, a.hw, mu, sq);
-        const double ss = fold(sq);
-        const double var = m > 0 ? ss / static_cast<double>(m) : 0.0;
-        mean = static_cast<float>(mu);
-        invstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(a.eps)));
-        if (rm != nullptr) {
-          const float unbiased = m > 1 ? static_cast<float>(ss / static_cast<double>(m - 1)) : static_cast<float>(var);
-          rm[ch] = T((1.f - a.momentum) * static_cast<float>(rm[ch]) + a.momentum * mean);
-          rv[ch] = T((1.f - a.momentum) * static_cast<float>(rv[ch]) + a.momentum * unbiased);
+        bn_rows(a.n, c0, c1, [&](int64_t i, int64_t ch) { bn_row_sum(x + off(i, ch), a.hw, lanes[ch - c0]); });
+        for (int64_t ch = c0; ch < c1; ++ch) mu[ch - c0] = m > 0 ? fold(lanes[ch - c0]) / static_cast<double>(m) : 0.0;
+        bn_rows(a.n, c0, c1,
+                [&](int64_t i, int64_t ch) { bn_row_squares(x + off(i, ch), a.hw, mu[ch - c0], sq[ch - c0]); });
+      }
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        float mean, invstd;
+        if (a.training) {
+          const double ss = fold(sq[ch - c0]);
+          const double var = m > 0 ? ss / static_cast<double>(m) : 0.0;
+          mean = static_cast<float>(mu[ch - c0]);
+          invstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(a.eps)));
+          if (rm != nullptr) {
+            const float unbiased =
+                m > 1 ? static_cast<float>(ss / static_cast<double>(m - 1)) : static_cast<float>(var);
+            rm[ch] = T((1.f - a.momentum) * static_cast<float>(rm[ch]) + a.momentum * mean);
+            rv[ch] = T((1.f - a.momentum) * static_cast<float>(rv[ch]) + a.momentum * unbiased);
+          }
+        } else {
+          mean = static_cast<float>(rm[ch]);
+          invstd = 1.f / std::sqrt(static_cast<float>(rv[ch]) + a.eps);
         }
-      } else {
-        mean = static_cast<float>(rm[ch]);
-        invstd = 1.f / std::sqrt(static_cast<float>(rv[ch]) + a.eps);
+        a.saved[ch] = mean;
+        a.saved[a.c + ch] = invstd;
+        scale[ch - c0] = (w != nullptr ? static_cast<float>(w[ch]) : 1.f) * invstd;
+        shift[ch - c0] = (bias != nullptr ? static_cast<float>(bias[ch]) : 0.f) - mean * scale[ch - c0];
       }
-      a.saved[ch] = mean;
-      a.saved[a.c + ch] = invstd;
-      const float scale = (w != nullptr ? static_cast<float>(w[ch]) : 1.f) * invstd;
-      const float shift = (bias != nullptr ? static_cast<float>(bias[ch]) : 0.f) - mean * scale;
-      for (int64_t i = 0; i < a.n; ++i) {
-        bn_row_apply(x + (i * a.c + ch) * a.hw, y + (i * a.c + ch) * a.hw, a.hw, scale, shift);
-      }
+      bn_rows(a.n, c0, c1, [&](int64_t i, int64_t ch) {
+        bn_row_apply(x + off(i, ch), y + off(i, ch), a.hw, scale[ch - c0], shift[ch - c0]);
+      });
     }
   });
 }
@@ -598,26 +626,29 @@ void batch_norm_backward_loop(const BatchNormBackwardArgs& a) {
   T* gw = static_cast<T*>(a.gw);
   T* gb = static_cast<T*>(a.gb);
   const int64_t m = a.n * a.hw;
+  const auto off = [&](int64_t i, int64_t ch) { return (i * a.c + ch) * a.hw; };
   parallel_for(a.c, grain_for(m * 3, kGrainElementwise), [&](int64_t b, int64_t e) {
-    for (int64_t ch = b; ch < e; ++ch) {
-      const float mean = a.saved[ch], invstd = a.saved[a.c + ch];
-      double lanes_g[8] = {}, lanes_gx[8] = {};
-      for (int64_t i = 0; i < a.n; ++i) {
-        const T* gr = gy + (i * a.c + ch) * a.hw;
-        const T* xr = x + (i * a.c + ch) * a.hw;
-        bn_row_grad_sums(gr, xr, a.hw, mean, invstd, lanes_g, lanes_gx);
+    for (int64_t c0 = b; c0 < e; c0 += kBnBlock) {
+      const int64_t c1 = std::min(e, c0 + kBnBlock);
+      double lanes_g[kBnBlock][8] = {}, lanes_gx[kBnBlock][8] = {};
+      bn_rows(a.n, c0, c1, [&](int64_t i, int64_t ch) {
+        bn_row_grad_sums(gy + off(i, ch), x + off(i, ch), a.hw, a.saved[ch], a.saved[a.c + ch], lanes_g[ch - c0],
+                         lanes_gx[ch - c0]);
+      });
+      float scale[kBnBlock], mg[kBnBlock], mgx[kBnBlock];
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        const double sum_g = fold(lanes_g[ch - c0]), sum_gx = fold(lanes_gx[ch - c0]);
+        if (gb != nullptr) gb[ch] = T(static_cast<float>(sum_g));
+        if (gw != nullptr) gw[ch] = T(static_cast<float>(sum_gx));
+        scale[ch - c0] = (w != nullptr ? static_cast<float>(w[ch]) : 1.f) * a.saved[a.c + ch];
+        mg[ch - c0] = a.training && m > 0 ? static_cast<float>(sum_g / static_cast<double>(m)) : 0.f;
+        mgx[ch - c0] = a.training && m > 0 ? static_cast<float>(sum_gx / static_cast<double>(m)) : 0.f;
       }
-      const double sum_g = fold(lanes_g), sum_gx = fold(lanes_gx);
-      if (gb != nullptr) gb[ch] = T(static_cast<float>(sum_g));
-      if (gw != nullptr) gw[ch] = T(static_cast<float>(sum_gx));
       if (gx == nullptr) continue;
-      const float scale = (w != nullptr ? static_cast<float>(w[ch]) : 1.f) * invstd;
-      const float mg = a.training && m > 0 ? static_cast<float>(sum_g / static_cast<double>(m)) : 0.f;
-      const float mgx = a.training && m > 0 ? static_cast<float>(sum_gx / static_cast<double>(m)) : 0.f;
-      for (int64_t i = 0; i < a.n; ++i) {
-        const int64_t off = (i * a.c + ch) * a.hw;
-        bn_row_grad_input(gy + off, x + off, gx + off, a.hw, mean, invstd, scale, mg, mgx);
-      }
+      bn_rows(a.n, c0, c1, [&](int64_t i, int64_t ch) {
+        bn_row_grad_input(gy + off(i, ch), x + off(i, ch), gx + off(i, ch), a.hw, a.saved[ch], a.saved[a.c + ch],
+                          scale[ch - c0], mg[ch - c0], mgx[ch - c0]);
+      });
     }
   });
 }
