@@ -448,6 +448,14 @@ void avg_pool_backward_loop(const AvgPoolArgs& a) {
     for (int64_t p = b; p < e; ++p) {
       T* gxp = gx + p * plane;
       const T* gyp = gy + p * g.oh * g.ow;
+      if (g.oh == 1 && g.ow == 1) {   // one window: a global pool's plane takes one value (0.f + v, as the tiles sum)
+        const backend::PoolWindow win = backend::avg_pool_window(g, a.mode, 0, 0);
+        if (win.h0 == 0 && win.h1 == g.h && win.w0 == 0 && win.w1 == g.w) {
+          const float v = win.divisor > 0.f ? 0.f + static_cast<float>(gyp[0]) / win.divisor : 0.f;
+          std::fill(gxp, gxp + plane, T(v));
+          continue;
+        }
+      }
       // The plane in tiles (rows x columns) that fit the stack accumulator.
       constexpr int64_t kAccElems = 4096;
       float acc[kAccElems];
