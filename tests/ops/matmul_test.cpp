@@ -437,6 +437,24 @@ TEST(MatmulTest, ColumnSumMatchesReference) {
     const double tol = dt == kFloat32 ? 1e-3 : dt == kFloat16 ? 3e-2 : 0.25;   // output rounding of sums ~30
     expect_near(out, expected, tol, tol == 1e-3 ? 1e-5 : 8e-3);
   }
+  // Each column in f32 down the rows in order: those bits at one thread and
+  // two, in shares of 64 columns and blocks of 256 (a share's last block
+  // ends short of 256 when the columns are not a multiple of 64).
+  const Tensor x = random_tensor({700, 340}, 2).slice(1, 3, 333).slice(0, 0, 600);
+  std::vector<float> model(330, 0.f);
+  const std::vector<float> xv = x.contiguous().to_vector<float>();
+  for (int64_t r = 0; r < 600; ++r) {
+    for (int64_t j = 0; j < 330; ++j) model[j] += xv[r * 330 + j];
+  }
+  const int before = omp_get_max_threads();
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    omp_set_num_threads(threads);
+    const Tensor out = empty({330});
+    backend::column_sum(out, x);
+    EXPECT_EQ(out.to_vector<float>(), model);
+  }
+  omp_set_num_threads(before);
   const Tensor none = empty({3});
   backend::column_sum(none, zeros({0, 3}));
   expect_near(none, {0, 0, 0});
