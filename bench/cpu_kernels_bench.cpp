@@ -155,6 +155,17 @@ BENCHMARK_CAPTURE(reduce, layer_norm_rows, layer_norm_rows)->Unit(benchmark::kMi
 BENCHMARK_CAPTURE(forward_backward, softmax_rows, softmax_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(forward_backward, layer_norm_rows, layer_norm_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The demo GPT's attention softmax: [16, 4, 32, 32], rows of 32.
+void short_rows(benchmark::State& state) {
+  manual_seed(1);
+  Tensor x = randn({16, 4, 32, 32});
+  for (auto _ : state) {
+    Tensor y = softmax(x, -1);
+    benchmark::DoNotOptimize(y.impl());
+  }
+}
+BENCHMARK(short_rows)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // SGD, momentum 0.9, over the parameters of the 1024-4096-4096-1024 MLP
 // (three weights and biases, 25.2 M f32 values); arg 1: weight decay 1e-4.
 void sgd_step(benchmark::State& state) {
