@@ -470,6 +470,40 @@ TEST(BatchNorm, BackwardMatchesFiniteDifferences) {
       {random_tensor({4, 2, 3}, 8)});
 }
 
+// The statistics come from one pass, shifted by each channel's first
+// element (NOTE [ Batch norm statistics in one pass ], src/backends/cpu/
+// cnn.cpp): a mean 10^6 standard deviations from zero, a first element far
+// out in its channel, and a constant channel must keep their variances, and
+// a NaN must reach the running variance rather than be clamped away.
+TEST(BatchNorm, OnePassStatisticsKeepLargeMeansOutliersAndNaN) {
+  const int64_t n = 4, c = 3, hw = 64;
+  std::vector<float> v(n * c * hw);
+  const std::vector<float> noise = random_tensor({n * c * hw}, 40).to_vector<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < hw; ++k) {
+      const int64_t o = i * c * hw + k;
+      v[o] = 1e6f + noise[o];                                       // channel 0: mean 10^6, sd 1
+      v[o + hw] = (i == 0 && k == 0) ? 3e3f : noise[o + hw];        // channel 1: first element an outlier
+      v[o + 2 * hw] = 7.25f;                                        // channel 2: constant
+    }
+  }
+  const Tensor x = from_vector<float>(v, {n, c, hw});
+  const BnRef ref = bn_ref(x, {1, 1, 1}, {0, 0, 0}, true, {}, {}, 1e-5);
+  Tensor rm = zeros({c}), rv = zeros({c});
+  // y = x scale + shift in f32: near 10^6, an ulp of x is 2^-4, so that is y's resolution there.
+  expect_near(batch_norm(x, rm, rv, Tensor(), Tensor(), true, 1.0, 1e-5), ref.y, 0.07, 1e-5);
+  const double m = n * hw;
+  const std::vector<double> unbiased = {ref.var[0] * m / (m - 1), ref.var[1] * m / (m - 1), 0.0};
+  expect_near(rm, ref.mean, 1e-6, 1e-7);
+  expect_near(rv, unbiased, 1e-6, 1e-6);
+  EXPECT_EQ(rv.to_vector<float>()[2], 0.f);
+  v[5] = std::numeric_limits<float>::quiet_NaN();
+  Tensor rv_nan = zeros({c});
+  batch_norm(from_vector<float>(v, {n, c, hw}), zeros({c}), rv_nan, Tensor(), Tensor(), true);
+  EXPECT_TRUE(std::isnan(rv_nan.to_vector<float>()[0]));
+  EXPECT_FALSE(std::isnan(rv_nan.to_vector<float>()[1]));
+}
+
 // The CPU loops walk blocks of 32 channels with the batch outer (NOTE
 // [ Batch norm rows in memory order ], src/backends/cpu/cnn.cpp): 70
 // channels make blocks of 32, 32 and 6, and at two threads the blocks start

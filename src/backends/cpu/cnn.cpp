@@ -497,27 +497,24 @@ void avg_pool_backward_loop(const AvgPoolArgs& a) {
 // element (the row sums were about 15 % of a CNN training step), so they are
 // an F64x8 (the vector lanes above). Channels in parallel.
 
+// The sums of d = x - shift and of d^2 over one row (NOTE [ Batch norm
+// statistics in one pass ]).
 template <typename T>
-ENCORE_SIMD_CLONES void bn_row_sum(const T* row, int64_t n, double* lane) {
-  F64x8 acc = load_lanes(lane);
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) acc += widen(load8(row + k));
-  for (int j = 0; k < n; ++k, ++j) acc[j] += static_cast<double>(static_cast<float>(row[k]));
-  store_lanes(lane, acc);
-}
-template <typename T>
-ENCORE_SIMD_CLONES void bn_row_squares(const T* row, int64_t n, double mu, double* lane) {
-  F64x8 acc = load_lanes(lane);
+ENCORE_SIMD_CLONES void bn_row_moments(const T* row, int64_t n, double shift, double* lane1, double* lane2) {
+  F64x8 a1 = load_lanes(lane1), a2 = load_lanes(lane2);
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
-    const F64x8 d = widen(load8(row + k)) - mu;
-    acc += d * d;
+    const F64x8 d = widen(load8(row + k)) - shift;
+    a1 += d;
+    a2 += d * d;
   }
   for (int j = 0; k < n; ++k, ++j) {
-    const double d = static_cast<double>(static_cast<float>(row[k])) - mu;
-    acc[j] += d * d;
+    const double d = static_cast<double>(static_cast<float>(row[k])) - shift;
+    a1[j] += d;
+    a2[j] += d * d;
   }
-  store_lanes(lane, acc);
+  store_lanes(lane1, a1);
+  store_lanes(lane2, a2);
 }
 template <typename T>
 ENCORE_SIMD_CLONES void bn_row_apply(const T* row, T* out, int64_t n, float scale, float shift) {
@@ -565,6 +562,16 @@ inline double fold(const double (&l)[8]) {
 // outer: a thread reads its block's rows as n long runs. A channel's lanes
 // still take its rows in the order i = 0, 1, ..., so the bits are those of
 // the channel-at-a-time loops, whatever the block or the thread count.
+//
+// NOTE [ Batch norm statistics in one pass ]
+// A channel's mean and variance come from one pass over its rows: the sums
+// of d = x - K and of d^2 in double, with K the channel's first element, so
+// that mean = K + S1 / m and m var = S2 - S1^2 / m. Two passes (the mean,
+// then the squares about it) read the input once more, about a quarter of
+// the forward. The shift bounds the cancellation: K is one of the m values,
+// so m var >= (K - mean)^2 and S1^2 / m <= m (m var), so the subtraction
+// loses at most log2(m) of double's 53 bits (15 for m = 32,768), far more
+// than the 24 that float keeps.
 constexpr int64_t kBnBlock = 32;   // channels per block: their lanes (2 KiB per array) on the stack
 
 // Runs row(i, ch) for every i and every channel of [c0, c1), i outer.
@@ -589,19 +596,24 @@ void batch_norm_loop(const BatchNormArgs& a) {
     for (int64_t c0 = b; c0 < e; c0 += kBnBlock) {
       const int64_t c1 = std::min(e, c0 + kBnBlock);
       float scale[kBnBlock], shift[kBnBlock];
-      double mu[kBnBlock], lanes[kBnBlock][8] = {}, sq[kBnBlock][8] = {};
+      double pivot[kBnBlock], sum[kBnBlock][8] = {}, sq[kBnBlock][8] = {};   // K, S1, S2 per channel
       if (a.training) {
-        bn_rows(a.n, c0, c1, [&](int64_t i, int64_t ch) { bn_row_sum(x + off(i, ch), a.hw, lanes[ch - c0]); });
-        for (int64_t ch = c0; ch < c1; ++ch) mu[ch - c0] = m > 0 ? fold(lanes[ch - c0]) / static_cast<double>(m) : 0.0;
-        bn_rows(a.n, c0, c1,
-                [&](int64_t i, int64_t ch) { bn_row_squares(x + off(i, ch), a.hw, mu[ch - c0], sq[ch - c0]); });
+        for (int64_t ch = c0; ch < c1; ++ch) {
+          pivot[ch - c0] = m > 0 ? static_cast<double>(static_cast<float>(x[off(0, ch)])) : 0.0;
+        }
+        bn_rows(a.n, c0, c1, [&](int64_t i, int64_t ch) {
+          bn_row_moments(x + off(i, ch), a.hw, pivot[ch - c0], sum[ch - c0], sq[ch - c0]);
+        });
       }
       for (int64_t ch = c0; ch < c1; ++ch) {
         float mean, invstd;
         if (a.training) {
-          const double ss = fold(sq[ch - c0]);
+          const double s1 = fold(sum[ch - c0]) / static_cast<double>(std::max<int64_t>(m, 1));   // mean - K
+          // The sum of squares about the mean, m var: never below 0; NaN stays NaN.
+          const double d2 = fold(sq[ch - c0]) - s1 * s1 * static_cast<double>(m);
+          const double ss = d2 < 0.0 ? 0.0 : d2;
           const double var = m > 0 ? ss / static_cast<double>(m) : 0.0;
-          mean = static_cast<float>(mu[ch - c0]);
+          mean = static_cast<float>(pivot[ch - c0] + s1);
           invstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(a.eps)));
           if (rm != nullptr) {
             const float unbiased =
