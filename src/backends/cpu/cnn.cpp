@@ -497,7 +497,7 @@ void avg_pool_backward_loop(const AvgPoolArgs& a) {
 // element (the row sums were about 15 % of a CNN training step), so they are
 // an F64x8 (the vector lanes above). Channels in parallel.
 
-// The sums of d = x - shift and of d^2 over one row (NOTE [ Batch norm
+// The sums of d = x - K and of d^2 over one row, K = shift (NOTE [ Batch norm
 // statistics in one pass ]).
 template <typename T>
 ENCORE_SIMD_CLONES void bn_row_moments(const T* row, int64_t n, double shift, double* lane1, double* lane2) {
