@@ -638,7 +638,9 @@ class CapacityDriver {
     }
     nodes_ += search.nodes();
     if (outcome == Outcome::kFound) best_ = to_plan(problem_, buffers_, search.solution());
-    if (outcome == Outcome::kInfeasible) floor_ = std::max(floor_, capacity + grain());
+    // A target need not be a multiple of the grain: the next canonical peak
+    // above it is round_up(capacity + 1), not capacity + grain.
+    if (outcome == Outcome::kInfeasible) floor_ = std::max(floor_, round_up(capacity + 1));
     return outcome;
   }
 
