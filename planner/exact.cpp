@@ -24,6 +24,9 @@
 //     on one machine: for every h, those released at h or later must fit in
 //     [h, capacity). One bound per node: o + (unplaced bytes of a section)
 //     <= capacity for the candidate's offset o;
+//   - deadlines: a tight section bounds the tops of its members, and the
+//     other sections of a bounded buffer are checked with those bounds
+//     (NOTE [ Deadlines ]);
 //   - decomposition: once no unplaced buffer spans a section boundary, the
 //     two sides are solved separately;
 //   - a failure memo (NOTE [ Failure memo ]): a state proved hopeless is not
@@ -53,6 +56,8 @@ constexpr int64_t kUnplaced = -1;
 constexpr int64_t kMaxPairs = 4'000'000;
 // The failure memo stops growing here (about 40 bytes an entry).
 constexpr size_t kMaxMemoEntries = size_t{1} << 20;
+// Sections checked after one placement, at most (NOTE [ Deadlines ]).
+constexpr size_t kMaxChecksPerPlacement = 64;
 
 // Static rankings, as priority lists of keys: W = lifetime width, A = area
 // (bytes x width), T = the largest section total the buffer takes part in,
@@ -180,6 +185,7 @@ class CapacitySearch {
   // Item offsets of the plan found by the last successful solve().
   const std::vector<int64_t>& solution() const { return solution_; }
   int64_t nodes() const { return nodes_; }
+  int64_t deadlines() const { return deadlines_; }
 
  private:
   Outcome solve_partition(Partition& partition, int depth);
@@ -193,6 +199,7 @@ class CapacitySearch {
   void unplace(size_t mark, int32_t item);
   void set_min_offset(int32_t item, int64_t value);
   bool section_fits(int32_t section, int64_t from);
+  bool deadlines_fit();
   std::vector<int32_t> rank_items(const std::vector<int32_t>& items) const;
   StateKey state_key(const Partition& partition) const;
   std::vector<Candidate>& scratch(int depth);
@@ -212,18 +219,36 @@ class CapacitySearch {
   int32_t ranking_ = 0;
   int64_t nodes_left_ = 0;
   int64_t nodes_ = 0;
+  int64_t deadlines_ = 0;  // tops bounded (NOTE [ Deadlines ])
   int64_t discrepancies_ = kNoDiscrepancyLimit;  // left on the current path
   int64_t cut_ = 0;                              // children skipped for want of them
 
   std::vector<int64_t> offset_, min_offset_, solution_;  // per item
   std::vector<int64_t> total_;                           // per section: unplaced bytes
   std::vector<int32_t> cuts_;                            // per section boundary: unplaced items across
-  std::vector<std::pair<int32_t, int64_t>> trail_;       // (item, previous min offset), for undo
+  struct Undo {
+    int32_t item;
+    bool deadline;  // false: min offset
+    int64_t value;  // the previous one
+  };
+  std::vector<Undo> trail_;                              // for unplace
+  std::vector<int64_t> max_top_;                         // per item: its top must stay at or below (its deadline)
+  std::vector<int32_t> queue_;                           // sections to check again (deadlines moved)
+  std::vector<std::pair<int32_t, int64_t>> bounded_;     // section_fits' scratch: (item, new deadline)
   std::vector<uint32_t> stamp_;                          // per section, dedups `affected_`
   uint32_t epoch_ = 0;
   std::vector<int32_t> affected_;                        // sections whose members' min offsets rose
   std::vector<int64_t> raised_;                          // per affected section: the highest new min offset
   std::vector<std::pair<int64_t, int64_t>> releases_;    // (release, size), section_fits' scratch
+  struct Window {
+    int64_t release, deadline, size;
+  };
+  std::vector<Window> windows_;                          // deadlines_fit's scratch
+  struct Member {
+    int32_t item;
+    int64_t release, size;
+  };
+  std::vector<Member> stack_;                            // section_fits' scratch: the unplaced members
   std::vector<Candidate> moved_;
   std::deque<std::vector<Candidate>> scratch_;           // one ordering per recursion depth
   uint64_t hash_a_ = 0, hash_b_ = 0;                     // of the state, NOTE [ Failure memo ]
@@ -237,6 +262,7 @@ Outcome CapacitySearch::solve(int32_t ranking, int64_t node_limit, int64_t discr
   const size_t n = p_.items.size(), sections = p_.totals.size();
   offset_.assign(n, kUnplaced);
   min_offset_.assign(n, 0);
+  max_top_.assign(n, capacity_);
   solution_.assign(n, 0);
   total_ = p_.totals;
   cuts_ = p_.cuts;
@@ -387,8 +413,12 @@ Outcome CapacitySearch::search(const Partition& partition, const std::vector<Can
   // for all candidates. Dominance bounds o by the lowest reachable top.
   int64_t max_total = 0, min_top = std::numeric_limits<int64_t>::max();
   for (int32_t s = partition.first_section; s < partition.last_section; ++s) max_total = std::max(max_total, total_[s]);
-  for (const Candidate& c : ordering) min_top = std::min(min_top, c.offset + p_.items[c.item].size);
-  const int64_t highest = std::min(capacity_ - max_total, min_top - 1);
+  int64_t latest = std::numeric_limits<int64_t>::max();  // every unplaced buffer starts at o or above
+  for (const Candidate& c : ordering) {
+    min_top = std::min(min_top, c.offset + p_.items[c.item].size);
+    latest = std::min(latest, max_top_[c.item] - p_.items[c.item].size);
+  }
+  const int64_t highest = std::min({capacity_ - max_total, min_top - 1, latest});
   const int64_t cut_before = cut_;
   int64_t entered = 0;  // children searched
   for (const Candidate& c : ordering) {
@@ -474,7 +504,8 @@ bool CapacitySearch::place(int32_t item, int64_t offset, bool* hatless) {
     const int64_t raised = align_up(top, p_.items[other].alignment);
     if (min_offset_[other] >= raised) continue;
     *hatless = false;
-    trail_.emplace_back(other, min_offset_[other]);
+    if (raised + p_.items[other].size > max_top_[other]) return false;
+    trail_.push_back({other, false, min_offset_[other]});
     set_min_offset(other, raised);
     for (int32_t s = p_.items[other].first; s < p_.items[other].last; ++s) {
       if (stamp_[s] != epoch_) {
@@ -488,8 +519,19 @@ bool CapacitySearch::place(int32_t item, int64_t offset, bool* hatless) {
   // A release at or below capacity - total cannot break the stacking bound
   // (the node's offset is below it too, NOTE [ Section inference at a node ]),
   // so only sections where a buffer rose above it are checked in full.
+  // A check may bound members' tops and queue their other sections
+  // (NOTE [ Deadlines ]); stamps now dedup the queue.
+  ++epoch_;
+  queue_.clear();
   for (int32_t s : affected_) {
-    if (raised_[s] + total_[s] > capacity_ && !section_fits(s, offset)) return false;
+    if (raised_[s] + total_[s] > capacity_) {
+      stamp_[s] = epoch_;
+      queue_.push_back(s);
+    }
+  }
+  for (size_t k = 0; k < queue_.size(); ++k) {
+    if (k >= kMaxChecksPerPlacement) break;
+    if (!section_fits(queue_[k], offset)) return false;
   }
   return true;
 }
@@ -505,31 +547,121 @@ bool CapacitySearch::place(int32_t item, int64_t offset, bool* hatless) {
 // after such an h are all theirs. (Sorting every member's release made this
 // check 30-45 % of the search's time on the challenging problems.)
 bool CapacitySearch::section_fits(int32_t section, int64_t from) {
-  const int64_t total = total_[section];
-  const int64_t passes = capacity_ - total;
+  const int64_t passes = capacity_ - total_[section];
   int64_t lowest = std::numeric_limits<int64_t>::max();
-  releases_.clear();
+  bool bounded = false;
+  stack_.clear();
   for (int32_t item : p_.members[section]) {
     if (offset_[item] != kUnplaced) continue;
     const int64_t release = std::max(min_offset_[item], from);
+    stack_.push_back({item, release, p_.items[item].size});
     lowest = std::min(lowest, release);
-    if (release > passes) releases_.emplace_back(release, p_.items[item].size);
+    bounded |= max_top_[item] < capacity_;
   }
-  if (lowest == std::numeric_limits<int64_t>::max()) return true;  // nothing left to place
-  if (lowest > passes) return false;                               // lowest + total > capacity
+  if (stack_.empty()) return true;       // nothing left to place
+  if (lowest > passes) return false;     // lowest + total > capacity
+  if (bounded && !deadlines_fit()) return false;
+  releases_.clear();
+  for (const Member& m : stack_) {
+    if (m.release > passes) releases_.emplace_back(m.release, m.size);
+  }
   if (releases_.empty()) return true;
   std::sort(releases_.begin(), releases_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  int64_t bytes = 0;
-  for (const auto& [release, size] : releases_) {
+  int64_t bytes = 0, min_slack = std::numeric_limits<int64_t>::max();
+  for (auto& [release, size] : releases_) {
     bytes += size;
     if (release + bytes > capacity_) return false;
+    size = capacity_ - release - bytes;  // from here on: the slack above `release`
+    min_slack = std::min(min_slack, size);
+  }
+  // NOTE [ Deadlines ]
+  // The buffers released at h or later fill all but slack(h) = capacity - h -
+  // bytes(h) of [h, capacity). A buffer b released below h covers
+  // top - max(h, offset) of that range, so if its size exceeds slack(h) it
+  // must start below h and end at or below h + slack(h): a deadline, kept
+  // per buffer (max_top_, undone with the placement that caused it) apart
+  // from the min offsets, which the failure memo keys on. It holds in every
+  // section b is live in, and all of them stack it: those sections with
+  // another bounded member are checked again, for every window [h1, h2)
+  // (deadlines_fit), and a placement that raises b above d - size(b) fails
+  // at once. Each bound follows from the state (placed buffers, min offsets,
+  // the node's offset), so it cuts no completion and the memo, hatless
+  // pruning and proofs stay sound (brute force: DeadlinesKeepEveryAnswer in
+  // tests/planner/search_test.cpp). Where a section is tight at its top (a
+  // long buffer raised there) this tells the far sections of that buffer
+  // how low it must stay. On minimalloc_like_problem 1-100 at 2^20, 1 s:
+  // 51 -> 54 fit, and the 50 both fit take 0.76x the CPU time; the shared
+  // challenging files within 0.6-1.6x, all fit (bench/RESULTS.md, issue 20
+  // seventh pass). Members stacking above a bounded b (released above its
+  // latest start) were also given b's release + size(b): 49 fit, slower;
+  // not kept.
+  bounded_.clear();
+  for (const Member& m : stack_) {
+    if (m.size <= min_slack || m.release >= releases_.front().first) continue;  // no h bounds it
+    int64_t deadline = max_top_[m.item];
+    for (const auto& [h, slack] : releases_) {
+      if (h <= m.release) break;  // sorted by release, highest first
+      if (m.size > slack) deadline = std::min(deadline, h + slack);
+    }
+    if (deadline < max_top_[m.item]) bounded_.emplace_back(m.item, deadline);
+  }
+  for (const auto& [item, deadline] : bounded_) {
+    const SearchItem& it = p_.items[item];
+    if (std::max(min_offset_[item], from) + it.size > deadline) return false;
+    trail_.push_back({item, true, max_top_[item]});
+    max_top_[item] = deadline;
+    ++deadlines_;
+    // Another section learns something only from windows with two bounded
+    // members: its releases, hence its own deadlines, have not moved.
+    for (int32_t s = it.first; s < it.last; ++s) {
+      if (s == section || stamp_[s] == epoch_) continue;
+      bool other = false;
+      for (int32_t m : p_.members[s]) {
+        if (m != item && offset_[m] == kUnplaced && max_top_[m] < capacity_) {
+          other = true;
+          break;
+        }
+      }
+      if (!other) continue;
+      stamp_[s] = epoch_;
+      queue_.push_back(s);
+    }
+  }
+  return true;
+}
+
+// What deadlines imply for one section's stack (stack_): for every window
+// [h1, h2) (h1 a release, h2 a deadline), the members released at h1 or
+// later that must end by h2 need at most h2 - h1 bytes (the condition for a
+// preemptive stack, hence for any).
+bool CapacitySearch::deadlines_fit() {
+  windows_.clear();
+  for (const Member& m : stack_) {
+    if (max_top_[m.item] < capacity_) windows_.push_back({m.release, max_top_[m.item], m.size});
+  }
+  std::sort(windows_.begin(), windows_.end(), [](const Window& a, const Window& b) { return a.release > b.release; });
+  for (const Window& w2 : windows_) {
+    // h2 = w2's deadline; h1 = each release, highest first. A partial sum at
+    // tied releases counts a subset of those released at h1 or later: still
+    // a valid (weaker) check, and the last of the ties counts them all.
+    int64_t bytes = 0;
+    for (const Window& w : windows_) {
+      if (w.deadline > w2.deadline) continue;
+      bytes += w.size;
+      if (bytes > w2.deadline - w.release) return false;
+    }
   }
   return true;
 }
 
 void CapacitySearch::unplace(size_t mark, int32_t item) {
   while (trail_.size() > mark) {
-    set_min_offset(trail_.back().first, trail_.back().second);
+    const Undo& u = trail_.back();
+    if (u.deadline) {
+      max_top_[u.item] = u.value;
+    } else {
+      set_min_offset(u.item, u.value);
+    }
     trail_.pop_back();
   }
   const SearchItem& it = p_.items[item];
@@ -579,7 +711,7 @@ class CapacityDriver {
       minimise();
     }
     best_.peak_floor = std::min(floor_, best_.peak);
-    return {std::move(best_), nodes_};
+    return {std::move(best_), nodes_, deadlines_};
   }
 
  private:
@@ -637,8 +769,11 @@ class CapacityDriver {
       }
     }
     nodes_ += search.nodes();
+    deadlines_ += search.deadlines();
     if (outcome == Outcome::kFound) best_ = to_plan(problem_, buffers_, search.solution());
-    if (outcome == Outcome::kInfeasible) floor_ = std::max(floor_, capacity + grain());
+    // A target need not be a multiple of the grain: the next canonical peak
+    // above it is round_up(capacity + 1), not capacity + grain.
+    if (outcome == Outcome::kInfeasible) floor_ = std::max(floor_, round_up(capacity + 1));
     return outcome;
   }
 
@@ -649,6 +784,7 @@ class CapacityDriver {
   const int64_t target_;  // 0: minimise
   int64_t floor_;         // no plan has a smaller peak
   int64_t nodes_ = 0;
+  int64_t deadlines_ = 0;
   FailureMemo memo_;
 };
 

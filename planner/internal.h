@@ -116,6 +116,7 @@ constexpr size_t kMaxExactItems = 8'000;
 struct ExactResult {
   Plan plan;
   int64_t nodes = 0;
+  int64_t deadlines = 0;  // buffer tops bounded by a section (NOTE [ Deadlines ] in exact.cpp)
 };
 // Improves on `start` (a valid plan) by searching canonical placements
 // (NOTE [ Canonical search ] in exact.cpp) until the deadline. With

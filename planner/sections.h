@@ -36,8 +36,13 @@ struct SectionProblem {
   std::vector<std::vector<int32_t>> members;    // section -> items live in it
   std::vector<int64_t> totals;                  // section -> bytes of its items
   std::vector<int32_t> cuts;                    // s -> items live in both s and s + 1
-  int64_t grain = 1;  // every size and alignment is a multiple; so is any canonical peak
+  int64_t grain = 1;  // every canonical offset and peak is a multiple (NOTE [ Grain ] in sections.cpp)
 };
+
+// The largest g such that every canonical plan of `items` has all offsets and
+// tops multiples of g: the gcd of the sizes, lowered by alignments that
+// neither divide it nor are multiples of it. 1 when there are no items.
+int64_t section_grain(absl::Span<const SearchItem> items);
 
 // Builds the sections of `buffers`, or nothing when the problem has more than
 // `max_pairs` pairs of buffers overlapping in time, or more than that many
