@@ -103,19 +103,6 @@ TEST(ExactVsBruteForceTest, HatlessPlacementsOnNestedLifetimes) {
   EXPECT_GT(proven_above_bound, 0) << "no proof went beyond the lower bound";
 }
 
-// Every buffer stacked on the ones before it: a valid, poor first plan.
-Plan stacked_plan(const std::vector<Buffer>& buffers) {
-  Plan plan;
-  int64_t top = 0;
-  for (const Buffer& b : buffers) {
-    top = testing::round_up(top, b.alignment);
-    plan.offsets.push_back(top);
-    top += b.size;
-  }
-  plan.peak = top;
-  return plan;
-}
-
 // The decision search bounds buffer tops from tight sections and checks the
 // other sections of a bounded buffer again (NOTE [ Deadlines ] in
 // planner/exact.cpp). On problems where it does so, every answer must match
@@ -131,14 +118,14 @@ TEST(ExactVsBruteForceTest, DeadlinesKeepEveryAnswer) {
     const int64_t bound = lower_bound(buffers);
     const std::string where = absl::StrCat("seed ", seed, ", optimum ", optimum);
     const internal::Deadline deadline(20.0);
-    const internal::ExactResult fits = internal::plan_exact(buffers, bound, stacked_plan(buffers), deadline, optimum);
+    const Plan start = internal::plan_naive(buffers);   // a valid, poor first plan
+    const internal::ExactResult fits = internal::plan_exact(buffers, bound, start, deadline, optimum);
     EXPECT_LE(fits.plan.peak, optimum) << where;
     EXPECT_TRUE(validate(buffers, fits.plan).ok()) << where;
-    const internal::ExactResult below =
-        internal::plan_exact(buffers, bound, stacked_plan(buffers), deadline, optimum - 1);
+    const internal::ExactResult below = internal::plan_exact(buffers, bound, start, deadline, optimum - 1);
     EXPECT_GT(below.plan.peak_floor, optimum - 1) << where << ": not refuted";
     EXPECT_LE(below.plan.peak_floor, optimum) << where;
-    const internal::ExactResult minimised = internal::plan_exact(buffers, bound, stacked_plan(buffers), deadline, 0);
+    const internal::ExactResult minimised = internal::plan_exact(buffers, bound, start, deadline, 0);
     EXPECT_EQ(minimised.plan.peak, optimum) << where;
     EXPECT_EQ(minimised.plan.peak_floor, optimum) << where;
     deadlines += fits.deadlines + below.deadlines + minimised.deadlines;
