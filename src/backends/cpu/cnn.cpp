@@ -58,6 +58,7 @@
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/backends/cpu/simd.h"
+#include "src/backends/cpu/workers.h"
 #include "src/backends/cnn_formulas.h"
 #include "src/backends/kernel_table.h"
 
@@ -271,6 +272,7 @@ void conv_kernel(const ConvArgs& a) {
   // Which operand the pass writes: the others are read.
   const int written = a.pass == ConvPass::kForward ? 2 : a.pass == ConvPass::kBackwardData ? 0 : 1;
   dnnl_status_t st = dnnl_success;
+  park_workers();   // oneDNN runs on OpenMP's threads: encore's would spin beside them
   for (int i = 0; i < 3; ++i) {
     ops[i]->user.set_data_handle(user[i]);
     if (!ops[i]->reordered) continue;

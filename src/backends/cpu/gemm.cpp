@@ -23,13 +23,13 @@ using namespace backend;   // the shared argument structs, kinds and formulas
 // NOTE [ One thread pool for GEMMs ]
 // Debian's OpenBLAS is its pthreads build: its own worker threads, which spin
 // (sched_yield, up to 2^28 cycles) after every threaded call. On a machine
-// with as many cores as threads they take the cores from encore's OpenMP
+// with as many cores as threads they take the cores from encore's
 // workers running the elementwise kernels that follow each GEMM (measured
 // on 2 cores, issue 19: an OpenMP 2-thread GEMM split right after a 2-thread
 // OpenBLAS call ran at 0.97-1.02x of one thread, against 1.3-1.9x when
 // OpenBLAS had not run threaded). So OpenBLAS runs on the calling thread only
 // (openblas_set_num_threads(1) whenever encore runs a GEMM) and encore
-// spreads GEMMs over its own OpenMP threads, like every other kernel:
+// spreads GEMMs over its worker threads (workers.h), like every other kernel:
 //   - a batch of products that write disjoint C matrices goes item by item
 //     to the threads;
 //   - otherwise each thread takes a band of C's rows (or of its columns,
@@ -171,7 +171,7 @@ void gemm_kernel(const GemmArgs& g) {
   const double work =
       static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(std::max<int64_t>(g.k, 1));
   const double total = work * static_cast<double>(batch);
-  const int threads = omp_get_max_threads();
+  const int threads = worker_threads();
   if (g_threading.load(std::memory_order_relaxed) == GemmThreading::kOpenBlas) {
     if (!sums && work <= kOpenBlasSmall) {
       parallel_for(batch, std::max<int64_t>(1, kOpenBlasGrain / static_cast<int64_t>(work)),
@@ -214,7 +214,7 @@ struct ColumnSumEntry {
 
 void set_gemm_threading(GemmThreading threading) {
   g_threading.store(threading);
-  openblas_set_num_threads(threading == GemmThreading::kEncore ? 1 : omp_get_max_threads());
+  openblas_set_num_threads(threading == GemmThreading::kEncore ? 1 : worker_threads());
 }
 
 extern const GemmKernels kGemm = {

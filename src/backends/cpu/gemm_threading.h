@@ -15,8 +15,8 @@
 namespace encore::cpu {
 
 enum class GemmThreading {
-  kEncore,    // OpenBLAS on the calling thread; bands or batch items over OpenMP
-  kOpenBlas,  // big GEMMs whole to OpenBLAS's threads, small batches over OpenMP
+  kEncore,    // OpenBLAS on the calling thread; bands or batch items over the worker threads (workers.h)
+  kOpenBlas,  // big GEMMs whole to OpenBLAS's threads, small batches over the worker threads
 };
 
 void set_gemm_threading(GemmThreading threading);

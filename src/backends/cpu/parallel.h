@@ -5,10 +5,13 @@
 //   });
 //
 // Below `grain` units of work the body runs inline on the calling thread: no
-// thread is woken for tiny tensors.
+// thread is woken for tiny tensors. Above it, [0, n) splits into at most
+// worker_threads() equal ranges, one per task of run_tasks (workers.h): the
+// ranges depend only on n, grain and the thread count, so a kernel's bits do
+// too.
 #pragma once
 
-#include <omp.h>
+#include "src/backends/cpu/workers.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -25,20 +28,17 @@ void parallel_for(int64_t n, int64_t grain, F&& body) {
     return;
   }
   const int64_t max_chunks = (n + grain - 1) / grain;
-  const int threads = static_cast<int>(std::min<int64_t>(omp_get_max_threads(), max_chunks));
+  const int threads = static_cast<int>(std::min<int64_t>(worker_threads(), max_chunks));
   if (threads <= 1) {
     body(int64_t{0}, n);
     return;
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num();
-    const int64_t nt = omp_get_num_threads();
-    const int64_t chunk = (n + nt - 1) / nt;
+  const int64_t chunk = (n + threads - 1) / threads;
+  run_tasks(threads, [&](int t) {
     const int64_t begin = std::min(n, t * chunk);
     const int64_t end = std::min(n, begin + chunk);
     if (begin < end) body(begin, end);
-  }
+  });
 }
 
 }  // namespace encore::cpu

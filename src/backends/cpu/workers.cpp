@@ -1,0 +1,284 @@
+// encore's CPU worker threads (workers.h).
+//
+// NOTE [ Spinning workers ]
+// Until session 15 every parallel kernel was an OpenMP parallel region. With
+// OMP_WAIT_POLICY=passive (the setting issue 19's libtorch comparison runs
+// under, and a common one on shared machines) libgomp's workers sleep on a
+// futex the moment a region ends, and on a virtual machine waking one costs
+// 35-50 us, up to a millisecond when its virtual CPU has halted: the MLP
+// 784-512-512-10 step at two threads took 4.0-4.5 ms against libtorch's 3.1 ms,
+// slower than encore's own one thread (libtorch's GEMMs run on OpenBLAS's
+// threads, which spin whatever OMP_WAIT_POLICY says). A step's kernels come
+// in bursts, microseconds apart, so encore's own workers spin a bounded time
+// after each task (worker_spin(), 1 ms by default, about what libgomp spins
+// under GOMP_SPINCOUNT=30000), yielding the core now and then, and then
+// sleep; the spin ends early when park_workers() says another pool takes the
+// cores (oneDNN's convolutions).
+//
+// Where OpenMP's workers spin too (OMP_WAIT_POLICY unset or active), encore's
+// kernels stay on OpenMP's team: oneDNN's convolutions need that team, whose
+// workers spin after every convolution, and a second pool's workers would
+// share the cores with them (the CNN step at two threads: 15 ms on OpenMP's
+// team, 25 ms on encore's workers beside it). So the pool is chosen once, from
+// the environment: encore's workers when OpenMP's sleep at once
+// (OMP_WAIT_POLICY=passive, or GOMP_SPINCOUNT=0), OpenMP's team otherwise;
+// ENCORE_CPU_WORKERS=encore|openmp overrides. Both run the same tasks, so
+// the bits do not depend on the choice.
+//
+// The protocol: one caller at a time (mutex_) publishes a job by storing a
+// new `job_` word, which holds a sequence number and the task count, so that
+// a worker reads both at once; workers 1 .. n - 1 of an n-task job run their
+// task and count `remaining_` down; the caller waits for it to reach zero.
+// Each wait spins, then sleeps on the word (std::atomic::wait, a futex); the
+// writer calls notify only when a sleeper counter says someone sleeps (the
+// counter is raised before the sleeper's last look at the word, both
+// seq_cst, so a wake-up is never lost). A worker that is not needed for a job
+// only reads the word; the caller overwrites the task pointer only after
+// every needed worker has counted down.
+#include "src/backends/cpu/workers.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <strings.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace encore::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kTaskBits = 12;                       // the task count's bits in the job word
+constexpr int kMaxTasks = (1 << kTaskBits) - 1;          // tasks in one job
+constexpr int64_t kDefaultSpinUs = 1000;
+
+thread_local bool tls_in_task = false;   // this thread runs a task (the caller's too)
+
+int64_t spin_from_env() {
+  const char* v = std::getenv("ENCORE_CPU_SPIN_US");
+  if (v == nullptr || *v == '\0') return kDefaultSpinUs;
+  char* end = nullptr;
+  const long long us = std::strtoll(v, &end, 10);
+  return (*end == '\0' && us >= 0) ? us : kDefaultSpinUs;
+}
+
+std::atomic<int64_t> g_spin_us{spin_from_env()};
+
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && strcasecmp(v, value) == 0;
+}
+
+WorkerPool pool_from_env() {
+  if (env_is("ENCORE_CPU_WORKERS", "encore")) return WorkerPool::kEncore;
+  if (env_is("ENCORE_CPU_WORKERS", "openmp")) return WorkerPool::kOpenMp;
+  return env_is("OMP_WAIT_POLICY", "passive") || env_is("GOMP_SPINCOUNT", "0") ? WorkerPool::kEncore
+                                                                                 : WorkerPool::kOpenMp;
+}
+
+std::atomic<WorkerPool> g_pool{pool_from_env()};
+
+// The OpenMP pool: a team of `tasks` threads, or fewer where OpenMP gives
+// fewer (inside another parallel region: one), each running every
+// team-size-th task; the first exception is rethrown after the region.
+void run_on_openmp(int tasks, absl::FunctionRef<void(int)> task) {
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+#pragma omp parallel num_threads(tasks)
+  {
+    tls_in_task = true;
+    for (int t = omp_get_thread_num(); t < tasks; t += omp_get_num_threads()) {
+      try {
+        task(t);
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
+      }
+    }
+    tls_in_task = false;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Waits until done(word) holds: spins up to `spin` (less when *stop turns
+// true), then sleeps on the word, counted in `sleepers`.
+template <typename T, typename Done>
+T await(const std::atomic<T>& word, Done done, std::atomic<int>& sleepers, int64_t spin_us,
+        const std::atomic<bool>* stop) {
+  T v = word.load(std::memory_order_acquire);
+  if (done(v)) return v;
+  if (spin_us > 0) {
+    const Clock::time_point until = Clock::now() + std::chrono::microseconds(spin_us);
+    for (int round = 0;; ++round) {
+      for (int i = 0; i < 16; ++i) cpu_relax();
+      v = word.load(std::memory_order_acquire);
+      if (done(v)) return v;
+      if ((round & 7) != 7) continue;
+      if (Clock::now() >= until || (stop != nullptr && stop->load(std::memory_order_relaxed))) break;
+      // With more threads than free cores, the thread being waited for may
+      // be off its core: let it run (a no-op when nothing else is runnable).
+      sched_yield();
+    }
+  }
+  sleepers.fetch_add(1, std::memory_order_seq_cst);
+  while (!done(v = word.load(std::memory_order_seq_cst))) word.wait(v, std::memory_order_seq_cst);
+  sleepers.fetch_sub(1, std::memory_order_relaxed);
+  return v;
+}
+
+class Workers {
+ public:
+  static Workers& get();
+  static Workers* existing() { return instance_.load(std::memory_order_acquire); }
+  static void forget_after_fork();
+
+  void run(int tasks, absl::FunctionRef<void(int)> task);
+  void park() { parked_.store(true, std::memory_order_relaxed); }
+
+ private:
+  void start_workers(int count);   // under mutex_
+  void loop(int index, uint32_t seen);
+
+  static std::atomic<Workers*> instance_;
+
+  std::mutex mutex_;                  // one caller at a time
+  int workers_ = 0;                   // started (detached) threads; worker t runs task t
+  const absl::FunctionRef<void(int)>* task_ = nullptr;   // the job's task, valid while it runs
+  std::atomic<uint32_t> job_{0};      // sequence << kTaskBits | tasks
+  std::atomic<int> job_sleepers_{0};
+  std::atomic<uint32_t> remaining_{0};   // workers still running the job's tasks
+  std::atomic<int> caller_sleeps_{0};
+  std::atomic<bool> parked_{false};
+};
+
+std::atomic<Workers*> Workers::instance_{nullptr};
+std::vector<Workers*>* g_left_by_fork = nullptr;   // still reachable, for leak checkers
+
+void Workers::forget_after_fork() {
+  Workers* w = instance_.exchange(nullptr);
+  if (w == nullptr) return;
+  if (g_left_by_fork == nullptr) g_left_by_fork = new std::vector<Workers*>();
+  g_left_by_fork->push_back(w);
+}
+
+Workers& Workers::get() {
+  Workers* w = instance_.load(std::memory_order_acquire);
+  if (w != nullptr) return *w;
+  static std::once_flag at_fork;
+  std::call_once(at_fork, [] { pthread_atfork(nullptr, nullptr, &Workers::forget_after_fork); });
+  // Never destroyed: workers may still sleep on its words while the process
+  // exits. After fork() the child makes a new one (its parent's threads are
+  // not in the child); the old one is left as it was.
+  static std::mutex make;
+  std::lock_guard<std::mutex> lock(make);
+  w = instance_.load(std::memory_order_acquire);
+  if (w == nullptr) {
+    w = new Workers();
+    instance_.store(w, std::memory_order_release);
+  }
+  return *w;
+}
+
+void Workers::start_workers(int count) {
+  const uint32_t seen = job_.load(std::memory_order_relaxed);
+  for (; workers_ < count; ++workers_) {
+    const int index = workers_ + 1;
+    std::thread([this, index, seen] { loop(index, seen); }).detach();
+  }
+}
+
+void Workers::loop(int index, uint32_t seen) {
+  tls_in_task = true;   // a parallel kernel inside a task runs inline
+  for (;;) {
+    seen = await(job_, [seen](uint32_t v) { return v != seen; }, job_sleepers_,
+                 g_spin_us.load(std::memory_order_relaxed), &parked_);
+    const int tasks = static_cast<int>(seen & kMaxTasks);
+    if (index >= tasks) continue;
+    (*task_)(index);
+    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+        caller_sleeps_.load(std::memory_order_seq_cst) > 0) {
+      remaining_.notify_one();
+    }
+  }
+}
+
+void Workers::run(int tasks, absl::FunctionRef<void(int)> task) {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) {   // another thread's kernel holds the workers
+    for (int t = 0; t < tasks; ++t) task(t);
+    return;
+  }
+  start_workers(tasks - 1);
+  task_ = &task;
+  remaining_.store(static_cast<uint32_t>(tasks - 1), std::memory_order_relaxed);
+  parked_.store(false, std::memory_order_relaxed);
+  const uint32_t sequence = (job_.load(std::memory_order_relaxed) >> kTaskBits) + 1;
+  job_.store(sequence << kTaskBits | static_cast<uint32_t>(tasks), std::memory_order_seq_cst);
+  if (job_sleepers_.load(std::memory_order_seq_cst) > 0) job_.notify_all();
+
+  std::exception_ptr error;
+  tls_in_task = true;
+  try {
+    task(0);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  tls_in_task = false;
+  await(remaining_, [](uint32_t v) { return v == 0; }, caller_sleeps_,
+        g_spin_us.load(std::memory_order_relaxed), nullptr);
+  task_ = nullptr;
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+int worker_threads() { return std::clamp(omp_get_max_threads(), 1, kMaxTasks); }
+
+void run_tasks(int tasks, absl::FunctionRef<void(int)> task) {
+  if (tasks <= 0) return;
+  if (tasks == 1 || tls_in_task) {
+    for (int t = 0; t < tasks; ++t) task(t);
+    return;
+  }
+  if (g_pool.load(std::memory_order_relaxed) == WorkerPool::kOpenMp) {
+    run_on_openmp(tasks, task);
+  } else if (tasks > kMaxTasks) {   // callers size by worker_threads(), which is at most kMaxTasks
+    for (int t = 0; t < tasks; ++t) task(t);
+  } else {
+    Workers::get().run(tasks, task);
+  }
+}
+
+void park_workers() {
+  Workers* w = Workers::existing();
+  if (w != nullptr && !tls_in_task) w->park();
+}
+
+WorkerPool worker_pool() { return g_pool.load(std::memory_order_relaxed); }
+
+void set_worker_pool(WorkerPool pool) { g_pool.store(pool, std::memory_order_relaxed); }
+
+std::chrono::microseconds worker_spin() {
+  return std::chrono::microseconds(g_spin_us.load(std::memory_order_relaxed));
+}
+
+void set_worker_spin(std::chrono::microseconds spin) {
+  g_spin_us.store(std::max<int64_t>(0, spin.count()), std::memory_order_relaxed);
+}
+
+}  // namespace encore::cpu
