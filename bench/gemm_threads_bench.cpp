@@ -1,4 +1,4 @@
-// Who should run a CPU GEMM's threads: encore's OpenMP workers, or OpenBLAS's
+// Who should run a CPU GEMM's threads: encore's worker threads, or OpenBLAS's
 // own (NOTE [ One thread pool for GEMMs ] in src/backends/cpu/gemm.cpp)?
 // Both in one process, switched between rounds (set_gemm_threading), so a
 // busy neighbour or a frequency change hits both alike.
