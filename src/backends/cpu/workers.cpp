@@ -70,7 +70,12 @@ int64_t spin_from_env() {
   return (*end == '\0' && us >= 0) ? us : kDefaultSpinUs;
 }
 
-std::atomic<int64_t> g_spin_us{spin_from_env()};
+// Read from the environment at first use (a kernel run by another
+// translation unit's static initializer must not see them unset).
+std::atomic<int64_t>& spin_us() {
+  static std::atomic<int64_t> us{spin_from_env()};
+  return us;
+}
 
 bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
@@ -84,7 +89,10 @@ WorkerPool pool_from_env() {
                                                                                  : WorkerPool::kOpenMp;
 }
 
-std::atomic<WorkerPool> g_pool{pool_from_env()};
+std::atomic<WorkerPool>& pool_setting() {
+  static std::atomic<WorkerPool> p{pool_from_env()};
+  return p;
+}
 
 // The OpenMP pool: a team of `tasks` threads, or fewer where OpenMP gives
 // fewer (inside another parallel region: one), each running every
@@ -206,7 +214,7 @@ void Workers::loop(int index, uint32_t seen) {
   tls_in_task = true;   // a parallel kernel inside a task runs inline
   for (;;) {
     seen = await(job_, [seen](uint32_t v) { return v != seen; }, job_sleepers_,
-                 g_spin_us.load(std::memory_order_relaxed), &parked_);
+                 spin_us().load(std::memory_order_relaxed), &parked_);
     const int tasks = static_cast<int>(seen & kMaxTasks);
     if (index >= tasks) continue;
     (*task_)(index);
@@ -240,7 +248,7 @@ void Workers::run(int tasks, absl::FunctionRef<void(int)> task) {
   }
   tls_in_task = false;
   await(remaining_, [](uint32_t v) { return v == 0; }, caller_sleeps_,
-        g_spin_us.load(std::memory_order_relaxed), nullptr);
+        spin_us().load(std::memory_order_relaxed), nullptr);
   task_ = nullptr;
   if (error) std::rethrow_exception(error);
 }
@@ -255,7 +263,7 @@ void run_tasks(int tasks, absl::FunctionRef<void(int)> task) {
     for (int t = 0; t < tasks; ++t) task(t);
     return;
   }
-  if (g_pool.load(std::memory_order_relaxed) == WorkerPool::kOpenMp) {
+  if (pool_setting().load(std::memory_order_relaxed) == WorkerPool::kOpenMp) {
     run_on_openmp(tasks, task);
   } else if (tasks > kMaxTasks) {   // callers size by worker_threads(), which is at most kMaxTasks
     for (int t = 0; t < tasks; ++t) task(t);
@@ -269,16 +277,16 @@ void park_workers() {
   if (w != nullptr && !tls_in_task) w->park();
 }
 
-WorkerPool worker_pool() { return g_pool.load(std::memory_order_relaxed); }
+WorkerPool worker_pool() { return pool_setting().load(std::memory_order_relaxed); }
 
-void set_worker_pool(WorkerPool pool) { g_pool.store(pool, std::memory_order_relaxed); }
+void set_worker_pool(WorkerPool pool) { pool_setting().store(pool, std::memory_order_relaxed); }
 
 std::chrono::microseconds worker_spin() {
-  return std::chrono::microseconds(g_spin_us.load(std::memory_order_relaxed));
+  return std::chrono::microseconds(spin_us().load(std::memory_order_relaxed));
 }
 
 void set_worker_spin(std::chrono::microseconds spin) {
-  g_spin_us.store(std::max<int64_t>(0, spin.count()), std::memory_order_relaxed);
+  spin_us().store(std::max<int64_t>(0, spin.count()), std::memory_order_relaxed);
 }
 
 }  // namespace encore::cpu
