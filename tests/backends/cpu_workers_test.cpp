@@ -159,6 +159,30 @@ TEST_P(WorkersTest, ParkedWorkersServeTheNextCall) {
   }
 }
 
+// A worker spins after its own last task, not after every job: after a
+// 3-task job, a stream of 2-task jobs less than the spin apart must let the
+// third thread sleep (it spun forever when each job restarted its spin).
+TEST_P(WorkersTest, AWorkerNotNeededGoesToSleep) {
+  if (GetParam().pool != WorkerPool::kEncore) GTEST_SKIP() << "encore's workers only";
+  Threads threads(3, spin());
+  std::atomic<int> runs{0};
+  run_tasks(3, [&](int) { runs.fetch_add(1); });
+  ASSERT_EQ(runs.load(), 3);
+  omp_set_num_threads(2);
+  int asleep = 0, samples = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(60);
+  while (std::chrono::steady_clock::now() < until) {
+    run_tasks(2, [&](int) { runs.fetch_add(1); });
+    // From 20 ms on, the third worker's spin (at most 1 ms) is long over.
+    if (until - std::chrono::steady_clock::now() < std::chrono::milliseconds(40)) {
+      ++samples;
+      asleep += sleeping_workers_for_testing() >= 1;
+    }
+  }
+  ASSERT_GT(samples, 100);
+  EXPECT_GT(asleep, samples / 10) << asleep << " of " << samples << " samples had a worker asleep";
+}
+
 TEST_P(WorkersTest, AChildOfForkGetsWorkersOfItsOwn) {
   if (GetParam().pool != WorkerPool::kEncore) GTEST_SKIP() << "OpenMP's own fork handling";
   Threads threads(2, spin());

@@ -31,8 +31,10 @@
 // task and count `remaining_` down; the caller waits for it to reach zero.
 // Each wait spins, then sleeps on the word (std::atomic::wait, a futex); the
 // writer calls notify only when a sleeper counter says someone sleeps (the
-// counter is raised before the sleeper's last look at the word, both
-// seq_cst, so a wake-up is never lost). A worker that is not needed for a job
+// counter is raised before the sleeper's last look at the word, all four
+// accesses seq_cst, so a wake-up is never lost). A worker spins for
+// worker_spin() after its own last task, not after every job: one that a job
+// with fewer tasks does not need goes to sleep on time. A worker that is not needed for a job
 // only reads the word; the caller overwrites the task pointer only after
 // every needed worker has counted down.
 #include "src/backends/cpu/workers.h"
@@ -41,6 +43,7 @@
 #include <pthread.h>
 #include <strings.h>
 #include <sched.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -56,9 +59,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr uint32_t kTaskBits = 12;                       // the task count's bits in the job word
-constexpr int kMaxTasks = (1 << kTaskBits) - 1;          // tasks in one job
+// The job word: a sequence number above the task count. 64 bits, so the
+// sequence never wraps: a worker that sleeps through 2^k jobs it is not
+// needed for must not see the same word again (it would sleep through the
+// next job that needs it).
+constexpr uint64_t kTaskBits = 12;                            // the task count's bits in the job word
+constexpr int kMaxTasks = (1 << kTaskBits) - 1;               // tasks in one job
 constexpr int64_t kDefaultSpinUs = 1000;
+constexpr int64_t kMaxSpinUs = 1'000'000'000;                 // so that now() + spin cannot overflow
 
 thread_local bool tls_in_task = false;   // this thread runs a task (the caller's too)
 
@@ -67,7 +75,7 @@ int64_t spin_from_env() {
   if (v == nullptr || *v == '\0') return kDefaultSpinUs;
   char* end = nullptr;
   const long long us = std::strtoll(v, &end, 10);
-  return (*end == '\0' && us >= 0) ? us : kDefaultSpinUs;
+  return (*end == '\0' && us >= 0) ? std::min<int64_t>(us, kMaxSpinUs) : kDefaultSpinUs;
 }
 
 // Read from the environment at first use (a kernel run by another
@@ -87,6 +95,14 @@ WorkerPool pool_from_env() {
   if (env_is("ENCORE_CPU_WORKERS", "openmp")) return WorkerPool::kOpenMp;
   return env_is("OMP_WAIT_POLICY", "passive") || env_is("GOMP_SPINCOUNT", "0") ? WorkerPool::kEncore
                                                                                  : WorkerPool::kOpenMp;
+}
+
+// The CPUs this process may run on (its affinity mask when it first runs
+// a parallel kernel).
+int usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 std::atomic<WorkerPool>& pool_setting() {
@@ -123,15 +139,14 @@ inline void cpu_relax() {
 #endif
 }
 
-// Waits until done(word) holds: spins up to `spin` (less when *stop turns
+// Waits until done(word) holds: spins until `until` (or until *stop turns
 // true), then sleeps on the word, counted in `sleepers`.
 template <typename T, typename Done>
-T await(const std::atomic<T>& word, Done done, std::atomic<int>& sleepers, int64_t spin_us,
+T await(const std::atomic<T>& word, Done done, std::atomic<int>& sleepers, Clock::time_point until,
         const std::atomic<bool>* stop) {
   T v = word.load(std::memory_order_acquire);
   if (done(v)) return v;
-  if (spin_us > 0) {
-    const Clock::time_point until = Clock::now() + std::chrono::microseconds(spin_us);
+  if (Clock::now() < until) {
     for (int round = 0;; ++round) {
       for (int i = 0; i < 16; ++i) cpu_relax();
       v = word.load(std::memory_order_acquire);
@@ -157,18 +172,23 @@ class Workers {
 
   void run(int tasks, absl::FunctionRef<void(int)> task);
   void park() { parked_.store(true, std::memory_order_relaxed); }
+  int sleeping() const { return job_sleepers_.load(std::memory_order_relaxed); }
 
  private:
   void start_workers(int count);   // under mutex_
-  void loop(int index, uint32_t seen);
+  void loop(int index, uint64_t seen);
 
   static std::atomic<Workers*> instance_;
 
   std::mutex mutex_;                  // one caller at a time
   int workers_ = 0;                   // started (detached) threads; worker t runs task t
   const absl::FunctionRef<void(int)>* task_ = nullptr;   // the job's task, valid while it runs
-  std::atomic<uint32_t> job_{0};      // sequence << kTaskBits | tasks
+  std::atomic<uint64_t> job_{0};      // sequence << kTaskBits | tasks
   std::atomic<int> job_sleepers_{0};
+  // The spin after this job's tasks (0 when its threads outnumber the CPUs
+  // this process may use: a spinning worker would hold a core the others need).
+  std::atomic<int64_t> job_spin_us_{0};
+  const int cpus_ = usable_cpus();
   std::atomic<uint32_t> remaining_{0};   // workers still running the job's tasks
   std::atomic<int> caller_sleeps_{0};
   std::atomic<bool> parked_{false};
@@ -203,25 +223,38 @@ Workers& Workers::get() {
 }
 
 void Workers::start_workers(int count) {
-  const uint32_t seen = job_.load(std::memory_order_relaxed);
+  if (workers_ >= count) return;
+  const uint64_t seen = job_.load(std::memory_order_relaxed);
+  // Workers start with every signal blocked, so that a process's signals go
+  // to its own threads, whatever the first caller's mask.
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
   for (; workers_ < count; ++workers_) {
     const int index = workers_ + 1;
     std::thread([this, index, seen] { loop(index, seen); }).detach();
   }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
-void Workers::loop(int index, uint32_t seen) {
+void Workers::loop(int index, uint64_t seen) {
   tls_in_task = true;   // a parallel kernel inside a task runs inline
+  // Spin until this time after the worker's last task: jobs that do not
+  // need it (fewer tasks) do not extend its spin.
+  Clock::time_point idle_until =
+      Clock::now() + std::chrono::microseconds(job_spin_us_.load(std::memory_order_relaxed));
   for (;;) {
-    seen = await(job_, [seen](uint32_t v) { return v != seen; }, job_sleepers_,
-                 spin_us().load(std::memory_order_relaxed), &parked_);
+    seen = await(job_, [seen](uint64_t v) { return v != seen; }, job_sleepers_, idle_until, &parked_);
     const int tasks = static_cast<int>(seen & kMaxTasks);
     if (index >= tasks) continue;
     (*task_)(index);
-    if (remaining_.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
+    // seq_cst: with the caller's raise of caller_sleeps_ and load of
+    // remaining_, one of the two sees the other (no lost wake-up).
+    if (remaining_.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
         caller_sleeps_.load(std::memory_order_seq_cst) > 0) {
       remaining_.notify_one();
     }
+    idle_until = Clock::now() + std::chrono::microseconds(job_spin_us_.load(std::memory_order_relaxed));
   }
 }
 
@@ -235,8 +268,10 @@ void Workers::run(int tasks, absl::FunctionRef<void(int)> task) {
   task_ = &task;
   remaining_.store(static_cast<uint32_t>(tasks - 1), std::memory_order_relaxed);
   parked_.store(false, std::memory_order_relaxed);
-  const uint32_t sequence = (job_.load(std::memory_order_relaxed) >> kTaskBits) + 1;
-  job_.store(sequence << kTaskBits | static_cast<uint32_t>(tasks), std::memory_order_seq_cst);
+  const int64_t spin = tasks > cpus_ ? 0 : spin_us().load(std::memory_order_relaxed);
+  job_spin_us_.store(spin, std::memory_order_relaxed);
+  const uint64_t sequence = (job_.load(std::memory_order_relaxed) >> kTaskBits) + 1;
+  job_.store(sequence << kTaskBits | static_cast<uint64_t>(tasks), std::memory_order_seq_cst);
   if (job_sleepers_.load(std::memory_order_seq_cst) > 0) job_.notify_all();
 
   std::exception_ptr error;
@@ -248,7 +283,7 @@ void Workers::run(int tasks, absl::FunctionRef<void(int)> task) {
   }
   tls_in_task = false;
   await(remaining_, [](uint32_t v) { return v == 0; }, caller_sleeps_,
-        spin_us().load(std::memory_order_relaxed), nullptr);
+        Clock::now() + std::chrono::microseconds(spin), nullptr);
   task_ = nullptr;
   if (error) std::rethrow_exception(error);
 }
@@ -272,6 +307,11 @@ void run_tasks(int tasks, absl::FunctionRef<void(int)> task) {
   }
 }
 
+int sleeping_workers_for_testing() {
+  const Workers* w = Workers::existing();
+  return w == nullptr ? 0 : w->sleeping();
+}
+
 void park_workers() {
   Workers* w = Workers::existing();
   if (w != nullptr && !tls_in_task) w->park();
@@ -286,7 +326,7 @@ std::chrono::microseconds worker_spin() {
 }
 
 void set_worker_spin(std::chrono::microseconds spin) {
-  spin_us().store(std::max<int64_t>(0, spin.count()), std::memory_order_relaxed);
+  spin_us().store(std::clamp<int64_t>(spin.count(), 0, kMaxSpinUs), std::memory_order_relaxed);
 }
 
 }  // namespace encore::cpu

@@ -12,7 +12,9 @@
 // after a task, so that the next kernel of a step finds them awake, then
 // sleep until the next run_tasks: waking a sleeping CPU of a virtual machine
 // costs tens of microseconds to a millisecond. The spin is
-// ENCORE_CPU_SPIN_US microseconds (default 1000; 0: sleep at once).
+// ENCORE_CPU_SPIN_US microseconds (default 1000; 0: sleep at once; none when
+// a job has more threads than the process has CPUs). Workers start with
+// every signal blocked; they keep the first caller's CPU affinity.
 // Otherwise (ENCORE_CPU_WORKERS=openmp, or OpenMP's workers spin) each
 // run_tasks is an OpenMP parallel region.
 //
@@ -58,5 +60,8 @@ void set_worker_pool(WorkerPool pool);
 // (call it between kernels).
 std::chrono::microseconds worker_spin();
 void set_worker_spin(std::chrono::microseconds spin);
+
+// encore's workers asleep now (tests: a worker not needed must go to sleep).
+int sleeping_workers_for_testing();
 
 }  // namespace encore::cpu
