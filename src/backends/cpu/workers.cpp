@@ -18,8 +18,8 @@
 // Where OpenMP's workers spin too (OMP_WAIT_POLICY unset or active), encore's
 // kernels stay on OpenMP's team: oneDNN's convolutions need that team, whose
 // workers spin after every convolution, and a second pool's workers would
-// share the cores with them (the CNN step at two threads: 15 ms on OpenMP's
-// team, 25 ms on encore's workers beside it). So the pool is chosen once, from
+// share the cores with them (the CNN step at two threads, eager: 11.5 ms on
+// OpenMP's team, 21.0 ms on encore's workers beside it; bench/worker_pool_bench). So the pool is chosen once, from
 // the environment: encore's workers when OpenMP's sleep at once
 // (OMP_WAIT_POLICY=passive, or GOMP_SPINCOUNT=0), OpenMP's team otherwise;
 // ENCORE_CPU_WORKERS=encore|openmp overrides. Both run the same tasks, so
@@ -29,14 +29,15 @@
 // new `job_` word, which holds a sequence number and the task count, so that
 // a worker reads both at once; workers 1 .. n - 1 of an n-task job run their
 // task and count `remaining_` down; the caller waits for it to reach zero.
-// Each wait spins, then sleeps on the word (std::atomic::wait, a futex); the
-// writer calls notify only when a sleeper counter says someone sleeps (the
-// counter is raised before the sleeper's last look at the word, all four
-// accesses seq_cst, so a wake-up is never lost). A worker spins for
-// worker_spin() after its own last task, not after every job: one that a job
-// with fewer tasks does not need goes to sleep on time. A worker that is not needed for a job
-// only reads the word; the caller overwrites the task pointer only after
-// every needed worker has counted down.
+// Each wait spins, then sleeps on the word (std::atomic::wait: a futex, on
+// libstdc++'s proxy for the 64-bit job word); the writer calls notify only
+// when a sleeper counter says someone sleeps (the counter is raised before
+// the sleeper's last look at the word, all four accesses seq_cst, so a
+// wake-up is never lost). A worker spins for worker_spin() after its own
+// last task, not after every job: one that jobs with fewer tasks do not need
+// goes to sleep on time. A worker that is not needed for a job only reads
+// the word; the caller overwrites the task pointer only after every needed
+// worker has counted down.
 #include "src/backends/cpu/workers.h"
 
 #include <omp.h>
