@@ -217,14 +217,32 @@ INSTANTIATE_TEST_SUITE_P(Pools, WorkersTest,
                                                                       : "encore_spin" + std::to_string(p.param.spin_us);
                          });
 
-// The choice at start-up follows the environment the tests run in
-// (tests/meson.build: OMP_WAIT_POLICY=passive, no ENCORE_CPU_WORKERS).
-TEST(WorkersEnvTest, PassiveOpenMpPicksEncoresWorkers) {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  if (policy == nullptr || std::string(policy) != "passive" || std::getenv("ENCORE_CPU_WORKERS") != nullptr) {
-    GTEST_SKIP() << "run under OMP_WAIT_POLICY=passive without ENCORE_CPU_WORKERS";
+// libgomp's workers sleep at once under GOMP_SPINCOUNT=0, or under
+// OMP_WAIT_POLICY=passive unless GOMP_SPINCOUNT says otherwise.
+TEST(WorkersEnvTest, ThePoolFollowsHowOpenMpsWorkersWait) {
+  EXPECT_EQ(pool_for_environment(nullptr, nullptr, nullptr), WorkerPool::kOpenMp);
+  EXPECT_EQ(pool_for_environment(nullptr, nullptr, "passive"), WorkerPool::kEncore);
+  EXPECT_EQ(pool_for_environment(nullptr, nullptr, "PASSIVE"), WorkerPool::kEncore);
+  EXPECT_EQ(pool_for_environment(nullptr, nullptr, "active"), WorkerPool::kOpenMp);
+  EXPECT_EQ(pool_for_environment(nullptr, "0", nullptr), WorkerPool::kEncore);
+  EXPECT_EQ(pool_for_environment(nullptr, "30000", "passive"), WorkerPool::kOpenMp);
+  EXPECT_EQ(pool_for_environment(nullptr, "infinite", nullptr), WorkerPool::kOpenMp);
+  EXPECT_EQ(pool_for_environment(nullptr, "", "passive"), WorkerPool::kEncore);
+  EXPECT_EQ(pool_for_environment("openmp", "0", "passive"), WorkerPool::kOpenMp);
+  EXPECT_EQ(pool_for_environment("Encore", "30000", nullptr), WorkerPool::kEncore);
+  EXPECT_EQ(pool_for_environment("bogus", nullptr, "passive"), WorkerPool::kEncore);
+}
+
+// And the process took its pool from its environment (tests/meson.build sets
+// ENCORE_CPU_WORKERS=encore, so the suite runs every kernel on encore's workers).
+TEST(WorkersEnvTest, TheStartUpPoolIsTheEnvironments) {
+  const WorkerPool expected = pool_for_environment(std::getenv("ENCORE_CPU_WORKERS"), std::getenv("GOMP_SPINCOUNT"),
+                                                   std::getenv("OMP_WAIT_POLICY"));
+  const char* workers = std::getenv("ENCORE_CPU_WORKERS");
+  if (workers != nullptr && std::string(workers) == "encore") {
+    EXPECT_EQ(expected, WorkerPool::kEncore);
   }
-  EXPECT_EQ(worker_pool(), WorkerPool::kEncore);
+  EXPECT_EQ(worker_pool(), expected);
 }
 
 }  // namespace

@@ -21,8 +21,8 @@
 // share the cores with them (the CNN step at two threads, eager: 11.5 ms on
 // OpenMP's team, 21.0 ms on encore's workers beside it; bench/worker_pool_bench). So the pool is chosen once, from
 // the environment: encore's workers when OpenMP's sleep at once
-// (OMP_WAIT_POLICY=passive, or GOMP_SPINCOUNT=0), OpenMP's team otherwise;
-// ENCORE_CPU_WORKERS=encore|openmp overrides. Both run the same tasks, so
+// (GOMP_SPINCOUNT=0, or OMP_WAIT_POLICY=passive without GOMP_SPINCOUNT),
+// OpenMP's team otherwise; ENCORE_CPU_WORKERS=encore|openmp overrides. Both run the same tasks, so
 // the bits do not depend on the choice.
 //
 // The protocol: one caller at a time (mutex_) publishes a job by storing a
@@ -49,6 +49,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
@@ -86,17 +87,7 @@ std::atomic<int64_t>& spin_us() {
   return us;
 }
 
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && strcasecmp(v, value) == 0;
-}
-
-WorkerPool pool_from_env() {
-  if (env_is("ENCORE_CPU_WORKERS", "encore")) return WorkerPool::kEncore;
-  if (env_is("ENCORE_CPU_WORKERS", "openmp")) return WorkerPool::kOpenMp;
-  return env_is("OMP_WAIT_POLICY", "passive") || env_is("GOMP_SPINCOUNT", "0") ? WorkerPool::kEncore
-                                                                                 : WorkerPool::kOpenMp;
-}
+bool is(const char* v, const char* value) { return v != nullptr && strcasecmp(v, value) == 0; }
 
 // The CPUs this process may run on (its affinity mask when it first runs
 // a parallel kernel).
@@ -106,8 +97,16 @@ int usable_cpus() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+WorkerPool pool_from_environment() {
+  const char* workers = std::getenv("ENCORE_CPU_WORKERS");
+  if (workers != nullptr && *workers != '\0' && !is(workers, "encore") && !is(workers, "openmp")) {
+    std::fprintf(stderr, "encore: ENCORE_CPU_WORKERS=%s is neither 'encore' nor 'openmp'; ignored\n", workers);
+  }
+  return pool_for_environment(workers, std::getenv("GOMP_SPINCOUNT"), std::getenv("OMP_WAIT_POLICY"));
+}
+
 std::atomic<WorkerPool>& pool_setting() {
-  static std::atomic<WorkerPool> p{pool_from_env()};
+  static std::atomic<WorkerPool> p{pool_from_environment()};
   return p;
 }
 
@@ -290,6 +289,21 @@ void Workers::run(int tasks, absl::FunctionRef<void(int)> task) {
 }
 
 }  // namespace
+
+WorkerPool pool_for_environment(const char* encore_cpu_workers, const char* gomp_spincount,
+                                const char* omp_wait_policy) {
+  if (is(encore_cpu_workers, "encore")) return WorkerPool::kEncore;
+  if (is(encore_cpu_workers, "openmp")) return WorkerPool::kOpenMp;
+  // libgomp's precedence: GOMP_SPINCOUNT, when set, is the spin whatever
+  // OMP_WAIT_POLICY says (so `./run test`, which exports GOMP_SPINCOUNT=30000,
+  // spins under the tests' OMP_WAIT_POLICY=passive).
+  if (gomp_spincount != nullptr && *gomp_spincount != '\0') {
+    char* end = nullptr;
+    const long long n = std::strtoll(gomp_spincount, &end, 10);
+    return end != gomp_spincount && n == 0 ? WorkerPool::kEncore : WorkerPool::kOpenMp;
+  }
+  return is(omp_wait_policy, "passive") ? WorkerPool::kEncore : WorkerPool::kOpenMp;
+}
 
 int worker_threads() { return std::clamp(omp_get_max_threads(), 1, kMaxTasks); }
 

@@ -7,8 +7,8 @@
 //
 // run_tasks(n, task) runs task(0) on the calling thread and task(1) ...
 // task(n - 1) on other threads, and returns when all n have returned.
-// encore's workers (the pool when OMP_WAIT_POLICY=passive or
-// GOMP_SPINCOUNT=0, or ENCORE_CPU_WORKERS=encore) spin for worker_spin()
+// encore's workers (the pool when OpenMP's workers sleep at once, or with
+// ENCORE_CPU_WORKERS=encore: pool_for_environment below) spin for worker_spin()
 // after a task, so that the next kernel of a step finds them awake, then
 // sleep until the next run_tasks: waking a sleeping CPU of a virtual machine
 // costs tens of microseconds to a millisecond. The spin is
@@ -55,6 +55,15 @@ enum class WorkerPool {
 // set_worker_pool is for tests and benchmarks (call it between kernels).
 WorkerPool worker_pool();
 void set_worker_pool(WorkerPool pool);
+
+// The pool the environment picks at start-up: ENCORE_CPU_WORKERS
+// (encore|openmp, any case) if set; else encore's workers where libgomp's
+// sleep at once: GOMP_SPINCOUNT=0, or OMP_WAIT_POLICY=passive without
+// GOMP_SPINCOUNT (which libgomp lets override the policy); OpenMP's team
+// otherwise. Null: unset; another ENCORE_CPU_WORKERS value is ignored (the
+// start-up choice warns on stderr).
+WorkerPool pool_for_environment(const char* encore_cpu_workers, const char* gomp_spincount,
+                                const char* omp_wait_policy);
 
 // The spin of encore's workers after each task; set_worker_spin is for tests and benchmarks
 // (call it between kernels).
