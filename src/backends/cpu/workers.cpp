@@ -72,6 +72,12 @@ constexpr int64_t kMaxSpinUs = 1'000'000'000;                 // so that now() +
 
 thread_local bool tls_in_task = false;   // this thread runs a task (the caller's too)
 
+// Every task in order on the calling thread: the fallback wherever the
+// workers cannot take a job (the same ranges, so the same bits).
+void run_inline(int tasks, absl::FunctionRef<void(int)> task) {
+  for (int t = 0; t < tasks; ++t) task(t);
+}
+
 int64_t spin_from_env() {
   const char* v = std::getenv("ENCORE_CPU_SPIN_US");
   if (v == nullptr || *v == '\0') return kDefaultSpinUs;
@@ -261,7 +267,7 @@ void Workers::loop(int index, uint64_t seen) {
 void Workers::run(int tasks, absl::FunctionRef<void(int)> task) {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) {   // another thread's kernel holds the workers
-    for (int t = 0; t < tasks; ++t) task(t);
+    run_inline(tasks, task);
     return;
   }
   start_workers(tasks - 1);
@@ -310,13 +316,11 @@ int worker_threads() { return std::clamp(omp_get_max_threads(), 1, kMaxTasks); }
 void run_tasks(int tasks, absl::FunctionRef<void(int)> task) {
   if (tasks <= 0) return;
   if (tasks == 1 || tls_in_task) {
-    for (int t = 0; t < tasks; ++t) task(t);
-    return;
-  }
-  if (pool_setting().load(std::memory_order_relaxed) == WorkerPool::kOpenMp) {
+    run_inline(tasks, task);
+  } else if (pool_setting().load(std::memory_order_relaxed) == WorkerPool::kOpenMp) {
     run_on_openmp(tasks, task);
   } else if (tasks > kMaxTasks) {   // callers size by worker_threads(), which is at most kMaxTasks
-    for (int t = 0; t < tasks; ++t) task(t);
+    run_inline(tasks, task);
   } else {
     Workers::get().run(tasks, task);
   }
