@@ -14,38 +14,23 @@
 // threads. THREADS (default: OpenMP's count) is the thread count of both.
 #include <omp.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "bench/cpu_time.h"
 #include "encore/encore.h"
 #include "src/backends/cpu/gemm_threading.h"
 #include "tools/workloads.h"
 
 namespace {
 
+using encore::bench::median;
+using encore::bench::median_wall_ms;
 using encore::cpu::GemmThreading;
 using encore::tools::Workload;
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
-double step_ms(Workload& w) {
-  for (int i = 0; i < 3; ++i) (void)w.step();
-  std::vector<double> t;
-  for (int i = 0; i < 7; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)w.step();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return median(t);
-}
 
 }  // namespace
 
@@ -73,7 +58,7 @@ int main(int argc, char** argv) {
         const bool encore_first = r % 2 == 0;
         const bool encore_now = (k == 0) == encore_first;
         encore::cpu::set_gemm_threading(encore_now ? GemmThreading::kEncore : GemmThreading::kOpenBlas);
-        (encore_now ? ours : blas).push_back(step_ms(*row.w));
+        (encore_now ? ours : blas).push_back(median_wall_ms([&] { (void)row.w->step(); }));
       }
     }
     const double b = median(blas), o = median(ours);

@@ -17,8 +17,6 @@
 // ratio encore / OpenMP. THREADS (default: OpenMP's count) is both pools'.
 #include <omp.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -26,30 +24,17 @@
 #include <string>
 #include <vector>
 
+#include "bench/cpu_time.h"
 #include "encore/encore.h"
 #include "src/backends/cpu/workers.h"
 #include "tools/workloads.h"
 
 namespace {
 
+using encore::bench::median;
+using encore::bench::median_wall_ms;
 using encore::cpu::WorkerPool;
 using encore::tools::Workload;
-
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
-double step_ms(const std::function<void()>& step) {
-  for (int i = 0; i < 3; ++i) step();
-  std::vector<double> t;
-  for (int i = 0; i < 7; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    step();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return median(t);
-}
 
 }  // namespace
 
@@ -91,7 +76,7 @@ int main(int argc, char** argv) {
         for (int k = 0; k < 2; ++k) {
           const bool encore_now = (k == 0) == (r % 2 == 0);
           encore::cpu::set_worker_pool(encore_now ? WorkerPool::kEncore : WorkerPool::kOpenMp);
-          (encore_now ? ours : omp).push_back(step_ms(step));
+          (encore_now ? ours : omp).push_back(median_wall_ms(step));
         }
       }
       const double o = median(omp), e = median(ours);
