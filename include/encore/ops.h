@@ -13,6 +13,13 @@
 //  - f16/bf16 inputs are computed in f32 and rounded back on store.
 //  - `dim` arguments may be negative (counted from the end).
 //  - Reductions with an empty `dims` reduce over all dims.
+//  - The elementwise ops below also take rvalue tensors (a temporary, or
+//    std::move(t)), like std::string's operator+: such an operand is
+//    consumed, left undefined, and when nothing else holds its buffer (no
+//    other tensor, view, saved tensor or .grad) and the output has its shape
+//    and dtype, the output is written into that buffer instead of a fresh
+//    one. Same values; one allocation fewer, and writes into lines still in
+//    cache. relu(bn(conv(x))) and x + f(x) run so.
 #pragma once
 
 #include <cstdint>
@@ -34,11 +41,36 @@ Tensor add(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
 Tensor rsub(const Tensor& a, double b);      // b - a
 Tensor rdiv(const Tensor& a, double b);      // b / a
+// Consuming forms (see Conventions).
+Tensor add(Tensor&& a, const Tensor& b);
+Tensor add(const Tensor& a, Tensor&& b);
+Tensor add(Tensor&& a, Tensor&& b);
+Tensor sub(Tensor&& a, const Tensor& b);
+Tensor sub(const Tensor& a, Tensor&& b);
+Tensor sub(Tensor&& a, Tensor&& b);
+Tensor mul(Tensor&& a, const Tensor& b);
+Tensor mul(const Tensor& a, Tensor&& b);
+Tensor mul(Tensor&& a, Tensor&& b);
+Tensor div(Tensor&& a, const Tensor& b);
+Tensor div(const Tensor& a, Tensor&& b);
+Tensor div(Tensor&& a, Tensor&& b);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
 inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
 inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(Tensor&& a, const Tensor& b) { return add(std::move(a), b); }
+inline Tensor operator+(const Tensor& a, Tensor&& b) { return add(a, std::move(b)); }
+inline Tensor operator+(Tensor&& a, Tensor&& b) { return add(std::move(a), std::move(b)); }
+inline Tensor operator-(Tensor&& a, const Tensor& b) { return sub(std::move(a), b); }
+inline Tensor operator-(const Tensor& a, Tensor&& b) { return sub(a, std::move(b)); }
+inline Tensor operator-(Tensor&& a, Tensor&& b) { return sub(std::move(a), std::move(b)); }
+inline Tensor operator*(Tensor&& a, const Tensor& b) { return mul(std::move(a), b); }
+inline Tensor operator*(const Tensor& a, Tensor&& b) { return mul(a, std::move(b)); }
+inline Tensor operator*(Tensor&& a, Tensor&& b) { return mul(std::move(a), std::move(b)); }
+inline Tensor operator/(Tensor&& a, const Tensor& b) { return div(std::move(a), b); }
+inline Tensor operator/(const Tensor& a, Tensor&& b) { return div(a, std::move(b)); }
+inline Tensor operator/(Tensor&& a, Tensor&& b) { return div(std::move(a), std::move(b)); }
 inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
 inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
 inline Tensor operator-(const Tensor& a, double b) { return add(a, -b); }
@@ -64,6 +96,19 @@ enum class GeluApprox { kNone, kTanh };      // kNone: exact erf form
 Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::kTanh);
 Tensor silu(const Tensor& a);
 Tensor clamp(const Tensor& a, double min, double max);
+// Consuming forms (see Conventions).
+Tensor exp(Tensor&& a);
+Tensor log(Tensor&& a);
+Tensor sqrt(Tensor&& a);
+Tensor rsqrt(Tensor&& a);
+Tensor pow(Tensor&& a, double exponent);
+Tensor abs(Tensor&& a);
+Tensor tanh(Tensor&& a);
+Tensor sigmoid(Tensor&& a);
+Tensor relu(Tensor&& a);
+Tensor gelu(Tensor&& a, GeluApprox approx = GeluApprox::kTanh);
+Tensor silu(Tensor&& a);
+Tensor clamp(Tensor&& a, double min, double max);
 
 // ---- comparisons (bool results, no gradient) ----
 // a op b elementwise, broadcasting; a and b of one dtype (any, bool

@@ -15,14 +15,21 @@ using backend::ScalarOp;
 
 namespace {
 
-Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tensor& b) {
+// With take_a (take_b), out may be a's (b's) buffer (NOTE [ Writing into a
+// dying temporary ]); the caller passes them only for an operand that the
+// backward does not save.
+Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tensor& b, bool take_a = false,
+                      bool take_b = false) {
   ops::check_same(name, a, b);
   ENCORE_CHECK(a.dtype() != kBool, "%s: bool tensors %s and %s do not support arithmetic", name,
                shape_str(a.shape()), shape_str(b.shape()));
   ENCORE_CHECK(op != BinaryOp::kDiv || is_floating(a.dtype()),
                "div: integer tensors %s and %s (%s) are not supported; convert with .to(kFloat32)",
                shape_str(a.shape()), shape_str(b.shape()), dtype_name(a.dtype()));
-  Tensor out = empty_for(name, ops::broadcast_shapes(name, a, b), a.dtype(), a.device());
+  const Shape shape = ops::broadcast_shapes(name, a, b);
+  Tensor out = take_a && ops::can_write_into(a, shape)   ? ops::output_into(a, shape)
+               : take_b && ops::can_write_into(b, shape) ? ops::output_into(b, shape)
+                                                         : empty_for(name, shape, a.dtype(), a.device());
   backend::binary(op, out, a, b);
   return out;
 }
@@ -41,8 +48,10 @@ Tensor scalar_forward(const char* name, ScalarOp op, const Tensor& a, double s) 
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("add", BinaryOp::kAdd, a, b);
+namespace {
+
+Tensor add_of(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  Tensor out = binary_forward("add", BinaryOp::kAdd, a, b, ta, tb);
   if (autograd::any_requires_grad(a, b)) {
     autograd::record("add", {a, b}, out,
                      [na = a.requires_grad(), nb = b.requires_grad()](const Tensor& g, InputShapes in) -> Grads {
@@ -52,8 +61,8 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("sub", BinaryOp::kSub, a, b);
+Tensor sub_of(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  Tensor out = binary_forward("sub", BinaryOp::kSub, a, b, ta, tb);
   if (autograd::any_requires_grad(a, b)) {
     autograd::record("sub", {a, b}, out,
                      [na = a.requires_grad(), nb = b.requires_grad()](const Tensor& g, InputShapes in) -> Grads {
@@ -63,9 +72,12 @@ Tensor sub(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("mul", BinaryOp::kMul, a, b);
-  if (autograd::any_requires_grad(a, b)) {
+// a is saved when b requires grad, b when a does: neither buffer is then open.
+Tensor mul_of(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  const bool grad = autograd::any_requires_grad(a, b);
+  Tensor out = binary_forward("mul", BinaryOp::kMul, a, b, ta && !(grad && b.requires_grad()),
+                              tb && !(grad && a.requires_grad()));
+  if (grad) {
     const bool na = a.requires_grad(), nb = b.requires_grad();
     // d(a*b)/da = b, d(a*b)/db = a: each side saves only what the other needs.
     autograd::record("mul", {a, b}, out,
@@ -78,8 +90,9 @@ Tensor mul(const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = binary_forward("div", BinaryOp::kDiv, a, b);
+// b is saved whenever the backward runs; a never (its gradient needs only b).
+Tensor div_of(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  Tensor out = binary_forward("div", BinaryOp::kDiv, a, b, ta, tb && !autograd::any_requires_grad(a, b));
   if (autograd::any_requires_grad(a, b)) {
     // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 = -out/b.
     autograd::record("div", {a, b}, out,
@@ -92,6 +105,28 @@ Tensor div(const Tensor& a, const Tensor& b) {
   }
   return out;
 }
+
+
+}  // namespace
+
+// The consuming forms (an rvalue operand) open its buffer to the output
+// (NOTE [ Writing into a dying temporary ]).
+Tensor add(const Tensor& a, const Tensor& b) { return add_of(a, b, false, false); }
+Tensor add(Tensor&& a, const Tensor& b) { return ops::consumed(add_of(a, b, true, false), a); }
+Tensor add(const Tensor& a, Tensor&& b) { return ops::consumed(add_of(a, b, false, true), b); }
+Tensor add(Tensor&& a, Tensor&& b) { return ops::consumed(add_of(a, b, true, true), a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return sub_of(a, b, false, false); }
+Tensor sub(Tensor&& a, const Tensor& b) { return ops::consumed(sub_of(a, b, true, false), a); }
+Tensor sub(const Tensor& a, Tensor&& b) { return ops::consumed(sub_of(a, b, false, true), b); }
+Tensor sub(Tensor&& a, Tensor&& b) { return ops::consumed(sub_of(a, b, true, true), a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return mul_of(a, b, false, false); }
+Tensor mul(Tensor&& a, const Tensor& b) { return ops::consumed(mul_of(a, b, true, false), a); }
+Tensor mul(const Tensor& a, Tensor&& b) { return ops::consumed(mul_of(a, b, false, true), b); }
+Tensor mul(Tensor&& a, Tensor&& b) { return ops::consumed(mul_of(a, b, true, true), a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return div_of(a, b, false, false); }
+Tensor div(Tensor&& a, const Tensor& b) { return ops::consumed(div_of(a, b, true, false), a); }
+Tensor div(const Tensor& a, Tensor&& b) { return ops::consumed(div_of(a, b, false, true), b); }
+Tensor div(Tensor&& a, Tensor&& b) { return ops::consumed(div_of(a, b, true, true), a, b); }
 
 Tensor add(const Tensor& a, double s) {
   Tensor out = scalar_forward("add_scalar", ScalarOp::kAdd, a, s);

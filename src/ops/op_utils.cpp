@@ -90,4 +90,16 @@ void check_inplace(const char* op, const Tensor& t) {
                op, shape_str(t.shape()), dtype_name(t.dtype()));
 }
 
+bool can_write_into(const Tensor& t, const Shape& shape) {
+  // NOTE [ Writing into a dying temporary ] (op_utils.h).
+  const bool sole = t.impl()->use_count() == 1 && t.storage()->use_count() == 1;
+  return sole && !(t.requires_grad() && t.is_leaf()) && t.is_contiguous() && t.storage_offset() == 0 &&
+         t.shape() == shape;
+}
+
+Tensor output_into(const Tensor& t, const Shape& shape) {
+  if (can_write_into(t, shape)) return make_view("output_into", t, shape, t.strides(), 0);
+  return empty(shape, t.dtype(), t.device());
+}
+
 }  // namespace encore::ops

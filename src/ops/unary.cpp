@@ -21,9 +21,12 @@ using backend::UnaryOp;
 
 namespace {
 
-// Runs op on a (already checked) and records its backward when needed.
-Tensor unary_forward(const char* name, UnaryOp op, const Tensor& a, double p0 = 0.0, double p1 = 0.0) {
-  Tensor out = ops::empty_like(a);
+// Runs op on a (already checked) and records its backward when needed. With
+// `taken` (a consuming overload), out may be a's buffer unless the backward
+// saves a (NOTE [ Writing into a dying temporary ]).
+Tensor unary_forward(const char* name, UnaryOp op, const Tensor& a, bool taken, double p0 = 0.0, double p1 = 0.0) {
+  const bool saves_a = autograd::any_requires_grad(a) && !backend::unary_saves_output(op);
+  Tensor out = taken && !saves_a ? ops::output_into(a, a.shape()) : ops::empty_like(a);
   backend::unary(op, out, a, p0, p1);
   if (autograd::any_requires_grad(a)) {
     SavedTensor saved(backend::unary_saves_output(op) ? out : a, name);
@@ -39,10 +42,15 @@ Tensor unary_forward(const char* name, UnaryOp op, const Tensor& a, double p0 = 
   return out;
 }
 
-Tensor float_unary(const char* name, UnaryOp op, const Tensor& a, double p0 = 0.0) {
+Tensor float_unary(const char* name, UnaryOp op, const Tensor& a, bool taken, double p0 = 0.0) {
   ops::check_defined(name, a, "input");
   ops::check_float(name, a);
-  return unary_forward(name, op, a, p0);
+  return unary_forward(name, op, a, taken, p0);
+}
+
+// The consuming overload of a float op (NOTE [ Writing into a dying temporary ]).
+Tensor consuming_float_unary(Tensor& a, const char* name, UnaryOp op, double p0 = 0.0) {
+  return ops::consumed(float_unary(name, op, a, /*taken=*/true, p0), a);
 }
 
 // abs, relu, clamp: floats and integers, not bool.
@@ -56,35 +64,36 @@ bool is_whole_or_infinite(double v) { return std::isinf(v) || v == std::trunc(v)
 
 }  // namespace
 
-Tensor exp(const Tensor& a) { return float_unary("exp", UnaryOp::kExp, a); }
-Tensor log(const Tensor& a) { return float_unary("log", UnaryOp::kLog, a); }
-Tensor sqrt(const Tensor& a) { return float_unary("sqrt", UnaryOp::kSqrt, a); }
-Tensor rsqrt(const Tensor& a) { return float_unary("rsqrt", UnaryOp::kRsqrt, a); }
-Tensor pow(const Tensor& a, double exponent) { return float_unary("pow", UnaryOp::kPow, a, exponent); }
-Tensor tanh(const Tensor& a) { return float_unary("tanh", UnaryOp::kTanh, a); }
-Tensor sigmoid(const Tensor& a) { return float_unary("sigmoid", UnaryOp::kSigmoid, a); }
-Tensor silu(const Tensor& a) { return float_unary("silu", UnaryOp::kSilu, a); }
+Tensor exp(const Tensor& a) { return float_unary("exp", UnaryOp::kExp, a, false); }
+Tensor log(const Tensor& a) { return float_unary("log", UnaryOp::kLog, a, false); }
+Tensor sqrt(const Tensor& a) { return float_unary("sqrt", UnaryOp::kSqrt, a, false); }
+Tensor rsqrt(const Tensor& a) { return float_unary("rsqrt", UnaryOp::kRsqrt, a, false); }
+Tensor pow(const Tensor& a, double exponent) { return float_unary("pow", UnaryOp::kPow, a, false, exponent); }
+Tensor tanh(const Tensor& a) { return float_unary("tanh", UnaryOp::kTanh, a, false); }
+Tensor sigmoid(const Tensor& a) { return float_unary("sigmoid", UnaryOp::kSigmoid, a, false); }
+Tensor silu(const Tensor& a) { return float_unary("silu", UnaryOp::kSilu, a, false); }
 
-Tensor gelu(const Tensor& a, GeluApprox approx) {
-  return approx == GeluApprox::kTanh ? float_unary("gelu_tanh", UnaryOp::kGeluTanh, a)
-                                     : float_unary("gelu", UnaryOp::kGeluErf, a);
+namespace {
+Tensor gelu_of(const Tensor& a, GeluApprox approx, bool taken) {
+  return approx == GeluApprox::kTanh ? float_unary("gelu_tanh", UnaryOp::kGeluTanh, a, taken)
+                                     : float_unary("gelu", UnaryOp::kGeluErf, a, taken);
 }
 
-Tensor abs(const Tensor& a) {
+Tensor abs_of(const Tensor& a, bool taken) {
   check_numeric("abs", a);
-  return unary_forward("abs", UnaryOp::kAbs, a);
+  return unary_forward("abs", UnaryOp::kAbs, a, taken);
 }
 
 // Integer tensors never require grad (requires_grad_ refuses them), so relu
 // on i32/i64 records nothing.
-Tensor relu(const Tensor& a) {
+Tensor relu_of(const Tensor& a, bool taken) {
   check_numeric("relu", a);
-  return unary_forward("relu", UnaryOp::kRelu, a);
+  return unary_forward("relu", UnaryOp::kRelu, a, taken);
 }
 
 // The gradient passes where min <= x <= max (both bounds inclusive, as in
 // PyTorch). min > max is refused rather than silently giving max everywhere.
-Tensor clamp(const Tensor& a, double min, double max) {
+Tensor clamp_of(const Tensor& a, double min, double max, bool taken) {
   check_numeric("clamp", a);
   ENCORE_CHECK(!std::isnan(min) && !std::isnan(max), "clamp: bounds must not be NaN (min %g, max %g; tensor %s %s)",
                min, max, shape_str(a.shape()), dtype_name(a.dtype()));
@@ -93,7 +102,27 @@ Tensor clamp(const Tensor& a, double min, double max) {
   ENCORE_CHECK(is_floating(a.dtype()) || (is_whole_or_infinite(min) && is_whole_or_infinite(max)),
                "clamp: bounds %g and %g must be whole numbers (or infinite) for the integer tensor %s %s", min,
                max, shape_str(a.shape()), dtype_name(a.dtype()));
-  return unary_forward("clamp", UnaryOp::kClamp, a, min, max);
+  return unary_forward("clamp", UnaryOp::kClamp, a, taken, min, max);
 }
+}  // namespace
+
+Tensor gelu(const Tensor& a, GeluApprox approx) { return gelu_of(a, approx, false); }
+Tensor abs(const Tensor& a) { return abs_of(a, false); }
+Tensor relu(const Tensor& a) { return relu_of(a, false); }
+Tensor clamp(const Tensor& a, double min, double max) { return clamp_of(a, min, max, false); }
+
+// The consuming overloads (NOTE [ Writing into a dying temporary ]).
+Tensor exp(Tensor&& a) { return consuming_float_unary(a, "exp", UnaryOp::kExp); }
+Tensor log(Tensor&& a) { return consuming_float_unary(a, "log", UnaryOp::kLog); }
+Tensor sqrt(Tensor&& a) { return consuming_float_unary(a, "sqrt", UnaryOp::kSqrt); }
+Tensor rsqrt(Tensor&& a) { return consuming_float_unary(a, "rsqrt", UnaryOp::kRsqrt); }
+Tensor pow(Tensor&& a, double exponent) { return consuming_float_unary(a, "pow", UnaryOp::kPow, exponent); }
+Tensor tanh(Tensor&& a) { return consuming_float_unary(a, "tanh", UnaryOp::kTanh); }
+Tensor sigmoid(Tensor&& a) { return consuming_float_unary(a, "sigmoid", UnaryOp::kSigmoid); }
+Tensor silu(Tensor&& a) { return consuming_float_unary(a, "silu", UnaryOp::kSilu); }
+Tensor gelu(Tensor&& a, GeluApprox approx) { return ops::consumed(gelu_of(a, approx, true), a); }
+Tensor abs(Tensor&& a) { return ops::consumed(abs_of(a, true), a); }
+Tensor relu(Tensor&& a) { return ops::consumed(relu_of(a, true), a); }
+Tensor clamp(Tensor&& a, double min, double max) { return ops::consumed(clamp_of(a, min, max, true), a); }
 
 }  // namespace encore
