@@ -48,7 +48,9 @@ void count_dependencies(const std::vector<Node*>& roots, PendingMap& pending) {
 void add_grad(Pending& p, int slot, int num_outputs, Tensor g) {
   if (p.grads.size() < static_cast<size_t>(num_outputs)) p.grads.resize(num_outputs);
   Tensor& dst = p.grads[slot];
-  dst = dst.defined() ? add(dst, g) : std::move(g);
+  // Both are the engine's own: the sum may land in either's buffer (NOTE
+  // [ Writing into a dying temporary ], src/ops/op_utils.h).
+  dst = dst.defined() ? add(std::move(dst), std::move(g)) : std::move(g);
 }
 
 // NOTE [ Gradients written in place ] (function.h): the leaf gradients the

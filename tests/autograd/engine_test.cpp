@@ -35,6 +35,22 @@ TEST(EngineTest, DiamondGraphSumsBothPaths) {
   expect_near(a.grad(), {36, 9});
 }
 
+// Contributions to a non-leaf are summed into one of the engine's own
+// buffers (NOTE [ Writing into a dying temporary ]); a gradient that add's
+// backward hands to both its inputs is one tensor seen twice, never summed
+// into itself.
+TEST(EngineTest, SumsOfContributionsInTheEnginesBuffers) {
+  Tensor x = vec({1, -2, 3}).requires_grad_();
+  Tensor h = x * 1.0;                         // a non-leaf with three uses
+  Tensor y = (h + h) + h * vec({4, 5, 6});    // dy/dh = 2 + w
+  y.backward(vec({1, 10, 100}));
+  expect_near(x.grad(), {6, 70, 800});
+  Tensor z = x * 1.0;
+  Tensor s = z + z;                           // one gradient, both inputs of add
+  (s + s).backward(vec({1, 1, 1}));
+  expect_near(x.grad(), {10, 74, 804});
+}
+
 TEST(EngineTest, SecondBackwardAccumulatesInPlace) {
   Tensor x = vec({1, 2}).requires_grad_();
   (x * 2.0).backward(ones({2}));
