@@ -1,10 +1,12 @@
 // The time limit of `exact` and `best` covers the whole call (NOTE [ The
 // time limit covers the whole call ] in planner/plan.cpp), and a limit that
 // runs out during the first plan cuts it (NOTE [ Cutting the first plan ] in
-// planner/online.cpp). No assertion here compares a time with a fixed
-// figure: the cut tests are exact (no time: the cut falls at the first clock
-// check), the last compares with what the online plan costs on the same
-// machine at the same moment, with generous slack.
+// planner/online.cpp). No assertion here compares a time with a speed
+// figure of this machine: the cut tests are exact (no time: the cut falls at
+// the first clock check), the third compares with what the online plan
+// costs on the same machine at the same moment, with generous slack; the
+// last holds `best` to the limit it was given (the issue's 1 s at 10^5
+// buffers), which the planner keeps a margin for.
 #include <chrono>
 #include <algorithm>
 #include <cstdint>
@@ -111,6 +113,38 @@ TEST(TimeLimitTest, LargeProblemsStayWithinTheLimitAndTheFirstPlan) {
         EXPECT_LE(plan->peak, online->peak);
       }
     }
+  }
+}
+
+// The issue's budget: 10^5 buffers in at most 1 s, the whole call. The
+// repacking phase that fills it starts only rounds its measured costs say
+// will finish (NOTE [ Rounds that fit ] in planner/repack.cpp) and the
+// deadline keeps twice the setup's cost for validation, so a quiet machine
+// returns in 0.75-0.98 s and one with two more busy processes on two cores
+// in 0.82-0.91 s (bench/RESULTS.md, issue 20, tenth pass). The tolerance,
+// 2 ms, is for reading the clock and returning; before the margin, every
+// such call took 1.002-1.018 s, so three calls would fail it.
+TEST(TimeLimitTest, BestOnAHundredThousandBuffersStaysWithinOneSecond) {
+  constexpr double kLimit = 1.0, kTolerance = 0.002;
+  struct Case {
+    uint64_t seed;
+    TraceStyle style;
+  };
+  for (const Case& c : {Case{42, TraceStyle::kLayers}, Case{43, TraceStyle::kLayers},
+                        Case{44, TraceStyle::kLayers}, Case{42, TraceStyle::kTransformer}}) {
+    const std::vector<Buffer> buffers =
+        training_step_trace({.num_buffers = 100'000, .seed = c.seed, .style = c.style});
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<Plan> plan = plan_buffers(buffers, {.algorithm = Algorithm::kBest, .time_limit_s = kLimit});
+    const double took = seconds_since(start);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const std::string what = absl::StrCat("seed ", c.seed, c.style == TraceStyle::kLayers ? ", layers" : ", transformer");
+    EXPECT_LE(took, kLimit + kTolerance) << what;
+    EXPECT_TRUE(validate(buffers, *plan).ok()) << what;
+    EXPECT_EQ(plan->stacked_by_limit, 0) << what;
+    absl::StatusOr<Plan> online = plan_buffers(buffers, {.algorithm = Algorithm::kOnline});
+    ASSERT_TRUE(online.ok()) << online.status();
+    EXPECT_LE(plan->peak, online->peak) << what;
   }
 }
 
