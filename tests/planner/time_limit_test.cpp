@@ -122,10 +122,12 @@ TEST(TimeLimitTest, LargeProblemsStayWithinTheLimitAndTheFirstPlan) {
 // deadline keeps twice the setup's cost for validation, so a quiet machine
 // returns in 0.75-0.98 s and one with two more busy processes on two cores
 // in 0.82-0.91 s (bench/RESULTS.md, issue 20, tenth pass). The tolerance,
-// 2 ms, is for reading the clock and returning; before the margin, every
-// such call took 1.002-1.018 s, so three calls would fail it.
+// 5 ms, is for reading the clock, returning and one preemption of the
+// thread on a CI machine running two test processes on two cores (a
+// scheduler slice there is a few ms); before the margin, the three kLayers
+// calls took 1.0063, 1.0066 and 1.0118 s, each over it.
 TEST(TimeLimitTest, BestOnAHundredThousandBuffersStaysWithinOneSecond) {
-  constexpr double kLimit = 1.0, kTolerance = 0.002;
+  constexpr double kLimit = 1.0, kTolerance = 0.005;
   struct Case {
     uint64_t seed;
     TraceStyle style;
