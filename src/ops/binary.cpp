@@ -106,7 +106,6 @@ Tensor div_of(const Tensor& a, const Tensor& b, bool ta, bool tb) {
   return out;
 }
 
-
 }  // namespace
 
 // The consuming forms (an rvalue operand) open its buffer to the output
