@@ -54,6 +54,10 @@ Tensor mul(Tensor&& a, Tensor&& b);
 Tensor div(Tensor&& a, const Tensor& b);
 Tensor div(const Tensor& a, Tensor&& b);
 Tensor div(Tensor&& a, Tensor&& b);
+Tensor add(Tensor&& a, double b);
+Tensor mul(Tensor&& a, double b);
+Tensor rsub(Tensor&& a, double b);
+Tensor rdiv(Tensor&& a, double b);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
@@ -79,10 +83,20 @@ inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
 inline Tensor operator/(const Tensor& a, double b) { return mul(a, 1.0 / b); }
 inline Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
+inline Tensor operator+(Tensor&& a, double b) { return add(std::move(a), b); }
+inline Tensor operator+(double a, Tensor&& b) { return add(std::move(b), a); }
+inline Tensor operator-(Tensor&& a, double b) { return add(std::move(a), -b); }
+inline Tensor operator-(double a, Tensor&& b) { return rsub(std::move(b), a); }
+inline Tensor operator*(Tensor&& a, double b) { return mul(std::move(a), b); }
+inline Tensor operator*(double a, Tensor&& b) { return mul(std::move(b), a); }
+inline Tensor operator/(Tensor&& a, double b) { return mul(std::move(a), 1.0 / b); }
+inline Tensor operator/(double a, Tensor&& b) { return rdiv(std::move(b), a); }
 
 // ---- elementwise, unary (float dtypes; neg/abs also integers) ----
 Tensor neg(const Tensor& a);
 inline Tensor operator-(const Tensor& a) { return neg(a); }
+Tensor neg(Tensor&& a);   // consuming (see Conventions)
+inline Tensor operator-(Tensor&& a) { return neg(std::move(a)); }
 Tensor exp(const Tensor& a);
 Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);

@@ -34,14 +34,15 @@ Tensor binary_forward(const char* name, BinaryOp op, const Tensor& a, const Tens
   return out;
 }
 
-Tensor scalar_forward(const char* name, ScalarOp op, const Tensor& a, double s) {
+// With `taken`, out may be a's buffer (as binary_forward's take_a).
+Tensor scalar_forward(const char* name, ScalarOp op, const Tensor& a, double s, bool taken = false) {
   ops::check_defined(name, a, "input");
   ops::check_arithmetic(name, a);
   ops::check_scalar_fits(name, s, a.dtype(), a.shape());
   ENCORE_CHECK(op != ScalarOp::kRdiv || is_floating(a.dtype()),
                "%s: integer tensor %s (%s) is not supported; convert with .to(kFloat32)", name,
                shape_str(a.shape()), dtype_name(a.dtype()));
-  Tensor out = empty(a.shape(), a.dtype(), a.device());
+  Tensor out = taken ? ops::output_into(a, a.shape()) : empty(a.shape(), a.dtype(), a.device());
   backend::binary_scalar(op, out, a, s);
   return out;
 }
@@ -127,32 +128,35 @@ Tensor div(Tensor&& a, const Tensor& b) { return ops::consumed(div_of(a, b, true
 Tensor div(const Tensor& a, Tensor&& b) { return ops::consumed(div_of(a, b, false, true), b); }
 Tensor div(Tensor&& a, Tensor&& b) { return ops::consumed(div_of(a, b, true, true), a, b); }
 
-Tensor add(const Tensor& a, double s) {
-  Tensor out = scalar_forward("add_scalar", ScalarOp::kAdd, a, s);
+namespace {
+
+Tensor add_of(const Tensor& a, double s, bool taken) {
+  Tensor out = scalar_forward("add_scalar", ScalarOp::kAdd, a, s, taken);
   if (autograd::any_requires_grad(a)) {
     autograd::record("add_scalar", {a}, out, [](const Tensor& g) -> Grads { return {g}; });
   }
   return out;
 }
 
-Tensor mul(const Tensor& a, double s) {
-  Tensor out = scalar_forward("mul_scalar", ScalarOp::kMul, a, s);
+Tensor mul_of(const Tensor& a, double s, bool taken) {
+  Tensor out = scalar_forward("mul_scalar", ScalarOp::kMul, a, s, taken);
   if (autograd::any_requires_grad(a)) {
     autograd::record("mul_scalar", {a}, out, [s](const Tensor& g) -> Grads { return {mul(g, s)}; });
   }
   return out;
 }
 
-Tensor rsub(const Tensor& a, double s) {
-  Tensor out = scalar_forward("rsub_scalar", ScalarOp::kRsub, a, s);
+Tensor rsub_of(const Tensor& a, double s, bool taken) {
+  Tensor out = scalar_forward("rsub_scalar", ScalarOp::kRsub, a, s, taken);
   if (autograd::any_requires_grad(a)) {
     autograd::record("rsub_scalar", {a}, out, [](const Tensor& g) -> Grads { return {neg(g)}; });
   }
   return out;
 }
 
-Tensor rdiv(const Tensor& a, double s) {
-  Tensor out = scalar_forward("rdiv_scalar", ScalarOp::kRdiv, a, s);
+// a is saved when the backward runs.
+Tensor rdiv_of(const Tensor& a, double s, bool taken) {
+  Tensor out = scalar_forward("rdiv_scalar", ScalarOp::kRdiv, a, s, taken && !autograd::any_requires_grad(a));
   if (autograd::any_requires_grad(a)) {
     // d(s/a)/da = -s/a^2 = -out/a.
     autograd::record("rdiv_scalar", {a}, out,
@@ -162,13 +166,27 @@ Tensor rdiv(const Tensor& a, double s) {
   return out;
 }
 
-Tensor neg(const Tensor& a) {
-  Tensor out = scalar_forward("neg", ScalarOp::kMul, a, -1.0);
+Tensor neg_of(const Tensor& a, bool taken) {
+  Tensor out = scalar_forward("neg", ScalarOp::kMul, a, -1.0, taken);
   if (autograd::any_requires_grad(a)) {
     autograd::record("neg", {a}, out, [](const Tensor& g) -> Grads { return {neg(g)}; });
   }
   return out;
 }
+
+}  // namespace
+
+// The scalar forms, borrowing and consuming.
+Tensor add(const Tensor& a, double s) { return add_of(a, s, false); }
+Tensor add(Tensor&& a, double s) { return ops::consumed(add_of(a, s, true), a); }
+Tensor mul(const Tensor& a, double s) { return mul_of(a, s, false); }
+Tensor mul(Tensor&& a, double s) { return ops::consumed(mul_of(a, s, true), a); }
+Tensor rsub(const Tensor& a, double s) { return rsub_of(a, s, false); }
+Tensor rsub(Tensor&& a, double s) { return ops::consumed(rsub_of(a, s, true), a); }
+Tensor rdiv(const Tensor& a, double s) { return rdiv_of(a, s, false); }
+Tensor rdiv(Tensor&& a, double s) { return ops::consumed(rdiv_of(a, s, true), a); }
+Tensor neg(const Tensor& a) { return neg_of(a, false); }
+Tensor neg(Tensor&& a) { return ops::consumed(neg_of(a, true), a); }
 
 Tensor Tensor::matmul(const Tensor& o) const { return encore::matmul(*this, o); }
 Tensor Tensor::sum() const { return encore::sum(*this); }

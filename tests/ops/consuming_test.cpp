@@ -155,7 +155,9 @@ TEST(ConsumingTest, SavedOperandsOfMulAndDivStay) {
     Tensor a2 = random_tensor({2, 5}, 10).requires_grad_(), b2 = random_tensor({2, 5}, 11).requires_grad_();
     const void *abuf = nullptr, *bbuf = nullptr, *unused = nullptr;
     Tensor y1 = run(true, a1, b1, &abuf, &bbuf);
-    if (std::string(op) == "mul") EXPECT_NE(y1.data_ptr(), abuf);   // a is saved for b's gradient
+    if (std::string(op) == "mul") {
+      EXPECT_NE(y1.data_ptr(), abuf);   // a is saved for b's gradient
+    }
     EXPECT_NE(y1.data_ptr(), bbuf);
     Tensor y2 = run(false, a2, b2, &unused, &unused);
     EXPECT_EQ(values(y1), values(y2));
@@ -168,6 +170,56 @@ TEST(ConsumingTest, SavedOperandsOfMulAndDivStay) {
   Tensor a = temp({3}, 12), b = temp({3}, 13);
   const void* buffer = a.data_ptr();
   EXPECT_EQ((std::move(a) * std::move(b)).data_ptr(), buffer);
+}
+
+// The tensor-scalar forms and neg: each writes into a sole temporary and
+// gives the borrowing form's bits and gradient; rdiv, which saves its
+// tensor for backward, leaves it alone when a gradient is wanted.
+TEST(ConsumingTest, ScalarFormsWriteIntoTheTemporaryAndKeepBits) {
+  const std::vector<std::pair<std::string, std::function<Tensor(Tensor&&)>>> consuming = {
+      {"t+1.5", [](Tensor&& t) { return std::move(t) + 1.5; }},
+      {"1.5+t", [](Tensor&& t) { return 1.5 + std::move(t); }},
+      {"t-0.25", [](Tensor&& t) { return std::move(t) - 0.25; }},
+      {"2-t", [](Tensor&& t) { return 2.0 - std::move(t); }},
+      {"t*3", [](Tensor&& t) { return std::move(t) * 3.0; }},
+      {"3*t", [](Tensor&& t) { return 3.0 * std::move(t); }},
+      {"t/4", [](Tensor&& t) { return std::move(t) / 4.0; }},
+      {"2/t", [](Tensor&& t) { return 2.0 / std::move(t); }},
+      {"-t", [](Tensor&& t) { return -std::move(t); }},
+  };
+  const std::vector<std::function<Tensor(const Tensor&)>> borrowing = {
+      [](const Tensor& t) { return t + 1.5; }, [](const Tensor& t) { return 1.5 + t; },
+      [](const Tensor& t) { return t - 0.25; }, [](const Tensor& t) { return 2.0 - t; },
+      [](const Tensor& t) { return t * 3.0; }, [](const Tensor& t) { return 3.0 * t; },
+      [](const Tensor& t) { return t / 4.0; }, [](const Tensor& t) { return 2.0 / t; },
+      [](const Tensor& t) { return -t; },
+  };
+  for (size_t k = 0; k < consuming.size(); ++k) {
+    SCOPED_TRACE(consuming[k].first);
+    {
+      Tensor t = temp({9}, 30 + k);
+      const void* buffer = t.data_ptr();
+      Tensor h = temp({9}, 30 + k);
+      Tensor y = consuming[k].second(std::move(t));
+      EXPECT_EQ(y.data_ptr(), buffer);
+      EXPECT_EQ(values(y), values(borrowing[k](h)));
+    }
+    Tensor x = random_tensor({9}, 40 + k).requires_grad_();
+    Tensor t = x * 1.0;
+    const void* buffer = t.data_ptr();
+    Tensor ya = consuming[k].second(std::move(t));
+    if (consuming[k].first == std::string("2/t")) {
+      EXPECT_NE(ya.data_ptr(), buffer);   // saved for the backward
+    }
+    Tensor h = x * 1.0;
+    Tensor yb = borrowing[k](h);
+    EXPECT_EQ(values(ya), values(yb));
+    ya.sum().backward();
+    const std::vector<double> ga = values(x.grad());
+    x.set_grad(Tensor());
+    yb.sum().backward();
+    EXPECT_EQ(ga, values(x.grad()));
+  }
 }
 
 // A residual block written with temporaries trains to the bits of the same
