@@ -64,6 +64,9 @@ void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> in
 void connect(const std::shared_ptr<Node>& node, std::initializer_list<Tensor> inputs, absl::Span<Tensor> outputs);
 
 // One output: fn(const Tensor& grad) -> Grads, or
+//             fn(Tensor&& grad) -> Grads, which owns the gradient and may
+//             write its result into that buffer when nothing else holds it
+//             (ops::output_into, NOTE [ Writing into a dying temporary ]), or
 //             fn(const Tensor& grad, absl::Span<const InputMeta> inputs) -> Grads
 //             when the formula needs the inputs' shapes (saves copying them).
 // Several:    fn(const Grads& grads) -> Grads.

@@ -84,7 +84,9 @@ class FunctionNode final : public Node {
 template <typename F>
 Grads FunctionNode<F>::apply(Grads&& grads) {
   if (!fn_) throw_freed_graph(name());
-  if constexpr (std::is_invocable_v<F&, const Tensor&, absl::Span<const InputMeta>>) {
+  if constexpr (std::is_invocable_v<F&, Tensor&&> && !std::is_invocable_v<F&, const Tensor&>) {
+    return (*fn_)(std::move(grads[0]));  // the formula may write into the gradient's buffer
+  } else if constexpr (std::is_invocable_v<F&, const Tensor&, absl::Span<const InputMeta>>) {
     return (*fn_)(grads[0], absl::MakeConstSpan(input_meta()));
   } else if constexpr (std::is_invocable_v<F&, const Tensor&>) {
     return (*fn_)(grads[0]);

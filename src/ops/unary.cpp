@@ -30,11 +30,13 @@ Tensor unary_forward(const char* name, UnaryOp op, const Tensor& a, bool taken, 
   backend::unary(op, out, a, p0, p1);
   if (autograd::any_requires_grad(a)) {
     SavedTensor saved(backend::unary_saves_output(op) ? out : a, name);
-    autograd::record(name, {a}, out, [op, p0, p1, saved = std::move(saved)](const Tensor& g) -> Grads {
+    autograd::record(name, {a}, out, [op, p0, p1, saved = std::move(saved)](Tensor&& g) -> Grads {
       const Tensor& s = saved.get();
       // A caller-given root gradient may come in another float dtype.
-      const Tensor gs = g.dtype() == s.dtype() ? g : g.to(s.dtype());
-      Tensor grad_in = ops::empty_like(s);
+      const Tensor gs = g.dtype() == s.dtype() ? std::move(g) : g.to(s.dtype());
+      // Into the gradient's own buffer when the engine held it alone: the
+      // kernel reads each element before writing it.
+      Tensor grad_in = ops::output_into(gs, s.shape());
       backend::unary_backward(op, grad_in, gs, s, p0, p1);
       return {grad_in};
     });

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "encore/encore.h"
+#include "src/autograd/node.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -219,6 +220,45 @@ TEST(ConsumingTest, ScalarFormsWriteIntoTheTemporaryAndKeepBits) {
     x.set_grad(Tensor());
     yb.sum().backward();
     EXPECT_EQ(ga, values(x.grad()));
+  }
+}
+
+// A unary backward given the gradient's only handle (as the engine gives it)
+// writes the input's gradient into that buffer; given one seen elsewhere (a
+// caller's root gradient) it leaves it alone. Same bits either way: plain
+// loops (relu, tanh), blocked vector math (GELU-erf, silu, pow 3), bf16.
+TEST(ConsumingTest, UnaryBackwardWritesIntoASoleGradient) {
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> ops = {
+      {"relu", [](const Tensor& t) { return relu(t); }},
+      {"tanh", [](const Tensor& t) { return tanh(t); }},
+      {"gelu", [](const Tensor& t) { return gelu(t, GeluApprox::kNone); }},
+      {"silu", [](const Tensor& t) { return silu(t); }},
+      {"pow3", [](const Tensor& t) { return pow(t, 3.0); }},
+  };
+  for (DType dtype : {kFloat32, kBFloat16}) {
+    for (const auto& [name, op] : ops) {
+      SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)));
+      Tensor x = random_tensor({37, 41}, 5, dtype).requires_grad_();
+      Tensor y = op(x);
+      const std::shared_ptr<autograd::Node> fn = y.grad_fn();
+      NoGradGuard no_grad;  // as in the engine
+      auto run = [&](Tensor g) {
+        autograd::Grads in;
+        in.push_back(std::move(g));
+        return fn->apply(std::move(in))[0];
+      };
+      Tensor held = random_tensor({37, 41}, 6, dtype) * 1.0;
+      const std::vector<double> before = values(held);
+      Tensor from_held = run(held);
+      EXPECT_NE(from_held.data_ptr(), held.data_ptr());
+      EXPECT_EQ(values(held), before);
+
+      Tensor sole = random_tensor({37, 41}, 6, dtype) * 1.0;
+      const void* buffer = sole.data_ptr();
+      Tensor from_sole = run(std::move(sole));
+      EXPECT_EQ(from_sole.data_ptr(), buffer);
+      EXPECT_EQ(values(from_sole), values(from_held));
+    }
   }
 }
 

@@ -47,6 +47,24 @@ ENCORE_SIMD_CLONES void unary_backward_run(T* __restrict o, const T* __restrict 
   for (int64_t i = 0; i < n; ++i) o[i] = T(unary_grad_fn<kOp>(C(g[i]), C(s[i]), p0, p1));
 }
 
+// The same loops when the output is the (first) input's buffer: a consuming
+// op writing into its operand, or a backward into the gradient it was given
+// (NOTE [ Writing into a dying temporary ] in src/ops/op_utils.h). One
+// pointer for both, so nothing restrict-qualified aliases and the loops stay
+// as wide as the others; each element is read before it is written.
+template <typename T, UnaryOp kOp>
+ENCORE_SIMD_CLONES void unary_run_in_place(T* __restrict o, int64_t n, compute_t<T> p0, compute_t<T> p1) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) o[i] = T(unary_fn<kOp>(C(o[i]), p0, p1));
+}
+
+template <typename T, UnaryOp kOp>
+ENCORE_SIMD_CLONES void unary_backward_run_in_place(T* __restrict o, const T* __restrict s, int64_t n,
+                                                    compute_t<T> p0, compute_t<T> p1) {
+  using C = compute_t<T>;
+  for (int64_t i = 0; i < n; ++i) o[i] = T(unary_grad_fn<kOp>(C(o[i]), C(s[i]), p0, p1));
+}
+
 // NOTE [ Blocked transcendentals ]
 // Which loop computes exp(x) in GELU-erf, sigmoid, silu, pow, ...? glibc's
 // expf and erff are scalar calls (the exact GELU's forward took 1.9 ms of a
@@ -129,6 +147,12 @@ ENCORE_SIMD_CLONES void gelu_erf_grad_run(float* __restrict o, const float* g, c
   const float k = float(kInvSqrt2Pi);
   for (int64_t i = 0; i < n; ++i) o[i] = g[i] * (0.5f * (1.0f + t[i]) + s[i] * (k * u[i]));
 }
+// o is also g (a backward writing into its gradient's buffer).
+ENCORE_SIMD_CLONES void gelu_erf_grad_run_in_place(float* __restrict o, const float* s, const float* t,
+                                                   const float* u, int64_t n) {
+  const float k = float(kInvSqrt2Pi);
+  for (int64_t i = 0; i < n; ++i) o[i] = o[i] * (0.5f * (1.0f + t[i]) + s[i] * (k * u[i]));
+}
 
 void copy_block(float* o, const float* x, int64_t n) {
   if (o != x) std::memcpy(o, x, sizeof(float) * n);
@@ -191,7 +215,11 @@ void backward_block(float* o, const float* g, const float* s, float* t, float* u
     vec_erf_fast(t, t, n);
     step_run<Step::kNegHalfSq>(u, s, nullptr, n, 0);
     vec_exp(u, u, n);
-    gelu_erf_grad_run(o, g, s, t, u, n);
+    if (o == g) {
+      gelu_erf_grad_run_in_place(o, s, t, u, n);
+    } else {
+      gelu_erf_grad_run(o, g, s, t, u, n);
+    }
   } else if constexpr (kOp == UnaryOp::kPow) {
     switch (pow_case(p0)) {
       case PowCase::kZero: return step_run<Step::kFill>(o, g, nullptr, n, 0.0f);
@@ -278,7 +306,9 @@ void unary_loop(const Layout<2>& l, compute_t<T> p0, compute_t<T> p1) {
     });
   }
   parallel_for(l.numel, grain_of(kOp), [&](int64_t b, int64_t e) {
-    if (l.contiguous) {
+    if (l.contiguous && l.ptr[0] == l.ptr[1]) {
+      unary_run_in_place<T, kOp>(reinterpret_cast<T*>(l.ptr[0]) + b, e - b, p0, p1);
+    } else if (l.contiguous) {
       unary_run<T, kOp>(reinterpret_cast<T*>(l.ptr[0]) + b, reinterpret_cast<const T*>(l.ptr[1]) + b, e - b, p0,
                         p1);
     } else {
@@ -299,7 +329,10 @@ void unary_backward_loop(const Layout<3>& l, compute_t<T> p0, compute_t<T> p1) {
     });
   }
   parallel_for(l.numel, grain_of(kOp), [&](int64_t b, int64_t e) {
-    if (l.contiguous) {
+    if (l.contiguous && l.ptr[0] == l.ptr[1]) {
+      unary_backward_run_in_place<T, kOp>(reinterpret_cast<T*>(l.ptr[0]) + b, reinterpret_cast<const T*>(l.ptr[2]) + b,
+                                          e - b, p0, p1);
+    } else if (l.contiguous) {
       unary_backward_run<T, kOp>(reinterpret_cast<T*>(l.ptr[0]) + b, reinterpret_cast<const T*>(l.ptr[1]) + b,
                                  reinterpret_cast<const T*>(l.ptr[2]) + b, e - b, p0, p1);
     } else {
