@@ -225,21 +225,36 @@ TEST(ConsumingTest, ScalarFormsWriteIntoTheTemporaryAndKeepBits) {
 
 // A unary backward given the gradient's only handle (as the engine gives it)
 // writes the input's gradient into that buffer; given one seen elsewhere (a
-// caller's root gradient) it leaves it alone. Same bits either way: plain
-// loops (relu, tanh), blocked vector math (GELU-erf, silu, pow 3), bf16.
+// caller's root gradient) it leaves it alone. Same bits either way, for
+// every unary op with a backward (plain loops, blocked vector math, pow's
+// shortcuts), in f32, bf16 and f16, with a transposed (strided) input and
+// enough elements to split over threads.
 TEST(ConsumingTest, UnaryBackwardWritesIntoASoleGradient) {
   const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> ops = {
-      {"relu", [](const Tensor& t) { return relu(t); }},
+      {"exp", [](const Tensor& t) { return exp(t); }},
+      {"log", [](const Tensor& t) { return log(t); }},
+      {"sqrt", [](const Tensor& t) { return sqrt(t); }},
+      {"rsqrt", [](const Tensor& t) { return rsqrt(t); }},
+      {"abs", [](const Tensor& t) { return abs(t); }},
+      {"relu", [](const Tensor& t) { return relu(t - 0.5); }},
       {"tanh", [](const Tensor& t) { return tanh(t); }},
+      {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
+      {"gelu_tanh", [](const Tensor& t) { return gelu(t); }},
       {"gelu", [](const Tensor& t) { return gelu(t, GeluApprox::kNone); }},
       {"silu", [](const Tensor& t) { return silu(t); }},
+      {"clamp", [](const Tensor& t) { return clamp(t, 0.2, 0.9); }},
       {"pow3", [](const Tensor& t) { return pow(t, 3.0); }},
+      {"pow2.5", [](const Tensor& t) { return pow(t, 2.5); }},
+      {"pow-1", [](const Tensor& t) { return pow(t, -1.0); }},
+      {"pow1", [](const Tensor& t) { return pow(t, 1.0); }},
+      {"pow0", [](const Tensor& t) { return pow(t, 0.0); }},
   };
-  for (DType dtype : {kFloat32, kBFloat16}) {
+  for (DType dtype : {kFloat32, kBFloat16, kFloat16}) {
     for (const auto& [name, op] : ops) {
       SCOPED_TRACE(name + " " + std::string(dtype_name(dtype)));
-      Tensor x = random_tensor({37, 41}, 5, dtype).requires_grad_();
-      Tensor y = op(x);
+      // Positive inputs (log, sqrt, rsqrt), read through a transpose.
+      Tensor x = (abs(random_tensor({300, 301}, 5, dtype)) + 0.1).detach().requires_grad_();
+      Tensor y = op(x.t());
       const std::shared_ptr<autograd::Node> fn = y.grad_fn();
       NoGradGuard no_grad;  // as in the engine
       auto run = [&](Tensor g) {
@@ -247,18 +262,55 @@ TEST(ConsumingTest, UnaryBackwardWritesIntoASoleGradient) {
         in.push_back(std::move(g));
         return fn->apply(std::move(in))[0];
       };
-      Tensor held = random_tensor({37, 41}, 6, dtype) * 1.0;
+      Tensor held = random_tensor({301, 300}, 6, dtype) * 1.0;
       const std::vector<double> before = values(held);
       Tensor from_held = run(held);
       EXPECT_NE(from_held.data_ptr(), held.data_ptr());
       EXPECT_EQ(values(held), before);
 
-      Tensor sole = random_tensor({37, 41}, 6, dtype) * 1.0;
+      Tensor sole = random_tensor({301, 300}, 6, dtype) * 1.0;
       const void* buffer = sole.data_ptr();
       Tensor from_sole = run(std::move(sole));
       EXPECT_EQ(from_sole.data_ptr(), buffer);
       EXPECT_EQ(values(from_sole), values(from_held));
     }
+  }
+}
+
+// A captured step whose forward consumes temporaries and whose backward
+// writes into its gradients replays the eager step's loss and parameter
+// gradients bit for bit, twice.
+TEST(ConsumingTest, CapturedGradientsMatchEager) {
+  const Tensor x = random_tensor({64, 96}, 20);
+  auto make = [] {
+    manual_seed(4);
+    return std::make_pair(randn({96, 96}).requires_grad_(), randn({96}).requires_grad_());
+  };
+  auto body = [&](const Tensor& w, const Tensor& b) {
+    Tensor h = gelu(matmul(x, w) + b, GeluApprox::kNone);
+    Tensor s = silu(x + std::move(h)) * 0.5 - 0.25;
+    return mean(pow(tanh(std::move(s)) + sigmoid(matmul(x, w)), 2.0));
+  };
+  auto [w1, b1] = make();
+  Tensor l1 = body(w1, b1);
+  l1.backward();
+  auto [w3, b3] = make();
+  auto step = [&] {
+    autograd::zero_grad(w3);
+    autograd::zero_grad(b3);
+    Tensor loss = body(w3, b3);
+    loss.backward();
+    return std::vector<Tensor>{loss};
+  };
+  absl::StatusOr<Graph> g = capture(step);
+  ASSERT_TRUE(g.ok()) << g.status();
+  w3.grad().fill_(7.0);
+  b3.grad().fill_(7.0);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(g->replay().ok());
+    EXPECT_EQ(values(g->output(0)), values(l1));
+    EXPECT_EQ(values(w3.grad()), values(w1.grad()));
+    EXPECT_EQ(values(b3.grad()), values(b1.grad()));
   }
 }
 
