@@ -32,14 +32,26 @@ std::string xml_escape(absl::string_view text) {
   return out;
 }
 
+// hi - lo for lo <= hi, exact over all of int64 (the difference may not
+// fit in int64: times span [INT64_MIN, INT64_MAX]).
+uint64_t span(int64_t lo, int64_t hi) { return static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo); }
+
+// lo + (hi - lo) * k / kTicks for 0 <= k <= kTicks, rounded down, without
+// overflow: (hi - lo) * k alone overflows past INT64_MAX / kTicks.
+int64_t tick(int64_t lo, int64_t hi, int k) {
+  const uint64_t d = span(lo, hi);
+  const uint64_t part = d / kTicks * k + d % kTicks * k / kTicks;   // <= d
+  return static_cast<int64_t>(static_cast<uint64_t>(lo) + part);   // in [lo, hi]
+}
+
 // Maps time steps to x and bytes to y (address grows upwards).
 struct Frame {
-  int64_t t0, t1, bytes;
+  int64_t t0, t1, bytes;        // t0 < t1, bytes > 0
   double left = 0, right = 0;   // margins, from the tick labels (fit_margins)
-  double x(int64_t t) const { return left + (kWidth - left - right) * double(t - t0) / double(t1 - t0); }
-  double y(int64_t b) const { return kHeight - kBottom - (kHeight - kTop - kBottom) * double(b) / double(bytes); }
-  int64_t tick_t(int k) const { return t0 + (t1 - t0) * k / kTicks; }
-  int64_t tick_b(int k) const { return bytes * k / kTicks; }
+  double x(int64_t t) const { return left + (kWidth - left - right) * double(span(t0, t)) / double(span(t0, t1)); }
+  double y(double b) const { return kHeight - kBottom - (kHeight - kTop - kBottom) * b / double(bytes); }
+  int64_t tick_t(int k) const { return tick(t0, t1, k); }
+  int64_t tick_b(int k) const { return tick(0, bytes, k); }
 };
 
 // x of the rotated y-axis title's baseline: its glyphs reach kAscent to the left.
@@ -123,11 +135,12 @@ std::string render_svg(absl::Span<const Buffer> buffers, const Plan& plan) {
   for (size_t i = 0; i < buffers.size() && i < plan.offsets.size(); ++i) {
     const Buffer& b = buffers[i];
     const int64_t offset = plan.offsets[i];
+    const double top = double(offset) + double(b.size);   // in double: a plan given by hand may overflow
     absl::StrAppendFormat(&out,
                           "<rect x='%.2f' y='%.2f' width='%.2f' height='%.2f' fill='hsl(%d,65%%,62%%)' "
                           "stroke='#333' stroke-width='0.3'><title>%s: %d bytes at %d, live [%d, %d)</title></rect>\n",
-                          f.x(b.lower), f.y(offset + b.size), f.x(b.upper) - f.x(b.lower),
-                          f.y(offset) - f.y(offset + b.size), int(i * 137 % 360), xml_escape(b.id), b.size, offset,
+                          f.x(b.lower), f.y(top), f.x(b.upper) - f.x(b.lower),
+                          f.y(double(offset)) - f.y(top), int(i * 137 % 360), xml_escape(b.id), b.size, offset,
                           b.lower, b.upper);
   }
   draw_level(f, bound, "lower bound", "stroke='crimson' stroke-dasharray='6,4' stroke-width='1.5'", out);

@@ -1,6 +1,7 @@
 // encore-plan, run as a user would: exit status, messages, --out and --svg.
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,38 @@ TEST(EncorePlanToolTest, PictureKeepsEveryTextInsideTheView) {
     EXPECT_THAT(testing::svg_text_outside_view(svg), ::testing::IsEmpty()) << "scale " << scale;
     EXPECT_THAT(svg, HasSubstr(">buffer ("));
     EXPECT_THAT(svg, HasSubstr(">lower bound</text>"));
+  }
+}
+
+// Times and sizes near the ends of int64: the tick labels are the exact
+// quarters of the ranges (computed naively, (t1 - t0) * k overflows and
+// the labels wrap), and every text stays inside the view. The fuzzer's
+// input (fuzz/planner_csv_fuzz) ended at 3722222222222222222.
+TEST(EncorePlanToolTest, PictureOfTheWholeInt64Range) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  {
+    const std::vector<Buffer> buffers = {{.id = "a", .size = 641, .lower = 0, .upper = 3722222222222222222},
+                                         {.id = "b", .size = 3497, .lower = 5, .upper = 9}};
+    const Plan plan{{0, 641}, 4138};
+    const std::string svg = render_svg(buffers, plan);
+    for (const char* label : {">930555555555555555<", ">1861111111111111111<", ">2791666666666666666<",
+                              ">3722222222222222222<"}) {
+      EXPECT_THAT(svg, HasSubstr(label));
+    }
+    EXPECT_THAT(testing::svg_text_outside_view(svg), ::testing::IsEmpty());
+  }
+  {
+    const int64_t big = int64_t{1} << 61;
+    const std::vector<Buffer> buffers = {{.id = "a", .size = big, .lower = kMin, .upper = kMax},
+                                         {.id = "b", .size = big, .lower = -3, .upper = 4}};
+    const Plan plan{{0, big}, 2 * big};   // 2^62 bytes
+    const std::string svg = render_svg(buffers, plan);
+    // Quarters of [INT64_MIN, INT64_MAX] (2^64 - 1 wide) and of 2^62 bytes.
+    for (const char* label : {">-9223372036854775808<", ">-4611686018427387905<", ">-1<", ">4611686018427387903<",
+                              ">9223372036854775807<", ">2305843009213693952<", ">4611686018427387904<"}) {
+      EXPECT_THAT(svg, HasSubstr(label));
+    }
+    EXPECT_THAT(testing::svg_text_outside_view(svg), ::testing::IsEmpty());
   }
 }
 
