@@ -4,6 +4,8 @@
 // C bytes?" for capacities between the proven floor and the best peak known,
 // or for one given capacity. Each answer is a plan, a proof that none exists,
 // or "out of nodes" (no answer yet; asked again with a larger node limit).
+// Between rounds, band repair improves the best plan by searching again
+// above bands of it (NOTE [ Band repair ]); it supplies plans, never proofs.
 //
 // NOTE [ Canonical search ]
 // The decision search follows MiniMalloc (Moffitt, ASPLOS '23 vol. 4, 2024). Any plan can
@@ -314,22 +316,20 @@ Outcome CapacitySearch::solve_above(int32_t ranking, int64_t node_limit,
     solution_[item] = from = offset;
     for (int32_t s = p_.items[item].first; s + 1 < p_.items[item].last; ++s) --cuts_[s];
   }
-  // The rest goes at or above the prefix, split where no unplaced buffer spans a boundary.
   const int32_t sections = static_cast<int32_t>(p_.totals.size());
-  std::vector<int32_t> cutpoints;
-  for (int32_t s = 0; s + 1 < sections; ++s) {
-    if (cuts_[s] == 0) cutpoints.push_back(s + 1);
-  }
-  if (!cutpoints.empty()) {
-    Partition partition{0, sections, {}};
-    for (int32_t i = 0; i < static_cast<int32_t>(p_.items.size()); ++i) partition.items.push_back(i);
-    return split_and_solve(partition, cutpoints, 0);
-  }
   Partition partition{0, sections, {}};
   for (int32_t i = 0; i < static_cast<int32_t>(p_.items.size()); ++i) {
     if (offset_[i] == kUnplaced) partition.items.push_back(i);
   }
   if (partition.items.empty()) return Outcome::kFound;
+  // Pieces split where no unplaced buffer spans a boundary start their
+  // canonical order afresh (as in solve); otherwise the rest goes at or
+  // above the prefix.
+  std::vector<int32_t> cutpoints;
+  for (int32_t s = 0; s + 1 < sections; ++s) {
+    if (cuts_[s] == 0) cutpoints.push_back(s + 1);
+  }
+  if (!cutpoints.empty()) return split_and_solve(partition, cutpoints, 0);
   return solve_partition(partition, 0, Candidate{from, -1, -1});
 }
 
@@ -763,22 +763,27 @@ Plan to_plan(const SectionProblem& problem, absl::Span<const Buffer> buffers, co
 // the fraction through 25/40/50/60/75 % and change ranking every ten.
 // - Settling makes the plan canonical and leaves no buffer that could drop
 //   into a gap below it; such a plan passes the dominance rule at every
-//   node, so its own completion stays in the search space and the search at
-//   its peak always has something to find. (A plan only pushed down onto
-//   the buffers below was refused at its own peak after one node.)
+//   node (a buffer that could rest lower would have a free slot there), so
+//   its own completion stays in the search space and a step at its peak has
+//   a plan to find. (A plan only pushed down onto the buffers below was
+//   refused at its own peak after one node on most steps.)
 // - It proves nothing: a refused prefix or a failed step says nothing about
 //   the problem, its failures go to a memo of its own (repair_memo_), the
 //   floor moves only by the probes, and every plan it keeps comes from a
-//   search, so it is valid (brute force: BandRepairKeepsEveryAnswer in
+//   search or from settling (which moves buffers only into free space), so
+//   it is valid (brute force: BandRepairKeepsEveryAnswer in
 //   tests/planner/search_test.cpp).
 // - Budget: a round's repair gets as many nodes as the round's probes spent
 //   (counting a prefix placement and each buffer settled as a node), in
 //   steps of 4n nodes; it is deterministic in nodes like the rest.
-// Measured (minimalloc_like_problem 1-100, 1 s, CPU time; bench/RESULTS.md,
-// issue 20 eleventh pass): minimising, mean peak / lower bound
-// 1.0327 -> 1.0271, better on 46 seeds, worse on 9; at 2^20 54 -> 55 fit (and
-// 5 instead of 1 of the 46 missed fit in 3 s). On the challenging files F
-// and H fit 2-6x sooner, E 1.8x later.
+// Measured (bench/RESULTS.md, issue 20 eleventh pass): on
+// minimalloc_like_problem 1-100 in 1 s, minimising proves 46 optimal (was 44)
+// and the mean peak / lower bound goes 1.0325 -> 1.0267 (lower on 48 seeds,
+// higher on 6); at 2^20 55 fit (was 54, none lost). D and J minimised in
+// 10 s: 1,030,144 -> 1,020,928 and 1,034,240 -> 1,022,976, below any plan
+// found before (not proven). At 2^20 F and H fit 2-3x sooner, E 1.5x later;
+// easy proofs take 1.5x (the repair runs between their rounds). Starting
+// at the first round with a target made A-E 2-4x slower there.
 class CapacityDriver {
  public:
   CapacityDriver(const SectionProblem& problem, absl::Span<const Buffer> buffers, int64_t bound, Plan start,

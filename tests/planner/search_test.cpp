@@ -171,7 +171,7 @@ TEST(ExactVsBruteForceTest, BandRepairKeepsEveryAnswer) {
 
 // Seed 92 of minimalloc_like_problem at 2^20: the search alone does not fit
 // it in 3 s (its dives and complete searches keep a wrong bottom); band
-// repair reaches 2^20 from the minimiser's plans in 0.34 s (bench/RESULTS.md,
+// repair reaches 2^20 from the bisection's plans in 0.7 s (bench/RESULTS.md,
 // issue 20 eleventh pass). The search and the repair steps are deterministic
 // up to the limit, so the plan returned is band repair's on every machine
 // that gets there within it.
