@@ -963,7 +963,7 @@ class CapacityDriver {
       at[item] = align_up(top, problem_.items[item].alignment);
     }
     std::vector<std::pair<int64_t, int64_t>> taken;  // [begin, end) of the buffers beside one
-    for (bool moved = true; moved;) {
+    for (bool moved = true; moved && !deadline_.expired();) {  // every pass leaves a valid plan
       moved = false;
       for (size_t i = 0; i < n; ++i) order[i] = {static_cast<int32_t>(i), at[i]};
       std::sort(order.begin(), order.end(), by_offset);
