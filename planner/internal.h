@@ -117,6 +117,8 @@ struct ExactResult {
   Plan plan;
   int64_t nodes = 0;
   int64_t deadlines = 0;  // buffer tops bounded by a section (NOTE [ Deadlines ] in exact.cpp)
+  int64_t repair_steps = 0;  // band repair searches (NOTE [ Band repair ] in exact.cpp)
+  bool repaired = false;     // the plan returned is one band repair found
 };
 // Improves on `start` (a valid plan) by searching canonical placements
 // (NOTE [ Canonical search ] in exact.cpp) until the deadline. With
@@ -124,9 +126,12 @@ struct ExactResult {
 // optimal. With a capacity it stops at the first plan within it or at a proof
 // that none exists (then plan.peak_floor > capacity).
 // `bound` is lower_bound(buffers). The deadline is checked before each phase
-// (sections, every probe) and every 256 search nodes.
+// (sections, every probe, every band repair step) and every 256 search nodes.
+// `first_node_limit` (0: twice the buffers, at least 64) is the first round's
+// node limit per search; tests set 1 so that every probe runs out of nodes
+// and band repair runs in every round.
 ExactResult plan_exact(absl::Span<const Buffer> buffers, int64_t bound, Plan start, const Deadline& deadline,
-                       int64_t capacity);
+                       int64_t capacity, int64_t first_node_limit = 0);
 
 }  // namespace encore::planner::internal
 
