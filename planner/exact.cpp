@@ -907,7 +907,9 @@ class CapacityDriver {
         keep(to_plan(problem_, buffers_, offsets));
         continue;
       }
-      const int64_t band = peak * kBandPercents[(step_ / 2) % kBandPercents.size()] / 100;
+      // In 128 bits: peaks reach 2^62 (check_total in plan.cpp), past 2^63 / 75.
+      const int64_t band =
+          static_cast<int64_t>(static_cast<__int128>(peak) * kBandPercents[(step_ / 2) % kBandPercents.size()] / 100);
       size_t fixed = 0;
       while (fixed < plan.size() && plan[fixed].second < band) ++fixed;
       const absl::Span<const std::pair<int32_t, int64_t>> prefix(plan.data(), fixed);
