@@ -820,7 +820,7 @@ class CapacityDriver {
       if (probe(target_, limit) == Outcome::kOutOfTime) return;
       if (best_.peak <= target_ || floor_ > target_ || limit < kFirstRepairRound * first_limit()) continue;
       if (!descend(target_ + grain(), limit)) return;
-      if (best_.peak > target_) repair(target_, nodes_ - before);
+      if (best_.peak > target_ && floor_ <= target_) repair(target_, nodes_ - before);   // no repair after a proof
     }
   }
 
