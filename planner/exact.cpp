@@ -942,10 +942,12 @@ class CapacityDriver {
 
   // The best plan's item offsets, mirrored (peak - offset - size) if
   // `mirror`, then settled: each buffer on the aligned top of the highest
-  // buffer below it (a mirrored offset need not be aligned), then, in order
-  // of offset, down to the lowest aligned offset where it fits beside the
-  // others, until none moves. No buffer rises, so the plan stays valid and
-  // no higher. Returns (item, offset) in order of offset.
+  // buffer below it (a mirrored offset need not be aligned, so a buffer may
+  // rise by less than its alignment; keep() refuses a higher plan), then, in
+  // order of offset, down to the lowest aligned offset where it fits beside
+  // the others, until none moves (the deadline is checked between passes: a
+  // pass cut short would leave the highest buffers, which set the peak,
+  // where they were). Returns (item, offset) in order of offset.
   std::vector<std::pair<int32_t, int64_t>> settled(bool mirror) const {
     const size_t n = problem_.items.size();
     std::vector<std::pair<int32_t, int64_t>> order(n);

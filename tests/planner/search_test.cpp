@@ -190,11 +190,13 @@ TEST(ExactOnGeneratedTest, BandRepairFitsWhatTheSearchDoesNot) {
 
 // Peaks may reach 2^62 (check_total in planner/plan.cpp), so band repair's
 // band, a percentage of the peak, must not be computed as peak * percent in
-// int64: 900 buffers of 2^48 bytes live throughout under a scaled
-// minimalloc_like_problem put the peak near 2^58, where 40 % of it overflowed
-// (undefined behaviour; -fsanitize=signed-integer-overflow stops there, a
-// release build wrapped to a negative band and fixed nothing). The plans kept
-// must stay valid and the floor at or below them.
+// int64: 1,400 buffers of 2^48 bytes live throughout under a scaled
+// minimalloc_like_problem put the peak near 2^58.5, where even the first
+// step's 25 % of it overflowed (undefined behaviour;
+// -fsanitize=signed-integer-overflow stops there, a release build wrapped to
+// a negative band and fixed nothing). One repair search is enough to reach
+// it, so the test asks for one, not for a rate (a sanitizer build is
+// slower). The plans kept must stay valid and the floor at or below them.
 TEST(ExactOnGeneratedTest, BandRepairOnPeaksNear2To58) {
   std::vector<Buffer> buffers = minimalloc_like_problem(92);
   int64_t end = 0;
@@ -202,8 +204,9 @@ TEST(ExactOnGeneratedTest, BandRepairOnPeaksNear2To58) {
     b.size <<= 28;  // at most 2^48, as check_buffers allows
     end = std::max(end, b.upper);
   }
-  for (int i = 0; i < 900; ++i) buffers.push_back({absl::StrCat("all", i), int64_t{1} << 48, 0, end, 1});
+  for (int i = 0; i < 1400; ++i) buffers.push_back({absl::StrCat("all", i), int64_t{1} << 48, 0, end, 1});
   const int64_t bound = lower_bound(buffers);
+  ASSERT_GT(static_cast<double>(bound) * 25, 0x1p63) << "the first band would not overflow";
   const internal::Deadline deadline(1.0);
   const Plan start = internal::plan_best_greedy(buffers);
   const internal::ExactResult result = internal::plan_exact(buffers, bound, start, deadline, 0, 1);
@@ -211,7 +214,7 @@ TEST(ExactOnGeneratedTest, BandRepairOnPeaksNear2To58) {
   EXPECT_LE(result.plan.peak, start.peak);
   EXPECT_GE(result.plan.peak_floor, bound);
   EXPECT_LE(result.plan.peak_floor, result.plan.peak);
-  EXPECT_GT(result.repair_steps, 8) << "band repair hardly ran";
+  EXPECT_GT(result.repair_steps, 0) << "band repair did not run";
 }
 
 // Problems with a known packing (challenging_problem): exact finds a plan
