@@ -186,7 +186,12 @@ int run() {
   const double acc_eager = accuracy(*eager.net, *digits, split.test, device);
   const double acc = accuracy(*graphed_copy.net, *digits, split.test, device);
   const GraphedStats& s = graphed.stats();
-  const CaptureStats& c = graphed.graphs().front().capture;
+  const std::vector<GraphedGraph> graphs = graphed.graphs();   // a copy: keep it while reading it
+  if (graphs.empty()) {
+    std::cerr << "the graphed step captured no graph\n";
+    return 1;
+  }
+  const CaptureStats& c = graphs.front().capture;
   std::printf("held-out accuracy: graphed %.2f%%, eager %.2f%% (%zu images)\n", 100 * acc, 100 * acc_eager,
               split.test.size());
   std::printf("ms/step (median, same period): eager %.3f, replay %.3f (%.2fx); %lld replays, %lld eager calls\n",
