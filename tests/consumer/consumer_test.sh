@@ -12,6 +12,11 @@ mode=$1 build_root=$2 source_root=$3
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 consumer="$source_root/tests/consumer"
+# Set by tests/meson.build in a sanitized build: the installed library is
+# instrumented (the subproject mode builds its own copy, not instrumented).
+sanitize=${ENCORE_CONSUMER_SANITIZE:-}
+san_flags=() san_meson=()
+if [ -n "$sanitize" ]; then san_flags=("-fsanitize=$sanitize"); san_meson=("-Db_sanitize=$sanitize"); fi
 
 run() { echo "+ $*"; "$@"; }
 
@@ -23,12 +28,13 @@ case "$mode" in
     # encore.pc is relocatable: it finds the prefix from its own place.
     export PKG_CONFIG_PATH="$(dirname "$pc")"
     run pkg-config --cflags --libs encore
-    run g++ -std=c++20 -O1 "$consumer/consumer.cpp" -o "$tmp/consumer_gxx" $(pkg-config --cflags --libs encore)
+    run g++ -std=c++20 -O1 "${san_flags[@]}" "$consumer/consumer.cpp" -o "$tmp/consumer_gxx" \
+        $(pkg-config --cflags --libs encore)
     run "$tmp/consumer_gxx"
-    run g++ -std=c++20 -O1 "$consumer/consumer.cpp" -o "$tmp/consumer_static" \
+    run g++ -std=c++20 -O1 "${san_flags[@]}" "$consumer/consumer.cpp" -o "$tmp/consumer_static" \
         $(pkg-config --static --cflags --libs encore)
     run "$tmp/consumer_static"
-    run meson setup "$tmp/build" "$consumer" --wrap-mode=nofallback >/dev/null
+    run meson setup "$tmp/build" "$consumer" --wrap-mode=nofallback "${san_meson[@]}" >/dev/null
     run ninja -C "$tmp/build" >/dev/null
     run "$tmp/build/consumer"
     ;;
