@@ -195,6 +195,11 @@ class CapacitySearch {
 
  private:
   void reset(int32_t ranking, int64_t node_limit, int64_t discrepancies);
+  // No section's bytes alone exceed the capacity.
+  bool sections_fit() const;
+  // The unplaced items as one partition of every section, and in
+  // `cutpoints` the section boundaries none of them spans.
+  Partition unplaced_items(std::vector<int32_t>& cutpoints) const;
   Outcome solve_partition(Partition& partition, int depth, const Candidate& last);
   Outcome search(const Partition& partition, const std::vector<Candidate>& previous, const Candidate& last,
                  int depth);
@@ -283,19 +288,29 @@ void CapacitySearch::reset(int32_t ranking, int64_t node_limit, int64_t discrepa
   }
 }
 
-Outcome CapacitySearch::solve(int32_t ranking, int64_t node_limit, int64_t discrepancies) {
-  reset(ranking, node_limit, discrepancies);
-  for (int64_t total : total_) {
-    if (total > capacity_) return Outcome::kInfeasible;
-  }
-  // Split the problem where no buffer spans a section boundary.
+bool CapacitySearch::sections_fit() const {
+  return std::none_of(total_.begin(), total_.end(), [&](int64_t total) { return total > capacity_; });
+}
+
+Partition CapacitySearch::unplaced_items(std::vector<int32_t>& cutpoints) const {
   const int32_t sections = static_cast<int32_t>(p_.totals.size());
   Partition partition{0, sections, {}};
-  std::vector<int32_t> cutpoints;
+  for (int32_t i = 0; i < static_cast<int32_t>(p_.items.size()); ++i) {
+    if (offset_[i] == kUnplaced) partition.items.push_back(i);
+  }
+  cutpoints.clear();
   for (int32_t s = 0; s + 1 < sections; ++s) {
     if (cuts_[s] == 0) cutpoints.push_back(s + 1);
   }
-  for (int32_t i = 0; i < static_cast<int32_t>(p_.items.size()); ++i) partition.items.push_back(i);
+  return partition;
+}
+
+Outcome CapacitySearch::solve(int32_t ranking, int64_t node_limit, int64_t discrepancies) {
+  reset(ranking, node_limit, discrepancies);
+  if (!sections_fit()) return Outcome::kInfeasible;
+  // Split the problem where no buffer spans a section boundary.
+  std::vector<int32_t> cutpoints;
+  const Partition partition = unplaced_items(cutpoints);
   const Outcome outcome = split_and_solve(partition, cutpoints, 0);
   return outcome == Outcome::kInfeasible && cut_ > 0 ? Outcome::kOutOfNodes : outcome;
 }
@@ -303,9 +318,7 @@ Outcome CapacitySearch::solve(int32_t ranking, int64_t node_limit, int64_t discr
 Outcome CapacitySearch::solve_above(int32_t ranking, int64_t node_limit,
                                     absl::Span<const std::pair<int32_t, int64_t>> prefix) {
   reset(ranking, node_limit, kNoDiscrepancyLimit);
-  for (int64_t total : total_) {
-    if (total > capacity_) return Outcome::kInfeasible;
-  }
+  if (!sections_fit()) return Outcome::kInfeasible;
   int64_t from = 0;
   for (const auto& [item, offset] : prefix) {
     bool hatless = false;
@@ -316,19 +329,12 @@ Outcome CapacitySearch::solve_above(int32_t ranking, int64_t node_limit,
     solution_[item] = from = offset;
     for (int32_t s = p_.items[item].first; s + 1 < p_.items[item].last; ++s) --cuts_[s];
   }
-  const int32_t sections = static_cast<int32_t>(p_.totals.size());
-  Partition partition{0, sections, {}};
-  for (int32_t i = 0; i < static_cast<int32_t>(p_.items.size()); ++i) {
-    if (offset_[i] == kUnplaced) partition.items.push_back(i);
-  }
+  std::vector<int32_t> cutpoints;
+  Partition partition = unplaced_items(cutpoints);
   if (partition.items.empty()) return Outcome::kFound;
   // Pieces split where no unplaced buffer spans a boundary start their
   // canonical order afresh (as in solve); otherwise the rest goes at or
   // above the prefix.
-  std::vector<int32_t> cutpoints;
-  for (int32_t s = 0; s + 1 < sections; ++s) {
-    if (cuts_[s] == 0) cutpoints.push_back(s + 1);
-  }
   if (!cutpoints.empty()) return split_and_solve(partition, cutpoints, 0);
   return solve_partition(partition, 0, Candidate{from, -1, -1});
 }
@@ -966,11 +972,14 @@ class CapacityDriver {
       }
       at[item] = align_up(top, problem_.items[item].alignment);
     }
+    const auto sort_at = [&] {   // order = (item, at[item]) by offset
+      for (size_t i = 0; i < n; ++i) order[i] = {static_cast<int32_t>(i), at[i]};
+      std::sort(order.begin(), order.end(), by_offset);
+    };
     std::vector<std::pair<int64_t, int64_t>> taken;  // [begin, end) of the buffers beside one
     for (bool moved = true; moved && !deadline_.expired();) {  // every pass leaves a valid plan
       moved = false;
-      for (size_t i = 0; i < n; ++i) order[i] = {static_cast<int32_t>(i), at[i]};
-      std::sort(order.begin(), order.end(), by_offset);
+      sort_at();
       for (const auto& [item, unused] : order) {
         const SearchItem& it = problem_.items[item];
         taken.clear();
@@ -987,8 +996,7 @@ class CapacityDriver {
         }
       }
     }
-    for (size_t i = 0; i < n; ++i) order[i] = {static_cast<int32_t>(i), at[i]};
-    std::sort(order.begin(), order.end(), by_offset);
+    sort_at();
     return order;
   }
 

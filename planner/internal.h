@@ -23,11 +23,12 @@ inline int64_t align_up(int64_t value, int64_t alignment) {
   return (value + alignment - 1) & ~(alignment - 1);
 }
 
-// upper - lower, exact for every valid buffer (upper > lower) even when the
-// difference does not fit in int64 ([INT64_MIN, INT64_MAX)).
-inline uint64_t lifetime_length(const Buffer& b) {
-  return static_cast<uint64_t>(b.upper) - static_cast<uint64_t>(b.lower);
-}
+// hi - lo for lo <= hi, exact even when the difference does not fit in
+// int64 (lo = INT64_MIN, hi = INT64_MAX gives 2^64 - 1).
+inline uint64_t difference(int64_t lo, int64_t hi) { return static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo); }
+
+// upper - lower, exact for every valid buffer (upper > lower).
+inline uint64_t lifetime_length(const Buffer& b) { return difference(b.lower, b.upper); }
 
 // The largest offset + size of a placement (0 for no buffers).
 int64_t peak_of(absl::Span<const Buffer> buffers, absl::Span<const int64_t> offsets);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "encore/planner.h"
+#include "planner/internal.h"
 #include "planner/svg_text.h"
 
 namespace encore::planner {
@@ -32,14 +33,10 @@ std::string xml_escape(absl::string_view text) {
   return out;
 }
 
-// hi - lo for lo <= hi, exact over all of int64 (the difference may not
-// fit in int64: times span [INT64_MIN, INT64_MAX]).
-uint64_t span(int64_t lo, int64_t hi) { return static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo); }
-
 // lo + (hi - lo) * k / kTicks for 0 <= k <= kTicks, rounded down, without
 // overflow: (hi - lo) * k alone overflows past INT64_MAX / kTicks.
 int64_t tick(int64_t lo, int64_t hi, int k) {
-  const uint64_t d = span(lo, hi);
+  const uint64_t d = internal::difference(lo, hi);
   const uint64_t part = d / kTicks * k + d % kTicks * k / kTicks;   // <= d
   return static_cast<int64_t>(static_cast<uint64_t>(lo) + part);   // in [lo, hi]
 }
@@ -48,7 +45,9 @@ int64_t tick(int64_t lo, int64_t hi, int k) {
 struct Frame {
   int64_t t0, t1, bytes;        // t0 < t1, bytes > 0
   double left = 0, right = 0;   // margins, from the tick labels (fit_margins)
-  double x(int64_t t) const { return left + (kWidth - left - right) * double(span(t0, t)) / double(span(t0, t1)); }
+  double x(int64_t t) const {
+    return left + (kWidth - left - right) * double(internal::difference(t0, t)) / double(internal::difference(t0, t1));
+  }
   double y(double b) const { return kHeight - kBottom - (kHeight - kTop - kBottom) * b / double(bytes); }
   int64_t tick_t(int k) const { return tick(t0, t1, k); }
   int64_t tick_b(int k) const { return tick(0, bytes, k); }
