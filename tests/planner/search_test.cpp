@@ -104,32 +104,49 @@ TEST(ExactVsBruteForceTest, HatlessPlacementsOnNestedLifetimes) {
   EXPECT_GT(proven_above_bound, 0) << "no proof went beyond the lower bound";
 }
 
+// `exact` on one brute-forced problem, from a poor first plan (naive),
+// asked the three questions: the minimum, the optimum as a capacity, and one
+// byte below it. Every plan must be valid and every answer match brute
+// force: the minimum found and proven, the optimum fit, the capacity below
+// refuted and the floor never above the optimum. Returns the three results
+// for the callers' counters.
+std::vector<internal::ExactResult> expect_exact_answers(const std::vector<Buffer>& buffers,
+                                                        int64_t first_node_limit, const std::string& where) {
+  const int64_t optimum = brute_force_by_orders(buffers);
+  const int64_t bound = lower_bound(buffers);
+  const std::string at = absl::StrCat(where, ", optimum ", optimum);
+  const internal::Deadline deadline(20.0);
+  const Plan start = internal::plan_naive(buffers);
+  const auto run = [&](int64_t capacity) {
+    return internal::plan_exact(buffers, bound, start, deadline, capacity, first_node_limit);
+  };
+  std::vector<internal::ExactResult> results = {run(0), run(optimum), run(optimum - 1)};
+  const internal::ExactResult& minimised = results[0];
+  const internal::ExactResult& fits = results[1];
+  const internal::ExactResult& below = results[2];
+  for (const internal::ExactResult& r : results) EXPECT_TRUE(validate(buffers, r.plan).ok()) << at;
+  EXPECT_EQ(minimised.plan.peak, optimum) << at;
+  EXPECT_EQ(minimised.plan.peak_floor, optimum) << at;
+  EXPECT_LE(fits.plan.peak, optimum) << at;
+  EXPECT_GE(below.plan.peak, optimum) << at;
+  EXPECT_GT(below.plan.peak_floor, optimum - 1) << at << ": not refuted";
+  EXPECT_LE(below.plan.peak_floor, optimum) << at;
+  return results;
+}
+
 // The decision search bounds buffer tops from tight sections and checks the
 // other sections of a bounded buffer again (NOTE [ Deadlines ] in
 // planner/exact.cpp). On problems where it does so, every answer must match
-// brute force: the optimum is found, the capacity below it refuted, and the
-// minimum proven. Too strong a bound refutes the optimum; a bound that
-// drops a reachable plan makes the floor overshoot.
+// brute force. Too strong a bound refutes the optimum; a bound that drops a
+// reachable plan makes the floor overshoot.
 TEST(ExactVsBruteForceTest, DeadlinesKeepEveryAnswer) {
   int64_t deadlines = 0;
   for (uint64_t seed = 1; seed <= 200; ++seed) {
     const std::vector<Buffer> buffers =
         random_buffers(6 + seed % 3, 4 + seed % 13, 4 + seed % 7, seed % 4 == 0, 3000 + seed);
-    const int64_t optimum = brute_force_by_orders(buffers);
-    const int64_t bound = lower_bound(buffers);
-    const std::string where = absl::StrCat("seed ", seed, ", optimum ", optimum);
-    const internal::Deadline deadline(20.0);
-    const Plan start = internal::plan_naive(buffers);   // a valid, poor first plan
-    const internal::ExactResult fits = internal::plan_exact(buffers, bound, start, deadline, optimum);
-    EXPECT_LE(fits.plan.peak, optimum) << where;
-    EXPECT_TRUE(validate(buffers, fits.plan).ok()) << where;
-    const internal::ExactResult below = internal::plan_exact(buffers, bound, start, deadline, optimum - 1);
-    EXPECT_GT(below.plan.peak_floor, optimum - 1) << where << ": not refuted";
-    EXPECT_LE(below.plan.peak_floor, optimum) << where;
-    const internal::ExactResult minimised = internal::plan_exact(buffers, bound, start, deadline, 0);
-    EXPECT_EQ(minimised.plan.peak, optimum) << where;
-    EXPECT_EQ(minimised.plan.peak_floor, optimum) << where;
-    deadlines += fits.deadlines + below.deadlines + minimised.deadlines;
+    for (const internal::ExactResult& r : expect_exact_answers(buffers, 0, absl::StrCat("seed ", seed))) {
+      deadlines += r.deadlines;
+    }
   }
   EXPECT_GT(deadlines, 100) << "too few bounded tops to test them";
 }
@@ -138,32 +155,15 @@ TEST(ExactVsBruteForceTest, DeadlinesKeepEveryAnswer) {
 // is out of nodes; a first node limit of 1 puts every probe there, so on
 // these small problems it runs in every round. Each plan it supplies must be
 // valid, and since it proves nothing, the answers must still match brute
-// force: the optimum is found and proven, the capacity below it refuted.
+// force.
 TEST(ExactVsBruteForceTest, BandRepairKeepsEveryAnswer) {
   int64_t repair_steps = 0, repaired = 0;
   for (uint64_t seed = 1; seed <= 150; ++seed) {
     const std::vector<Buffer> buffers =
         random_buffers(5 + seed % 4, 4 + seed % 13, 4 + seed % 7, seed % 4 == 0, 7000 + seed);
-    const int64_t optimum = brute_force_by_orders(buffers);
-    const int64_t bound = lower_bound(buffers);
-    const std::string where = absl::StrCat("seed ", seed, ", optimum ", optimum);
-    const internal::Deadline deadline(20.0);
-    const Plan start = internal::plan_naive(buffers);  // a valid, poor first plan
-    const internal::ExactResult minimised = internal::plan_exact(buffers, bound, start, deadline, 0, 1);
-    EXPECT_TRUE(validate(buffers, minimised.plan).ok()) << where;
-    EXPECT_EQ(minimised.plan.peak, optimum) << where;
-    EXPECT_EQ(minimised.plan.peak_floor, optimum) << where;
-    const internal::ExactResult fits = internal::plan_exact(buffers, bound, start, deadline, optimum, 1);
-    EXPECT_TRUE(validate(buffers, fits.plan).ok()) << where;
-    EXPECT_LE(fits.plan.peak, optimum) << where;
-    const internal::ExactResult below = internal::plan_exact(buffers, bound, start, deadline, optimum - 1, 1);
-    EXPECT_TRUE(validate(buffers, below.plan).ok()) << where;
-    EXPECT_GE(below.plan.peak, optimum) << where;
-    EXPECT_GT(below.plan.peak_floor, optimum - 1) << where << ": not refuted";
-    EXPECT_LE(below.plan.peak_floor, optimum) << where;
-    for (const internal::ExactResult* r : {&minimised, &fits, &below}) {
-      repair_steps += r->repair_steps;
-      repaired += r->repaired;
+    for (const internal::ExactResult& r : expect_exact_answers(buffers, 1, absl::StrCat("seed ", seed))) {
+      repair_steps += r.repair_steps;
+      repaired += r.repaired;
     }
   }
   EXPECT_GT(repair_steps, 1000) << "band repair hardly ran";
