@@ -371,14 +371,15 @@ class CaptureObserver final : public StepObserver {
       conditions.push_back({.owner = Ref<TensorImpl>(&owner), .before = owner.autograd->grad_zero_pending_,
                             .kernel = static_cast<int64_t>(launches_), .phase = current_phase()});
     }
-    capture_internal::HostCondition& c = conditions[it->second];
-    if (write) {
-      c.has_post = true;
-      c.post = value;
-    } else if (!c.has_post && !c.has_pre) {
-      c.has_pre = true;
-      c.pre = value;
+    note(conditions[it->second], write, value);
+  }
+  void on_host_flag(HostFlag& flag, bool write, bool value) override {
+    auto [it, added] = condition_index_.try_emplace(&flag, conditions.size());
+    if (added) {
+      conditions.push_back({.flag = Ref<HostFlag>(&flag), .before = flag.value,
+                            .kernel = static_cast<int64_t>(launches_), .phase = current_phase()});
     }
+    note(conditions[it->second], write, value);
   }
   // Allocations come from the arena in recorded order: the i-th is temporary i.
   void on_allocate(const Storage& storage) override {
@@ -390,6 +391,16 @@ class CaptureObserver final : public StepObserver {
   std::vector<capture_internal::HostCondition> conditions;   // every host state the run used, once
 
  private:
+  // What the step read first (unless it wrote first) and wrote last.
+  static void note(capture_internal::HostCondition& c, bool write, bool value) {
+    if (write) {
+      c.has_post = true;
+      c.post = value;
+    } else if (!c.has_post && !c.has_pre) {
+      c.has_pre = true;
+      c.pre = value;
+    }
+  }
   void guard(Storage* s, const char* op) {
     if (plan_.contains(s->data())) return;   // a temporary in the arena
     if (seen_.insert(s).second) guards.push_back({Ref<Storage>(s), op});
@@ -399,7 +410,7 @@ class CaptureObserver final : public StepObserver {
   Capturer& capturer_;
   size_t launches_ = 0;
   absl::flat_hash_set<Storage*> seen_;
-  absl::flat_hash_map<const TensorImpl*, size_t> condition_index_;   // owner -> conditions[i]
+  absl::flat_hash_map<const void*, size_t> condition_index_;   // owner or flag -> conditions[i]
   absl::flat_hash_map<uint64_t, int32_t> temporary_ids_;   // Storage::id() -> temporary, for arena storages
   std::vector<int32_t> temporaries_;                       // the current launch's operands: temporary or kPersistent
 };
@@ -463,9 +474,7 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
     ArenaScope scope(&arena, g.device);
     g.outputs = run_step(step);
   });
-  for (const capture_internal::HostCondition& c : cap.conditions) {
-    if (c.owner->autograd != nullptr) c.owner->autograd->grad_zero_pending_ = c.before;
-  }
+  for (const capture_internal::HostCondition& c : cap.conditions) capture_internal::set_condition(c, c.before);
   if (!executable.ok()) return executable.status();
   if (cap.launches() != g.trace.kernels.size() || arena.next != static_cast<int64_t>(arena.sizes.size())) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -476,6 +485,7 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
   for (Tensor& t : g.outputs) t = arena_view(g.output_arena ? g.output_arena : g.arena, t);
   g.executable = *std::move(executable);
   g.guards = std::move(cap.guards);
+  for (Guard& guard : g.guards) guard.grad_flags = guard.storage->grad_flag_version();
   g.conditions = std::move(cap.conditions);
   g.stats.kernels = static_cast<int64_t>(cap.launches());
   g.stats.capture_ms = ms_since(t0);
@@ -572,7 +582,10 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> record_and_plan(const Step& step, c
 absl::Status capture_into(const Step& step, const CaptureOptions& options, Graph::Impl& g,
                           const Ref<Storage>& shared) {
   absl::Status ran;
-  absl::Status thrown = status_of([&] { ran = capture_run(step, options, g, shared); });
+  absl::Status thrown = status_of([&] {
+    ran = capture_run(step, options, g, shared);
+    if (ran.ok()) ran = bind(step, options, g);   // names and verify_every (GraphedStep has no bound inputs)
+  });
   return thrown.ok() ? ran : thrown;
 }
 

@@ -29,12 +29,14 @@ absl::Status Graph::replay(absl::Span<const Tensor> data) {
         "replay: given %d tensors for the graph's %d inputs (CaptureOptions::inputs)", data.size(), inputs.size()));
   }
   for (size_t i = 0; i < data.size(); ++i) {
-    if (!data[i].defined() || data[i].shape() != inputs[i].shape() || data[i].dtype() != inputs[i].dtype()) {
+    if (!data[i].defined() || data[i].shape() != inputs[i].shape() || data[i].dtype() != inputs[i].dtype() ||
+        data[i].device() != inputs[i].device()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "replay: input %d is %s, the step was captured with %s %s", i,
-          data[i].defined() ? absl::StrCat(shape_str(data[i].shape()), " ", std::string(dtype_name(data[i].dtype())))
+          "replay: input %d is %s, the step was captured with %s %s %s", i,
+          data[i].defined() ? absl::StrCat(shape_str(data[i].shape()), " ", std::string(dtype_name(data[i].dtype())),
+                                           " ", data[i].device().str())
                             : std::string("undefined"),
-          shape_str(inputs[i].shape()), dtype_name(inputs[i].dtype())));
+          shape_str(inputs[i].shape()), dtype_name(inputs[i].dtype()), inputs[i].device().str()));
     }
   }
   // The data goes into the captured tensors: what the variables hold now no longer matters.
@@ -83,8 +85,27 @@ std::string owner_str(const TensorImpl& owner) {
   return absl::StrFormat("%s %s parameter", shape_str(owner.shape), dtype_name(owner.dtype));
 }
 
+// NOTE [ Host state as a precondition ]: a HostFlag (a module's training mode) as the graph needs it.
+absl::Status check_flag(const capture_internal::HostCondition& c) {
+  const HostFlag& f = *c.flag;
+  if (f.use_count() < 2) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "replay: the owner of %s, which the captured step reads (in %s, from kernel #%d), was destroyed since "
+        "capture; capture again with the objects the step uses now",
+        f.what, phase_name(c.phase), c.kernel));
+  }
+  if (!c.has_pre || f.value == c.pre) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "replay: the captured step read %s as %s (in %s, from kernel #%d), but it is %s now: an eager step would "
+      "launch other kernels. Set it back before replay(), or capture a graph for each setting (GraphedStep: a "
+      "key per setting)",
+      f.what, c.pre ? f.when_true : f.when_false, phase_name(c.phase), c.kernel,
+      f.value ? f.when_true : f.when_false));
+}
+
 // NOTE [ Host state as a precondition ]: the lazy zero_grad flag as the graph needs it.
 absl::Status check_condition(const capture_internal::HostCondition& c) {
+  if (c.flag) return check_flag(c);
   if (c.owner->use_count() < 2) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "replay: the %s whose gradient the captured step uses (in %s, from kernel #%d) was freed or replaced "
@@ -158,11 +179,26 @@ std::string element_string(const std::vector<unsigned char>& bytes, int64_t elem
   return arg_value_string(f, bytes.data() + element * dtype_size(dtype));
 }
 
-bool flag_of(const capture_internal::HostCondition& c) {
+bool flag_of(const capture_internal::HostCondition& c) { return capture_internal::condition_value(c); }
+
+}  // namespace
+
+namespace capture_internal {
+
+bool condition_value(const HostCondition& c) {
+  if (c.flag) return c.flag->value;
   return c.owner->autograd != nullptr && c.owner->autograd->grad_zero_pending_;
 }
 
-}  // namespace
+void set_condition(const HostCondition& c, bool value) {
+  if (c.flag) {
+    c.flag->value = value;
+  } else if (c.owner->autograd != nullptr) {
+    c.owner->autograd->grad_zero_pending_ = value;
+  }
+}
+
+}  // namespace capture_internal
 
 absl::Status Graph::Impl::replay_verified() {
   // The state before.
@@ -181,9 +217,7 @@ absl::Status Graph::Impl::replay_verified() {
   for (const capture_internal::HostCondition& c : conditions) replayed_flags.push_back(flag_of(c));
   // The eager step from the same state.
   for (size_t i = 0; i < guards.size(); ++i) write_bytes(guards[i].storage, before[i]);
-  for (size_t i = 0; i < conditions.size(); ++i) {
-    if (conditions[i].owner->autograd != nullptr) write_grad_zero_pending(*conditions[i].owner, flags_before[i]);
-  }
+  for (size_t i = 0; i < conditions.size(); ++i) capture_internal::set_condition(conditions[i], flags_before[i]);
   std::vector<Tensor> eager;
   if (absl::Status s = status_of([&] { eager = step(); }); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("replay verification: the eager step failed: ", s.message()));
@@ -224,7 +258,13 @@ absl::Status Graph::Impl::replay_verified() {
     }
   }
   for (size_t i = 0; i < conditions.size() && diff.empty(); ++i) {
-    if (flag_of(conditions[i]) != replayed_flags[i]) {
+    if (flag_of(conditions[i]) == replayed_flags[i]) continue;
+    if (conditions[i].flag) {
+      const HostFlag& f = *conditions[i].flag;
+      diff = absl::StrFormat("%s is %s after the replay, %s after the eager step", f.what,
+                             replayed_flags[i] ? f.when_true : f.when_false,
+                             flag_of(conditions[i]) ? f.when_true : f.when_false);
+    } else {
       diff = absl::StrFormat("the lazy zero_grad flag of a %s is %s after the replay, %s after the eager step",
                              owner_str(*conditions[i].owner), replayed_flags[i] ? "set" : "clear",
                              flag_of(conditions[i]) ? "set" : "clear");
@@ -277,7 +317,12 @@ std::string Graph::Impl::describe(const Storage& s, const char* first_op) const 
 
 void Graph::Impl::apply_postconditions() const {
   for (const capture_internal::HostCondition& c : conditions) {
-    if (c.has_post && c.owner->autograd != nullptr) write_grad_zero_pending(*c.owner, c.post);
+    if (!c.has_post) continue;
+    if (c.flag) {
+      write_host_flag(*c.flag, c.post);
+    } else if (c.owner->autograd != nullptr) {
+      write_grad_zero_pending(*c.owner, c.post);
+    }
   }
 }
 
@@ -295,6 +340,13 @@ absl::Status Graph::Impl::check_guards() const {
           "capture (a parameter or static input reassigned, moved or dropped?); keep it alive, refill it "
           "in place with copy_(), and capture again after changing it",
           g.storage->nbytes(), g.first_op));
+    }
+    if (g.storage->grad_flag_version() != g.grad_flags) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "replay: requires_grad of %s changed since capture (requires_grad_()); the captured step computes the "
+          "gradients it computed then, an eager step would compute others. Capture again after freezing or "
+          "unfreezing parameters",
+          describe(*g.storage, g.first_op)));
     }
   }
   return absl::OkStatus();

@@ -24,6 +24,7 @@
 #include "capture/executable.h"
 #include "capture/trace.h"
 #include "encore/capture.h"
+#include "src/core/step_observer.h"
 
 namespace encore {
 namespace capture_internal {
@@ -34,25 +35,32 @@ namespace capture_internal {
 struct Guard {
   Ref<Storage> storage;
   const char* first_op;   // the first launch that touched it, for messages
+  uint32_t grad_flags = 0;   // storage->grad_flag_version() after the capture run
 };
 
 // NOTE [ Host state as a precondition ]: host state that decides which
 // kernels a step issues (autograd's lazy zero_grad flag of each parameter:
-// overwrite or accumulate the gradient) cannot live in the graph, so the
-// graph checks it. What the capture run read before writing is a
-// precondition of replay() (refused, naming the parameter and what to do,
-// when it does not hold); what it wrote last is set after each replay, as
-// the eager step would leave it. The graph keeps the owner alive and
-// refuses a replay once only the graph holds it (the parameter was dropped
+// overwrite or accumulate the gradient; a module's training mode, NOTE
+// [ Host flags ] in src/core/step_observer.h) cannot live in the graph, so
+// the graph checks it. What the capture run read before writing is a
+// precondition of replay() (refused, naming the state and what to do, when
+// it does not hold); what it wrote last is set after each replay, as the
+// eager step would leave it. The graph keeps the owner alive and refuses a
+// replay once only the graph holds it (the parameter or module was dropped
 // or replaced).
 struct HostCondition {
-  Ref<TensorImpl> owner;             // the leaf whose flag it is
+  Ref<TensorImpl> owner;             // the leaf whose zero_grad flag it is, or null for a HostFlag
+  Ref<HostFlag> flag;                // the HostFlag it is, or null for a zero_grad flag
   bool has_pre = false, pre = false; // the value the step read before writing it
   bool has_post = false, post = false;   // the value the step left
   bool before = false;               // the value before the capture run (which leaves it so)
   int64_t kernel = 0;                // launches before the first use, for messages
   Phase phase = Phase::kForward;     // the phase of the first use
 };
+
+// The condition's flag now, and setting it without telling an observer.
+bool condition_value(const HostCondition& c);
+void set_condition(const HostCondition& c, bool value);
 
 }  // namespace capture_internal
 

@@ -60,6 +60,7 @@ struct GraphedStep::Impl {
     std::optional<Graph> graph;                       // after the capture
     uint64_t arena_generation = 0;                    // the pool's arena its graph was captured into
     bool eager_only = false;                          // its capture was refused: every call runs eagerly
+    std::vector<size_t> written;                      // static inputs the step writes in place
     int64_t last_used = 0;
     int64_t replays = 0;
     int64_t held_bytes() const {
@@ -99,6 +100,17 @@ struct GraphedStep::Impl {
   }
 
   std::vector<Tensor> eager(const std::vector<Tensor>& inputs) { return detached(fn(inputs)); }
+
+  // NOTE [ Inputs written in place ]: the step reads its static inputs, so
+  // what it writes into them (a carried state, an in-place normalisation)
+  // goes back into the caller's tensors after each recorded call and replay,
+  // as an eager call would have left them.
+  void copy_back(const Entry& e, const std::vector<Tensor>& inputs) {
+    for (size_t i : e.written) {
+      Tensor dst = inputs[i];
+      dst.copy_(e.static_inputs[i]);
+    }
+  }
 
   std::function<std::vector<Tensor>()> step_of(Entry& e) {
     return [this, &e] { return fn(e.static_inputs); };
@@ -203,6 +215,7 @@ struct GraphedStep::Impl {
       return eager(inputs);
     }
     if (!s.ok()) throw Error(s);   // bad data met by a kernel, as the eager step would have thrown
+    copy_back(e, inputs);
     ++stats.replays;
     ++e.replays;
     std::vector<Tensor> outs;
@@ -215,6 +228,25 @@ struct GraphedStep::Impl {
       ENCORE_CHECK(inputs[i].defined(), "graphed step: input %d is an undefined tensor", i);
     }
     const std::string sig = signature(inputs, key);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (inputs[i].requires_grad()) {
+        fallback(sig, absl::StrFormat("input %d requires grad: a graph's static inputs pass no gradient back to "
+                                      "the caller's tensors (pass it detached to graph the step)",
+                                      i));
+        return eager(inputs);
+      }
+    }
+    // Static inputs are clones, each its own: inputs sharing memory would
+    // come apart (a write through one no longer seen through the other).
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      for (size_t j = i + 1; j < inputs.size(); ++j) {
+        if (inputs[i].storage() != inputs[j].storage()) continue;
+        fallback(sig, absl::StrFormat("inputs %d and %d share memory: a graph's static inputs would hold them "
+                                      "apart",
+                                      i, j));
+        return eager(inputs);
+      }
+    }
     auto it = entries.find(sig);
     if (it == entries.end()) {
       if (static_cast<int64_t>(entries.size()) >= options.max_graphs) {
@@ -268,6 +300,8 @@ struct GraphedStep::Impl {
     ++stats.eager_calls;
     e.static_inputs.clear();
     for (const Tensor& t : inputs) e.static_inputs.push_back(t.detach().clone());
+    std::vector<uint32_t> versions;
+    for (const Tensor& t : e.static_inputs) versions.push_back(t.version());
     bool completed = false;
     auto step = [&] {
       std::vector<Tensor> outs = fn(e.static_inputs);
@@ -278,6 +312,11 @@ struct GraphedStep::Impl {
     absl::StatusOr<std::unique_ptr<Graph::Impl>> recorded =
         capture_internal::record_and_plan(step, capture_options(), outs);
     if (!completed) throw Error(recorded.status());   // the step itself failed, as it would eagerly
+    e.written.clear();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (e.static_inputs[i].version() != versions[i]) e.written.push_back(i);
+    }
+    copy_back(e, inputs);
     if (!recorded.ok()) {
       e.eager_only = true;
       fallback(e.signature, absl::StrCat("capture refused: ", recorded.status().message()));
@@ -295,6 +334,9 @@ GraphedStep::GraphedStep(Fn fn, GraphedOptions options) : impl_(std::make_unique
   ENCORE_CHECK(options.max_graphs >= 0 && options.max_bytes >= 0,
                "GraphedStep: max_graphs (%d) and max_bytes (%d) must be >= 0", options.max_graphs,
                options.max_bytes);
+  ENCORE_CHECK(options.capture.verify_every >= 0,
+               "GraphedStep: CaptureOptions::verify_every is %d; it counts replays (0: never verify)",
+               options.capture.verify_every);
   ENCORE_CHECK(options.capture.inputs.empty(),
                "GraphedStep: CaptureOptions::inputs is the object's own (each call's inputs are copied)");
   impl_->fn = std::move(fn);

@@ -27,6 +27,11 @@
 // Each call's inputs are copied into the signature's own static inputs
 // (clones made at the recorded call, which the step function receives; on
 // CUDA the copy does not wait for the GPU), so rebinding cannot happen.
+// What the step writes into its inputs in place (a carried state) is copied
+// back into the caller's tensors after the call, as an eager call leaves
+// them. Calls with an input that requires grad run eagerly (a graph's
+// static inputs pass no gradient back), and so do calls whose inputs share
+// memory (one tensor passed twice, two views of one).
 //
 // Memory: every graph of the object places its temporaries (workspaces
 // included) in one shared arena, as large as the largest graph needs; a

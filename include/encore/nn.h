@@ -31,14 +31,18 @@
 #include "encore/ops.h"
 #include "encore/tensor.h"
 
+namespace encore {
+struct HostFlag;   // internal (src/core/step_observer.h): a module's training mode, which captured graphs check
+}  // namespace encore
+
 namespace encore::nn {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Module {
  public:
-  virtual ~Module() = default;
-  Module() = default;
+  virtual ~Module();
+  Module();
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
@@ -46,9 +50,12 @@ class Module {
   // weight appears under its first name), in registration order.
   std::vector<Tensor> parameters() const;
   NamedTensors named_parameters() const;
-  void train(bool on = true);            // recursive; dropout is active in training mode
+  // Recursive; dropout is active and batch norm uses the batch's statistics
+  // in training mode. A captured step reads the mode: its graph refuses to
+  // replay once the mode differs from the one it was captured in.
+  void train(bool on = true);
   void eval() { train(false); }
-  bool is_training() const { return training_; }
+  bool is_training() const;
   // Non-parameter state (attention masks, batch norm's running statistics)
   // with dotted names.
   NamedTensors named_buffers() const;
@@ -95,7 +102,7 @@ class Module {
   NamedTensors buffers_;
   std::vector<bool> persistent_;   // per buffers_ entry
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
-  bool training_ = true;
+  Ref<HostFlag> training_;   // NOTE [ Host flags ]: true in training mode
 };
 
 // Initialisation options shared by the layers.

@@ -55,6 +55,11 @@ class Storage : public RefCounted {
   // NOTE [ Version counter ]: bumped by every in-place write through any view.
   uint32_t version() const { return version_; }
   void bump_version() { ++version_; }
+  // Bumped when requires_grad_() changes the flag of a tensor on this
+  // storage: that changes which kernels a step's backward launches, so a
+  // captured graph compares it at every replay.
+  uint32_t grad_flag_version() const { return grad_flag_version_; }
+  void bump_grad_flag_version() { ++grad_flag_version_; }
   // Unique for the life of the process (never reused, unlike addresses).
   uint64_t id() const { return id_; }
 
@@ -65,6 +70,7 @@ class Storage : public RefCounted {
   Device device_;
   Allocator* allocator_;
   uint32_t version_ = 0;
+  uint32_t grad_flag_version_ = 0;
   uint64_t id_;
 };
 

@@ -16,6 +16,7 @@ Tensor& Tensor::requires_grad_(bool on) {
                "requires_grad_: only float tensors can require grad (shape %s, dtype %s)",
                shape_str(shape()), dtype_name(dtype()));
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
+  if (impl_->autograd->requires_grad != on) impl_->storage->bump_grad_flag_version();
   impl_->autograd->requires_grad = on;
   return *this;
 }

@@ -34,6 +34,7 @@
 namespace encore {
 
 class Stream;
+struct HostFlag;   // NOTE [ Host flags ], below
 
 struct LaunchRecord {
   const char* op;                       // static string, e.g. "add"
@@ -80,6 +81,9 @@ class StepObserver {
   // captured graph turns what its step reads first into a precondition of
   // replay() and what it writes last into the state a replay leaves.
   virtual void on_host_state(TensorImpl& owner, bool write, bool value) {}
+  // The same for a HostFlag (NOTE [ Host flags ]): `value` is the value
+  // read, or the value about to be written.
+  virtual void on_host_flag(HostFlag& flag, bool write, bool value) {}
 };
 
 // Installs `observer` for the calling thread's step: on the stream of every
@@ -151,6 +155,37 @@ inline void write_grad_zero_pending(TensorImpl& owner, bool value) {
     if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_host_state(owner, true, value);
   }
   owner.autograd->grad_zero_pending_ = value;
+}
+
+// NOTE [ Host flags ]: a bool on the host, outside any tensor, that decides
+// which kernels a step launches: today a module's training mode
+// (nn::Module::train / eval: dropout runs or not, batch norm uses the batch's
+// statistics or the running ones). Modules keep it in a HostFlag, read and
+// written only through read_host_flag / write_host_flag, which report to the
+// step's observer (StepObserver::on_host_flag), so that a captured graph
+// checks what its step read at every replay, as it does the lazy zero_grad
+// flag (NOTE [ Host state as a precondition ] in capture/graph_impl.h).
+// Shared by reference: the graph keeps the flag alive and knows its owner
+// is gone when it holds the only reference.
+struct HostFlag : RefCounted {
+  bool value = false;
+  const char* what = "";        // for messages, e.g. "the training mode of a module"
+  const char* when_true = "on";   // the value's names in messages, e.g. "train()"
+  const char* when_false = "off";
+};
+
+inline bool read_host_flag(HostFlag& flag) {
+  const bool value = flag.value;
+  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_host_flag(flag, false, value);
+  }
+  return value;
+}
+inline void write_host_flag(HostFlag& flag, bool value) {
+  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {   // sees the value before
+    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_host_flag(flag, true, value);
+  }
+  flag.value = value;
 }
 
 }  // namespace encore

@@ -8,8 +8,20 @@
 #include "absl/strings/str_format.h"
 #include "encore/autograd.h"
 #include "encore/nn.h"
+#include "src/core/step_observer.h"
 
 namespace encore::nn {
+
+Module::Module() : training_(make_ref<HostFlag>()) {
+  training_->value = true;
+  training_->what = "the training mode of a module";
+  training_->when_true = "train()";
+  training_->when_false = "eval()";
+}
+
+Module::~Module() = default;
+
+bool Module::is_training() const { return read_host_flag(*training_); }
 
 Tensor Module::register_parameter(std::string name, Tensor t) {
   ENCORE_CHECK(t.defined(), "register_parameter: %s is undefined", name);
@@ -100,7 +112,7 @@ std::vector<Tensor> Module::parameters() const {
 }
 
 void Module::train(bool on) {
-  training_ = on;
+  write_host_flag(*training_, on);
   for (auto& [name, child] : children_) child->train(on);
 }
 

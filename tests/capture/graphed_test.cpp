@@ -350,8 +350,96 @@ TEST(GraphedStepTest, AReplayRefusedForItsPreconditionsRunsEagerly) {
 }
 
 TEST(GraphedStepTest, BadOptionsAreRefused) {
+  const GraphedStep::Fn fn = [](const std::vector<Tensor>&) { return std::vector<Tensor>{}; };
   EXPECT_THROW(GraphedStep(nullptr), Error);
-  EXPECT_THROW(GraphedStep([](const std::vector<Tensor>&) { return std::vector<Tensor>{}; }, {.warmup = 0}), Error);
+  EXPECT_THROW(GraphedStep(fn, {.warmup = 0}), Error);
+  EXPECT_THROW(GraphedStep(fn, {.max_graphs = -1}), Error);
+  EXPECT_THROW(GraphedStep(fn, {.max_bytes = -1}), Error);
+  EXPECT_THROW(GraphedStep(fn, {.capture = {.verify_every = -1}}), Error);
+  Tensor x = zeros({2});
+  EXPECT_THROW(GraphedStep(fn, {.capture = {.inputs = {&x}}}), Error);
+  GraphedStep step(fn);
+  EXPECT_THROW(step({Tensor()}), Error);
+}
+
+// NOTE [ Inputs written in place ]: a step that carries state in its input
+// leaves the caller's tensor as the eager calls do.
+TEST(GraphedStepTest, AnInputWrittenInPlaceComesBackToTheCaller) {
+  const GraphedStep::Fn fn = [](const std::vector<Tensor>& in) {
+    Tensor state = in[0];
+    state.add_(full({3}, 1.0));   // a counter carried from call to call
+    return std::vector<Tensor>{mul(in[0], in[1])};
+  };
+  Tensor eager_state = zeros({3}), graphed_state = zeros({3});
+  GraphedStep graphed(fn);
+  for (int i = 0; i < 6; ++i) {
+    const Tensor scale = full({3}, 2.0 + i);
+    const std::vector<Tensor> e = fn({eager_state, scale});
+    const std::vector<Tensor> g = graphed({graphed_state, scale});
+    ASSERT_EQ(bits(graphed_state), bits(eager_state)) << "call " << i;
+    ASSERT_EQ(bits(g[0]), bits(e[0])) << "call " << i;
+  }
+  EXPECT_EQ(graphed.stats().replays, 4);
+  EXPECT_EQ(graphed.stats().eager_fallbacks, 0);
+}
+
+TEST(GraphedStepTest, InputsSharingMemoryRunEagerly) {
+  const GraphedStep::Fn fn = [](const std::vector<Tensor>& in) {
+    Tensor a = in[0];
+    a.add_(full({3}, 1.0));
+    return std::vector<Tensor>{add(in[1], 0.0)};   // sees the write eagerly: in[1] is in[0]
+  };
+  Tensor eager_state = zeros({3}), graphed_state = zeros({3});
+  GraphedStep graphed(fn, {.log = false});
+  for (int i = 0; i < 5; ++i) {
+    const std::vector<Tensor> e = fn({eager_state, eager_state});
+    const std::vector<Tensor> g = graphed({graphed_state, graphed_state});
+    ASSERT_EQ(bits(g[0]), bits(e[0])) << "call " << i;
+    ASSERT_EQ(bits(graphed_state), bits(eager_state)) << "call " << i;
+  }
+  EXPECT_EQ(graphed.stats().replays, 0);
+  EXPECT_NE(graphed.last_fallback().find("share memory"), std::string::npos) << graphed.last_fallback();
+}
+
+TEST(GraphedStepTest, InputsThatRequireGradRunEagerlyAndGetTheirGradients) {
+  const GraphedStep::Fn fn = [](const std::vector<Tensor>& in) {
+    Tensor loss = sum(mul(in[0], in[0]));
+    loss.backward();
+    return std::vector<Tensor>{loss};
+  };
+  Tensor eager_x = full({3}, 2.0).requires_grad_(true), graphed_x = full({3}, 2.0).requires_grad_(true);
+  GraphedStep graphed(fn, {.log = false});
+  for (int i = 0; i < 6; ++i) {
+    fn({eager_x});
+    graphed({graphed_x});
+  }
+  EXPECT_EQ(bits(graphed_x.grad()), bits(eager_x.grad()));
+  EXPECT_EQ(graphed.stats().replays, 0);
+  EXPECT_NE(graphed.last_fallback().find("input 0 requires grad"), std::string::npos) << graphed.last_fallback();
+}
+
+// CaptureOptions::verify_every applies to a GraphedStep's graphs: a step
+// that depends on a host counter capture cannot see is caught at the first
+// verified replay (thrown, as the graphed step's errors are).
+TEST(GraphedStepTest, VerifyEveryAppliesToItsGraphs) {
+  Tensor w = zeros({4});
+  int calls = 0;
+  GraphedStep graphed(
+      [&](const std::vector<Tensor>& in) {
+        w.add_(in[0], ++calls <= 3 ? 1.0 : -1.0);
+        return std::vector<Tensor>{};
+      },
+      {.capture = {.verify_every = 1, .names = {{"w", w}}}});
+  const Tensor one = full({4}, 1.0);
+  graphed({one});
+  graphed({one});
+  try {
+    graphed({one});   // the capture, then the first replay: verified
+    FAIL() << "the verified replay did not find the difference";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'w' differs from the eager step"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(w.to_vector<float>(), std::vector<float>(4, 1.f)) << "the state is the eager step's";
 }
 
 TEST(GraphedStepTest, CudaShapesInRandomOrderTrainAsEager) {

@@ -577,5 +577,143 @@ TEST(ReplayContractTest, NegativeVerifyEveryIsRefused) {
   EXPECT_EQ(graph.status().code(), absl::StatusCode::kInvalidArgument) << graph.status();
 }
 
+// ---- 5. Host state beyond zero_grad: training mode, requires_grad ----
+
+// A linear layer with dropout after it, trained by SGD; the step reads the
+// dropout module's training mode.
+struct DropoutRig {
+  nn::Linear lin{12, 5};
+  nn::Dropout drop{0.5};
+  std::unique_ptr<optim::SGD> opt;
+  Tensor x = testing::random_tensor({8, 12}, 3), y = from_vector<int64_t>({0, 1, 2, 3, 4, 0, 1, 2});
+  DropoutRig() {
+    opt = std::make_unique<optim::SGD>(lin.parameters(), optim::SgdOptions{.lr = 0.1});
+    step();   // gradients exist before capture
+  }
+  std::vector<Tensor> step() {
+    opt->zero_grad();
+    Tensor loss = cross_entropy(drop.forward(lin.forward(x)), y);
+    loss.backward();
+    opt->step();
+    return {loss};
+  }
+};
+
+TEST(ReplayContractTest, AModuleInAnotherTrainingModeIsRefusedAndReplaysBackInItsMode) {
+  manual_seed(5);
+  DropoutRig r;
+  absl::StatusOr<Graph> graph = capture([&] { return r.step(); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  const std::vector<unsigned char> before = bits(r.lin.weight);
+  r.drop.eval();   // an eager step would now skip dropout's kernels
+  expect_refused(graph->replay(), {"replay:", "training mode", "train()", "eval()"});
+  EXPECT_EQ(bits(r.lin.weight), before) << "a refused replay runs nothing";
+  r.drop.train();
+  EXPECT_TRUE(graph->replay().ok());
+}
+
+TEST(ReplayContractTest, AStepThatSetsTheModeItselfReplaysInEitherModeAndLeavesItsOwn) {
+  manual_seed(5);
+  DropoutRig r;
+  int calls = 0;
+  auto eval_step = [&] {   // sets the mode before reading it: no precondition, the step's mode afterwards
+    ++calls;
+    r.drop.eval();
+    Tensor loss = cross_entropy(r.drop.forward(r.lin.forward(r.x)), r.y);
+    r.drop.train();
+    return std::vector<Tensor>{loss};
+  };
+  absl::StatusOr<Graph> graph = capture(eval_step);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  for (bool mode : {false, true}) {
+    r.drop.train(mode);
+    ASSERT_TRUE(graph->replay().ok());
+    EXPECT_TRUE(r.drop.is_training()) << "the replay leaves the mode as the step does";
+  }
+  // Eval mode: no dropout, so the loss is the plain one.
+  r.drop.eval();
+  const std::vector<unsigned char> expected = bits(cross_entropy(r.lin.forward(r.x), r.y));
+  EXPECT_EQ(bits(graph->output(0)), expected);
+  EXPECT_EQ(calls, 3) << "two warm-ups and the capture run; replays call nothing";
+}
+
+TEST(ReplayContractTest, AGraphWhoseModuleWasDestroyedIsRefused) {
+  manual_seed(5);
+  auto lin = std::make_unique<nn::Linear>(12, 5);
+  auto drop = std::make_unique<nn::Dropout>(0.5);
+  Tensor x = testing::random_tensor({8, 12}, 3);
+  Tensor weight = lin->weight, bias = lin->bias;   // the parameters outlive the modules
+  absl::StatusOr<Graph> graph = capture([&] {
+    NoGradGuard no_grad;
+    return std::vector<Tensor>{drop->forward(lin->forward(x))};
+  });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  drop.reset();
+  expect_refused(graph->replay(), {"replay:", "training mode", "destroyed"});
+}
+
+TEST(ReplayContractTest, FreezingOrUnfreezingAParameterAfterCaptureIsRefused) {
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*r); }, {.names = r->model->named_parameters()});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  Tensor first = r->model->parameters()[0];
+  const std::vector<unsigned char> before = bits(first);
+  first.requires_grad_(false);   // an eager step would no longer compute its gradient
+  expect_refused(graph->replay(), {"replay: requires_grad of '", "changed since capture", "Capture again"});
+  EXPECT_EQ(bits(first), before) << "a refused replay runs nothing";
+  first.requires_grad_(true);    // back as it was: still refused, the graph cannot tell (capture again)
+  expect_refused(graph->replay(), {"requires_grad"});
+  r->opt->zero_grad();
+  absl::StatusOr<Graph> again = capture([&] { return whole_step(*r); });
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->replay().ok());
+
+  // Unfreezing a tensor the step reads without training it.
+  Tensor frozen = testing::random_tensor({8, 12}, 9);
+  absl::StatusOr<Graph> reads = capture([&] { return std::vector<Tensor>{mul(r->x, frozen)}; });
+  ASSERT_TRUE(reads.ok()) << reads.status();
+  ASSERT_TRUE(reads->replay().ok());
+  frozen.requires_grad_(true);
+  expect_refused(reads->replay(), {"requires_grad", "changed since capture"});
+}
+
+// NOT seen (include/encore/capture.h, "Not seen"): a module parameter
+// rebound to a new tensor while the module's parameter list and the
+// optimizer keep the old one. Shadow verification catches it.
+TEST(ReplayContractTest, AReboundParameterIsCaughtByVerification) {
+  manual_seed(5);
+  nn::Linear lin(12, 5);
+  optim::SGD opt(lin.parameters(), optim::SgdOptions{.lr = 0.1});
+  Tensor x = testing::random_tensor({8, 12}, 3), y = from_vector<int64_t>({0, 1, 2, 3, 4, 0, 1, 2});
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(lin.forward(x), y);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss};
+  };
+  step();
+  absl::StatusOr<Graph> graph = capture(step, {.verify_every = 1});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  lin.weight = zeros({5, 12}).requires_grad_(true);
+  const absl::Status s = graph->replay();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_NE(s.message().find("differs from the eager step"), absl::string_view::npos) << s;
+}
+
+TEST(ReplayContractTest, ReplayWithInputsOnAnotherDeviceIsRefused) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*r); }, {.inputs = {&r->x, &r->y}});
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const absl::Status s = graph->replay({r->x.to(Device::cuda(0)), r->y.clone()});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("cuda"), absl::string_view::npos) << s;
+}
+
 }  // namespace
 }  // namespace encore
