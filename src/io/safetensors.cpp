@@ -190,12 +190,18 @@ struct OpenFile {
   uint64_t bytes;  // file size
 };
 
+// Opened with O_NONBLOCK, which a fifo without a writer would otherwise wait
+// for forever, and refused unless it is a regular file; then blocking again.
 absl::StatusOr<OpenFile> open_for_reading(const Where& w) {
-  Fd fd(::open(w.path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd(::open(w.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) return w.io_error("cannot open", w.path, errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return w.io_error("cannot stat", w.path, errno);
   if (!S_ISREG(st.st_mode)) return w.error(absl::StatusCode::kInvalidArgument, "not a regular file");
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return w.io_error("cannot clear O_NONBLOCK of", w.path, errno);
+  }
   return OpenFile{std::move(fd), static_cast<uint64_t>(st.st_size)};
 }
 

@@ -1,5 +1,6 @@
 // Safetensors checkpoints: round trips, files written by hand byte for byte as
 // the spec says, atomic saves, strict load_into, and every malformed file.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <csignal>
@@ -19,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -697,6 +700,36 @@ TEST_F(SafetensorsTest, HeadersPastTheEntryLimitAreRefusedAndNotWritten) {
   expect_status(save_safetensors(path("out.safetensors"), too_many), StatusCode::kInvalidArgument,
                 {"100001 tensors", "100000"});
   EXPECT_FALSE(std::filesystem::exists(path("out.safetensors")));
+}
+
+// Opening a fifo for reading waits for a writer: loads must refuse one at
+// once. Should a load wait, the watchdog opens the fifo for writing after
+// 2 s, so the test fails instead of hanging.
+TEST_F(SafetensorsTest, LoadingAFifoIsRefusedWithoutWaiting) {
+  const std::string p = path("fifo");
+  ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!done) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        const int fd = ::open(p.c_str(), O_WRONLY | O_NONBLOCK);   // succeeds only while a reader waits
+        if (fd >= 0) ::close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status loaded = load_safetensors(p).status();
+  const absl::Status metadata = load_safetensors_metadata(p).status();
+  const absl::Status into = load_into(p, {{"w", ones({2})}});
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  done = true;
+  watchdog.join();
+  expect_status(loaded, StatusCode::kInvalidArgument, {"load_safetensors", p, "not a regular file"});
+  expect_status(metadata, StatusCode::kInvalidArgument, {"load_safetensors_metadata", p, "not a regular file"});
+  expect_status(into, StatusCode::kInvalidArgument, {"load_into", p, "not a regular file"});
+  EXPECT_LT(took.count(), 1.0);
 }
 
 TEST_F(SafetensorsTest, MissingFileAndDirectoryAreRefused) {
