@@ -592,6 +592,9 @@ std::vector<MalformedCase> malformed_cases() {
   for (int i = 0; i < 200; ++i) deep += "[";
   for (int i = 0; i < 200; ++i) deep += "]";
   deep += "}}";
+  // Bytes after a NUL went unread (nlohmann stops there as at the end of the input).
+  const Bytes nul = make_file(absl::StrCat("{", entry("w", "F32", "[2]", 0, 8), "}", std::string("\0 garbage", 9)),
+                              eight);
   auto one = [&](const std::string& body, const Bytes& data) { return make_file("{" + body + "}", data); };
   const StatusCode bad = StatusCode::kInvalidArgument;
   return {
@@ -643,6 +646,8 @@ std::vector<MalformedCase> malformed_cases() {
        {"__metadata__", "array"}},
       {"bool byte not 0 or 1", one(entry("m", "BOOL", "[2]", 0, 2), {1, 2}), bad, {"\"m\"", "element 1", "0x02"}},
       {"deep nesting", make_file(deep, {}), bad, {"deeper"}},
+      {"NUL byte in the header", nul, bad, {"NUL byte", "header byte 55", "file offset 62"}},
+      {"empty tensor name", one(entry("", "F32", "[2]", 0, 8), eight), bad, {"tensor \"\"", "name is empty"}},
   };
 }
 
@@ -730,6 +735,29 @@ TEST_F(SafetensorsTest, LoadingAFifoIsRefusedWithoutWaiting) {
   expect_status(metadata, StatusCode::kInvalidArgument, {"load_safetensors_metadata", p, "not a regular file"});
   expect_status(into, StatusCode::kInvalidArgument, {"load_into", p, "not a regular file"});
   EXPECT_LT(took.count(), 1.0);
+}
+
+// NOTE [ Header size ]: JSON whose DOM would outgrow the header many times
+// over is refused by the SAX pass, naming the entry, before the DOM is built.
+TEST_F(SafetensorsTest, HeadersOfMoreJsonValuesThanRealOnesAreRefused) {
+  std::string arrays = "{\"x\":[";
+  for (int i = 0; i < 100000; ++i) absl::StrAppend(&arrays, i > 0 ? "," : "", "[]");
+  arrays += "]}";
+  write_bytes(path("arrays.safetensors"), make_file(arrays, {}));
+  expect_status(load_safetensors(path("arrays.safetensors")).status(), StatusCode::kInvalidArgument,
+                {path("arrays.safetensors"), "tensor \"x\"", "more than 16 JSON values", "Header size"});
+  std::string metadata = "{\"__metadata__\":{";
+  for (int i = 0; i <= 100000; ++i) absl::StrAppend(&metadata, i > 0 ? "," : "", "\"k", i, "\":\"\"");
+  metadata += "}}";
+  write_bytes(path("metadata.safetensors"), make_file(metadata, {}));
+  expect_status(load_safetensors_metadata(path("metadata.safetensors")).status(), StatusCode::kInvalidArgument,
+                {path("metadata.safetensors"), "\"__metadata__\" holds more than 100000 values"});
+  // A real entry with a small field encore does not know still loads.
+  write_bytes(path("extra.safetensors"),
+              make_file(R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1,2],"data_offsets":[0,8],"note":"x"}})",
+                        Bytes(8, 0)));
+  absl::StatusOr<NamedTensors> extra = load_safetensors(path("extra.safetensors"));
+  ASSERT_TRUE(extra.ok()) << extra.status();
 }
 
 TEST_F(SafetensorsTest, MissingFileAndDirectoryAreRefused) {
