@@ -24,9 +24,10 @@
 //   NotFound          the file does not exist; load_into: a target is not in the file
 //   DataLoss          the file is shorter than its own header says (truncated)
 //   InvalidArgument   any other malformed file (JSON, types, dtype, shape, offsets,
-//                     overlaps, holes, duplicate names, more than 100,000 tensors);
-//                     bad arguments (empty or duplicate names, more than 100,000
-//                     tensors); load_into: extra tensors in the file, or a
+//                     overlaps, holes, duplicate or empty names, more than 100,000
+//                     tensors); bad arguments (empty or duplicate names, more than
+//                     100,000 tensors or metadata keys, a header over 100 MB);
+//                     load_into: extra tensors in the file, or a
 //                     shape/dtype that differs from its target
 //   Unimplemented     a valid safetensors dtype encore does not store (F64, U8, ...);
 //                     load_into with LoadOptions::convert_dtypes reads F64 into float targets

@@ -760,9 +760,15 @@ absl::StatusOr<Tensor> source_for(const Where& w, const std::string& name, const
 
 // ---- saving ----
 
-// The JSON header, padded with spaces so the data section starts 8-byte aligned.
+// The JSON header, padded with spaces so the data section starts 8-byte
+// aligned. Refused when a load would refuse it (too long, too much metadata).
 absl::StatusOr<std::string> build_header(const Where& w, const NamedTensors& tensors,
                                          const std::map<std::string, std::string>& metadata) {
+  if (static_cast<int64_t>(metadata.size()) > kMaxEntries) {
+    return w.error(absl::StatusCode::kInvalidArgument,
+                   absl::StrFormat("%d metadata keys, more than the %d a file may hold (NOTE [ Header size ] in "
+                                   "src/io/safetensors.cpp)", metadata.size(), kMaxEntries));
+  }
   OrderedJson h = OrderedJson::object();
   if (!metadata.empty()) h[std::string(kMetadataKey)] = metadata;
   uint64_t offset = 0;  // bytes into the data section
@@ -785,6 +791,11 @@ absl::StatusOr<std::string> build_header(const Where& w, const NamedTensors& ten
                    absl::StrCat("a tensor name or metadata string is not valid UTF-8: ", e.what()));
   }
   text.append((8 - (kPrefixBytes + text.size()) % 8) % 8, ' ');
+  if (text.size() > kMaxHeaderBytes) {
+    return w.error(absl::StatusCode::kInvalidArgument,
+                   absl::StrFormat("the header would be %d bytes, more than the %d bytes a load accepts (long "
+                                   "tensor names or metadata)", text.size(), kMaxHeaderBytes));
+  }
   return text;
 }
 

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -496,6 +497,20 @@ TEST_F(SafetensorsTest, SaveRejectsBadNames) {
                 {"\"__metadata__\"", "reserved"});
   expect_status(save_safetensors(p, {{"w", Tensor()}}), StatusCode::kInvalidArgument, {"\"w\"", "undefined"});
   expect_status(save_safetensors(p, {{"bad\xff", ones({1})}}), StatusCode::kInvalidArgument, {"UTF-8"});
+  EXPECT_TRUE(files().empty());
+}
+
+// A header longer than a load accepts (100 MB) or holding more metadata
+// keys is refused before anything is written: no file, no temporary.
+TEST_F(SafetensorsTest, SaveRefusesAHeaderALoadWouldRefuse) {
+  const std::string p = path("m.safetensors");
+  expect_status(save_safetensors(p, {{"w", ones({2})}}, {{"notes", std::string(100'000'000, 'a')}}),
+                StatusCode::kInvalidArgument, {"save_safetensors", p, "header would be", "100000000 bytes"});
+  EXPECT_TRUE(files().empty());
+  std::map<std::string, std::string> many;
+  for (int i = 0; i <= 100000; ++i) many[absl::StrCat("k", i)] = "";
+  expect_status(save_safetensors(p, {{"w", ones({2})}}, many), StatusCode::kInvalidArgument,
+                {"save_safetensors", p, "100001 metadata keys"});
   EXPECT_TRUE(files().empty());
 }
 
