@@ -86,6 +86,14 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 [[nodiscard]] absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(
     const std::string& path);
 
+// The name and shape of each tensor of `path`, in the order of their data
+// in the file, after validating the header as load_safetensors does (F64
+// entries are listed too: load_into with LoadOptions::convert_dtypes reads
+// them). Reads only the header, so that a file can be checked against what
+// a caller expects before anything is allocated for it.
+[[nodiscard]] absl::StatusOr<std::vector<std::pair<std::string, Shape>>> load_safetensors_shapes(
+    const std::string& path);
+
 // How load_into forgives a file that is not exactly its targets.
 struct LoadOptions {
   // true: every target must be in the file and the file may hold nothing

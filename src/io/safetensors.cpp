@@ -886,14 +886,31 @@ absl::StatusOr<NamedTensors> load_safetensors(const std::string& path) {
   return load(Where{"load_safetensors", path});
 }
 
-absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(const std::string& path) {
-  const Where w{"load_safetensors_metadata", path};
-  remove_stale_temporaries(path);
+namespace {
+
+// The validated header of w.path, for the functions that read nothing else.
+absl::StatusOr<Header> header_only(const Where& w) {
+  remove_stale_temporaries(w.path);
   absl::StatusOr<OpenFile> f = open_for_reading(w);
   if (!f.ok()) return f.status();
-  absl::StatusOr<Header> h = read_header(w, *f);
+  return read_header(w, *f);
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(const std::string& path) {
+  absl::StatusOr<Header> h = header_only(Where{"load_safetensors_metadata", path});
   if (!h.ok()) return h.status();
   return std::move(h->metadata);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, Shape>>> load_safetensors_shapes(const std::string& path) {
+  absl::StatusOr<Header> h = header_only(Where{"load_safetensors_shapes", path, /*read_f64=*/true});
+  if (!h.ok()) return h.status();
+  std::vector<std::pair<std::string, Shape>> out;
+  out.reserve(h->entries.size());
+  for (Entry& e : h->entries) out.emplace_back(std::move(e.name), std::move(e.shape));
+  return out;
 }
 
 absl::Status load_into(const std::string& path, const NamedTensors& targets) {

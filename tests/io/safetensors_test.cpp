@@ -775,6 +775,20 @@ TEST_F(SafetensorsTest, HeadersOfMoreJsonValuesThanRealOnesAreRefused) {
   ASSERT_TRUE(extra.ok()) << extra.status();
 }
 
+// Names and shapes from the header alone, in data order, F64 included;
+// a malformed header is refused as load_safetensors refuses it.
+TEST_F(SafetensorsTest, ShapesAreReadFromTheHeaderAlone) {
+  const std::string p = path("m.safetensors");
+  const std::string header =
+      absl::StrCat("{", entry("b", "F64", "[1]", 24, 32), ",", entry("a", "I32", "[2, 3]", 0, 24), "}");
+  write_bytes(p, make_file(header, Bytes(32, 0)));
+  absl::StatusOr<std::vector<std::pair<std::string, Shape>>> shapes = load_safetensors_shapes(p);
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_EQ(*shapes, (std::vector<std::pair<std::string, Shape>>{{"a", Shape{2, 3}}, {"b", Shape{1}}}));
+  write_bytes(p, {1, 2, 3});
+  expect_status(load_safetensors_shapes(p).status(), StatusCode::kDataLoss, {"load_safetensors_shapes", p, "3 bytes"});
+}
+
 TEST_F(SafetensorsTest, MissingFileAndDirectoryAreRefused) {
   expect_status(load_safetensors(path("nope.safetensors")).status(), StatusCode::kNotFound,
                 {"load_safetensors", "nope.safetensors", "No such file"});
