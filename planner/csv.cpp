@@ -12,8 +12,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "encore/planner.h"
 #include "planner/internal.h"
 
@@ -80,6 +82,12 @@ absl::Status parse_row(absl::string_view text, const ColumnIndex& index, int lin
   Buffer b;
   b.id = std::string(fields[index[kId]]);
   if (b.id.empty()) return line_error(line, "empty id");
+  for (const char c : b.id) {   // the SVG (XML) cannot hold them, and a terminal acts on them
+    if (absl::ascii_iscntrl(c)) {
+      return line_error(line, absl::StrCat("id '", absl::CHexEscape(b.id), "' holds the control byte 0x",
+                                           absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2)));
+    }
+  }
   std::array<int64_t*, kNumColumns> targets = {nullptr, &b.lower, &b.upper, &b.size, &b.alignment, nullptr};
   int64_t offset = 0;
   targets[kOffset] = &offset;
@@ -104,6 +112,7 @@ absl::StatusOr<CsvProblem> parse_csv(absl::string_view text) {
   bool have_header = false;
   absl::flat_hash_map<std::string, int> first_line;  // id -> line it first appeared on
   int line = 0;
+  absl::ConsumePrefix(&text, "\xEF\xBB\xBF");   // a UTF-8 byte order mark, as some editors write
   for (absl::string_view row : absl::StrSplit(text, '\n')) {
     ++line;
     row = absl::StripAsciiWhitespace(row);

@@ -8,10 +8,11 @@
 //     if (!s.ok()) return encore::tools::flag_error("encore-prof", s);   // "encore-prof: --runs must be ..."
 //
 // Abseil itself exits 1 on a value it cannot parse ("--runs=abc",
-// "--runs=1e99"); parse_flags checks every "--name=value" first with the
-// flag's own parser and exits 2 with "<tool>: --name: cannot parse 'abc'
-// as <type>". Values Abseil parses but no tool wants (nan, inf, 0, huge
-// sizes) are what in_range and finite_in_range refuse.
+// "--runs 1e99") or a missing one ("--runs" last); parse_flags checks every
+// value first, in both forms, with the flag's own parser and exits 2 with
+// "<tool>: --name: cannot parse 'abc' as <type>" (or "missing value").
+// Values Abseil parses but no tool wants (nan, inf, 0, huge sizes) are what
+// in_range and finite_in_range refuse.
 #pragma once
 
 #include <cmath>
@@ -36,8 +37,10 @@ inline int flag_error(const char* tool, const absl::Status& s) {
   return 2;
 }
 
-// absl::ParseCommandLine, after checking each "--name=value" argument (up to
-// a "--") against its flag's parser; a value that does not parse exits 2.
+// absl::ParseCommandLine, after checking the value of each flag (up to a
+// "--") against its flag's parser, read as Abseil reads it: "--name=value",
+// or "--name value" (the next argument, whatever it is) for a flag that is
+// not a bool; a value that does not parse, or is missing, exits 2.
 // (A value that parses is set here and again, in order, by Abseil.)
 inline std::vector<char*> parse_flags(int argc, char** argv, const char* tool) {
   for (int i = 1; i < argc; ++i) {
@@ -46,10 +49,18 @@ inline std::vector<char*> parse_flags(int argc, char** argv, const char* tool) {
     if (!absl::ConsumePrefix(&arg, "-")) continue;
     absl::ConsumePrefix(&arg, "-");
     const size_t eq = arg.find('=');
-    if (eq == absl::string_view::npos) continue;
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(arg.substr(0, eq));
     if (flag == nullptr) continue;   // unknown flags: Abseil's message
-    const absl::string_view value = arg.substr(eq + 1);
+    absl::string_view value;
+    if (eq != absl::string_view::npos) {
+      value = arg.substr(eq + 1);
+    } else if (flag->IsOfType<bool>()) {
+      continue;   // "--name" alone sets a bool; the next argument is not its value
+    } else if (++i < argc) {
+      value = argv[i];
+    } else {
+      std::exit(flag_error(tool, absl::InvalidArgumentError(absl::StrFormat("--%s: missing value", flag->Name()))));
+    }
     std::string error;   // Abseil leaves it empty for numbers; the type says more
     if (!flag->ParseFrom(value, &error)) {
       const char* type = flag->IsOfType<bool>()                            ? "true or false"

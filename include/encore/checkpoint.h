@@ -24,9 +24,10 @@
 //   NotFound          the file does not exist; load_into: a target is not in the file
 //   DataLoss          the file is shorter than its own header says (truncated)
 //   InvalidArgument   any other malformed file (JSON, types, dtype, shape, offsets,
-//                     overlaps, holes, duplicate names, more than 100,000 tensors);
-//                     bad arguments (empty or duplicate names, more than 100,000
-//                     tensors); load_into: extra tensors in the file, or a
+//                     overlaps, holes, duplicate or empty names, more than 100,000
+//                     tensors); bad arguments (empty or duplicate names, more than
+//                     100,000 tensors or metadata keys, a header over 100 MB);
+//                     load_into: extra tensors in the file, or a
 //                     shape/dtype that differs from its target
 //   Unimplemented     a valid safetensors dtype encore does not store (F64, U8, ...);
 //                     load_into with LoadOptions::convert_dtypes reads F64 into float targets
@@ -83,6 +84,14 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // Reads the "__metadata__" map of `path` (empty when absent), after validating
 // the header as load_safetensors does. Reads only the header.
 [[nodiscard]] absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(
+    const std::string& path);
+
+// The name and shape of each tensor of `path`, in the order of their data
+// in the file, after validating the header as load_safetensors does (F64
+// entries are listed too: load_into with LoadOptions::convert_dtypes reads
+// them). Reads only the header, so that a file can be checked against what
+// a caller expects before anything is allocated for it.
+[[nodiscard]] absl::StatusOr<std::vector<std::pair<std::string, Shape>>> load_safetensors_shapes(
     const std::string& path);
 
 // How load_into forgives a file that is not exactly its targets.

@@ -43,7 +43,11 @@ namespace encore::hf {
 
 // `path` is a directory holding model.safetensors and config.json, or a
 // .safetensors file with config.json in its directory. Builds a Gpt of that
-// configuration on `device` and loads the weights (load_gpt2_into).
+// configuration on `device` and loads the weights (load_gpt2_into). The
+// weights' header is read first: a config.json its tensors do not match
+// (wte [vocab_size, n_embd], wpe [n_positions, n_embd], blocks h.0 ..
+// h.<n_layer - 1>) or a missing or malformed file is refused, naming the
+// file, before the model is allocated.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Device device = kCPU);
 
 // Copies the weights of the safetensors file `file` into `model` in place
@@ -51,7 +55,8 @@ namespace encore::hf {
 // F16, BF16, F64) to the model's. Strict: every tensor of the model must be
 // in the file with its shape (Conv1D weights transposed), and the file may
 // hold nothing else but the ignored names above. Errors name the file and
-// the tensor: NotFound (missing), InvalidArgument (shape, dtype, extra).
+// the tensor: NotFound (missing), InvalidArgument (shape, dtype, extra);
+// names are checked before anything is staged.
 [[nodiscard]] absl::Status load_gpt2_into(const std::string& file, nn::Gpt& model);
 
 // Writes dir/model.safetensors (GPT2LMHeadModel names with the

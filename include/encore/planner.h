@@ -149,8 +149,9 @@ struct PlanOptions {
 //
 // A header row naming the columns, then one buffer a row:
 //   id,lower,upper,size[,alignment][,offset]     (columns in any order)
-// `id` is any string without commas; the rest are integers. Blank lines are
-// ignored. Errors are InvalidArgument and name the line: "line 7: ...".
+// `id` is any string without commas or control bytes; the rest are integers.
+// Blank lines and a UTF-8 byte order mark at the start are ignored. Errors
+// are InvalidArgument and name the line: "line 7: ...".
 
 struct CsvProblem {
   std::vector<Buffer> buffers;

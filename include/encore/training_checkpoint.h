@@ -26,7 +26,9 @@
 // are copied into the existing tensors, so captured graphs that use them stay
 // valid. Optimizer state not yet created when the file was saved (before the
 // first step(), or for parameters never updated) loads as zeros, which is
-// what the first step() would create: loading works at any step.
+// what the first step() would create: loading works at any step. A refused
+// file (a part that does not match, a negative "schedule.step") changes
+// nothing: every check is made before the first value is copied.
 // Saves are atomic and crash leftovers are cleaned up as save_safetensors
 // says (checkpoint.h); every error, a full disk included, is the Status.
 #pragma once

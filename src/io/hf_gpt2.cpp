@@ -4,18 +4,22 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "encore/autograd.h"
 #include "encore/checkpoint.h"
 
@@ -87,6 +91,107 @@ absl::Status refuse(absl::StatusCode code, const std::string& file, absl::string
   return absl::Status(code, absl::StrCat("load_gpt2: ", file, ": ", what));
 }
 
+// The names and shapes of a weights file (its header; load_safetensors_shapes).
+using Listing = std::vector<std::pair<std::string, Shape>>;
+
+// `config`'s sizes against the shapes of the weights file `file`: wte
+// [vocab_size, n_embd], wpe [n_positions, n_embd] and the blocks h.0 ..
+// h.<n_layer - 1>. These bound every parameter's size, so a Gpt built from a
+// configuration that passes is about the size of the file.
+absl::Status check_config(const std::string& file, const std::string& config, const nn::GptConfig& cfg,
+                          const Listing& listing) {
+  const std::pair<std::string, Shape>* wte = nullptr;   // as the file names it
+  const std::pair<std::string, Shape>* wpe = nullptr;
+  absl::flat_hash_set<int64_t> blocks;
+  int64_t top = -1;   // the largest block index
+  for (const auto& entry : listing) {
+    absl::string_view bare = entry.first;
+    absl::ConsumePrefix(&bare, kPrefix);
+    int64_t i = 0;
+    if (bare == "wte.weight") wte = &entry;
+    if (bare == "wpe.weight") wpe = &entry;
+    if (absl::ConsumePrefix(&bare, "h.") && absl::SimpleAtoi(bare.substr(0, bare.find('.')), &i) && i >= 0) {
+      blocks.insert(i);
+      top = std::max(top, i);
+    }
+  }
+  for (auto [name, got, want, sizes] :
+       {std::tuple{"wte.weight", wte, Shape{cfg.vocab_size, cfg.n_embd}, "vocab_size, n_embd"},
+        std::tuple{"wpe.weight", wpe, Shape{cfg.block_size, cfg.n_embd}, "n_positions, n_embd"}}) {
+    if (got == nullptr) return refuse(absl::StatusCode::kNotFound, file, absl::StrCat("missing tensor \"", name, "\""));
+    if (got->second != want) {
+      return refuse(absl::StatusCode::kInvalidArgument, file,
+                    absl::StrCat("tensor \"", got->first, "\" has shape ", shape_str(got->second), " but ", config,
+                                 " (", sizes, ") makes it ", shape_str(want)));
+    }
+  }
+  if (static_cast<int64_t>(blocks.size()) != cfg.n_layer || top != cfg.n_layer - 1) {
+    return refuse(absl::StatusCode::kInvalidArgument, file,
+                  absl::StrCat("holds ", blocks.empty() ? "no blocks" : absl::StrCat(blocks.size(), " blocks"),
+                               " h.<i>", blocks.empty() ? "" : absl::StrCat(" (largest i ", top, ")"), " but ",
+                               config, " says n_layer ", cfg.n_layer));
+  }
+  return absl::OkStatus();
+}
+
+// load_gpt2_into with the file's header already read.
+absl::Status load_listed(const std::string& file, const Listing& listing, nn::Gpt& model) {
+  absl::flat_hash_set<std::string> names;
+  for (const auto& [name, shape] : listing) names.insert(name);
+  const bool prefixed = std::any_of(listing.begin(), listing.end(), [](const auto& entry) {
+    return absl::StartsWith(entry.first, kPrefix);
+  });
+  const bool tied = model.config().tied_head;
+  std::vector<Entry> entries;
+  absl::Status s = status_of([&] { entries = entries_of(model); });
+  if (!s.ok()) return s;
+  // Names first: a file that lacks some or holds others is refused before
+  // anything is staged.
+  std::vector<std::string> file_names, missing;
+  absl::flat_hash_set<std::string> wanted;
+  for (const Entry& e : entries) {
+    file_names.push_back(e.hf_name == "lm_head.weight" || !prefixed ? e.hf_name : kPrefix + e.hf_name);
+    wanted.insert(file_names.back());
+    if (!names.contains(file_names.back())) missing.push_back(file_names.back());
+  }
+  if (!missing.empty()) {
+    return refuse(absl::StatusCode::kNotFound, file,
+                  absl::StrCat("missing tensor \"", missing.front(), "\"",
+                               missing.size() > 1 ? absl::StrCat(" and ", missing.size() - 1, " more") : ""));
+  }
+  for (const auto& [n, shape] : listing) {
+    if (wanted.contains(n)) continue;
+    const std::string bare = absl::StartsWith(n, kPrefix) ? n.substr(sizeof kPrefix - 1) : n;
+    if (!ignored(bare, tied)) {
+      return refuse(absl::StatusCode::kInvalidArgument, file,
+                    absl::StrCat("tensor \"", n, "\" is not part of this GPT-2 (", model.config().n_layer,
+                                 " layers, ", tied ? "tied" : "untied", " head)"));
+    }
+  }
+  // Staging tensors of the file's shapes in the model's dtype, on the CPU;
+  // load_into checks shapes, converts dtypes and names the tensor on error.
+  NamedTensors staging;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Shape shape = entries[i].target.shape();
+    if (entries[i].transposed) std::swap(shape[0], shape[1]);
+    staging.emplace_back(file_names[i], empty(shape, entries[i].target.dtype(), kCPU));
+  }
+  LoadReport report;
+  s = load_into(file, staging, LoadOptions{.strict = false, .convert_dtypes = true}, &report);
+  if (!s.ok()) return s;
+  if (!report.missing.empty()) {   // only when another file replaced `file` since its header was read
+    return refuse(absl::StatusCode::kDataLoss, file,
+                  absl::StrCat("tensor \"", report.missing.front(), "\" vanished while the file was read"));
+  }
+  return status_of([&] {
+    NoGradGuard no_grad;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const Tensor& src = staging[i].second;
+      entries[i].target.copy_((entries[i].transposed ? src.transpose(0, 1) : src).to(entries[i].target.device()));
+    }
+  });
+}
+
 }  // namespace
 
 absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
@@ -127,66 +232,28 @@ absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
 }
 
 absl::Status load_gpt2_into(const std::string& file, nn::Gpt& model) {
-  // The file's names first (only its header is read).
-  LoadReport listing;
-  absl::Status s = load_into(file, {}, LoadOptions{.strict = false, .convert_dtypes = true}, &listing);
-  if (!s.ok()) return s;
-  const std::vector<std::string>& names = listing.unexpected;
-  const bool prefixed = std::any_of(names.begin(), names.end(), [](const std::string& n) {
-    return absl::StartsWith(n, kPrefix);
-  });
-  const bool tied = model.config().tied_head;
-  std::vector<Entry> entries;
-  s = status_of([&] { entries = entries_of(model); });
-  if (!s.ok()) return s;
-  // Staging tensors of the file's shapes in the model's dtype, on the CPU;
-  // load_into checks shapes, converts dtypes and names the tensor on error.
-  NamedTensors staging;
-  absl::flat_hash_set<std::string> wanted;
-  for (const Entry& e : entries) {
-    const std::string name = e.hf_name == "lm_head.weight" || !prefixed ? e.hf_name : kPrefix + e.hf_name;
-    Shape shape = e.target.shape();
-    if (e.transposed) std::swap(shape[0], shape[1]);
-    staging.emplace_back(name, empty(shape, e.target.dtype(), kCPU));
-    wanted.insert(name);
-  }
-  for (const std::string& n : names) {
-    if (wanted.contains(n)) continue;
-    const std::string bare = absl::StartsWith(n, kPrefix) ? n.substr(sizeof kPrefix - 1) : n;
-    if (!ignored(bare, tied)) {
-      return refuse(absl::StatusCode::kInvalidArgument, file,
-                    absl::StrCat("tensor \"", n, "\" is not part of this GPT-2 (", model.config().n_layer,
-                                 " layers, ", tied ? "tied" : "untied", " head)"));
-    }
-  }
-  LoadReport report;
-  s = load_into(file, staging, LoadOptions{.strict = false, .convert_dtypes = true}, &report);
-  if (!s.ok()) return s;
-  if (!report.missing.empty()) {
-    return refuse(absl::StatusCode::kNotFound, file,
-                  absl::StrCat("missing tensor \"", report.missing.front(), "\"",
-                               report.missing.size() > 1 ? absl::StrCat(" and ", report.missing.size() - 1, " more")
-                                                         : ""));
-  }
-  return status_of([&] {
-    NoGradGuard no_grad;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      const Tensor& src = staging[i].second;
-      entries[i].target.copy_((entries[i].transposed ? src.transpose(0, 1) : src).to(entries[i].target.device()));
-    }
-  });
+  absl::StatusOr<Listing> listing = load_safetensors_shapes(file);
+  if (!listing.ok()) return listing.status();
+  return load_listed(file, *listing, model);
 }
 
 absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Device device) {
   const std::string dir = is_dir(path) ? path : dir_of(path);
   const std::string file = is_dir(path) ? dir + "/model.safetensors" : path;
-  absl::StatusOr<nn::GptConfig> cfg = read_gpt2_config(dir + "/config.json");
+  const std::string config = dir + "/config.json";
+  absl::StatusOr<nn::GptConfig> cfg = read_gpt2_config(config);
   if (!cfg.ok()) return cfg.status();
   cfg->device = device;
-  std::unique_ptr<nn::Gpt> model;
-  absl::Status s = status_of([&] { model = std::make_unique<nn::Gpt>(*cfg); });
+  // The weights' header before the model: a configuration its weights do not
+  // match (or no weights) is refused before the model is allocated.
+  absl::StatusOr<Listing> listing = load_safetensors_shapes(file);
+  if (!listing.ok()) return listing.status();
+  absl::Status s = check_config(file, config, *cfg, *listing);
   if (!s.ok()) return s;
-  s = load_gpt2_into(file, *model);
+  std::unique_ptr<nn::Gpt> model;
+  s = status_of([&] { model = std::make_unique<nn::Gpt>(*cfg); });
+  if (!s.ok()) return s;
+  s = load_listed(file, *listing, *model);
   if (!s.ok()) return s;
   return model;
 }

@@ -8,8 +8,9 @@
 // dtype, shape and offsets; the offsets of all entries together must tile the
 // data section exactly (see check_layout); only then are bytes read, each
 // range with pread at a checked file offset into a tensor of exactly that many
-// bytes. Allocation is bounded by the file size. No JSON value from the file
-// is ever serialised back (deep nesting would recurse), only its type name.
+// bytes. Allocation is bounded by the file size, and the header's JSON by
+// NOTE [ Header size ]. No JSON value from the file is ever serialised back
+// (deep nesting would recurse), only its type name.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -65,6 +66,18 @@ constexpr int kMaxJsonDepth = 16;                   // real headers nest 3 deep
 // read. At the limit a header parses in about 0.6 s on the build machine
 // (bench/safetensors_bench).
 constexpr int64_t kMaxEntries = 100'000;
+// NOTE [ Header size ]: nlohmann's DOM of a header takes about 10 times its
+// bytes for real entries, and 21 times for a hostile one such as
+// "x":[[],[],...] (each "[]" a heap vector). So the SAX pass, before the DOM
+// is built, refuses an entry of more JSON values than a real one has (its
+// object, dtype, shape and its up to kMaxDims dims, data_offsets and its
+// two numbers: 6 + kMaxDims), with room for one small unknown field, and
+// "__metadata__" of more than kMaxEntries keys (or values). With the entry
+// limit, the DOM of any header the SAX pass accepts stays under about 300 MB
+// beside its strings (measured: 100,000 entries of 16 empty objects, 256 MB;
+// 100,000 real entries, 65-70 MB), where a 99 MB "x":[[],...] took 2 GB.
+constexpr int64_t kMaxEntryValues = 16;
+static_assert(6 + kMaxDims < kMaxEntryValues);
 constexpr size_t kMaxListedNames = 8;               // names listed in one error message
 constexpr absl::string_view kMetadataKey = "__metadata__";
 
@@ -190,12 +203,18 @@ struct OpenFile {
   uint64_t bytes;  // file size
 };
 
+// Opened with O_NONBLOCK, which a fifo without a writer would otherwise wait
+// for forever, and refused unless it is a regular file; then blocking again.
 absl::StatusOr<OpenFile> open_for_reading(const Where& w) {
-  Fd fd(::open(w.path.c_str(), O_RDONLY | O_CLOEXEC));
+  Fd fd(::open(w.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) return w.io_error("cannot open", w.path, errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return w.io_error("cannot stat", w.path, errno);
   if (!S_ISREG(st.st_mode)) return w.error(absl::StatusCode::kInvalidArgument, "not a regular file");
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return w.io_error("cannot clear O_NONBLOCK of", w.path, errno);
+  }
   return OpenFile{std::move(fd), static_cast<uint64_t>(st.st_size)};
 }
 
@@ -283,7 +302,8 @@ std::optional<uint64_t> as_u64(const Json& v) {
 // JSON allows repeated keys and nlohmann keeps the last one silently; the
 // format forbids them (two "w" entries would mean different tensors to
 // different readers), and real headers nest 3 deep. A first SAX pass checks
-// both (and the syntax) before the DOM is built.
+// both, the syntax and the header's size (NOTE [ Header size ]) before the
+// DOM is built.
 //
 // NOTE [ Linear header parsing ]: not with nlohmann's parse callback: its
 // DOM builder scans the whole parent object at the end of every child
@@ -291,19 +311,23 @@ std::optional<uint64_t> as_u64(const Json& v) {
 // (60,000 entries: 28 s). The SAX pass and the plain DOM parse are linear.
 class HeaderChecker final : public nlohmann::json_sax<Json> {
  public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
   bool start_object(std::size_t) override {
-    if (!open()) return false;
+    if (!value() || !open()) return false;
     keys_.emplace_back();
     return true;
   }
   bool key(string_t& k) override {
+    if (depth_ == 1) {
+      member_ = k;
+      member_values_ = 0;
+    }
     if (depth_ == 1 && k != kMetadataKey && ++entries_ > kMaxEntries) {
       problem = absl::StrCat("the header lists more than ", kMaxEntries,
                              " tensors, encore's limit (NOTE [ Entry limit ] in src/io/safetensors.cpp)");
@@ -319,7 +343,13 @@ class HeaderChecker final : public nlohmann::json_sax<Json> {
     --depth_;
     return true;
   }
-  bool start_array(std::size_t) override { return open(); }
+  bool start_array(std::size_t) override {
+    if (depth_ == 0) {   // refused below anyway, but its elements would all reach the DOM
+      problem = "the header is a JSON array, not a JSON object";
+      return false;
+    }
+    return value() && open();
+  }
   bool end_array() override {
     --depth_;
     return true;
@@ -336,6 +366,18 @@ class HeaderChecker final : public nlohmann::json_sax<Json> {
   std::string problem;   // why the header was refused; empty when it was not
 
  private:
+  // Counts a value towards the top-level member it is part of (NOTE [ Header size ]).
+  bool value() {
+    if (depth_ == 0) return true;   // the header itself
+    const bool metadata = member_ == kMetadataKey;
+    if (++member_values_ <= (metadata ? kMaxEntries + 1 : kMaxEntryValues)) return true;
+    problem = metadata ? absl::StrCat("\"__metadata__\" holds more than ", kMaxEntries,
+                                      " values (it maps keys to strings), encore's limit")
+                       : absl::StrCat("tensor \"", member_, "\": the entry holds more than ", kMaxEntryValues,
+                                      " JSON values; dtype, shape and data_offsets need at most ", 6 + kMaxDims);
+    problem += " (NOTE [ Header size ] in src/io/safetensors.cpp)";
+    return false;
+  }
   bool open() {   // a container opens inside depth_ others
     if (depth_ >= kMaxJsonDepth) {
       problem = absl::StrCat("the header nests JSON deeper than ", kMaxJsonDepth, " levels");
@@ -346,11 +388,18 @@ class HeaderChecker final : public nlohmann::json_sax<Json> {
   }
   int depth_ = 0;
   int64_t entries_ = 0;                        // the top-level object's keys but the metadata's
+  std::string member_;                         // the top-level key whose value is being read
+  int64_t member_values_ = 0;                  // JSON values in it so far
   std::vector<absl::flat_hash_set<std::string>> keys_;   // keys seen, one set per open object
 };
 
 absl::StatusOr<Json> parse_json(const Where& w, const std::string& text) {
   const absl::StatusCode bad = absl::StatusCode::kInvalidArgument;
+  // nlohmann stops at a NUL as at the end of the input: bytes after one would go unread.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+    return w.error(bad, absl::StrFormat("the header has a NUL byte at header byte %d (file offset %d); JSON text "
+                                        "holds none", nul + 1, nul + kPrefixBytes));
+  }
   try {
     HeaderChecker checker;
     if (!Json::sax_parse(text, &checker)) {
@@ -523,6 +572,10 @@ absl::StatusOr<Header> parse_header(const Where& w, const std::string& text, uin
       absl::Status s = parse_metadata(w, value, &h.metadata);
       if (!s.ok()) return s;
       continue;
+    }
+    if (key.empty()) {
+      return w.tensor_error(absl::StatusCode::kInvalidArgument, key,
+                            "the name is empty (save_safetensors refuses empty names too)");
     }
     absl::StatusOr<Entry> e = parse_entry(w, key, value);
     if (!e.ok()) return e.status();
@@ -707,9 +760,15 @@ absl::StatusOr<Tensor> source_for(const Where& w, const std::string& name, const
 
 // ---- saving ----
 
-// The JSON header, padded with spaces so the data section starts 8-byte aligned.
+// The JSON header, padded with spaces so the data section starts 8-byte
+// aligned. Refused when a load would refuse it (too long, too much metadata).
 absl::StatusOr<std::string> build_header(const Where& w, const NamedTensors& tensors,
                                          const std::map<std::string, std::string>& metadata) {
+  if (static_cast<int64_t>(metadata.size()) > kMaxEntries) {
+    return w.error(absl::StatusCode::kInvalidArgument,
+                   absl::StrFormat("%d metadata keys, more than the %d a file may hold (NOTE [ Header size ] in "
+                                   "src/io/safetensors.cpp)", metadata.size(), kMaxEntries));
+  }
   OrderedJson h = OrderedJson::object();
   if (!metadata.empty()) h[std::string(kMetadataKey)] = metadata;
   uint64_t offset = 0;  // bytes into the data section
@@ -732,6 +791,11 @@ absl::StatusOr<std::string> build_header(const Where& w, const NamedTensors& ten
                    absl::StrCat("a tensor name or metadata string is not valid UTF-8: ", e.what()));
   }
   text.append((8 - (kPrefixBytes + text.size()) % 8) % 8, ' ');
+  if (text.size() > kMaxHeaderBytes) {
+    return w.error(absl::StatusCode::kInvalidArgument,
+                   absl::StrFormat("the header would be %d bytes, more than the %d bytes a load accepts (long "
+                                   "tensor names or metadata)", text.size(), kMaxHeaderBytes));
+  }
   return text;
 }
 
@@ -822,14 +886,31 @@ absl::StatusOr<NamedTensors> load_safetensors(const std::string& path) {
   return load(Where{"load_safetensors", path});
 }
 
-absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(const std::string& path) {
-  const Where w{"load_safetensors_metadata", path};
-  remove_stale_temporaries(path);
+namespace {
+
+// The validated header of w.path, for the functions that read nothing else.
+absl::StatusOr<Header> header_only(const Where& w) {
+  remove_stale_temporaries(w.path);
   absl::StatusOr<OpenFile> f = open_for_reading(w);
   if (!f.ok()) return f.status();
-  absl::StatusOr<Header> h = read_header(w, *f);
+  return read_header(w, *f);
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(const std::string& path) {
+  absl::StatusOr<Header> h = header_only(Where{"load_safetensors_metadata", path});
   if (!h.ok()) return h.status();
   return std::move(h->metadata);
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, Shape>>> load_safetensors_shapes(const std::string& path) {
+  absl::StatusOr<Header> h = header_only(Where{"load_safetensors_shapes", path, /*read_f64=*/true});
+  if (!h.ok()) return h.status();
+  std::vector<std::pair<std::string, Shape>> out;
+  out.reserve(h->entries.size());
+  for (Entry& e : h->entries) out.emplace_back(std::move(e.name), std::move(e.shape));
+  return out;
 }
 
 absl::Status load_into(const std::string& path, const NamedTensors& targets) {

@@ -41,15 +41,23 @@ std::vector<Part> parts_of(const nn::Module& model, const TrainingState& state, 
   return parts;
 }
 
-// The names `path` holds (reads only the header).
-absl::StatusOr<std::vector<std::string>> names_in(const std::string& path) {
+constexpr char kStepName[] = "schedule.step";
+
+// The names `path` holds (reads the header). With `step` defined, a
+// "schedule.step" in the file is read into it too, so that its value is
+// checked before any live tensor is written.
+absl::StatusOr<std::vector<std::string>> names_in(const std::string& path, const Tensor& step) {
+  NamedTensors targets;
+  if (step.defined()) targets.emplace_back(kStepName, step);
   LoadReport r;
-  absl::Status s = load_into(path, {}, LoadOptions{.strict = false, .convert_dtypes = true}, &r);
+  absl::Status s = load_into(path, targets, LoadOptions{.strict = false, .convert_dtypes = true}, &r);
   if (!s.ok()) return s;
+  if (step.defined() && r.missing.empty()) r.unexpected.push_back(kStepName);
   return std::move(r.unexpected);
 }
 
-absl::Status refuse(absl::StatusCode code, const std::string& path, const std::string& name, const char* problem) {
+absl::Status refuse(absl::StatusCode code, const std::string& path, const std::string& name,
+                    absl::string_view problem) {
   return absl::Status(code, absl::StrCat("load_checkpoint: ", path, ": tensor \"", name, "\": ", problem));
 }
 
@@ -77,13 +85,6 @@ absl::Status load_checkpoint(const std::string& path, nn::Module& model, const T
     absl::Status created = status_of([&] { state.optimizer->init_state(); });
     if (!created.ok()) return created;
   }
-  absl::StatusOr<std::map<std::string, std::string>> metadata = load_safetensors_metadata(path);
-  if (!metadata.ok()) return metadata.status();
-  absl::StatusOr<std::vector<std::string>> in_file = names_in(path);
-  if (!in_file.ok()) return in_file.status();
-  const absl::flat_hash_set<std::string> present(in_file->begin(), in_file->end());
-  const bool lazy_optimizer_state = metadata->contains(kOptimizerKey);
-
   Tensor step;
   std::vector<Part> parts;
   absl::Status s = status_of([&] {
@@ -91,6 +92,17 @@ absl::Status load_checkpoint(const std::string& path, nn::Module& model, const T
     parts = parts_of(model, state, step);
   });
   if (!s.ok()) return s;
+  absl::StatusOr<std::map<std::string, std::string>> metadata = load_safetensors_metadata(path);
+  if (!metadata.ok()) return metadata.status();
+  absl::StatusOr<std::vector<std::string>> in_file = names_in(path, state.schedule != nullptr ? step : Tensor());
+  if (!in_file.ok()) return in_file.status();
+  const absl::flat_hash_set<std::string> present(in_file->begin(), in_file->end());
+  const bool lazy_optimizer_state = metadata->contains(kOptimizerKey);
+  const bool has_step = state.schedule != nullptr && present.contains(kStepName);
+  if (has_step && step.item<int64_t>() < 0) {   // set_step would refuse it, after every copy
+    return refuse(absl::StatusCode::kInvalidArgument, path, kStepName,
+                  absl::StrCat("is ", step.item<int64_t>(), "; a schedule's step is >= 0"));
+  }
   LoadReport local;
   LoadReport& r = report != nullptr ? *report : local;
   r = LoadReport{};
@@ -101,7 +113,7 @@ absl::Status load_checkpoint(const std::string& path, nn::Module& model, const T
     for (const auto& [name, t] : p.tensors) {
       wanted.insert(name);
       if (present.contains(name)) {
-        targets.emplace_back(name, t);
+        if (name != kStepName) targets.emplace_back(name, t);   // the step is read already
       } else if (p.prefix == "optim." && lazy_optimizer_state && name != "optim.lr") {
         zeroed.emplace_back(name, t);
       } else if (options.strict) {
@@ -122,11 +134,16 @@ absl::Status load_checkpoint(const std::string& path, nn::Module& model, const T
   LoadReport copied;
   s = load_into(path, targets, LoadOptions{.strict = false, .convert_dtypes = options.convert_dtypes}, &copied);
   if (!s.ok()) return s;
+  if (!copied.missing.empty()) {   // only when another file replaced `path` since its names were read
+    return refuse(absl::StatusCode::kDataLoss, path, copied.missing.front(),
+                  "was in the file when its names were read but not when it was loaded (did the file change "
+                  "while being read?)");
+  }
   r.converted = std::move(copied.converted);
   return status_of([&] {
     NoGradGuard no_grad;
     for (auto& [name, t] : zeroed) Tensor(t).zero_();
-    if (state.schedule != nullptr) state.schedule->set_step(step.item<int64_t>());
+    if (has_step) state.schedule->set_step(step.item<int64_t>());
   });
 }
 

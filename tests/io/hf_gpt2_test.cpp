@@ -3,9 +3,15 @@
 // a plain-Python GPT-2 forward), the save/load round trip, refusals.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -126,6 +132,61 @@ TEST(HfGpt2Test, MismatchesAreRefusedNamingTheTensor) {
     EXPECT_NE(c.status().message().find(part), absl::string_view::npos) << c.status();
   }
   EXPECT_EQ(hf::read_gpt2_config("/nonexistent/config.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+void write_config(const std::string& dir, const nlohmann::json& config) {
+  std::ofstream(dir + "/config.json") << config.dump();
+}
+
+// GPT-2 XL's config.json (1.5e9 parameters, 6 GB in f32) beside an empty
+// weights file: refused at once, naming the file, before any model is built.
+TEST(HfGpt2Test, AHugeConfigWithEmptyWeightsFailsFast) {
+  const std::string dir = ::testing::TempDir() + "/hf_gpt2_huge_config";
+  std::filesystem::create_directories(dir);
+  write_config(dir, {{"model_type", "gpt2"}, {"vocab_size", 50257}, {"n_positions", 1024}, {"n_layer", 48},
+                     {"n_head", 25}, {"n_embd", 1600}});
+  std::ofstream(dir + "/model.safetensors", std::ios::trunc).close();
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<nn::Gpt>> gpt = hf::load_gpt2(dir);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(gpt.status().code(), absl::StatusCode::kDataLoss) << gpt.status();
+  EXPECT_NE(gpt.status().message().find(dir + "/model.safetensors"), absl::string_view::npos) << gpt.status();
+  EXPECT_LT(took.count(), 1.0);
+}
+
+// A config.json whose sizes the weights do not have is refused from the
+// weights' header, naming the file, the tensor or the count, and the config.
+TEST(HfGpt2Test, AConfigTheWeightsDoNotMatchIsRefusedBeforeBuilding) {
+  const std::string dir = ::testing::TempDir() + "/hf_gpt2_mismatch";
+  nn::Gpt gpt({.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8, .seed = 7});
+  ASSERT_TRUE(hf::save_gpt2(dir, gpt).ok());
+  const nlohmann::json saved = read_json(dir + "/config.json");
+  const std::string file = dir + "/model.safetensors", config = dir + "/config.json";
+  for (auto [key, value, parts] :
+       {std::tuple{"n_layer", 48, std::vector<std::string>{"2 blocks h.<i> (largest i 1)", "n_layer 48"}},
+        std::tuple{"n_embd", 1600, std::vector<std::string>{"wte.weight\" has shape [13, 8]", "[13, 1600]"}},
+        std::tuple{"vocab_size", 50257, std::vector<std::string>{"wte.weight\"", "[50257, 8]"}},
+        std::tuple{"n_positions", 1024, std::vector<std::string>{"wpe.weight\" has shape [6, 8]", "[1024, 8]"}}}) {
+    SCOPED_TRACE(key);
+    nlohmann::json edited = saved;
+    edited[key] = value;
+    if (std::string(key) == "n_embd") edited["n_head"] = 1;
+    write_config(dir, edited);
+    absl::StatusOr<std::unique_ptr<nn::Gpt>> loaded = hf::load_gpt2(dir);
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kInvalidArgument) << loaded.status();
+    parts.push_back(file);
+    parts.push_back(config);
+    for (const std::string& part : parts) {
+      EXPECT_NE(loaded.status().message().find(part), absl::string_view::npos) << loaded.status() << "\n" << part;
+    }
+  }
+  write_config(dir, saved);
+  EXPECT_TRUE(hf::load_gpt2(dir).ok());
+  // Missing tensors are refused before anything is staged, so before shapes are compared.
+  nn::Gpt deeper_and_wider({.vocab_size = 13, .block_size = 6, .n_layer = 3, .n_head = 2, .n_embd = 16});
+  absl::Status s = hf::load_gpt2_into(file, deeper_and_wider);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_NE(s.message().find("missing tensor \"transformer.h.2."), absl::string_view::npos) << s;
 }
 
 TEST(HfGpt2Test, ByteTokenIdsFollowGpt2sByteOrder) {

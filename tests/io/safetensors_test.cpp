@@ -1,5 +1,6 @@
 // Safetensors checkpoints: round trips, files written by hand byte for byte as
 // the spec says, atomic saves, strict load_into, and every malformed file.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <csignal>
@@ -16,9 +18,11 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -496,6 +500,20 @@ TEST_F(SafetensorsTest, SaveRejectsBadNames) {
   EXPECT_TRUE(files().empty());
 }
 
+// A header longer than a load accepts (100 MB) or holding more metadata
+// keys is refused before anything is written: no file, no temporary.
+TEST_F(SafetensorsTest, SaveRefusesAHeaderALoadWouldRefuse) {
+  const std::string p = path("m.safetensors");
+  expect_status(save_safetensors(p, {{"w", ones({2})}}, {{"notes", std::string(100'000'000, 'a')}}),
+                StatusCode::kInvalidArgument, {"save_safetensors", p, "header would be", "100000000 bytes"});
+  EXPECT_TRUE(files().empty());
+  std::map<std::string, std::string> many;
+  for (int i = 0; i <= 100000; ++i) many[absl::StrCat("k", i)] = "";
+  expect_status(save_safetensors(p, {{"w", ones({2})}}, many), StatusCode::kInvalidArgument,
+                {"save_safetensors", p, "100001 metadata keys"});
+  EXPECT_TRUE(files().empty());
+}
+
 // ---- load_into ----
 
 TEST_F(SafetensorsTest, LoadIntoCopiesIntoTheTargetsStorage) {
@@ -589,6 +607,9 @@ std::vector<MalformedCase> malformed_cases() {
   for (int i = 0; i < 200; ++i) deep += "[";
   for (int i = 0; i < 200; ++i) deep += "]";
   deep += "}}";
+  // Bytes after a NUL went unread (nlohmann stops there as at the end of the input).
+  const Bytes nul = make_file(absl::StrCat("{", entry("w", "F32", "[2]", 0, 8), "}", std::string("\0 garbage", 9)),
+                              eight);
   auto one = [&](const std::string& body, const Bytes& data) { return make_file("{" + body + "}", data); };
   const StatusCode bad = StatusCode::kInvalidArgument;
   return {
@@ -640,6 +661,8 @@ std::vector<MalformedCase> malformed_cases() {
        {"__metadata__", "array"}},
       {"bool byte not 0 or 1", one(entry("m", "BOOL", "[2]", 0, 2), {1, 2}), bad, {"\"m\"", "element 1", "0x02"}},
       {"deep nesting", make_file(deep, {}), bad, {"deeper"}},
+      {"NUL byte in the header", nul, bad, {"NUL byte", "header byte 55", "file offset 62"}},
+      {"empty tensor name", one(entry("", "F32", "[2]", 0, 8), eight), bad, {"tensor \"\"", "name is empty"}},
   };
 }
 
@@ -697,6 +720,73 @@ TEST_F(SafetensorsTest, HeadersPastTheEntryLimitAreRefusedAndNotWritten) {
   expect_status(save_safetensors(path("out.safetensors"), too_many), StatusCode::kInvalidArgument,
                 {"100001 tensors", "100000"});
   EXPECT_FALSE(std::filesystem::exists(path("out.safetensors")));
+}
+
+// Opening a fifo for reading waits for a writer: loads must refuse one at
+// once. Should a load wait, the watchdog opens the fifo for writing after
+// 2 s, so the test fails instead of hanging.
+TEST_F(SafetensorsTest, LoadingAFifoIsRefusedWithoutWaiting) {
+  const std::string p = path("fifo");
+  ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+  std::atomic<bool> done{false};
+  std::thread watchdog([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!done) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        const int fd = ::open(p.c_str(), O_WRONLY | O_NONBLOCK);   // succeeds only while a reader waits
+        if (fd >= 0) ::close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status loaded = load_safetensors(p).status();
+  const absl::Status metadata = load_safetensors_metadata(p).status();
+  const absl::Status into = load_into(p, {{"w", ones({2})}});
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  done = true;
+  watchdog.join();
+  expect_status(loaded, StatusCode::kInvalidArgument, {"load_safetensors", p, "not a regular file"});
+  expect_status(metadata, StatusCode::kInvalidArgument, {"load_safetensors_metadata", p, "not a regular file"});
+  expect_status(into, StatusCode::kInvalidArgument, {"load_into", p, "not a regular file"});
+  EXPECT_LT(took.count(), 1.0);
+}
+
+// NOTE [ Header size ]: JSON whose DOM would outgrow the header many times
+// over is refused by the SAX pass, naming the entry, before the DOM is built.
+TEST_F(SafetensorsTest, HeadersOfMoreJsonValuesThanRealOnesAreRefused) {
+  std::string arrays = "{\"x\":[";
+  for (int i = 0; i < 100000; ++i) absl::StrAppend(&arrays, i > 0 ? "," : "", "[]");
+  arrays += "]}";
+  write_bytes(path("arrays.safetensors"), make_file(arrays, {}));
+  expect_status(load_safetensors(path("arrays.safetensors")).status(), StatusCode::kInvalidArgument,
+                {path("arrays.safetensors"), "tensor \"x\"", "more than 16 JSON values", "Header size"});
+  std::string metadata = "{\"__metadata__\":{";
+  for (int i = 0; i <= 100000; ++i) absl::StrAppend(&metadata, i > 0 ? "," : "", "\"k", i, "\":\"\"");
+  metadata += "}}";
+  write_bytes(path("metadata.safetensors"), make_file(metadata, {}));
+  expect_status(load_safetensors_metadata(path("metadata.safetensors")).status(), StatusCode::kInvalidArgument,
+                {path("metadata.safetensors"), "\"__metadata__\" holds more than 100000 values"});
+  // A real entry with a small field encore does not know still loads.
+  write_bytes(path("extra.safetensors"),
+              make_file(R"({"w":{"dtype":"F32","shape":[1,1,1,1,1,1,1,2],"data_offsets":[0,8],"note":"x"}})",
+                        Bytes(8, 0)));
+  absl::StatusOr<NamedTensors> extra = load_safetensors(path("extra.safetensors"));
+  ASSERT_TRUE(extra.ok()) << extra.status();
+}
+
+// Names and shapes from the header alone, in data order, F64 included;
+// a malformed header is refused as load_safetensors refuses it.
+TEST_F(SafetensorsTest, ShapesAreReadFromTheHeaderAlone) {
+  const std::string p = path("m.safetensors");
+  const std::string header =
+      absl::StrCat("{", entry("b", "F64", "[1]", 24, 32), ",", entry("a", "I32", "[2, 3]", 0, 24), "}");
+  write_bytes(p, make_file(header, Bytes(32, 0)));
+  absl::StatusOr<std::vector<std::pair<std::string, Shape>>> shapes = load_safetensors_shapes(p);
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  EXPECT_EQ(*shapes, (std::vector<std::pair<std::string, Shape>>{{"a", Shape{2, 3}}, {"b", Shape{1}}}));
+  write_bytes(p, {1, 2, 3});
+  expect_status(load_safetensors_shapes(p).status(), StatusCode::kDataLoss, {"load_safetensors_shapes", p, "3 bytes"});
 }
 
 TEST_F(SafetensorsTest, MissingFileAndDirectoryAreRefused) {

@@ -2,9 +2,12 @@
 // continues bit for bit; mismatches are refused with the tensor named.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "encore/encore.h"
 #include "tests/backends/cuda_test_util.h"
@@ -261,6 +264,77 @@ TEST(TrainingCheckpointTest, ARunWithoutItsPartsIsRefusedNamingThem) {
   EXPECT_EQ(st.code(), absl::StatusCode::kNotFound) << st;
   EXPECT_NE(st.message().find("schedule.step"), absl::string_view::npos) << st;
   EXPECT_TRUE(load_checkpoint(path, fresh.model, &fresh.opt).ok());
+}
+
+// The bytes of every tensor a run's checkpoint holds: parameters, optimizer
+// state, the schedule's step and the generators.
+std::vector<std::vector<uint8_t>> run_bytes(GptRun& run) {
+  NamedTensors all = run.opt.state();
+  for (const auto& [name, p] : run.model.state_tensors()) all.emplace_back(name, p);
+  all.emplace_back("data", run.data.state());
+  all.emplace_back("default", default_generator(kCPU).state());
+  all.emplace_back("step", scalar_tensor(static_cast<double>(run.sched.current_step()), kInt64));
+  std::vector<std::vector<uint8_t>> out;
+  for (const auto& [name, t] : all) {
+    Tensor c = t.to(kCPU).contiguous();
+    const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+    out.emplace_back(p, p + c.numel() * dtype_size(c.dtype()));
+  }
+  return out;
+}
+
+// A file whose parts all match but whose "schedule.step" is negative (which
+// the schedule refuses) is refused before anything is copied: parameters,
+// optimizer state, generators and the schedule keep every bit.
+TEST(TrainingCheckpointTest, ANegativeScheduleStepIsRefusedBeforeAnythingIsWritten) {
+  const std::string path = ::testing::TempDir() + "/negative_step.safetensors";
+  {
+    GptRun saved(1, kCPU);
+    for (int i = 0; i < 2; ++i) saved.step();
+    ASSERT_TRUE(save_checkpoint(path, saved.model, saved.state()).ok());
+  }
+  absl::StatusOr<NamedTensors> file = load_safetensors(path);
+  absl::StatusOr<std::map<std::string, std::string>> metadata = load_safetensors_metadata(path);
+  ASSERT_TRUE(file.ok() && metadata.ok());
+  for (auto& [name, t] : *file) {
+    if (name == "schedule.step") t = scalar_tensor(-3, kInt64);
+  }
+  ASSERT_TRUE(save_safetensors(path, *file, *metadata).ok());
+  GptRun run(3, kCPU);
+  run.step();
+  const std::vector<std::vector<uint8_t>> before = run_bytes(run);
+  absl::Status st = load_checkpoint(path, run.model, run.state());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find(path), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("\"schedule.step\": is -3"), absl::string_view::npos) << st;
+  EXPECT_TRUE(run_bytes(run) == before);
+  // Without the schedule the step is not read, and the rest loads.
+  absl::Status rest = load_checkpoint(path, run.model, {.optimizer = &run.opt, .generators = {{"data", &run.data}}});
+  EXPECT_TRUE(rest.ok()) << rest;
+}
+
+// A named part's prefix in the file holding a tensor the run does not have
+// is refused (strict), naming the file and the tensor, and nothing changes.
+TEST(TrainingCheckpointTest, TensorsTheRunDoesNotHaveAreRefusedBeforeAnythingIsWritten) {
+  const std::string path = ::testing::TempDir() + "/extra_parts.safetensors";
+  {
+    GptRun saved(1, kCPU);
+    saved.step();
+    ASSERT_TRUE(save_checkpoint(path, saved.model, saved.state()).ok());   // has "rng.data"
+  }
+  GptRun run(3, kCPU);
+  run.step();
+  const std::vector<std::vector<uint8_t>> before = run_bytes(run);
+  TrainingState without_data{.optimizer = &run.opt, .schedule = &run.sched};
+  absl::Status st = load_checkpoint(path, run.model, without_data);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find(path), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("\"rng.data\": in the file but not in the model, optimizer, schedule or generators"),
+            absl::string_view::npos) << st;
+  EXPECT_TRUE(run_bytes(run) == before);
+  LoadReport report;
+  ASSERT_TRUE(load_checkpoint(path, run.model, without_data, {.strict = false}, &report).ok());
+  EXPECT_EQ(report.unexpected, std::vector<std::string>{"rng.data"});
 }
 
 }  // namespace

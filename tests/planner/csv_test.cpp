@@ -48,6 +48,14 @@ TEST(CsvTest, AcceptsAnyColumnOrderOptionalColumnsBlankLinesAndCrlf) {
   EXPECT_EQ(problem->offsets, (std::vector<int64_t>{64, 0}));
 }
 
+// A UTF-8 byte order mark (as some editors write) before the header is skipped.
+TEST(CsvTest, SkipsAByteOrderMark) {
+  absl::StatusOr<CsvProblem> problem = parse_csv("\xEF\xBB\xBFid,lower,upper,size\nb1,0,3,4\n");
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  ASSERT_EQ(problem->buffers.size(), 1u);
+  EXPECT_EQ(problem->buffers[0].id, "b1");
+}
+
 struct BadInput {
   const char* name;
   const char* text;
@@ -83,7 +91,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"NegativeOffset", "id,lower,upper,size,offset\nb1,0,3,4,-1\n", "line 2:", "negative offset"},
         BadInput{"TooFewFields", "id,lower,upper,size\nb1,0,3\n", "line 2:", "expected 4 fields, found 3"},
         BadInput{"TooManyFields", "id,lower,upper,size\nb1,0,3,4,5\n", "line 2:", "expected 4 fields, found 5"},
-        BadInput{"EmptyId", "id,lower,upper,size\n,0,3,4\n", "line 2:", "empty id"}),
+        BadInput{"EmptyId", "id,lower,upper,size\n,0,3,4\n", "line 2:", "empty id"},
+        BadInput{"ControlByteInId", "id,lower,upper,size\nb1,0,3,4\nb\x01" "z,0,3,4\n", "line 3:",
+                 "id 'b\\x01z' holds the control byte 0x01"},
+        BadInput{"EscapeInId", "id,lower,upper,size\n\x1b[31mred,0,3,4\n", "line 2:", "control byte 0x1b"},
+        BadInput{"TabInId", "id,lower,upper,size\nb\t1,0,3,4\n", "line 2:", "control byte 0x09"},
+        BadInput{"DeleteInId", "id,lower,upper,size\nb\x7f,0,3,4\n", "line 2:", "control byte 0x7f"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return std::string(info.param.name); });
 
 TEST(CsvTest, ReadMissingFileIsNotFound) {

@@ -68,6 +68,10 @@ TEST(EncorePlanToolTest, BadTimeLimitsAreRefused) {
   const ToolRun run = run_tool("--time_limit_s=soon " + csv);
   EXPECT_EQ(run.exit_code, 2);
   expect_one_line_error(run, "--time_limit_s: cannot parse 'soon' as a number");
+  // The same value as the next argument: exit 2 too, not Abseil's 1 (a bad input file's).
+  const ToolRun separate = run_tool("--time_limit_s soon " + csv);
+  EXPECT_EQ(separate.exit_code, 2);
+  expect_one_line_error(separate, "--time_limit_s: cannot parse 'soon' as a number");
 }
 
 // A plan or picture that cannot be written: exit 1 naming the file (issue #17).

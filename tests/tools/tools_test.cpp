@@ -190,6 +190,21 @@ TEST(EncoreProfTest, SizeFlagsRefuseHostileValues) {
   expect_flag_error(prof("--lr=inf"), "lr must be finite");
 }
 
+// Values given as the next argument ("--runs abc") are checked as
+// "--runs=abc" is: one line and exit 2, never Abseil's exit 1; so is a
+// value missing at the end.
+TEST(EncoreProfTest, FlagValuesInTheNextArgumentAreCheckedToo) {
+  expect_flag_error(prof("--runs abc"), "--runs: cannot parse 'abc' as a 32-bit integer");
+  expect_flag_error(prof("--lr fast"), "--lr: cannot parse 'fast' as a number");
+  expect_flag_error(prof("--seed -1"), "--seed: cannot parse '-1' as an unsigned 64-bit integer");
+  expect_flag_error(prof("--model=mlp --runs"), "--runs: missing value");
+  expect_flag_error(prof("--model=mlp --hidden 0"), "--hidden must be in 1..65536, got 0");
+  expect_flag_error(launch("--elements abc"), "--elements: cannot parse 'abc' as a 64-bit integer");
+  expect_flag_error(launch("--min_rep_ms soon"), "--min_rep_ms: cannot parse 'soon' as a number");
+  // A bool does not take the next argument: "maybe" is an argument the tool refuses.
+  expect_flag_error(prof("--eager maybe"), "unexpected argument 'maybe'");
+}
+
 // A trace or graph that cannot be written (a full disk, a missing
 // directory): exit 1 with the cause, after profiling (issue #17).
 TEST(EncoreProfTest, WriteFailuresAreReported) {
