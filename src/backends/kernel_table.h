@@ -486,9 +486,9 @@ struct EmbeddingArgs {
   }
 };
 
-// gw [vocab, dim] = 0, then row idx[i] += g[i] for each i in order (f16/bf16
-// rounded in the storage type at each add); bad indices are skipped. No
-// atomics: deterministic.
+// gw [vocab, dim] = 0, then row idx[i] += g[i] for each i in order, summed
+// in f32 (f16/bf16: rounded to the storage type once, at the end); bad
+// indices are skipped. No atomics: deterministic.
 struct EmbeddingBackwardArgs {
   const void* g;                  // [n, dim]: grad_out
   const void* idx;                // [n] of index
@@ -555,10 +555,10 @@ struct NnKernels {
   int64_t layer_norm_max_chunks;
   // (optional) CUTLASS's can_implement and get_workspace_size in one: the
   // bytes of scratch embedding_backward needs for a's sizes (the host
-  // allocates them into a.workspace and lists them among the writes), or -1
-  // when the kernel cannot take these sizes, with *why set to a static phrase
-  // that follows "<n> indices into <vocab> rows" in the host's error (e.g.
-  // "exceed the 32-bit sort"). Null: no scratch, any size.
+  // allocates them, when not 0, into a.workspace and lists them among the
+  // writes), or -1 when the kernel cannot take these sizes, with *why set to
+  // a static phrase that follows "<n> indices into <vocab> rows" in the
+  // host's error (e.g. "exceed the 32-bit sort"). Null: no scratch, any size.
   int64_t (*embedding_backward_workspace)(const EmbeddingBackwardArgs& a, const char** why);
   // (optional) The kernel error word of device `index`, for `errors` (stable
   // for the life of the process, so captured graphs may hold it). Null: the

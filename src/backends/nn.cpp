@@ -160,6 +160,8 @@ void embedding_backward(const Tensor& grad_weight, const Tensor& grad_out, const
     args.workspace_bytes = k.embedding_backward_workspace(args, &why);
     ENCORE_CHECK(args.workspace_bytes >= 0, "%s: %d indices into %d rows %s (grad_weight %s)", kOp, args.n,
                  args.vocab, why, shape_str(grad_weight.shape()));
+  }
+  if (args.workspace_bytes > 0) {
     workspace = empty({(args.workspace_bytes + 7) / 8}, kInt64, device);
     args.workspace = workspace.data_ptr();
   }

@@ -48,11 +48,15 @@ void check_index_fits(const char* op, const Tensor& index, const Tensor& t, cons
                skip_dim ? "outside" : "in every dim, along", dim);
 }
 
-// zeros(shape) with g scattered along dim at index (the backward of the gathers).
+// zeros(shape) with g scattered along dim at index (the backward of the
+// gathers). f16/bf16 scatter into f32 and round once: the kernel rounds to
+// its dtype at each add, where a repeated index loses most of its sum (bf16
+// ones stop at 256).
 Tensor scatter_into_zeros(const Tensor& g, const Shape& shape, DType dtype, int64_t dim, const Tensor& index) {
-  Tensor out = zeros(shape, dtype, g.device());
-  backend::scatter_add(out, dim, index, g.dtype() == dtype ? g : g.to(dtype));
-  return out;
+  const DType acc = ops::sum_dtype(dtype);
+  Tensor out = zeros(shape, acc, g.device());
+  backend::scatter_add(out, dim, index, g.dtype() == acc ? g : g.to(acc));
+  return acc == dtype ? out : out.to(dtype);
 }
 
 // index_select's index viewed with the input's dims: [K] at dim, expanded.
@@ -123,9 +127,12 @@ Tensor scatter_add(const Tensor& input, int64_t dim, const Tensor& index, const 
   check_index_fits(kOp, index, src, "src", dim, /*skip_dim=*/false);
   const int64_t size = input.dim() == 0 ? 1 : input.size(dim);
   check_index_values(kOp, index, size, dim, input);
-  Tensor out = empty(input.shape(), input.dtype(), input.device());
+  // f16/bf16 add in f32 and round once, as scatter_into_zeros.
+  const DType acc = ops::sum_dtype(input.dtype());
+  Tensor out = empty(input.shape(), acc, input.device());
   backend::copy(out, input.detach());
-  backend::scatter_add(out, dim, index.detach(), src.detach());
+  backend::scatter_add(out, dim, index.detach(), acc == src.dtype() ? src.detach() : src.detach().to(acc));
+  if (acc != input.dtype()) out = out.to(input.dtype());
   if (autograd::any_requires_grad(input, src)) {
     autograd::record(kOp, {input, src}, out,
                      [si = SavedTensor(index, kOp), src_shape = src.shape(), dim, ni = input.requires_grad(),

@@ -174,7 +174,11 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
     case Reduction::kSum: return sum(vals);
     case Reduction::kMean: break;
   }
-  return div(sum(vals), sum(wts));
+  // f16/bf16: both sums and the quotient in f32, rounded once (sums rounded
+  // to f16 pass 65504 and give 0 or NaN); the gradient flows back the same way.
+  const DType acc = ops::sum_dtype(input.dtype());
+  if (acc == input.dtype()) return div(sum(vals), sum(wts));
+  return div(sum(vals.to(acc)), sum(wts.to(acc))).to(input.dtype());
 }
 
 }  // namespace encore

@@ -42,6 +42,10 @@ bool host_checks_allowed(const Tensor& t);
 
 inline Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
 
+// The dtype an op composed of other ops sums `dtype` in: f32 for f16/bf16
+// (include/encore/ops.h: computed in f32, rounded once on store), else dtype.
+inline DType sum_dtype(DType dtype) { return dtype == kFloat16 || dtype == kBFloat16 ? kFloat32 : dtype; }
+
 // NOTE [ Writing into a dying temporary ]
 // An elementwise op given an rvalue Tensor (a temporary such as the
 // bn(conv(x)) in relu(bn(conv(x))), or std::move(t)) consumes it (include/

@@ -447,6 +447,29 @@ TEST(NnOpsTest, EmbeddingGradientAccumulatesRepeatedIndices) {
   expect_near(big.grad(), std::vector<double>(500 * 64, 4.0), 0, 0);   // each row used 4 times
 }
 
+// f16/bf16 gradients of repeated indices sum in f32 and round once
+// (include/encore/ops.h): 3000 rows into 3 give the f32 sums of the same
+// gradients within one rounding. Rounded at each add, a bf16 sum of ones
+// stopped at 256 (1 is half an ulp there).
+TEST(NnOpsTest, EmbeddingGradientOfHalfAndBFloat16SumsRepeatedIndicesInF32) {
+  const int64_t n = 3000, vocab = 5, dim = 16;   // (vocab + n) * dim above the grain: the threaded path
+  std::vector<int64_t> ids(n);
+  for (int64_t i = 0; i < n; ++i) ids[i] = i % 3;   // rows 3 and 4 unused
+  const Tensor idx = from_vector<int64_t>(ids);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    const double half_ulp = std::ldexp(1.0, dt == kFloat16 ? -11 : -8);   // relative
+    for (const Tensor& g : {ones({n, dim}, dt), random_tensor({n, dim}, 45, dt)}) {
+      Tensor w = zeros({vocab, dim}, dt).requires_grad_();
+      embedding(w, idx).backward(g);
+      Tensor wf = zeros({vocab, dim}).requires_grad_();
+      embedding(wf, idx).backward(g.to(kFloat32));
+      EXPECT_EQ(w.grad().dtype(), dt);
+      expect_near(w.grad(), values(wf.grad()), 0, half_ulp);
+    }
+  }
+}
+
 TEST(NnOpsTest, EmbeddingGradientMatchesFiniteDifferences) {
   Tensor ids = from_vector<int32_t>({1, 3, 1, 0}, {2, 2});
   expect_gradients_match([&](const auto& in) { return embedding(in[0], ids); }, {random_tensor({4, 3}, 44)});

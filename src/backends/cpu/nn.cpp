@@ -506,7 +506,13 @@ void layer_norm_backward_kernel(const TypedLayerNormBackwardArgs<T>& a) {
 template <typename T, typename I>
 struct TypedEmbeddingArgs { const T* w; const I* idx; T* out; int64_t n, vocab, dim; };
 template <typename T, typename I>
-struct TypedEmbeddingBackwardArgs { const T* g; const I* idx; T* gw; int64_t n, vocab, dim; };
+struct TypedEmbeddingBackwardArgs {
+  const T* g;
+  const I* idx;
+  T* gw;
+  compute_t<T>* sums;   // [vocab, dim]: gw itself for f32; for f16/bf16 the f32 workspace
+  int64_t n, vocab, dim;
+};
 
 template <typename T, typename I>
 void embedding_kernel(const TypedEmbeddingArgs<T, I>& a) {
@@ -524,23 +530,32 @@ void embedding_kernel(const TypedEmbeddingArgs<T, I>& a) {
   });
 }
 
-// Each thread owns rows [v0, v1) of grad_weight, zeroes them and adds, in
-// index order, every gradient row whose index falls in its range.
-// f16/bf16 gradients accumulate in their storage type (rounded at each add).
+// Each thread owns rows [v0, v1) of grad_weight, zeroes their sums and adds,
+// in index order, every gradient row whose index falls in its range. The
+// sums are f32 (in gw itself for f32); f16/bf16 round them into gw once at
+// the end, not at each add (a bf16 sum of ones stops growing at 256).
 template <typename T, typename I>
 void embedding_backward_kernel(const TypedEmbeddingBackwardArgs<T, I>& a) {
   using C = compute_t<T>;
   const bool big = (a.vocab + a.n) * a.dim > kGrainElementwise;
   parallel_for(a.vocab, big ? 1 : a.vocab, [&](int64_t v0, int64_t v1) {
-    std::fill(a.gw + v0 * a.dim, a.gw + v1 * a.dim, T{});
+    std::fill(a.sums + v0 * a.dim, a.sums + v1 * a.dim, C{});
     for (int64_t i = 0; i < a.n; ++i) {
       const int64_t v = static_cast<int64_t>(a.idx[i]);
       if (v < v0 || v >= v1) continue;
-      T* row = a.gw + v * a.dim;
+      C* row = a.sums + v * a.dim;
       const T* g = a.g + i * a.dim;
-      for (int64_t c = 0; c < a.dim; ++c) row[c] = T(C(row[c]) + C(g[c]));
+      for (int64_t c = 0; c < a.dim; ++c) row[c] += C(g[c]);
+    }
+    if constexpr (!std::is_same_v<C, T>) {
+      for (int64_t e = v0 * a.dim; e < v1 * a.dim; ++e) a.gw[e] = T(a.sums[e]);
     }
   });
+}
+
+// f16/bf16: the f32 sums of every row (embedding_backward_kernel); f32: none.
+int64_t embedding_backward_workspace(const backend::EmbeddingBackwardArgs& a, const char** /*why*/) {
+  return a.dtype == DType::kFloat32 ? 0 : a.vocab * a.dim * static_cast<int64_t>(sizeof(float));
 }
 
 // ---- dropout ----
@@ -667,8 +682,12 @@ struct EmbeddingBackwardEntry {
   static void run(const backend::EmbeddingBackwardArgs& a) {
     dispatch_index(a.index, [&](auto itag) {
       using I = typename decltype(itag)::type;
+      using C = compute_t<T>;
+      C* sums = nullptr;
+      if constexpr (std::is_same_v<C, T>) sums = ptr<T>(a.gw);
+      else sums = ptr<C>(a.workspace);
       embedding_backward_kernel<T, I>(
-          TypedEmbeddingBackwardArgs<T, I>{cptr<T>(a.g), cptr<I>(a.idx), ptr<T>(a.gw), a.n, a.vocab, a.dim});
+          TypedEmbeddingBackwardArgs<T, I>{cptr<T>(a.g), cptr<I>(a.idx), ptr<T>(a.gw), sums, a.n, a.vocab, a.dim});
     });
   }
 };
@@ -702,8 +721,8 @@ extern const backend::NnKernels kNn = {
     .dropout = specialized_kernel<&pick_float<DropoutEntry, backend::DropoutArgs>>(),
     .dropout_backward = specialized_kernel<&pick_float<DropoutBackwardEntry, backend::DropoutBackwardArgs>>(),
     .layer_norm_max_chunks = kMaxRowBlocks,
-    .embedding_backward_workspace = nullptr,   // each thread owns a range of rows: no scratch
-    .error_word = nullptr,                     // the kernels call report_kernel_error()
+    .embedding_backward_workspace = &embedding_backward_workspace,   // f16/bf16: the f32 sums
+    .error_word = nullptr,   // the kernels call report_kernel_error()
 };
 
 }  // namespace encore::cpu

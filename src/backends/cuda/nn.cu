@@ -407,8 +407,8 @@ __global__ void embedding_row_start_kernel(const uint32_t* __restrict__ keys_sor
   }
 }
 
-// grad_weight[v, c] = the gradients of row v added in position order,
-// rounded to T at each add (the CPU's order and rounding).
+// grad_weight[v, c] = the gradients of row v added in position order in
+// f32, rounded to T once (the CPU's order and rounding).
 template <typename T>
 __global__ void embedding_sum_kernel(const T* __restrict__ g, const int32_t* __restrict__ pos_sorted,
                                      const int32_t* __restrict__ row_start, T* __restrict__ gw, int64_t vocab,
@@ -418,9 +418,7 @@ __global__ void embedding_sum_kernel(const T* __restrict__ g, const int32_t* __r
     const int64_t v = t / dim, c = t - v * dim;
     const int32_t end = row_start[v + 1];
     float acc = 0;
-    for (int32_t j = row_start[v]; j < end; ++j) {
-      acc = to_float(convert<T>(acc + to_float(g[static_cast<int64_t>(pos_sorted[j]) * dim + c])));
-    }
+    for (int32_t j = row_start[v]; j < end; ++j) acc += to_float(g[static_cast<int64_t>(pos_sorted[j]) * dim + c]);
     gw[t] = convert<T>(acc);
   }
 }
@@ -616,8 +614,8 @@ void embedding_launch(const EmbeddingArgs& a) {
 // NOTE [ Deterministic embedding backward ]: a stable radix sort (CUB) of
 // (index, position) pairs groups the positions of each row in increasing
 // order; then one thread per grad_weight element adds its row's gradients
-// in that order (the CPU order, rounded in the storage type at each add as
-// the CPU does). No float atomics; cost O(n + vocab) for the sort and
+// in that order in f32 and rounds once to the storage type (the CPU's
+// order and rounding). No float atomics; cost O(n + vocab) for the sort and
 // O((n + vocab) * dim) for the sums. Scratch: one workspace
 // (embedding_backward_workspace), carved by carve_embedding_scratch.
 
