@@ -244,12 +244,12 @@ TEST(BinaryTest, ScalarFormsMatchHostReference) {
   }
 }
 
-// BUG (src/backends/cpu/binary.cpp, scalar_kernel / binary_kernel): the
-// scalar (and add_'s alpha) is cast to the integer compute type before use,
-// so i32 [1, 2, 3, 4] * 0.5 gives [0, 0, 0, 0], a / 2 (= a * 0.5) gives all
-// zeros and a + 1.5 gives a + 1, silently. Expected: either an error naming
-// the op and dtype (like rdiv on integers) or the value computed from the
-// real scalar, (int)(x * 0.5) = [0, 1, 1, 2]. Enable when fixed.
+// An integer tensor with a fractional scalar (a * 0.5, a / 2.0 = a * 0.5,
+// a + 1.5) must never be computed with the scalar truncated to the integer
+// type ([1, 2, 3, 4] * 0.5 giving zeros): each case either gives the value
+// computed from the real scalar, truncated toward zero, or throws
+// InvalidArgument. Today every case throws (ops::check_scalar_fits: "not a
+// whole number").
 TEST(BinaryTest, IntegerTensorWithFractionalScalarIsNotTruncatedSilently) {
   Tensor a = from_vector<int32_t>({1, 2, 3, 4, -3});
   const std::vector<std::pair<std::function<Tensor()>, std::vector<double>>> cases = {
