@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
+#include <vector>
 
 #include "encore/encore.h"
 #include "tests/test_util.h"
@@ -241,12 +244,12 @@ TEST(BinaryTest, ScalarFormsMatchHostReference) {
   }
 }
 
-// BUG (src/backends/cpu/binary.cpp, scalar_kernel / binary_kernel): the
-// scalar (and add_'s alpha) is cast to the integer compute type before use,
-// so i32 [1, 2, 3, 4] * 0.5 gives [0, 0, 0, 0], a / 2 (= a * 0.5) gives all
-// zeros and a + 1.5 gives a + 1, silently. Expected: either an error naming
-// the op and dtype (like rdiv on integers) or the value computed from the
-// real scalar, (int)(x * 0.5) = [0, 1, 1, 2]. Enable when fixed.
+// An integer tensor with a fractional scalar (a * 0.5, a / 2.0 = a * 0.5,
+// a + 1.5) must never be computed with the scalar truncated to the integer
+// type ([1, 2, 3, 4] * 0.5 giving zeros): each case either gives the value
+// computed from the real scalar, truncated toward zero, or throws
+// InvalidArgument. Today every case throws (ops::check_scalar_fits: "not a
+// whole number").
 TEST(BinaryTest, IntegerTensorWithFractionalScalarIsNotTruncatedSilently) {
   Tensor a = from_vector<int32_t>({1, 2, 3, 4, -3});
   const std::vector<std::pair<std::function<Tensor()>, std::vector<double>>> cases = {
@@ -261,6 +264,43 @@ TEST(BinaryTest, IntegerTensorWithFractionalScalarIsNotTruncatedSilently) {
     if (!s.ok()) {
       EXPECT_EQ(s.code(), kInvalid) << s;
     }
+  }
+}
+
+// i32/i64 +, - and * (alpha and the scalar forms included) wrap around on
+// overflow, two's complement, as sum, abs and neg do, contiguous or
+// strided. Before, they overflowed signed integers in the kernel: undefined
+// behaviour, which a -fsanitize=undefined build reports on this test.
+TEST(BinaryTest, IntegerOverflowWrapsAround) {
+  constexpr int32_t kMin32 = std::numeric_limits<int32_t>::min(), kMax32 = std::numeric_limits<int32_t>::max();
+  constexpr int64_t kMin64 = std::numeric_limits<int64_t>::min(), kMax64 = std::numeric_limits<int64_t>::max();
+  for (bool strided : {false, true}) {
+    SCOPED_TRACE(strided ? "strided" : "contiguous");
+    auto layout = [&](const Tensor& t) { return strided ? non_contiguous(t) : t; };
+    const Tensor a = layout(from_vector<int32_t>({2000000000, -2000000000, kMax32, kMin32, 46341}));
+    const Tensor b = layout(from_vector<int32_t>({2000000000, 2000000000, 1, 1, 46341}));
+    using V32 = std::vector<int32_t>;
+    EXPECT_EQ((a + b).to_vector<int32_t>(), (V32{-294967296, 0, kMin32, kMin32 + 1, 92682}));
+    EXPECT_EQ((a - b).to_vector<int32_t>(), (V32{0, 294967296, kMax32 - 1, kMax32, 0}));
+    EXPECT_EQ((a * b).to_vector<int32_t>(), (V32{-1651507200, 1651507200, kMax32, kMin32, -2147479015}));
+    EXPECT_EQ(a.clone().add_(b, 3).to_vector<int32_t>(),
+              (V32{-589934592, -294967296, kMin32 + 2, kMin32 + 3, 185364}));
+    EXPECT_EQ(add(a, 2e9).to_vector<int32_t>(), (V32{-294967296, 0, -147483649, -147483648, 2000046341}));
+    EXPECT_EQ(mul(a, 3).to_vector<int32_t>(), (V32{1705032704, -1705032704, kMax32 - 2, kMin32, 139023}));
+    EXPECT_EQ(rsub(a, -2e9).to_vector<int32_t>(), (V32{294967296, 0, 147483649, 147483648, -2000046341}));
+
+    const Tensor c = layout(from_vector<int64_t>({kMax64, kMin64, 3037000500, -5}));
+    const Tensor d = layout(from_vector<int64_t>({1, 1, 3037000500, kMin64}));
+    using V64 = std::vector<int64_t>;
+    EXPECT_EQ((c + d).to_vector<int64_t>(), (V64{kMin64, kMin64 + 1, 6074001000, kMax64 - 4}));
+    EXPECT_EQ((c - d).to_vector<int64_t>(), (V64{kMax64 - 1, kMax64, 0, kMax64 - 4}));
+    EXPECT_EQ((c * d).to_vector<int64_t>(), (V64{kMax64, kMin64, -9223372036709301616, kMin64}));
+    const double two62 = std::ldexp(1.0, 62);
+    EXPECT_EQ(add(c, two62).to_vector<int64_t>(),
+              (V64{kMin64 + kMax64 / 2, kMin64 / 2, 4611686021464388404, 4611686018427387899}));
+    EXPECT_EQ(mul(c, 3037000500.0).to_vector<int64_t>(), (V64{-3037000500, 0, -9223372036709301616, -15185002500}));
+    EXPECT_EQ(rsub(c, two62).to_vector<int64_t>(),
+              (V64{-4611686018427387903, kMin64 / 2, 4611686015390387404, 4611686018427387909}));
   }
 }
 

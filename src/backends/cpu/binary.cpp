@@ -1,6 +1,8 @@
 // The CPU kernels of broadcasting binary arithmetic, tensor-scalar
 // arithmetic and comparisons (contracts: BinaryArgs, CompareArgs in
 // src/backends/kernel_table.h).
+#include <type_traits>
+
 #include "src/backends/convert.h"
 #include "src/backends/cpu/dispatch.h"
 #include "src/backends/cpu/loops.h"
@@ -15,19 +17,30 @@ using namespace backend;   // the shared argument structs, kinds and formulas
 
 // ---- kernels ----
 
+// The type C's +, - and * run in: for i32/i64 the unsigned type of their
+// size, so that they wrap around (two's complement, as sum, abs, neg and
+// scatter_add do) where the signed ones would overflow, which is undefined;
+// the conversion back to C is modular. Floats: C itself.
+template <typename C>
+using Wrapping = typename std::conditional_t<std::is_integral_v<C>, std::make_unsigned<C>,
+                                             std::type_identity<C>>::type;
+
+// Division stays in C: the ops refuse integer div and rdiv.
 template <typename C, BinaryOp kOp>
 ENCORE_SIMD_INLINE C apply_binary(C a, C b, C alpha) {
-  if constexpr (kOp == BinaryOp::kAdd) return a + alpha * b;
-  if constexpr (kOp == BinaryOp::kSub) return a - alpha * b;
-  if constexpr (kOp == BinaryOp::kMul) return a * b;
+  using W = Wrapping<C>;
+  if constexpr (kOp == BinaryOp::kAdd) return C(W(a) + W(alpha) * W(b));
+  if constexpr (kOp == BinaryOp::kSub) return C(W(a) - W(alpha) * W(b));
+  if constexpr (kOp == BinaryOp::kMul) return C(W(a) * W(b));
   if constexpr (kOp == BinaryOp::kDiv) return a / b;
 }
 
 template <typename C, ScalarOp kOp>
 ENCORE_SIMD_INLINE C apply_scalar(C a, C s) {
-  if constexpr (kOp == ScalarOp::kAdd) return a + s;
-  if constexpr (kOp == ScalarOp::kMul) return a * s;
-  if constexpr (kOp == ScalarOp::kRsub) return s - a;
+  using W = Wrapping<C>;
+  if constexpr (kOp == ScalarOp::kAdd) return C(W(a) + W(s));
+  if constexpr (kOp == ScalarOp::kMul) return C(W(a) * W(s));
+  if constexpr (kOp == ScalarOp::kRsub) return C(W(s) - W(a));
   if constexpr (kOp == ScalarOp::kRdiv) return s / a;
 }
 

@@ -23,10 +23,11 @@ __device__ __forceinline__ C apply_binary(C a, C b, C alpha) {
     if constexpr (kOp == BinaryOp::kSub) return __fsub_rn(a, __fmul_rn(alpha, b));
     if constexpr (kOp == BinaryOp::kMul) return __fmul_rn(a, b);
     if constexpr (kOp == BinaryOp::kDiv) return __fdiv_rn(a, b);
-  } else {
-    if constexpr (kOp == BinaryOp::kAdd) return a + alpha * b;
-    if constexpr (kOp == BinaryOp::kSub) return a - alpha * b;
-    if constexpr (kOp == BinaryOp::kMul) return a * b;
+  } else {   // i32/i64: +, - and * wrap around in the unsigned type, as on the CPU (signed overflow is undefined)
+    using U = std::make_unsigned_t<C>;
+    if constexpr (kOp == BinaryOp::kAdd) return C(U(a) + U(alpha) * U(b));
+    if constexpr (kOp == BinaryOp::kSub) return C(U(a) - U(alpha) * U(b));
+    if constexpr (kOp == BinaryOp::kMul) return C(U(a) * U(b));
     if constexpr (kOp == BinaryOp::kDiv) return a / b;   // integer division by zero: unspecified, as on the CPU
   }
 }
@@ -38,10 +39,11 @@ __device__ __forceinline__ C apply_scalar(C a, C s) {
     if constexpr (kOp == ScalarOp::kMul) return __fmul_rn(a, s);
     if constexpr (kOp == ScalarOp::kRsub) return __fsub_rn(s, a);
     if constexpr (kOp == ScalarOp::kRdiv) return __fdiv_rn(s, a);
-  } else {
-    if constexpr (kOp == ScalarOp::kAdd) return a + s;
-    if constexpr (kOp == ScalarOp::kMul) return a * s;
-    if constexpr (kOp == ScalarOp::kRsub) return s - a;
+  } else {   // i32/i64: wrapping, as apply_binary
+    using U = std::make_unsigned_t<C>;
+    if constexpr (kOp == ScalarOp::kAdd) return C(U(a) + U(s));
+    if constexpr (kOp == ScalarOp::kMul) return C(U(a) * U(s));
+    if constexpr (kOp == ScalarOp::kRsub) return C(U(s) - U(a));
     if constexpr (kOp == ScalarOp::kRdiv) return s / a;
   }
 }
