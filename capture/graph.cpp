@@ -179,8 +179,6 @@ std::string element_string(const std::vector<unsigned char>& bytes, int64_t elem
   return arg_value_string(f, bytes.data() + element * dtype_size(dtype));
 }
 
-bool flag_of(const capture_internal::HostCondition& c) { return capture_internal::condition_value(c); }
-
 }  // namespace
 
 namespace capture_internal {
@@ -200,12 +198,14 @@ void set_condition(const HostCondition& c, bool value) {
 
 }  // namespace capture_internal
 
+using capture_internal::condition_value;
+
 absl::Status Graph::Impl::replay_verified() {
   // The state before.
   std::vector<std::vector<unsigned char>> before;
   for (const capture_internal::Guard& g : guards) before.push_back(read_bytes(byte_view(g.storage)));
   std::vector<bool> flags_before;
-  for (const capture_internal::HostCondition& c : conditions) flags_before.push_back(flag_of(c));
+  for (const capture_internal::HostCondition& c : conditions) flags_before.push_back(condition_value(c));
   // The replay, and its results.
   if (absl::Status s = executable->replay(); !s.ok()) return s;
   replayed = true;
@@ -214,7 +214,7 @@ absl::Status Graph::Impl::replay_verified() {
   for (const capture_internal::Guard& g : guards) replayed_state.push_back(read_bytes(byte_view(g.storage)));
   for (const Tensor& t : outputs) replayed_outputs.push_back(read_bytes(t));
   std::vector<bool> replayed_flags;
-  for (const capture_internal::HostCondition& c : conditions) replayed_flags.push_back(flag_of(c));
+  for (const capture_internal::HostCondition& c : conditions) replayed_flags.push_back(condition_value(c));
   // The eager step from the same state.
   for (size_t i = 0; i < guards.size(); ++i) write_bytes(guards[i].storage, before[i]);
   for (size_t i = 0; i < conditions.size(); ++i) capture_internal::set_condition(conditions[i], flags_before[i]);
@@ -258,16 +258,16 @@ absl::Status Graph::Impl::replay_verified() {
     }
   }
   for (size_t i = 0; i < conditions.size() && diff.empty(); ++i) {
-    if (flag_of(conditions[i]) == replayed_flags[i]) continue;
+    if (condition_value(conditions[i]) == replayed_flags[i]) continue;
     if (conditions[i].flag) {
       const HostFlag& f = *conditions[i].flag;
       diff = absl::StrFormat("%s is %s after the replay, %s after the eager step", f.what,
                              replayed_flags[i] ? f.when_true : f.when_false,
-                             flag_of(conditions[i]) ? f.when_true : f.when_false);
+                             condition_value(conditions[i]) ? f.when_true : f.when_false);
     } else {
       diff = absl::StrFormat("the lazy zero_grad flag of a %s is %s after the replay, %s after the eager step",
                              owner_str(*conditions[i].owner), replayed_flags[i] ? "set" : "clear",
-                             flag_of(conditions[i]) ? "set" : "clear");
+                             condition_value(conditions[i]) ? "set" : "clear");
     }
   }
   for (size_t i = 0; i < outputs.size() && i < eager.size(); ++i) {

@@ -127,17 +127,21 @@ namespace observer_internal {
 inline std::atomic<int> scopes{0};
 // The calling thread's allocation observer: set only by StepObserverScope.
 inline thread_local StepObserver* allocations = nullptr;
+// Calls f(observer) for the calling thread's observer, if any (one relaxed
+// load while no scope is alive anywhere).
+template <typename F>
+inline void notify(F&& f) {
+  if (scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
+    if (StepObserver* o = allocations; o != nullptr) f(*o);
+  }
+}
 }  // namespace observer_internal
 
 inline void observe_allocate(const Storage& storage) {
-  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
-    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_allocate(storage);
-  }
+  observer_internal::notify([&](StepObserver& o) { o.on_allocate(storage); });
 }
 inline void observe_free(const Storage& storage) {
-  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
-    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_free(storage);
-  }
+  observer_internal::notify([&](StepObserver& o) { o.on_free(storage); });
 }
 
 // NOTE [ Lazy zero_grad ]'s flag, read and written only through these two,
@@ -145,15 +149,11 @@ inline void observe_free(const Storage& storage) {
 // `owner` is the leaf whose AutogradMeta holds the flag; it must have one.
 inline bool read_grad_zero_pending(TensorImpl& owner) {
   const bool value = owner.autograd->grad_zero_pending_;
-  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
-    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_host_state(owner, false, value);
-  }
+  observer_internal::notify([&](StepObserver& o) { o.on_host_state(owner, false, value); });
   return value;
 }
 inline void write_grad_zero_pending(TensorImpl& owner, bool value) {
-  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {   // sees the value before
-    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_host_state(owner, true, value);
-  }
+  observer_internal::notify([&](StepObserver& o) { o.on_host_state(owner, true, value); });   // sees the value before
   owner.autograd->grad_zero_pending_ = value;
 }
 
@@ -176,15 +176,11 @@ struct HostFlag : RefCounted {
 
 inline bool read_host_flag(HostFlag& flag) {
   const bool value = flag.value;
-  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {
-    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_host_flag(flag, false, value);
-  }
+  observer_internal::notify([&](StepObserver& o) { o.on_host_flag(flag, false, value); });
   return value;
 }
 inline void write_host_flag(HostFlag& flag, bool value) {
-  if (observer_internal::scopes.load(std::memory_order_relaxed) != 0) [[unlikely]] {   // sees the value before
-    if (StepObserver* o = observer_internal::allocations; o != nullptr) o->on_host_flag(flag, true, value);
-  }
+  observer_internal::notify([&](StepObserver& o) { o.on_host_flag(flag, true, value); });   // sees the value before
   flag.value = value;
 }
 
