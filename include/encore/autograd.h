@@ -57,8 +57,11 @@ void zero_grad(const Tensor& t);
 // reaches the leaf, whatever the number of paths. Hooks run in registration
 // order on the thread running backward(), with grad mode off; a hook may
 // launch kernels (DistributedDataParallel all-reduces a bucket there), and
-// an exception it throws ends the backward. Returns an id for
-// remove_post_accumulate_hook. `leaf` must be a leaf that requires grad.
+// an exception it throws ends the backward. A hook may register or remove
+// hooks of the same leaf, itself included: one removed does not run again,
+// not even later in the same round; one registered first runs at the next
+// accumulation. Returns an id for remove_post_accumulate_hook. `leaf` must
+// be a leaf that requires grad.
 //
 //   int64_t id = autograd::register_post_accumulate_hook(w, [](const Tensor& w) { use(w.grad()); });
 //   loss.backward();                                    // the hook sees w.grad()

@@ -1,5 +1,8 @@
 #include "src/autograd/node.h"
 
+#include <algorithm>
+#include <memory>
+
 #include "encore/autograd.h"
 #include "encore/ops.h"
 #include "src/autograd/function.h"
@@ -45,12 +48,25 @@ Grads AccumulateGrad::apply(Grads&& grads) {
   } else {
     leaf.set_grad(g.clone());
   }
-  for (size_t i = 0; i < hooks_.size(); ++i) hooks_[i].second(leaf);   // a hook may remove itself: index, not iterator
+  if (!hooks_.empty()) run_hooks(leaf);
   return {};
 }
 
-int64_t AccumulateGrad::add_hook(std::function<void(const Tensor&)> hook) {
-  hooks_.emplace_back(next_hook_, std::move(hook));
+// A hook may remove itself or another hook, or add one, while it runs: the
+// loop walks a snapshot, whose shared_ptrs keep each running function (and
+// its captures) alive, and skips a hook removed by an earlier one. A hook
+// added now first runs at the next accumulation.
+void AccumulateGrad::run_hooks(const Tensor& leaf) {
+  const std::vector<std::pair<int64_t, std::shared_ptr<Hook>>> snapshot = hooks_;
+  for (const auto& [id, hook] : snapshot) {
+    const bool registered =
+        std::any_of(hooks_.begin(), hooks_.end(), [id = id](const auto& entry) { return entry.first == id; });
+    if (registered) (*hook)(leaf);
+  }
+}
+
+int64_t AccumulateGrad::add_hook(Hook hook) {
+  hooks_.emplace_back(next_hook_, std::make_shared<Hook>(std::move(hook)));
   return next_hook_++;
 }
 

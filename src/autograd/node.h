@@ -111,12 +111,15 @@ class AccumulateGrad final : public Node {
   TensorImpl* leaf() const { return leaf_; }
   void detach_leaf() { leaf_ = nullptr; }   // the leaf is being destroyed
   // autograd::register_post_accumulate_hook (encore/autograd.h).
-  int64_t add_hook(std::function<void(const Tensor&)> hook);
+  using Hook = std::function<void(const Tensor&)>;
+  int64_t add_hook(Hook hook);
   void remove_hook(int64_t id);
 
  private:
+  void run_hooks(const Tensor& leaf);
+
   TensorImpl* leaf_;
-  std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> hooks_;
+  std::vector<std::pair<int64_t, std::shared_ptr<Hook>>> hooks_;   // (id, hook), in registration order
   int64_t next_hook_ = 0;
 };
 

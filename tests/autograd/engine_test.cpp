@@ -273,5 +273,38 @@ TEST(EngineTest, PostAccumulateHookRunsOnceWithTheSummedGradient) {
                absl::StatusCode::kInvalidArgument, {"register_post_accumulate_hook", "must be a leaf that requires grad"});
 }
 
+// Hooks that change the hook list while they run (review finding, 2026-12-06):
+// a one-shot hook that removes itself used to shift the next hook into its
+// slot, which the loop then skipped, and the running lambda's captures became
+// the next hook's (it read b's counter after removing itself).
+TEST(EngineTest, PostAccumulateHooksMayRemoveAndAddHooksWhileRunning) {
+  Tensor w = testing::random_tensor({3}, 4).requires_grad_();
+  auto step = [&] { (w * w).sum().backward(); };
+  int a = 0, b = 0, c = 0, late = 0;
+  int64_t a_id = -1, c_id = -1;
+  // a removes itself first, then counts: its own captures must still be its own.
+  a_id = autograd::register_post_accumulate_hook(w, [&a, &a_id](const Tensor& leaf) {
+    autograd::remove_post_accumulate_hook(leaf, a_id);
+    ++a;
+  });
+  // b removes c (registered after it) and adds a hook, which runs from the next round on.
+  autograd::register_post_accumulate_hook(w, [&](const Tensor& leaf) {
+    ++b;
+    autograd::remove_post_accumulate_hook(leaf, c_id);
+    if (b == 1) autograd::register_post_accumulate_hook(leaf, [&late](const Tensor&) { ++late; });
+  });
+  c_id = autograd::register_post_accumulate_hook(w, [&c](const Tensor&) { ++c; });
+  step();
+  EXPECT_EQ(a, 1);
+  EXPECT_EQ(b, 1);      // not skipped after a removed itself
+  EXPECT_EQ(c, 0);      // removed by b before its turn
+  EXPECT_EQ(late, 0);   // registered during the round
+  step();
+  EXPECT_EQ(a, 1);
+  EXPECT_EQ(b, 2);
+  EXPECT_EQ(c, 0);
+  EXPECT_EQ(late, 1);
+}
+
 }  // namespace
 }  // namespace encore
