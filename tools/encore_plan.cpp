@@ -11,8 +11,8 @@
 // say "fits", "infeasible" (proven) or "unknown" (out of time). --out and
 // --svg use the last algorithm run (the chosen one, or `best` when all run).
 // Exits 1 with a one-line message on bad input or a failed write, 2 on bad
-// flags (a value that does not parse or is out of range, a missing or extra
-// file argument). A row ends "(time limit cut the first plan: N buffers
+// flags (a value that does not parse or is out of range, an unknown
+// algorithm, a missing or extra file argument). A row ends "(time limit cut the first plan: N buffers
 // stacked)" when the limit ran out before the first plan was made whole
 // (Plan::stacked_by_limit).
 #include <chrono>
@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "encore-plan: --capacity must be >= 0 bytes (0: find the minimal capacity)\n");
     return 2;
   }
+  if (absl::Status s = chosen_algorithms().status(); !s.ok()) return encore::tools::flag_error("encore-plan", s);
   if (absl::Status status = run(args[1]); !status.ok()) {
     std::fprintf(stderr, "encore-plan: %s\n", std::string(status.message()).c_str());
     return 1;
