@@ -166,12 +166,12 @@ absl::StatusOr<std::unique_ptr<Workload>> build_workload(encore::Device device) 
     return encore::tools::make_resnet_cnn({.blocks = absl::GetFlag(FLAGS_blocks),
                                            .channels = absl::GetFlag(FLAGS_channels),
                                            .batch = batch > 0 ? batch : 32, .lr = absl::GetFlag(FLAGS_lr),
-                                           .device = device});
+                                           .seed = absl::GetFlag(FLAGS_seed), .device = device});
   }
   if (model == "block") {
     return encore::tools::make_block({.batch = batch > 0 ? batch : 8, .seq = seq_flag(), .n_embd = n_embd_flag(),
                                       .n_head = absl::GetFlag(FLAGS_n_head), .lr = absl::GetFlag(FLAGS_lr),
-                                      .device = device});
+                                      .seed = absl::GetFlag(FLAGS_seed), .device = device});
   }
   return absl::InvalidArgumentError(absl::StrFormat("--model must be mlp, gpt, cnn or block, got '%s'", model));
 }

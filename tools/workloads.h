@@ -141,12 +141,13 @@ class TransformerBlock : public nn::Module {
 struct BlockSpec {
   int64_t batch = 8, seq = 64, n_embd = 256, n_head = 4;   // n_embd must divide by n_head
   double lr = 1e-3;                                         // AdamW, its other options at their defaults
+  uint64_t seed = 1;      // of the parameters and the input
   Device device = kCPU;   // parameters, optimizer state and input; initialised on the CPU first
 };
 
 inline std::unique_ptr<Workload> make_block(const BlockSpec& spec) {
   auto w = std::make_unique<Workload>();
-  manual_seed(1);
+  manual_seed(spec.seed);
   auto m = std::make_unique<TransformerBlock>(spec.n_embd, spec.n_head);
   if (!spec.device.is_cpu()) m->to(spec.device);   // before the optimizer takes the parameters
   w->opt = std::make_unique<optim::AdamW>(m->parameters(), optim::AdamWOptions{.lr = spec.lr});
@@ -187,12 +188,13 @@ struct ResnetCnnSpec {
   int64_t channels = 16;
   int64_t batch = 32;
   double lr = 0.01;
+  uint64_t seed = 1;      // of the parameters and the input
   Device device = kCPU;   // parameters, buffers and inputs; initialised on the CPU first
 };
 
 inline std::unique_ptr<Workload> make_resnet_cnn(const ResnetCnnSpec& spec) {
   auto w = std::make_unique<Workload>();
-  manual_seed(1);
+  manual_seed(spec.seed);
   auto m = std::make_unique<nn::Sequential>();
   m->emplace<nn::Conv2d>(3, spec.channels, 3, 1, 1, 1, 1, false);
   m->emplace<nn::BatchNorm2d>(spec.channels);

@@ -354,6 +354,36 @@ TEST(ProfileTest, EagerStepThatThrowsGivesAStatusAndUninstallsTheTimer) {
   EXPECT_TRUE(capture([&] { return w->step(); }).ok());
 }
 
+// The workloads encore-prof profiles take their seed (--seed): the same seed
+// gives the same parameters and input, another seed others (review finding,
+// 2026-12-06: the block and the CNN had manual_seed(1) hard-coded).
+TEST(ProfileTest, WorkloadsFollowTheirSeed) {
+  using Make = std::function<std::unique_ptr<Workload>(uint64_t)>;
+  const std::vector<std::pair<std::string, Make>> makers = {
+      {"mlp", [](uint64_t seed) { return tools::make_mlp({.widths = {4, 3}, .batch = 2, .seed = seed}); }},
+      {"block", [](uint64_t seed) { return tools::make_block({.batch = 1, .seq = 2, .n_embd = 8, .n_head = 2,
+                                                              .seed = seed}); }},
+      {"cnn", [](uint64_t seed) { return tools::make_resnet_cnn({.blocks = 1, .channels = 2, .batch = 1,
+                                                                 .seed = seed}); }},
+  };
+  auto weights = [](const Workload& w) {
+    std::vector<float> all;
+    for (const Tensor& p : w.model->parameters()) {
+      const std::vector<float> v = p.to_vector<float>();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  for (const auto& [name, make] : makers) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Workload> a = make(7), b = make(7), c = make(8);
+    EXPECT_EQ(weights(*a), weights(*b));
+    EXPECT_EQ(a->x.to_vector<float>(), b->x.to_vector<float>());
+    EXPECT_NE(weights(*a), weights(*c));
+    EXPECT_NE(a->x.to_vector<float>(), c->x.to_vector<float>());
+  }
+}
+
 TEST(ProfileTest, BadOptionsAreRefused) {
   std::unique_ptr<Workload> w = small_mlp();
   Graph g = capture_or_die(*w);
