@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "encore/encore.h"
 #include "src/core/philox.h"
@@ -18,6 +19,8 @@ namespace {
 using testing::expect_error;
 using testing::expect_gradients_match;
 using testing::expect_near;
+using testing::half_subnormal;
+using testing::half_ulp;
 using testing::random_tensor;
 using testing::values;
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
@@ -283,6 +286,31 @@ TEST(NnOpsTest, CrossEntropyHalfAndBFloat16AgreeWithFloat) {
   }
 }
 
+// f16/bf16 logits give the loss and gradient that f32 computes from the same
+// (upcast) values, rounded once: the kernels compute in f32 and store once
+// (include/encore/ops.h), so the tolerance is one rounding (test_util.h:
+// half_ulp, and half_subnormal for f16 gradients below 2^-14, which many of
+// these, p * 0.7 / 1714, are). 2000 rows of 50 classes (the threaded path),
+// 1 in 7 ignored; the upstream gradient 0.7 is not a power of two.
+TEST(NnOpsTest, CrossEntropyBackwardOfHalfDtypesIsTheF32GradientRounded) {
+  const int64_t rows = 2000, classes = 50;
+  std::vector<int64_t> t(rows);
+  for (int64_t i = 0; i < rows; ++i) t[i] = i % 7 == 3 ? -100 : (i * 13) % classes;
+  const Tensor target = from_vector<int64_t>(t);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor x = (random_tensor({rows, classes}, 71) * 3.0).to(dt).requires_grad_();
+    Tensor xf = x.detach().to(kFloat32).requires_grad_();
+    const Tensor g = scalar_tensor(0.7, dt);
+    const Tensor loss = cross_entropy(x, target), loss_f = cross_entropy(xf, target);
+    expect_near(loss, values(loss_f), 0, half_ulp(dt));
+    loss.backward(g);
+    loss_f.backward(g.to(kFloat32));
+    EXPECT_EQ(x.grad().dtype(), dt);
+    expect_near(x.grad(), values(xf.grad()), half_subnormal(dt), half_ulp(dt));
+  }
+}
+
 TEST(NnOpsTest, CrossEntropyErrors) {
   Tensor logits = zeros({4, 3});
   expect_error([&] { (void)cross_entropy(logits, zeros({3}, kInt64)); }, kInvalid,
@@ -388,6 +416,33 @@ TEST(NnOpsTest, SoftmaxAndLayerNormBitsDoNotDependOnThreads) {
   ASSERT_EQ(runs[0].size(), runs[1].size());
   for (size_t i = 0; i < runs[0].size(); ++i) {
     EXPECT_EQ(std::memcmp(runs[0][i].data(), runs[1][i].data(), runs[0][i].size() * sizeof(float)), 0) << "output " << i;
+  }
+}
+
+// f16/bf16 layer_norm (forward, dx, dweight and dbias) is the f32 result of
+// the same (upcast) values rounded once (tolerance: one rounding, test_util.h
+// half_ulp): the statistics and every sum are f32. 2000 rows: dweight and
+// dbias are sums over 2000 rows in 64 partial blocks, each row's dx needs two
+// sums over 96 columns; a sum rounded to f16/bf16 on the way fails by far.
+TEST(NnOpsTest, LayerNormBackwardOfHalfDtypesIsTheF32GradientRounded) {
+  const int64_t rows = 2000, cols = 96;
+  for (DType dt : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor x = (random_tensor({rows, cols}, 72) * 2.0 + 0.5).to(dt).requires_grad_();
+    Tensor w = random_tensor({cols}, 73, dt).requires_grad_(), b = random_tensor({cols}, 74, dt).requires_grad_();
+    Tensor xf = x.detach().to(kFloat32).requires_grad_();
+    Tensor wf = w.detach().to(kFloat32).requires_grad_(), bf = b.detach().to(kFloat32).requires_grad_();
+    const Tensor g = random_tensor({rows, cols}, 75, dt);
+    const Tensor y = layer_norm(x, {cols}, w, b), yf = layer_norm(xf, {cols}, wf, bf);
+    expect_near(y, values(yf), half_subnormal(dt), half_ulp(dt));
+    y.backward(g);
+    yf.backward(g.to(kFloat32));
+    for (auto [name, got, want] : {std::tuple{"dx", x.grad(), xf.grad()}, std::tuple{"dweight", w.grad(), wf.grad()},
+                                   std::tuple{"dbias", b.grad(), bf.grad()}}) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(got.dtype(), dt);
+      expect_near(got, values(want), half_subnormal(dt), half_ulp(dt));
+    }
   }
 }
 
@@ -579,6 +634,26 @@ TEST(NnOpsTest, DropoutOfHalfAndBFloat16) {
     EXPECT_EQ(y.dtype(), dt);
     // Same mask as f32 (same seed); x / 0.5 is exact in any float format.
     expect_near(y, values(dropout(x.to(kFloat32), 0.5, true, &g2)), 0, 0);
+  }
+}
+
+// f16/bf16 dropout's gradient is g * 1/(1 - p) computed in f32 and rounded
+// once (tolerance: one rounding, test_util.h half_ulp). p = 0.3: the scale
+// 1/0.7 is not a power of two, so every kept gradient is rounded; the same
+// seed draws the same mask in every dtype.
+TEST(NnOpsTest, DropoutBackwardOfHalfDtypesIsTheF32GradientRounded) {
+  for (DType dt : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor x = random_tensor({5000}, 76, dt).requires_grad_();
+    Tensor xf = x.detach().to(kFloat32).requires_grad_();
+    const Tensor g = random_tensor({5000}, 77, dt);
+    Generator g1(9), g2(9);
+    const Tensor y = dropout(x, 0.3, true, &g1), yf = dropout(xf, 0.3, true, &g2);
+    expect_near(y, values(yf), half_subnormal(dt), half_ulp(dt));
+    y.backward(g);
+    yf.backward(g.to(kFloat32));
+    EXPECT_EQ(x.grad().dtype(), dt);
+    expect_near(x.grad(), values(xf.grad()), half_subnormal(dt), half_ulp(dt));
   }
 }
 
