@@ -107,6 +107,16 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
                  "binary_cross_entropy_with_logits: the gradient of pos_weight (%s %s) is not implemented; "
                  "detach it", shape_str(pos_weight.shape()), dtype_name(pos_weight.dtype()));
   }
+  const DType dt = input.dtype(), acc = ops::sum_dtype(dt);
+  if (acc != dt) {
+    // f16/bf16: the loss of the exact f32 upcasts, rounded once; each
+    // gradient is the f32 one rounded once (the backward of .to). Composed in
+    // the storage type, the elementwise loss, its product with weight and
+    // the gradients were each rounded on the way, and weight's gradient
+    // summed rounded products (20 roundings off in f16 over 600 rows).
+    auto up = [acc](const Tensor& t) { return t.defined() ? t.to(acc) : t; };
+    return binary_cross_entropy_with_logits(up(input), up(target), up(weight), up(pos_weight), reduction).to(dt);
+  }
   Tensor l = bce_elementwise(input, target, pos_weight);
   if (weight.defined()) l = mul(l, weight);
   return reduce(l, reduction);
