@@ -320,6 +320,32 @@ TEST(LossTest, NllLossMeanOfHalfDtypesOverManyTargetsMatchesF32) {
   }
 }
 
+// The gradient (and the loss) from f16/bf16 log-probabilities and weights is
+// the f32 one of the same values, rounded once (test_util.h: half_ulp), for
+// every reduction; 500 targets, 1 in 9 ignored, class weights not powers of two.
+TEST(LossTest, NllLossBackwardOfHalfDtypesIsTheF32GradientRounded) {
+  const int64_t n = 500, c = 7;
+  std::vector<int64_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = i % 9 == 4 ? -100 : (i * 5) % c;
+  const Tensor tt = from_vector<int64_t>(t);
+  const Tensor x0 = log_softmax(random_tensor({n, c}, 41), 1), w0 = add(probabilities({c}, 42), 0.3);
+  const Tensor g0 = random_tensor({n}, 43);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    for (Reduction r : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " reduction " + std::to_string(static_cast<int>(r)));
+      const Tensor w = w0.to(dt);
+      Tensor x = x0.to(dt).requires_grad_(), xf = x.detach().to(kFloat32).requires_grad_();
+      const Tensor loss = nll_loss(x, tt, w, -100, r), loss_f = nll_loss(xf, tt, w.to(kFloat32), -100, r);
+      expect_near(loss, values(loss_f), half_subnormal(dt), half_ulp(dt));
+      const Tensor g = r == Reduction::kNone ? g0.to(dt) : scalar_tensor(0.7, dt);
+      loss.backward(g);
+      loss_f.backward(g.to(kFloat32));
+      EXPECT_EQ(x.grad().dtype(), dt);
+      expect_near(x.grad(), values(xf.grad()), half_subnormal(dt), half_ulp(dt));
+    }
+  }
+}
+
 TEST(LossTest, NllLossGradientsMatchFiniteDifferences) {
   const Tensor t = from_vector<int64_t>({1, -100, 0, 2}, {4});
   const Tensor w = from_vector<float>({0.5f, 1.5f, 2.f}, {3});
