@@ -154,6 +154,35 @@ TEST(CudaNnTest, EagerBadClassIdsAreReportedAtTheNextSynchronization) {
   EXPECT_NE(st.message().find("embedding"), absl::string_view::npos) << st;
 }
 
+// -inf entries (include/encore/ops.h): probability exactly 0, and NaN for a
+// slice that is all -inf, forward and backward, on both backends alike (the
+// expected NaNs and infinities compare equal). Warp rows (7), block rows
+// (1500) and columns (dim 0).
+TEST(CudaNnTest, SoftmaxAndCrossEntropyOfMinusInfinityMatchCpu) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  for (int64_t n : {7, 1500}) {
+    std::vector<float> v = random_tensor({3, n}, 9).to_vector<float>();
+    for (int64_t k = 0; k < n; k += 3) v[k] = -INFINITY;   // row 0: every third entry
+    for (int64_t k = 0; k < n; ++k) v[n + k] = -INFINITY;  // row 1: all
+    const Tensor x = from_vector<float>(v, {3, n});
+    for (DType dt : kFloats) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " n " << n);
+      for (bool log : {false, true}) {
+        for (int64_t dim : {1, 0}) {
+          const Tensor xd = (dim == 1 ? x : x.t().contiguous()).to(dt);
+          expect_cuda_matches_cpu(
+              [log, dim](const std::vector<Tensor>& in) { return log ? log_softmax(in[0], dim) : softmax(in[0], dim); },
+              {xd}, tol_for(dt), tol_for(dt), true);
+        }
+      }
+      const testing::Fn ce = [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); };
+      expect_cuda_matches_cpu(ce, {x.to(dt), from_vector<int64_t>({1, -100, 2})}, tol_for(dt), tol_for(dt), true);
+      expect_cuda_matches_cpu(ce, {x.to(dt), from_vector<int64_t>({0, -100, 2})}, tol_for(dt), tol_for(dt), true);   // +inf
+      expect_cuda_matches_cpu(ce, {x.to(dt), from_vector<int64_t>({1, 1, 2})}, tol_for(dt), tol_for(dt), true);     // NaN
+    }
+  }
+}
+
 // ---- layer norm ----
 
 TEST(CudaNnTest, LayerNormMatchesCpu) {

@@ -189,6 +189,71 @@ TEST(NnOpsTest, SoftmaxBackwardInBFloat16AgreesWithFloat) {
   }
 }
 
+// The backward of softmax (log: log_softmax) in double from the reference
+// output: y (g - sum(g y)), or g - softmax * sum(g).
+std::vector<double> softmax_backward_ref(const Tensor& x, const std::vector<double>& g, int64_t dim, bool log) {
+  const std::vector<double> p = softmax_ref(x, dim, false);
+  std::vector<double> out(p.size());
+  const Split s = split_at(x.shape(), dim);
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t j = 0; j < s.inner; ++j) {
+      auto at = [&](int64_t k) { return (o * s.n + k) * s.inner + j; };
+      double sum = 0;
+      for (int64_t k = 0; k < s.n; ++k) sum += log ? g[at(k)] : g[at(k)] * p[at(k)];
+      for (int64_t k = 0; k < s.n; ++k) out[at(k)] = log ? g[at(k)] - p[at(k)] * sum : p[at(k)] * (g[at(k)] - sum);
+    }
+  }
+  return out;
+}
+
+// include/encore/ops.h: a -inf entry gets probability exactly 0 (log_softmax:
+// -inf) and the rest of its slice the softmax of the finite entries; its
+// gradient is exactly 0 (log_softmax: exactly the upstream gradient, as
+// d(x_i - lse)/dx_i = 1 - p_i = 1). A slice that is all -inf gives NaN,
+// forward and backward, and leaves the other slices alone. Both the row
+// path (last dim: 8-lane sums, 37 = 4 * 8 + a tail of 5) and the column path
+// (dim 0), in every float dtype. Tolerance for the finite values: 1e-5 in
+// f32; in f16/bf16 four roundings (test_util.h half_ulp), as the output is
+// rounded once and the backward reads it rounded and rounds again.
+TEST(NnOpsTest, SoftmaxOfMinusInfinityEntriesAndAllMinusInfinitySlices) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const int64_t n = 37;
+  std::vector<float> v = random_tensor({3, n}, 65).to_vector<float>();
+  for (int64_t k : {0, 5, 8, 31, 33, 36}) v[k] = -INFINITY;            // row 0: -inf in lanes and in the tail
+  for (int64_t k = 0; k < n; ++k) v[n + k] = -INFINITY;                  // row 1: all -inf
+  for (int64_t k = 0; k < n; ++k) if (k != 17) v[2 * n + k] = -INFINITY;   // row 2: one finite entry
+  const Tensor rows = from_vector<float>(v, {3, n});
+  const Tensor g0 = random_tensor({3, n}, 66);
+  for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+    const double tol = dt == kFloat32 ? 1e-5 : 4 * half_ulp(dt);
+    for (int64_t dim : {1, 0}) {
+      const Tensor x = (dim == 1 ? rows : rows.t().contiguous()).to(dt);   // dim 0 of [n, 3]: the column path
+      const Tensor g = (dim == 1 ? g0 : g0.t().contiguous()).to(dt);
+      const std::vector<double> xv = values(x), gv = values(g);
+      for (bool log : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (log ? " log_softmax" : " softmax") + " dim " + std::to_string(dim));
+        Tensor xi = x.detach().requires_grad_();
+        const Tensor y = log ? log_softmax(xi, dim) : softmax(xi, dim);
+        y.backward(g);
+        const std::vector<double> yv = values(y), gx = values(xi.grad());
+        expect_near(y, softmax_ref(x, dim, log), tol * 0.01, tol);   // NaN where the reference is (the all -inf slice)
+        expect_near(xi.grad(), softmax_backward_ref(x, gv, dim, log), tol * 0.1, tol);
+        for (size_t i = 0; i < xv.size(); ++i) {
+          const bool slice_all_inf = (dim == 1 ? i / n : i % 3) == 1;
+          if (slice_all_inf) {
+            EXPECT_TRUE(std::isnan(yv[i]) && std::isnan(gx[i])) << i;
+          } else if (xv[i] == -inf) {
+            EXPECT_EQ(yv[i], log ? -inf : 0.0) << i;
+            EXPECT_EQ(gx[i], log ? gv[i] : 0.0) << i;
+          } else {
+            EXPECT_TRUE(std::isfinite(yv[i]) && std::isfinite(gx[i])) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(NnOpsTest, SoftmaxErrors) {
   Tensor x = zeros({2, 3, 4});
   expect_error([&] { (void)softmax(x, 3); }, kInvalid, {"softmax", "dim 3", "3-d"});
@@ -308,6 +373,43 @@ TEST(NnOpsTest, CrossEntropyBackwardOfHalfDtypesIsTheF32GradientRounded) {
     loss_f.backward(g.to(kFloat32));
     EXPECT_EQ(x.grad().dtype(), dt);
     expect_near(x.grad(), values(xf.grad()), half_subnormal(dt), half_ulp(dt));
+  }
+}
+
+// include/encore/ops.h: a -inf logit takes probability exactly 0 (gradient
+// exactly 0); a counted row whose target logit is -inf has loss +inf and a
+// finite gradient; a counted row of all -inf logits makes the loss NaN (and
+// that row's gradient), an ignored one counts for nothing.
+TEST(NnOpsTest, CrossEntropyOfMinusInfinityLogits) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<float> v = random_tensor({4, 5}, 67).to_vector<float>();
+  v[1] = v[3] = -INFINITY;                              // row 0: two -inf logits
+  for (int k = 5; k < 10; ++k) v[k] = -INFINITY;        // row 1: all -inf
+  v[12] = -INFINITY;                                    // row 2: one -inf logit
+  const Tensor logits = from_vector<float>(v, {4, 5});
+  struct Case { std::vector<int64_t> target; double loss; };   // loss: NaN, inf or 0 (finite: the reference)
+  for (const Case& c : {Case{{0, -100, 4, 2}, 0}, Case{{0, -100, 2, 1}, inf}, Case{{0, 3, 4, 2}, std::nan("")}}) {
+    for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " target[2] " + std::to_string(c.target[2]) + " target[1] " +
+                   std::to_string(c.target[1]));
+      const double tol = dt == kFloat32 ? 1e-5 : 4 * half_ulp(dt);
+      Tensor x = logits.to(dt).detach().requires_grad_();
+      const Tensor loss = cross_entropy(x, from_vector<int64_t>(c.target));
+      loss.backward();
+      const CrossEntropyRef ref = cross_entropy_ref(x.detach(), c.target, -100);
+      const double l = values(loss)[0];
+      if (std::isnan(c.loss)) EXPECT_TRUE(std::isnan(l)) << l;
+      else if (std::isinf(c.loss)) EXPECT_EQ(l, inf);
+      else expect_near(loss, {ref.loss}, tol, tol);
+      const std::vector<double> gx = values(x.grad());
+      for (int64_t i = 0; i < 20; ++i) {
+        const int64_t r = i / 5;
+        if (c.target[r] == -100) EXPECT_EQ(gx[i], 0.0) << i;
+        else if (r == 1) EXPECT_TRUE(std::isnan(gx[i])) << i;        // counted all -inf row
+        else if (v[i] == -INFINITY && i % 5 != c.target[r]) EXPECT_EQ(gx[i], 0.0) << i;
+        else EXPECT_NEAR(gx[i], ref.grad[i], tol) << i;         // finite, the target's -inf logit too
+      }
+    }
   }
 }
 
