@@ -217,6 +217,36 @@ TEST(CudaNnTest, LayerNormOfNonContiguous3dInput) {
                           {x, w, b}, 2e-4, 2e-5, true);
 }
 
+// NOTE [ Layer norm's shifted mean ] (kernel_table.h): a constant row gives
+// exactly 0 (with weight and bias, exactly the bias) and a row of 1000 plus
+// 1e-3 noise matches the CPU, forward and backward; warp rows (7) and block
+// rows (1500).
+TEST(CudaNnTest, LayerNormOfConstantAndNearConstantRows) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  for (int64_t cols : {7, 1500}) {
+    SCOPED_TRACE(::testing::Message() << "cols " << cols);
+    const std::vector<float> noise = random_tensor({cols}, 22).to_vector<float>();
+    std::vector<float> v(2 * cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      v[c] = 1000.0f;
+      v[cols + c] = static_cast<float>(1000.0 + 1e-3 * noise[c]);
+    }
+    const Tensor x = from_vector<float>(v, {2, cols});
+    const Tensor w = random_tensor({cols}, 23), b = random_tensor({cols}, 24);
+    for (DType dt : kFloats) {
+      SCOPED_TRACE(dtype_name(dt));
+      const Tensor constant = x.slice(0, 0, 1).to(dt).to(kGpu);
+      EXPECT_EQ(values(layer_norm(constant, {cols}).to(kCPU)), std::vector<double>(cols, 0.0));
+      EXPECT_EQ(values(layer_norm(constant, {cols}, w.to(dt).to(kGpu), b.to(dt).to(kGpu)).to(kCPU)),
+                values(b.to(dt)));
+    }
+    const testing::Fn fn = [cols](const std::vector<Tensor>& in) { return layer_norm(in[0], {cols}, in[1], in[2]); };
+    expect_cuda_matches_cpu(fn, {x, w, b}, 2e-5, 2e-5);
+    // Backward: |dx| reaches rstd * |g| ~ 300 * 3, so an absolute floor of 1e-5 rstd.
+    expect_cuda_matches_cpu(fn, {x, w, b}, 3e-3, 2e-5, true);
+  }
+}
+
 // dweight/dbias are sums in a fixed order: two runs agree bit for bit.
 TEST(CudaNnTest, LayerNormBackwardIsBitIdenticalAcrossRuns) {
   ENCORE_SKIP_WITHOUT_GPU();

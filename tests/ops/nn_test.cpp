@@ -102,6 +102,35 @@ std::vector<double> layer_norm_ref(const Tensor& x, int64_t cols, const std::vec
   return out;
 }
 
+// The gradients of layer_norm (no bias needed: db is the column sum of g) in
+// double: dx = rstd (gw - mean(gw) - xh mean(gw xh)), dw = sum over rows of
+// g xh, with xh = (x - mean) rstd and gw = g w. w empty means 1.
+struct LayerNormGrads { std::vector<double> dx, dw; };
+LayerNormGrads layer_norm_backward_ref(const Tensor& x, const Tensor& g, int64_t cols, const std::vector<double>& w,
+                                       double eps) {
+  const std::vector<double> v = values(x), gv = values(g);
+  const int64_t rows = static_cast<int64_t>(v.size()) / cols;
+  LayerNormGrads r{std::vector<double>(v.size()), std::vector<double>(cols, 0.0)};
+  std::vector<double> xh(cols), gw(cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    const double* xr = v.data() + i * cols;
+    const double* gr = gv.data() + i * cols;
+    double mean = 0, var = 0, m1 = 0, m2 = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += xr[c] / cols;
+    for (int64_t c = 0; c < cols; ++c) var += (xr[c] - mean) * (xr[c] - mean) / cols;
+    const double rstd = 1 / std::sqrt(var + eps);
+    for (int64_t c = 0; c < cols; ++c) {
+      xh[c] = (xr[c] - mean) * rstd;
+      gw[c] = gr[c] * (w.empty() ? 1.0 : w[c]);
+      m1 += gw[c] / cols;
+      m2 += gw[c] * xh[c] / cols;
+      r.dw[c] += gr[c] * xh[c];
+    }
+    for (int64_t c = 0; c < cols; ++c) r.dx[i * cols + c] = rstd * (gw[c] - m1 - xh[c] * m2);
+  }
+  return r;
+}
+
 // ---- softmax, log_softmax ----
 
 TEST(NnOpsTest, SoftmaxMatchesReferenceOverEveryDim) {
@@ -448,6 +477,48 @@ TEST(NnOpsTest, LayerNormOverSeveralTrailingDimsAndNonContiguousInput) {
   expect_near(layer_norm(nc, {2}), layer_norm_ref(nc.contiguous(), 2, {}, {}, 1e-5), 1e-5, 1e-5);
   EXPECT_EQ(layer_norm(zeros({0, 4}), {4}).shape(), Shape({0, 4}));
   expect_near(layer_norm(from_vector<float>({3, 3, 3}), {3}), {0, 0, 0});   // zero variance: eps keeps it finite
+}
+
+// Rows whose spread is tiny next to their mean. Constant rows normalise to
+// exactly 0 (weight and bias: exactly the bias), and dweight gets exactly 0
+// from them, in every dtype; rows of c + 1e-3 noise match the plain-loop
+// double reference to the tolerance of random rows (1e-5; dx, which reaches
+// rstd |g| ~ 2000 here, to 1e-5 rstd absolute). 3, 7, 64, 768 and 1000
+// columns: 8-lane sums with and without tails. Before the shifted mean
+// (NOTE [ Layer norm's shifted mean ] in src/backends/kernel_table.h) the
+// f32 mean's rounding error times rstd = 316 put constant rows up to 0.03
+// and near-constant rows up to 0.02 off; now at most 1.2e-7.
+TEST(NnOpsTest, LayerNormOfConstantAndNearConstantRows) {
+  for (int64_t cols : {3, 7, 64, 768, 1000}) {
+    const std::vector<float> noise = random_tensor({cols}, 68).to_vector<float>();
+    const Tensor w = random_tensor({cols}, 69), b = random_tensor({cols}, 70);
+    for (double base : {1000.0, -77.7, 0.1, 3e-3, 1e4}) {
+      SCOPED_TRACE("cols " + std::to_string(cols) + " base " + std::to_string(base));
+      std::vector<float> v(2 * cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        v[c] = static_cast<float>(base);
+        v[cols + c] = static_cast<float>(base + 1e-3 * noise[c]);
+      }
+      const Tensor x = from_vector<float>(v, {2, cols});
+      for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)));
+        const Tensor constant = x.slice(0, 0, 1).to(dt);
+        EXPECT_EQ(values(layer_norm(constant, {cols})), std::vector<double>(cols, 0.0));
+        Tensor wi = w.to(dt).detach().requires_grad_();
+        const Tensor y = layer_norm(constant, {cols}, wi, b.to(dt));
+        EXPECT_EQ(values(y), values(b.to(dt)));
+        y.backward(random_tensor({1, cols}, 71, dt));
+        EXPECT_EQ(values(wi.grad()), std::vector<double>(cols, 0.0));
+      }
+      expect_near(layer_norm(x, {cols}), layer_norm_ref(x, cols, {}, {}, 1e-5), 1e-5, 1e-5);
+      Tensor xi = x.detach().requires_grad_(), wi = w.detach().requires_grad_();
+      const Tensor g = random_tensor({2, cols}, 72);
+      layer_norm(xi, {cols}, wi).backward(g);
+      const LayerNormGrads ref = layer_norm_backward_ref(x, g, cols, values(w), 1e-5);
+      expect_near(xi.grad(), ref.dx, 1e-5 * 316, 1e-5);
+      expect_near(wi.grad(), ref.dw, 1e-5, 1e-5);
+    }
+  }
 }
 
 TEST(NnOpsTest, LayerNormHalfAndBFloat16AgreeWithFloat) {
