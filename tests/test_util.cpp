@@ -11,6 +11,9 @@ Tensor random_tensor(Shape shape, uint64_t seed, DType dtype) {
 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
+double half_ulp(DType dtype) { return std::ldexp(1.0, dtype == kFloat16 ? -11 : dtype == kBFloat16 ? -8 : -24); }
+double half_subnormal(DType dtype) { return dtype == kFloat16 ? std::ldexp(1.0, -25) : 0.0; }
+
 Tensor non_contiguous(const Tensor& t) {
   NoGradGuard no_grad;
   Tensor out;

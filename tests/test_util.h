@@ -28,6 +28,16 @@ void expect_near(const Tensor& actual, const std::vector<double>& expected, doub
                  double rtol = 1e-5);
 void expect_near(const Tensor& actual, const Tensor& expected, double atol = 1e-5, double rtol = 1e-5);
 
+// One rounding to dtype (f16/bf16; f32 gives 2^-24 and 0): the largest
+// relative error, half an ulp (2^-11 for f16's 11-bit significand, 2^-8 for
+// bf16's 8 bits), and the largest absolute error below the normal range,
+// half the subnormal spacing (2^-25 for f16; bf16 has f32's exponent range,
+// its subnormals far below any value a test compares: 0). Together they are
+// the atol/rtol of expect_near for "the f32 result, rounded once", the
+// contract of f16/bf16 ops (include/encore/ops.h).
+double half_ulp(DType dtype);
+double half_subnormal(DType dtype);
+
 // Index helpers for host references: the row-major multi-index of flat i.
 std::vector<int64_t> unravel(int64_t i, absl::Span<const int64_t> shape);
 // Flat index into `shape` of a multi-index of a broadcast shape (dims align right; size-1 dims pin to 0).

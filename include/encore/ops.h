@@ -168,10 +168,21 @@ Tensor matmul(const Tensor& a, const Tensor& b);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // ---- neural-network ops ----
+// Over dim: exp(a - max) / sum(exp(a - max)); log_softmax: a - max -
+// log(sum(exp(a - max))). A -inf entry gets probability exactly 0
+// (log_softmax: -inf) and gradient exactly 0 (log_softmax: the upstream
+// gradient itself, as d(a_i - lse)/da_i = 1 - p_i = 1); the other entries
+// of its slice are the softmax of the finite ones. A slice that is all
+// -inf has no softmax: it gives NaN, forward and backward (as PyTorch),
+// never a finite number, and the other slices are unaffected.
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);
 // logits [N, C] (or [N, C] flattened from [.., C]); target [N] of class ids
 // (i32/i64). Mean over the targets that are not ignore_index; 0 if none.
+// -inf logits as in log_softmax: probability and gradient exactly 0; a
+// counted row whose target logit is -inf makes the loss +inf (its gradient
+// stays finite); a counted row of all -inf logits makes the loss NaN (and
+// that row's gradient); ignored rows count for nothing, whatever they hold.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100);
 // Normalises over the trailing dims of shape normalized_shape. weight/bias
 // (that shape) may be undefined.

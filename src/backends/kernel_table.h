@@ -428,7 +428,24 @@ struct CrossEntropyBackwardArgs {
 };
 
 // y [rows, cols] = (x - mean) * rstd * w + b per row; stats f32 [rows, 2] =
-// {mean, rstd}, rstd = 1 / sqrt(var + eps) (population variance).
+// {mean - x[row, 0], rstd}, rstd = 1 / sqrt(var + eps) (population variance).
+//
+// NOTE [ Layer norm's shifted mean ]
+// Why does stats hold the mean of x - x[row, 0] and not the mean? A row
+// such as 1000 + tiny noise has a mean that f32 cannot hold: rounded, it is
+// off by up to half an ulp of 1000 (3e-5), more with the sum's own
+// rounding (even a constant row's sum * (1 / cols) missed it by an ulp),
+// and x - mean carries that error into every output, times rstd (316 at
+// eps 1e-5): constant rows came out up to 0.03 instead of 0 and
+// near-constant rows 0.02 off. Both passes and the output work on
+// d = x - x[row, 0] instead (the shifted-data algorithm): d is exact where
+// x is within a factor of 2 of x[row, 0] (Sterbenz), so a constant row has
+// d = 0, mean 0 and output exactly 0 (the bias with one), and the
+// deviations d - mean(d) of a near-constant row keep f32's relative
+// precision. Elsewhere d rounds as x - mean did, relative to the spread
+// plus |x[row, 0] - mean| (at most sqrt(cols) standard deviations). The
+// backward reads x[row, 0] again and forms xh = ((x - x[row, 0]) -
+// stats[row, 0]) * rstd with the forward's operations.
 struct LayerNormArgs {
   const void* x;                  // [rows, cols]
   const void* w;                  // [cols] or null (1)

@@ -179,8 +179,9 @@ void cross_entropy_backward(const Tensor& grad_logits, const Tensor& grad_loss, 
                             const Tensor& target, const Tensor& stats, int64_t ignore_index);
 
 // x, out: [rows, cols]; weight, bias: [cols] or undefined. stats: f32
-// [rows, 2] = {mean, rstd} of each row, with rstd = 1 / sqrt(var + eps)
-// (population variance).
+// [rows, 2] = {mean - x[row, 0], rstd} of each row, with rstd = 1 / sqrt(var
+// + eps) (population variance; NOTE [ Layer norm's shifted mean ] in
+// kernel_table.h).
 void layer_norm(const Tensor& out, const Tensor& stats, const Tensor& x, const Tensor& weight,
                 const Tensor& bias, double eps);
 // Any of dx [rows, cols], dweight [cols], dbias [cols] may be undefined (not

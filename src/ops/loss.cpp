@@ -3,7 +3,9 @@
 // the same kernels a user would call); the other two have one kernel for
 // their elementwise core (src/backends/kernels.h, loss section) with its
 // backward beside it, and compose the weight and the reduction around it,
-// so each backward is the chain of those ops.
+// so each backward is the chain of those ops. f16/bf16 round once:
+// binary_cross_entropy_with_logits runs on f32 upcasts, nll_loss reduces
+// in f32 (NOTE [ nll_loss in f16/bf16 ]).
 #include <vector>
 
 #include "encore/ops.h"
@@ -75,6 +77,30 @@ void check_nll_targets(const Tensor& t, int64_t classes, int64_t ignore_index, c
   }
 }
 
+// NOTE [ nll_loss in f16/bf16 ]
+// Rounded at each op, f16/bf16 nll_loss drifted from "computed in f32,
+// rounded once" (include/encore/ops.h): sums of 70000 weights passed 65504
+// in f16 (the mean was 0), and with class weights the kernel rounded
+// -w[t] x[t] to the storage type, and backward -w[t] g after g itself had
+// been rounded (two roundings). So for f16/bf16 the kernel runs without
+// weights: vals = -x[t] and the 0/1 counts, both exact; a second launch with
+// the weights writes w[t] (0 where ignored, exact) into wts. Here they are
+// converted to f32 (exactly), weighed, reduced there, and the result is
+// rounded once; autograd goes back through the same f32 ops to the
+// unweighted kernel, so the gradient is the f32 one rounded once too.
+Tensor reduce_nll_in_f32(const Tensor& vals, const Tensor& wts, bool weighted, Reduction reduction,
+                         const Shape& target_shape) {
+  const DType dt = vals.dtype();
+  const Tensor wf = wts.to(kFloat32);
+  const Tensor vf = weighted ? mul(vals.to(kFloat32), wf) : vals.to(kFloat32);
+  switch (reduction) {
+    case Reduction::kNone: return vf.to(dt).view(target_shape);
+    case Reduction::kSum: return sum(vf).to(dt);
+    case Reduction::kMean: break;
+  }
+  return div(sum(vf), sum(wf)).to(dt);
+}
+
 }  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
@@ -106,6 +132,16 @@ Tensor binary_cross_entropy_with_logits(const Tensor& input, const Tensor& targe
     ENCORE_CHECK(!autograd::any_requires_grad(pos_weight),
                  "binary_cross_entropy_with_logits: the gradient of pos_weight (%s %s) is not implemented; "
                  "detach it", shape_str(pos_weight.shape()), dtype_name(pos_weight.dtype()));
+  }
+  const DType dt = input.dtype(), acc = ops::sum_dtype(dt);
+  if (acc != dt) {
+    // f16/bf16: the loss of the exact f32 upcasts, rounded once; each
+    // gradient is the f32 one rounded once (the backward of .to). Composed in
+    // the storage type, the elementwise loss, its product with weight and
+    // the gradients were each rounded on the way, and weight's gradient
+    // summed rounded products (20 roundings off in f16 over 600 rows).
+    auto up = [acc](const Tensor& t) { return t.defined() ? t.to(acc) : t; };
+    return binary_cross_entropy_with_logits(up(input), up(target), up(weight), up(pos_weight), reduction).to(dt);
   }
   Tensor l = bce_elementwise(input, target, pos_weight);
   if (weight.defined()) l = mul(l, weight);
@@ -155,13 +191,17 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
   const Tensor t = target.detach().reshape({outer * inner}).contiguous();
   const Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   check_nll_targets(t, classes, ignore_index, input);
-  Tensor vals = empty({outer * inner}, input.dtype(), input.device());
-  Tensor wts = empty({outer * inner}, input.dtype(), input.device());
-  backend::nll(vals, wts, x, t, w, ignore_index);
+  const DType dt = input.dtype();
+  const bool half = ops::sum_dtype(dt) != dt;
+  // f16/bf16 with weights: the kernel runs unweighted (NOTE [ nll_loss in f16/bf16 ]).
+  const Tensor kernel_w = half ? Tensor() : w;
+  Tensor vals = empty({outer * inner}, dt, input.device());
+  Tensor wts = empty({outer * inner}, dt, input.device());
+  backend::nll(vals, wts, x, t, kernel_w, ignore_index);
   if (autograd::any_requires_grad(input)) {
     autograd::record(kOp, {input}, vals,
-                     [st = SavedTensor(t, kOp), sw = SavedTensor(w, kOp), shape = input.shape(), outer, classes,
-                      inner, ignore_index, dt = input.dtype()](const Tensor& g) -> Grads {
+                     [st = SavedTensor(t, kOp), sw = SavedTensor(kernel_w, kOp), shape = input.shape(), outer,
+                      classes, inner, ignore_index, dt](const Tensor& g) -> Grads {
                        const Tensor& ts = st.get();
                        Tensor gx = empty({outer, classes, inner}, dt, ts.device());
                        backend::nll_backward(gx, g.to(dt).contiguous(), ts, sw.defined() ? sw.get() : Tensor(),
@@ -169,16 +209,16 @@ Tensor nll_loss(const Tensor& input, const Tensor& target, const Tensor& weight,
                        return {gx.view(shape)};
                      });
   }
+  if (half) {
+    if (w.defined()) backend::nll(empty({outer * inner}, dt, input.device()), wts, x, t, w, ignore_index);
+    return reduce_nll_in_f32(vals, wts, w.defined(), reduction, target.shape());
+  }
   switch (reduction) {
     case Reduction::kNone: return vals.view(target.shape());
     case Reduction::kSum: return sum(vals);
     case Reduction::kMean: break;
   }
-  // f16/bf16: both sums and the quotient in f32, rounded once (sums rounded
-  // to f16 pass 65504 and give 0 or NaN); the gradient flows back the same way.
-  const DType acc = ops::sum_dtype(input.dtype());
-  if (acc == input.dtype()) return div(sum(vals), sum(wts));
-  return div(sum(vals.to(acc)), sum(wts.to(acc))).to(input.dtype());
+  return div(sum(vals), sum(wts));
 }
 
 }  // namespace encore

@@ -175,7 +175,7 @@ Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight,
   Tensor wc = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor bc = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor out = empty(x.shape(), x.dtype(), x.device());
-  Tensor stats = empty({rows, 2}, kFloat32, x.device());   // mean, rstd per row
+  Tensor stats = empty({rows, 2}, kFloat32, x.device());   // mean - x[row, 0], rstd per row
   backend::layer_norm(out, stats, xc, wc, bc, eps);
   if (autograd::any_requires_grad(x, weight, bias)) {
     const bool nx = x.requires_grad();

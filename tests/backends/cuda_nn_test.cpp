@@ -154,6 +154,35 @@ TEST(CudaNnTest, EagerBadClassIdsAreReportedAtTheNextSynchronization) {
   EXPECT_NE(st.message().find("embedding"), absl::string_view::npos) << st;
 }
 
+// -inf entries (include/encore/ops.h): probability exactly 0, and NaN for a
+// slice that is all -inf, forward and backward, on both backends alike (the
+// expected NaNs and infinities compare equal). Warp rows (7), block rows
+// (1500) and columns (dim 0).
+TEST(CudaNnTest, SoftmaxAndCrossEntropyOfMinusInfinityMatchCpu) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  for (int64_t n : {7, 1500}) {
+    std::vector<float> v = random_tensor({3, n}, 9).to_vector<float>();
+    for (int64_t k = 0; k < n; k += 3) v[k] = -INFINITY;   // row 0: every third entry
+    for (int64_t k = 0; k < n; ++k) v[n + k] = -INFINITY;  // row 1: all
+    const Tensor x = from_vector<float>(v, {3, n});
+    for (DType dt : kFloats) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " n " << n);
+      for (bool log : {false, true}) {
+        for (int64_t dim : {1, 0}) {
+          const Tensor xd = (dim == 1 ? x : x.t().contiguous()).to(dt);
+          expect_cuda_matches_cpu(
+              [log, dim](const std::vector<Tensor>& in) { return log ? log_softmax(in[0], dim) : softmax(in[0], dim); },
+              {xd}, tol_for(dt), tol_for(dt), true);
+        }
+      }
+      const testing::Fn ce = [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); };
+      expect_cuda_matches_cpu(ce, {x.to(dt), from_vector<int64_t>({1, -100, 2})}, tol_for(dt), tol_for(dt), true);
+      expect_cuda_matches_cpu(ce, {x.to(dt), from_vector<int64_t>({0, -100, 2})}, tol_for(dt), tol_for(dt), true);   // +inf
+      expect_cuda_matches_cpu(ce, {x.to(dt), from_vector<int64_t>({1, 1, 2})}, tol_for(dt), tol_for(dt), true);     // NaN
+    }
+  }
+}
+
 // ---- layer norm ----
 
 TEST(CudaNnTest, LayerNormMatchesCpu) {
@@ -186,6 +215,36 @@ TEST(CudaNnTest, LayerNormOfNonContiguous3dInput) {
   const Tensor w = random_tensor({30}, 14), b = random_tensor({30}, 15);
   expect_cuda_matches_cpu([](const std::vector<Tensor>& in) { return layer_norm(in[0], {30}, in[1], in[2]); },
                           {x, w, b}, 2e-4, 2e-5, true);
+}
+
+// NOTE [ Layer norm's shifted mean ] (kernel_table.h): a constant row gives
+// exactly 0 (with weight and bias, exactly the bias) and a row of 1000 plus
+// 1e-3 noise matches the CPU, forward and backward; warp rows (7) and block
+// rows (1500).
+TEST(CudaNnTest, LayerNormOfConstantAndNearConstantRows) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  for (int64_t cols : {7, 1500}) {
+    SCOPED_TRACE(::testing::Message() << "cols " << cols);
+    const std::vector<float> noise = random_tensor({cols}, 22).to_vector<float>();
+    std::vector<float> v(2 * cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      v[c] = 1000.0f;
+      v[cols + c] = static_cast<float>(1000.0 + 1e-3 * noise[c]);
+    }
+    const Tensor x = from_vector<float>(v, {2, cols});
+    const Tensor w = random_tensor({cols}, 23), b = random_tensor({cols}, 24);
+    for (DType dt : kFloats) {
+      SCOPED_TRACE(dtype_name(dt));
+      const Tensor constant = x.slice(0, 0, 1).to(dt).to(kGpu);
+      EXPECT_EQ(values(layer_norm(constant, {cols}).to(kCPU)), std::vector<double>(cols, 0.0));
+      EXPECT_EQ(values(layer_norm(constant, {cols}, w.to(dt).to(kGpu), b.to(dt).to(kGpu)).to(kCPU)),
+                values(b.to(dt)));
+    }
+    const testing::Fn fn = [cols](const std::vector<Tensor>& in) { return layer_norm(in[0], {cols}, in[1], in[2]); };
+    expect_cuda_matches_cpu(fn, {x, w, b}, 2e-5, 2e-5);
+    // Backward: |dx| reaches rstd * |g| ~ 300 * 3, so an absolute floor of 1e-5 rstd.
+    expect_cuda_matches_cpu(fn, {x, w, b}, 3e-3, 2e-5, true);
+  }
 }
 
 // dweight/dbias are sums in a fixed order: two runs agree bit for bit.

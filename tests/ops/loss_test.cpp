@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "encore/encore.h"
@@ -18,6 +20,8 @@ using testing::broadcast_index;
 using testing::expect_error;
 using testing::expect_gradients_match;
 using testing::expect_near;
+using testing::half_subnormal;
+using testing::half_ulp;
 using testing::non_contiguous;
 using testing::random_tensor;
 using testing::unravel;
@@ -101,6 +105,8 @@ std::vector<double> bce_ref(const Tensor& x, const Tensor& t, const Tensor& w, c
   return out;
 }
 
+
+
 Tensor probabilities(Shape shape, uint64_t seed) { return sigmoid(random_tensor(std::move(shape), seed)); }
 
 TEST(LossTest, BceWithLogitsMatchesReference) {
@@ -165,6 +171,37 @@ TEST(LossTest, BceWithLogitsGradientsMatchClosedForms) {
   }
   expect_near(x.grad(), gx, 1e-6, 1e-5);
   expect_near(t.grad(), gt, 1e-6, 1e-5);
+}
+
+// The gradients to input, target and weight (and the loss) from f16/bf16
+// tensors are the f32 ones of the same values, rounded once (test_util.h:
+// half_ulp). 600 x 24 elements; weight [24] broadcast over 600 rows, so its
+// gradient is a sum of 600 products.
+TEST(LossTest, BceWithLogitsBackwardOfHalfDtypesIsTheF32GradientRounded) {
+  const Tensor x0 = mul(random_tensor({600, 24}, 31), 3.0), t0 = probabilities({600, 24}, 32);
+  const Tensor w0 = probabilities({24}, 33), pw0 = add(probabilities({24}, 34), 0.5);
+  const Tensor g0 = random_tensor({600, 24}, 35);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    for (Reduction r : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " reduction " + std::to_string(static_cast<int>(r)));
+      Tensor x = x0.to(dt).requires_grad_(), t = t0.to(dt).requires_grad_(), w = w0.to(dt).requires_grad_();
+      const Tensor pw = pw0.to(dt);
+      Tensor xf = x.detach().to(kFloat32).requires_grad_(), tf = t.detach().to(kFloat32).requires_grad_();
+      Tensor wf = w.detach().to(kFloat32).requires_grad_();
+      const Tensor loss = binary_cross_entropy_with_logits(x, t, w, pw, r);
+      const Tensor loss_f = binary_cross_entropy_with_logits(xf, tf, wf, pw.to(kFloat32), r);
+      expect_near(loss, values(loss_f), half_subnormal(dt), half_ulp(dt));
+      const Tensor g = r == Reduction::kNone ? g0.to(dt) : scalar_tensor(0.7, dt);
+      loss.backward(g);
+      loss_f.backward(g.to(kFloat32));
+      for (auto [name, got, want] : {std::tuple{"input", x.grad(), xf.grad()}, std::tuple{"target", t.grad(), tf.grad()},
+                                     std::tuple{"weight", w.grad(), wf.grad()}}) {
+        SCOPED_TRACE(name);
+        EXPECT_EQ(got.dtype(), dt);
+        expect_near(got, values(want), half_subnormal(dt), half_ulp(dt));
+      }
+    }
+  }
 }
 
 TEST(LossTest, BceWithLogitsRefusals) {
@@ -279,6 +316,32 @@ TEST(LossTest, NllLossMeanOfHalfDtypesOverManyTargetsMatchesF32) {
     EXPECT_EQ(xh.grad().dtype(), dt);
     for (int64_t r0 : {int64_t{0}, n - 6}) {   // rows of both targets, at both ends
       expect_near(xh.grad().slice(0, r0, r0 + 6), values(xf.grad().slice(0, r0, r0 + 6)), atol, half_ulp);
+    }
+  }
+}
+
+// The gradient (and the loss) from f16/bf16 log-probabilities and weights is
+// the f32 one of the same values, rounded once (test_util.h: half_ulp), for
+// every reduction; 500 targets, 1 in 9 ignored, class weights not powers of two.
+TEST(LossTest, NllLossBackwardOfHalfDtypesIsTheF32GradientRounded) {
+  const int64_t n = 500, c = 7;
+  std::vector<int64_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = i % 9 == 4 ? -100 : (i * 5) % c;
+  const Tensor tt = from_vector<int64_t>(t);
+  const Tensor x0 = log_softmax(random_tensor({n, c}, 41), 1), w0 = add(probabilities({c}, 42), 0.3);
+  const Tensor g0 = random_tensor({n}, 43);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    for (Reduction r : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " reduction " + std::to_string(static_cast<int>(r)));
+      const Tensor w = w0.to(dt);
+      Tensor x = x0.to(dt).requires_grad_(), xf = x.detach().to(kFloat32).requires_grad_();
+      const Tensor loss = nll_loss(x, tt, w, -100, r), loss_f = nll_loss(xf, tt, w.to(kFloat32), -100, r);
+      expect_near(loss, values(loss_f), half_subnormal(dt), half_ulp(dt));
+      const Tensor g = r == Reduction::kNone ? g0.to(dt) : scalar_tensor(0.7, dt);
+      loss.backward(g);
+      loss_f.backward(g.to(kFloat32));
+      EXPECT_EQ(x.grad().dtype(), dt);
+      expect_near(x.grad(), values(xf.grad()), half_subnormal(dt), half_ulp(dt));
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "encore/encore.h"
 #include "src/core/philox.h"
@@ -18,6 +19,8 @@ namespace {
 using testing::expect_error;
 using testing::expect_gradients_match;
 using testing::expect_near;
+using testing::half_subnormal;
+using testing::half_ulp;
 using testing::random_tensor;
 using testing::values;
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
@@ -97,6 +100,35 @@ std::vector<double> layer_norm_ref(const Tensor& x, int64_t cols, const std::vec
     }
   }
   return out;
+}
+
+// The gradients of layer_norm (no bias needed: db is the column sum of g) in
+// double: dx = rstd (gw - mean(gw) - xh mean(gw xh)), dw = sum over rows of
+// g xh, with xh = (x - mean) rstd and gw = g w. w empty means 1.
+struct LayerNormGrads { std::vector<double> dx, dw; };
+LayerNormGrads layer_norm_backward_ref(const Tensor& x, const Tensor& g, int64_t cols, const std::vector<double>& w,
+                                       double eps) {
+  const std::vector<double> v = values(x), gv = values(g);
+  const int64_t rows = static_cast<int64_t>(v.size()) / cols;
+  LayerNormGrads r{std::vector<double>(v.size()), std::vector<double>(cols, 0.0)};
+  std::vector<double> xh(cols), gw(cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    const double* xr = v.data() + i * cols;
+    const double* gr = gv.data() + i * cols;
+    double mean = 0, var = 0, m1 = 0, m2 = 0;
+    for (int64_t c = 0; c < cols; ++c) mean += xr[c] / cols;
+    for (int64_t c = 0; c < cols; ++c) var += (xr[c] - mean) * (xr[c] - mean) / cols;
+    const double rstd = 1 / std::sqrt(var + eps);
+    for (int64_t c = 0; c < cols; ++c) {
+      xh[c] = (xr[c] - mean) * rstd;
+      gw[c] = gr[c] * (w.empty() ? 1.0 : w[c]);
+      m1 += gw[c] / cols;
+      m2 += gw[c] * xh[c] / cols;
+      r.dw[c] += gr[c] * xh[c];
+    }
+    for (int64_t c = 0; c < cols; ++c) r.dx[i * cols + c] = rstd * (gw[c] - m1 - xh[c] * m2);
+  }
+  return r;
 }
 
 // ---- softmax, log_softmax ----
@@ -183,6 +215,71 @@ TEST(NnOpsTest, SoftmaxBackwardInBFloat16AgreesWithFloat) {
     (log ? log_softmax(b, 1) : softmax(b, 1)).backward(g.to(kFloat32));
     EXPECT_EQ(a.grad().dtype(), kBFloat16);
     expect_near(a.grad(), values(b.grad()), 3e-2, 3e-2);
+  }
+}
+
+// The backward of softmax (log: log_softmax) in double from the reference
+// output: y (g - sum(g y)), or g - softmax * sum(g).
+std::vector<double> softmax_backward_ref(const Tensor& x, const std::vector<double>& g, int64_t dim, bool log) {
+  const std::vector<double> p = softmax_ref(x, dim, false);
+  std::vector<double> out(p.size());
+  const Split s = split_at(x.shape(), dim);
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t j = 0; j < s.inner; ++j) {
+      auto at = [&](int64_t k) { return (o * s.n + k) * s.inner + j; };
+      double sum = 0;
+      for (int64_t k = 0; k < s.n; ++k) sum += log ? g[at(k)] : g[at(k)] * p[at(k)];
+      for (int64_t k = 0; k < s.n; ++k) out[at(k)] = log ? g[at(k)] - p[at(k)] * sum : p[at(k)] * (g[at(k)] - sum);
+    }
+  }
+  return out;
+}
+
+// include/encore/ops.h: a -inf entry gets probability exactly 0 (log_softmax:
+// -inf) and the rest of its slice the softmax of the finite entries; its
+// gradient is exactly 0 (log_softmax: exactly the upstream gradient, as
+// d(x_i - lse)/dx_i = 1 - p_i = 1). A slice that is all -inf gives NaN,
+// forward and backward, and leaves the other slices alone. Both the row
+// path (last dim: 8-lane sums, 37 = 4 * 8 + a tail of 5) and the column path
+// (dim 0), in every float dtype. Tolerance for the finite values: 1e-5 in
+// f32; in f16/bf16 four roundings (test_util.h half_ulp), as the output is
+// rounded once and the backward reads it rounded and rounds again.
+TEST(NnOpsTest, SoftmaxOfMinusInfinityEntriesAndAllMinusInfinitySlices) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const int64_t n = 37;
+  std::vector<float> v = random_tensor({3, n}, 65).to_vector<float>();
+  for (int64_t k : {0, 5, 8, 31, 33, 36}) v[k] = -INFINITY;            // row 0: -inf in lanes and in the tail
+  for (int64_t k = 0; k < n; ++k) v[n + k] = -INFINITY;                  // row 1: all -inf
+  for (int64_t k = 0; k < n; ++k) if (k != 17) v[2 * n + k] = -INFINITY;   // row 2: one finite entry
+  const Tensor rows = from_vector<float>(v, {3, n});
+  const Tensor g0 = random_tensor({3, n}, 66);
+  for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+    const double tol = dt == kFloat32 ? 1e-5 : 4 * half_ulp(dt);
+    for (int64_t dim : {1, 0}) {
+      const Tensor x = (dim == 1 ? rows : rows.t().contiguous()).to(dt);   // dim 0 of [n, 3]: the column path
+      const Tensor g = (dim == 1 ? g0 : g0.t().contiguous()).to(dt);
+      const std::vector<double> xv = values(x), gv = values(g);
+      for (bool log : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + (log ? " log_softmax" : " softmax") + " dim " + std::to_string(dim));
+        Tensor xi = x.detach().requires_grad_();
+        const Tensor y = log ? log_softmax(xi, dim) : softmax(xi, dim);
+        y.backward(g);
+        const std::vector<double> yv = values(y), gx = values(xi.grad());
+        expect_near(y, softmax_ref(x, dim, log), tol * 0.01, tol);   // NaN where the reference is (the all -inf slice)
+        expect_near(xi.grad(), softmax_backward_ref(x, gv, dim, log), tol * 0.1, tol);
+        for (size_t i = 0; i < xv.size(); ++i) {
+          const bool slice_all_inf = (dim == 1 ? i / n : i % 3) == 1;
+          if (slice_all_inf) {
+            EXPECT_TRUE(std::isnan(yv[i]) && std::isnan(gx[i])) << i;
+          } else if (xv[i] == -inf) {
+            EXPECT_EQ(yv[i], log ? -inf : 0.0) << i;
+            EXPECT_EQ(gx[i], log ? gv[i] : 0.0) << i;
+          } else {
+            EXPECT_TRUE(std::isfinite(yv[i]) && std::isfinite(gx[i])) << i;
+          }
+        }
+      }
+    }
   }
 }
 
@@ -283,6 +380,68 @@ TEST(NnOpsTest, CrossEntropyHalfAndBFloat16AgreeWithFloat) {
   }
 }
 
+// f16/bf16 logits give the loss and gradient that f32 computes from the same
+// (upcast) values, rounded once: the kernels compute in f32 and store once
+// (include/encore/ops.h), so the tolerance is one rounding (test_util.h:
+// half_ulp, and half_subnormal for f16 gradients below 2^-14, which many of
+// these, p * 0.7 / 1714, are). 2000 rows of 50 classes (the threaded path),
+// 1 in 7 ignored; the upstream gradient 0.7 is not a power of two.
+TEST(NnOpsTest, CrossEntropyBackwardOfHalfDtypesIsTheF32GradientRounded) {
+  const int64_t rows = 2000, classes = 50;
+  std::vector<int64_t> t(rows);
+  for (int64_t i = 0; i < rows; ++i) t[i] = i % 7 == 3 ? -100 : (i * 13) % classes;
+  const Tensor target = from_vector<int64_t>(t);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor x = (random_tensor({rows, classes}, 71) * 3.0).to(dt).requires_grad_();
+    Tensor xf = x.detach().to(kFloat32).requires_grad_();
+    const Tensor g = scalar_tensor(0.7, dt);
+    const Tensor loss = cross_entropy(x, target), loss_f = cross_entropy(xf, target);
+    expect_near(loss, values(loss_f), 0, half_ulp(dt));
+    loss.backward(g);
+    loss_f.backward(g.to(kFloat32));
+    EXPECT_EQ(x.grad().dtype(), dt);
+    expect_near(x.grad(), values(xf.grad()), half_subnormal(dt), half_ulp(dt));
+  }
+}
+
+// include/encore/ops.h: a -inf logit takes probability exactly 0 (gradient
+// exactly 0); a counted row whose target logit is -inf has loss +inf and a
+// finite gradient; a counted row of all -inf logits makes the loss NaN (and
+// that row's gradient), an ignored one counts for nothing.
+TEST(NnOpsTest, CrossEntropyOfMinusInfinityLogits) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<float> v = random_tensor({4, 5}, 67).to_vector<float>();
+  v[1] = v[3] = -INFINITY;                              // row 0: two -inf logits
+  for (int k = 5; k < 10; ++k) v[k] = -INFINITY;        // row 1: all -inf
+  v[12] = -INFINITY;                                    // row 2: one -inf logit
+  const Tensor logits = from_vector<float>(v, {4, 5});
+  struct Case { std::vector<int64_t> target; double loss; };   // loss: NaN, inf or 0 (finite: the reference)
+  for (const Case& c : {Case{{0, -100, 4, 2}, 0}, Case{{0, -100, 2, 1}, inf}, Case{{0, 3, 4, 2}, std::nan("")}}) {
+    for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " target[2] " + std::to_string(c.target[2]) + " target[1] " +
+                   std::to_string(c.target[1]));
+      const double tol = dt == kFloat32 ? 1e-5 : 4 * half_ulp(dt);
+      Tensor x = logits.to(dt).detach().requires_grad_();
+      const Tensor loss = cross_entropy(x, from_vector<int64_t>(c.target));
+      loss.backward();
+      const CrossEntropyRef ref = cross_entropy_ref(x.detach(), c.target, -100);
+      const double l = values(loss)[0];
+      if (std::isnan(c.loss)) EXPECT_TRUE(std::isnan(l)) << l;
+      else if (std::isinf(c.loss)) EXPECT_EQ(l, inf);
+      else expect_near(loss, {ref.loss}, tol, tol);
+      const std::vector<double> gx = values(x.grad());
+      for (int64_t i = 0; i < 20; ++i) {
+        const int64_t r = i / 5;
+        if (c.target[r] == -100) EXPECT_EQ(gx[i], 0.0) << i;
+        else if (r == 1) EXPECT_TRUE(std::isnan(gx[i])) << i;        // counted all -inf row
+        else if (v[i] == -INFINITY && i % 5 != c.target[r]) EXPECT_EQ(gx[i], 0.0) << i;
+        else EXPECT_NEAR(gx[i], ref.grad[i], tol) << i;         // finite, the target's -inf logit too
+      }
+    }
+  }
+}
+
 TEST(NnOpsTest, CrossEntropyErrors) {
   Tensor logits = zeros({4, 3});
   expect_error([&] { (void)cross_entropy(logits, zeros({3}, kInt64)); }, kInvalid,
@@ -318,6 +477,48 @@ TEST(NnOpsTest, LayerNormOverSeveralTrailingDimsAndNonContiguousInput) {
   expect_near(layer_norm(nc, {2}), layer_norm_ref(nc.contiguous(), 2, {}, {}, 1e-5), 1e-5, 1e-5);
   EXPECT_EQ(layer_norm(zeros({0, 4}), {4}).shape(), Shape({0, 4}));
   expect_near(layer_norm(from_vector<float>({3, 3, 3}), {3}), {0, 0, 0});   // zero variance: eps keeps it finite
+}
+
+// Rows whose spread is tiny next to their mean. Constant rows normalise to
+// exactly 0 (weight and bias: exactly the bias), and dweight gets exactly 0
+// from them, in every dtype; rows of c + 1e-3 noise match the plain-loop
+// double reference to the tolerance of random rows (1e-5; dx, which reaches
+// rstd |g| ~ 2000 here, to 1e-5 rstd absolute). 3, 7, 64, 768 and 1000
+// columns: 8-lane sums with and without tails. Before the shifted mean
+// (NOTE [ Layer norm's shifted mean ] in src/backends/kernel_table.h) the
+// f32 mean's rounding error times rstd = 316 put constant rows up to 0.03
+// and near-constant rows up to 0.02 off; now at most 1.2e-7.
+TEST(NnOpsTest, LayerNormOfConstantAndNearConstantRows) {
+  for (int64_t cols : {3, 7, 64, 768, 1000}) {
+    const std::vector<float> noise = random_tensor({cols}, 68).to_vector<float>();
+    const Tensor w = random_tensor({cols}, 69), b = random_tensor({cols}, 70);
+    for (double base : {1000.0, -77.7, 0.1, 3e-3, 1e4}) {
+      SCOPED_TRACE("cols " + std::to_string(cols) + " base " + std::to_string(base));
+      std::vector<float> v(2 * cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        v[c] = static_cast<float>(base);
+        v[cols + c] = static_cast<float>(base + 1e-3 * noise[c]);
+      }
+      const Tensor x = from_vector<float>(v, {2, cols});
+      for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)));
+        const Tensor constant = x.slice(0, 0, 1).to(dt);
+        EXPECT_EQ(values(layer_norm(constant, {cols})), std::vector<double>(cols, 0.0));
+        Tensor wi = w.to(dt).detach().requires_grad_();
+        const Tensor y = layer_norm(constant, {cols}, wi, b.to(dt));
+        EXPECT_EQ(values(y), values(b.to(dt)));
+        y.backward(random_tensor({1, cols}, 71, dt));
+        EXPECT_EQ(values(wi.grad()), std::vector<double>(cols, 0.0));
+      }
+      expect_near(layer_norm(x, {cols}), layer_norm_ref(x, cols, {}, {}, 1e-5), 1e-5, 1e-5);
+      Tensor xi = x.detach().requires_grad_(), wi = w.detach().requires_grad_();
+      const Tensor g = random_tensor({2, cols}, 72);
+      layer_norm(xi, {cols}, wi).backward(g);
+      const LayerNormGrads ref = layer_norm_backward_ref(x, g, cols, values(w), 1e-5);
+      expect_near(xi.grad(), ref.dx, 1e-5 * 316, 1e-5);
+      expect_near(wi.grad(), ref.dw, 1e-5, 1e-5);
+    }
+  }
 }
 
 TEST(NnOpsTest, LayerNormHalfAndBFloat16AgreeWithFloat) {
@@ -388,6 +589,33 @@ TEST(NnOpsTest, SoftmaxAndLayerNormBitsDoNotDependOnThreads) {
   ASSERT_EQ(runs[0].size(), runs[1].size());
   for (size_t i = 0; i < runs[0].size(); ++i) {
     EXPECT_EQ(std::memcmp(runs[0][i].data(), runs[1][i].data(), runs[0][i].size() * sizeof(float)), 0) << "output " << i;
+  }
+}
+
+// f16/bf16 layer_norm (forward, dx, dweight and dbias) is the f32 result of
+// the same (upcast) values rounded once (tolerance: one rounding, test_util.h
+// half_ulp): the statistics and every sum are f32. 2000 rows: dweight and
+// dbias are sums over 2000 rows in 64 partial blocks, each row's dx needs two
+// sums over 96 columns; a sum rounded to f16/bf16 on the way fails by far.
+TEST(NnOpsTest, LayerNormBackwardOfHalfDtypesIsTheF32GradientRounded) {
+  const int64_t rows = 2000, cols = 96;
+  for (DType dt : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor x = (random_tensor({rows, cols}, 72) * 2.0 + 0.5).to(dt).requires_grad_();
+    Tensor w = random_tensor({cols}, 73, dt).requires_grad_(), b = random_tensor({cols}, 74, dt).requires_grad_();
+    Tensor xf = x.detach().to(kFloat32).requires_grad_();
+    Tensor wf = w.detach().to(kFloat32).requires_grad_(), bf = b.detach().to(kFloat32).requires_grad_();
+    const Tensor g = random_tensor({rows, cols}, 75, dt);
+    const Tensor y = layer_norm(x, {cols}, w, b), yf = layer_norm(xf, {cols}, wf, bf);
+    expect_near(y, values(yf), half_subnormal(dt), half_ulp(dt));
+    y.backward(g);
+    yf.backward(g.to(kFloat32));
+    for (auto [name, got, want] : {std::tuple{"dx", x.grad(), xf.grad()}, std::tuple{"dweight", w.grad(), wf.grad()},
+                                   std::tuple{"dbias", b.grad(), bf.grad()}}) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(got.dtype(), dt);
+      expect_near(got, values(want), half_subnormal(dt), half_ulp(dt));
+    }
   }
 }
 
@@ -579,6 +807,26 @@ TEST(NnOpsTest, DropoutOfHalfAndBFloat16) {
     EXPECT_EQ(y.dtype(), dt);
     // Same mask as f32 (same seed); x / 0.5 is exact in any float format.
     expect_near(y, values(dropout(x.to(kFloat32), 0.5, true, &g2)), 0, 0);
+  }
+}
+
+// f16/bf16 dropout's gradient is g * 1/(1 - p) computed in f32 and rounded
+// once (tolerance: one rounding, test_util.h half_ulp). p = 0.3: the scale
+// 1/0.7 is not a power of two, so every kept gradient is rounded; the same
+// seed draws the same mask in every dtype.
+TEST(NnOpsTest, DropoutBackwardOfHalfDtypesIsTheF32GradientRounded) {
+  for (DType dt : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    Tensor x = random_tensor({5000}, 76, dt).requires_grad_();
+    Tensor xf = x.detach().to(kFloat32).requires_grad_();
+    const Tensor g = random_tensor({5000}, 77, dt);
+    Generator g1(9), g2(9);
+    const Tensor y = dropout(x, 0.3, true, &g1), yf = dropout(xf, 0.3, true, &g2);
+    expect_near(y, values(yf), half_subnormal(dt), half_ulp(dt));
+    y.backward(g);
+    yf.backward(g.to(kFloat32));
+    EXPECT_EQ(x.grad().dtype(), dt);
+    expect_near(x.grad(), values(xf.grad()), half_subnormal(dt), half_ulp(dt));
   }
 }
 

@@ -51,11 +51,19 @@ ENCORE_SIMD_INLINE float ld(T v) { return static_cast<float>(v); }
 // F32x8 (simd.h). (max ignores NaN; a NaN still poisons the exp sum.)
 constexpr int kAcc = 8;
 constexpr int64_t kLaneBlock = 256;   // f values buffered per block (1 KiB)
+// An f32 row less a constant, x[k] - shift: read like the row itself, with
+// no block buffer (layer norm's shifted sums).
+struct ShiftedRow {
+  const float* x;
+  float shift;
+};
 template <typename F, typename Fold>
 ENCORE_SIMD_INLINE F32x8 fold_lanes(int64_t n, F32x8 acc, F& f, Fold&& fold) {
   const int64_t n8 = n / kAcc * kAcc;
   if constexpr (std::is_pointer_v<F>) {   // f is the row itself (f32): no buffer
     for (int64_t k = 0; k < n8; k += kAcc) acc = fold(acc, load_f32x8(f + k));
+  } else if constexpr (std::is_same_v<std::remove_cv_t<F>, ShiftedRow>) {
+    for (int64_t k = 0; k < n8; k += kAcc) acc = fold(acc, load_f32x8(f.x + k) - f.shift);
   } else {
     alignas(64) float t[kLaneBlock];
     for (int64_t k0 = 0; k0 < n8; k0 += kLaneBlock) {
@@ -78,11 +86,13 @@ template <typename F>
 ENCORE_SIMD_INLINE float at(F& f, int64_t k) {
   if constexpr (std::is_pointer_v<F>) {
     return f[k];
+  } else if constexpr (std::is_same_v<std::remove_cv_t<F>, ShiftedRow>) {
+    return f.x[k] - f.shift;
   } else {
     return f(k);
   }
 }
-// f: a functor of k, or a const float* (the values themselves).
+// f: a functor of k, a const float* (the values themselves) or a ShiftedRow.
 template <typename F>
 ENCORE_SIMD_INLINE float lane_sum(int64_t n, F&& f) {
   F32x8 acc = fold_lanes(n, F32x8{}, f, AddLanes{});
@@ -408,22 +418,28 @@ void with_flags(bool a, bool b, F&& f) {
   }
 }
 
+// NOTE [ Layer norm's shifted mean ] (kernel_table.h, LayerNormArgs): each
+// row is normalised as d = x - x[0], so stats hold the mean of d.
+template <typename T>
+ENCORE_SIMD_INLINE float row_shift(const T* x, int64_t cols) { return cols > 0 ? ld(x[0]) : 0.0f; }
+
 template <typename T, bool kWeight, bool kBias>
 ENCORE_SIMD_CLONES void layer_norm_row(const TypedLayerNormArgs<T>& a, int64_t r) {
   const T* x = a.x + r * a.cols;
   T* y = a.y + r * a.cols;
-  const float inv_n = 1.0f / static_cast<float>(a.cols);
+  const float n = static_cast<float>(a.cols), shift = row_shift(x, a.cols);
+  auto d = [&](int64_t c) { return ld(x[c]) - shift; };
+  // Two passes over the shifted row: no cancellation when |mean| >> std.
   float mean;
   if constexpr (std::is_same_v<T, float>) {
-    mean = lane_sum(a.cols, x) * inv_n;
+    mean = lane_sum(a.cols, ShiftedRow{x, shift}) / n;
   } else {
-    mean = lane_sum(a.cols, [&](int64_t c) { return ld(x[c]); }) * inv_n;
+    mean = lane_sum(a.cols, d) / n;
   }
-  // Two passes: no cancellation when |mean| >> std.
-  const float var = lane_sum(a.cols, [&](int64_t c) { return (ld(x[c]) - mean) * (ld(x[c]) - mean); }) * inv_n;
+  const float var = lane_sum(a.cols, [&](int64_t c) { return (d(c) - mean) * (d(c) - mean); }) / n;
   const float rstd = 1.0f / std::sqrt(var + a.eps);
   for (int64_t c = 0; c < a.cols; ++c) {
-    float v = (ld(x[c]) - mean) * rstd;
+    float v = (d(c) - mean) * rstd;
     if constexpr (kWeight) v *= ld(a.w[c]);
     if constexpr (kBias) v += ld(a.b[c]);
     y[c] = T(v);
@@ -443,13 +459,14 @@ void layer_norm_kernel(const TypedLayerNormArgs<T>& a) {
 
 // With xh = (x - mean) * rstd and gw = g * w:
 // dx = rstd * (gw - mean(gw) - xh * mean(gw * xh)); dw += g * xh; db += g.
+// (x - mean is (x - x[0]) - stats' mean, NOTE [ Layer norm's shifted mean ].)
 // part: this row block's partial sums, [2, cols] = {dw, db} (null when not wanted).
 template <typename T, bool kWeight>
 ENCORE_SIMD_CLONES void layer_norm_backward_row(const TypedLayerNormBackwardArgs<T>& a, int64_t r, float* part) {
   const T* g = a.g + r * a.cols;
   const T* x = a.x + r * a.cols;
-  const float mean = a.stats[2 * r], rstd = a.stats[2 * r + 1];
-  auto xh = [&](int64_t c) { return (ld(x[c]) - mean) * rstd; };
+  const float mean = a.stats[2 * r], rstd = a.stats[2 * r + 1], shift = row_shift(x, a.cols);
+  auto xh = [&](int64_t c) { return (ld(x[c]) - shift - mean) * rstd; };   // the forward's operations
   auto gw = [&](int64_t c) {
     if constexpr (kWeight) return ld(g[c]) * ld(a.w[c]);
     else return ld(g[c]);

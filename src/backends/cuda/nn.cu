@@ -264,6 +264,11 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const I* 
 
 // ---- layer norm ----
 
+// NOTE [ Layer norm's shifted mean ] (kernel_table.h): rows are normalised
+// as x - x[row, 0]; stats hold the mean of that.
+template <typename T>
+__device__ __forceinline__ float row_shift(const T* xr, int64_t cols) { return cols > 0 ? to_float(xr[0]) : 0.0f; }
+
 template <typename T, bool kWarp>
 __global__ void layer_norm_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                                   T* __restrict__ y, float* __restrict__ stats, int64_t rows, int64_t cols,
@@ -271,21 +276,22 @@ __global__ void layer_norm_kernel(const T* __restrict__ x, const T* __restrict__
   kernel_prologue();
   __shared__ float shm[32];
   Team<kWarp> team(shm);
-  const float inv_n = 1.0f / static_cast<float>(cols);
+  const float n = static_cast<float>(cols);
   for (int64_t r = team.row; r < rows; r += team.rows_step) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
+    const float shift = row_shift(xr, cols);
     float s = 0;
-    for (int64_t c = team.rank; c < cols; c += team.size) s += to_float(xr[c]);
-    const float mean = team.sum(s) * inv_n;
-    float q = 0;   // two passes: no cancellation when |mean| >> std
+    for (int64_t c = team.rank; c < cols; c += team.size) s += to_float(xr[c]) - shift;
+    const float mean = team.sum(s) / n;
+    float q = 0;   // two passes over the shifted row: no cancellation when |mean| >> std
     for (int64_t c = team.rank; c < cols; c += team.size) {
-      const float d = to_float(xr[c]) - mean;
+      const float d = to_float(xr[c]) - shift - mean;
       q += d * d;
     }
-    const float rstd = 1.0f / sqrtf(team.sum(q) * inv_n + eps);
+    const float rstd = 1.0f / sqrtf(team.sum(q) / n + eps);
     for (int64_t c = team.rank; c < cols; c += team.size) {
-      float v = (to_float(xr[c]) - mean) * rstd;
+      float v = (to_float(xr[c]) - shift - mean) * rstd;
       if (w != nullptr) v *= to_float(w[c]);
       if (b != nullptr) v += to_float(b[c]);
       yr[c] = convert<T>(v);
@@ -299,6 +305,7 @@ __global__ void layer_norm_kernel(const T* __restrict__ x, const T* __restrict__
 
 // With xh = (x - mean) * rstd and gw = g * w:
 // dx = rstd * (gw - mean(gw) - xh * mean(gw * xh)).
+// (x - mean is (x - x[row, 0]) - stats' mean, NOTE [ Layer norm's shifted mean ].)
 template <typename T, bool kWarp>
 __global__ void layer_norm_dx_kernel(const T* __restrict__ g, const T* __restrict__ x, const T* __restrict__ w,
                                      const float* __restrict__ stats, T* __restrict__ dx, int64_t rows,
@@ -310,18 +317,18 @@ __global__ void layer_norm_dx_kernel(const T* __restrict__ g, const T* __restric
   for (int64_t r = team.row; r < rows; r += team.rows_step) {
     const T* gr = g + r * cols;
     const T* xr = x + r * cols;
-    const float mean = stats[2 * r], rstd = stats[2 * r + 1];
+    const float mean = stats[2 * r], rstd = stats[2 * r + 1], shift = row_shift(xr, cols);
     float s1 = 0, s2 = 0;
     for (int64_t c = team.rank; c < cols; c += team.size) {
       const float gw = w != nullptr ? to_float(gr[c]) * to_float(w[c]) : to_float(gr[c]);
       s1 += gw;
-      s2 += gw * (to_float(xr[c]) - mean) * rstd;
+      s2 += gw * ((to_float(xr[c]) - shift - mean) * rstd);
     }
     const float m1 = team.sum(s1) * inv_n;
     const float m2 = team.sum(s2) * inv_n;
     for (int64_t c = team.rank; c < cols; c += team.size) {
       const float gw = w != nullptr ? to_float(gr[c]) * to_float(w[c]) : to_float(gr[c]);
-      const float xh = (to_float(xr[c]) - mean) * rstd;
+      const float xh = (to_float(xr[c]) - shift - mean) * rstd;
       dx[r * cols + c] = convert<T>(rstd * (gw - m1 - xh * m2));
     }
   }
@@ -342,7 +349,8 @@ __global__ void layer_norm_partial_kernel(const T* __restrict__ g, const T* __re
   float sw = 0, sb = 0;
   for (int64_t r = r0; r < r1; ++r) {
     const float gv = to_float(g[r * cols + c]);
-    sw += gv * (to_float(x[r * cols + c]) - stats[2 * r]) * stats[2 * r + 1];
+    const float shift = to_float(x[r * cols]);   // the row's x[row, 0]: cols > 0 here
+    sw += gv * ((to_float(x[r * cols + c]) - shift - stats[2 * r]) * stats[2 * r + 1]);
     sb += gv;
   }
   partial[chunk * 2 * cols + c] = sw;
