@@ -127,7 +127,7 @@ struct AdamWOptions {
   double lr = 1e-3;
   double beta1 = 0.9;
   double beta2 = 0.999;
-  double eps = 1e-8;
+  double eps = 1e-8;             // > 0 as an f32: with 0, a gradient of 0 so far gives 0/0
   double weight_decay = 0.01;   // decoupled: p -= lr * weight_decay * p
 };
 

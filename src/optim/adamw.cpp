@@ -16,7 +16,11 @@ namespace {
 AdamWOptions checked(AdamWOptions o) {
   ENCORE_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, "AdamW: beta1 must be in [0, 1), got %g", o.beta1);
   ENCORE_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, "AdamW: beta2 must be in [0, 1), got %g", o.beta2);
-  ENCORE_CHECK(std::isfinite(o.eps) && o.eps >= 0.0, "AdamW: eps must be finite and >= 0, got %g", o.eps);
+  // eps = 0 turns every element whose gradient has been 0 so far into 0/0 =
+  // NaN at the first step; the kernels add eps in f32, where below ~1.4e-45
+  // it is 0 too.
+  ENCORE_CHECK(std::isfinite(o.eps) && static_cast<float>(o.eps) > 0.0f,
+               "AdamW: eps must be finite and > 0 in f32 (e.g. 1e-8), got %g", o.eps);
   ENCORE_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0,
                "AdamW: weight_decay must be finite and >= 0, got %g", o.weight_decay);
   return o;

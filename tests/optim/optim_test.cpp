@@ -487,6 +487,10 @@ TEST(OptimTest, RejectsBadOptions) {
   expect_error([&] { AdamW({p}, {.beta1 = 1.0}); }, kInvalid, {"AdamW", "beta1", "[0, 1)"});
   expect_error([&] { AdamW({p}, {.beta2 = -0.5}); }, kInvalid, {"AdamW", "beta2", "-0.5"});
   expect_error([&] { AdamW({p}, {.eps = -1e-8}); }, kInvalid, {"AdamW", "eps"});
+  // eps 0 (or 0 once in f32) made every element with a zero gradient NaN at the first step.
+  for (double eps : {0.0, 1e-50, double{NAN}}) {
+    expect_error([&] { AdamW({p}, {.eps = eps}); }, kInvalid, {"AdamW", "eps", "> 0"});
+  }
   AdamW opt({p});
   expect_error([&] { opt.set_lr(-1); }, kInvalid, {"AdamW", "lr", "-1"});
   expect_error([&] { opt.set_lr(INFINITY); }, kInvalid, {"AdamW", "lr", "inf"});
