@@ -112,6 +112,12 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   ENCORE_CHECK(ops::broadcast_shapes(kOp, input, target) == input.shape(),
                "mse_loss: target of shape %s does not broadcast to the input's shape %s (%s)",
                shape_str(target.shape()), shape_str(input.shape()), dtype_name(input.dtype()));
+  if (const DType dt = input.dtype(), acc = ops::sum_dtype(dt); acc != dt) {
+    // f16/bf16: as binary_cross_entropy_with_logits below, the f32 loss of
+    // the exact upcasts rounded once (and so each gradient); composed in the
+    // storage type, the difference, its square and the reduction each rounded.
+    return mse_loss(input.to(acc), target.to(acc), reduction).to(dt);
+  }
   const Tensor d = sub(input, target);
   return reduce(mul(d, d), reduction);
 }

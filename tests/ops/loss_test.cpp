@@ -64,7 +64,33 @@ TEST(LossTest, MseLossHalfDtypesMatchF32Reference) {
     const Tensor xh = x.to(dt), th = t.to(dt);
     const Tensor out = mse_loss(xh, th);
     EXPECT_EQ(out.dtype(), dt);
-    expect_near(out.to(kFloat32), reduce_ref(mse_ref(xh, th), Reduction::kMean), 2e-2, 2e-2);
+    // The f32 result (within ~1e-7 of the double reference) rounded once.
+    expect_near(out.to(kFloat32), reduce_ref(mse_ref(xh, th), Reduction::kMean), 0, half_ulp(dt) + 1e-6);
+  }
+}
+
+// As for binary_cross_entropy_with_logits below: the loss and the gradients
+// to input and a broadcast target (a sum over 600 rows) from f16/bf16 are
+// the f32 ones of the same values rounded once.
+TEST(LossTest, MseLossBackwardOfHalfDtypesIsTheF32GradientRounded) {
+  const Tensor x0 = random_tensor({600, 24}, 41), t0 = random_tensor({24}, 42);   // kSum ~3e4 < f16 max
+  const Tensor g0 = random_tensor({600, 24}, 43);
+  for (DType dt : {kFloat16, kBFloat16}) {
+    for (Reduction r : {Reduction::kMean, Reduction::kSum, Reduction::kNone}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " reduction " + std::to_string(static_cast<int>(r)));
+      Tensor x = x0.to(dt).requires_grad_(), t = t0.to(dt).requires_grad_();
+      Tensor xf = x.detach().to(kFloat32).requires_grad_(), tf = t.detach().to(kFloat32).requires_grad_();
+      const Tensor loss = mse_loss(x, t, r), loss_f = mse_loss(xf, tf, r);
+      expect_near(loss, values(loss_f), half_subnormal(dt), half_ulp(dt));
+      const Tensor g = r == Reduction::kNone ? g0.to(dt) : scalar_tensor(0.7, dt);
+      loss.backward(g);
+      loss_f.backward(g.to(kFloat32));
+      for (auto [name, got, want] : {std::tuple{"input", x.grad(), xf.grad()}, std::tuple{"target", t.grad(), tf.grad()}}) {
+        SCOPED_TRACE(name);
+        EXPECT_EQ(got.dtype(), dt);
+        expect_near(got, values(want), half_subnormal(dt), half_ulp(dt));
+      }
+    }
   }
 }
 
