@@ -838,14 +838,38 @@ std::string temp_path(const std::string& path) {
 // A save replaces a regular file or creates one; renaming over a device
 // (/dev/full), a fifo or a socket would replace that node, so it is refused
 // before any byte is written. A symlink is replaced, not followed; over a
-// directory the rename fails (and the temporary is removed).
-absl::Status check_save_target(const Where& w) {
+// directory the rename fails (and the temporary is removed). Returns the
+// permission bits of the regular file being replaced, if any.
+absl::StatusOr<std::optional<mode_t>> check_save_target(const Where& w) {
   struct stat st {};
-  if (::lstat(w.path.c_str(), &st) != 0) return absl::OkStatus();   // absent: created (or open fails below)
-  if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)) return absl::OkStatus();
+  if (::lstat(w.path.c_str(), &st) != 0) return std::nullopt;   // absent: created (or open fails below)
+  if (S_ISREG(st.st_mode)) return st.st_mode & 0777;
+  if (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)) return std::nullopt;
   return w.error(absl::StatusCode::kFailedPrecondition,
                  "exists and is not a regular file; a save would replace it (atomic saves rename a temporary "
                  "over the path)");
+}
+
+// NOTE [ Permissions of a saved file ]: a save leaves `path` with the
+// permissions that writing it in place would (open(path, O_CREAT | O_TRUNC,
+// 0666), as torch.save and the safetensors reference do): a new file gets
+// 0666 & ~umask, a regular file that is replaced keeps its permission bits
+// (a 0600 file stays 0600 whatever the umask). The temporary is created with
+// those bits, which the umask may narrow but never widen, and set exactly
+// with fchmod before its first byte is written, so it is never more open
+// than the file it becomes. Owner and group are the saving process's, as for
+// any file it creates. A leftover of that name (its pid is ours, so its
+// process is dead) is removed first: O_EXCL then creates the file afresh.
+absl::StatusOr<Fd> create_temporary(const Where& w, const std::string& tmp, std::optional<mode_t> replaced) {
+  (void)::unlink(tmp.c_str());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replaced.value_or(0666)));
+  if (fd.get() < 0) return w.io_error("cannot create", tmp, errno);
+  if (replaced && ::fchmod(fd.get(), *replaced) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return w.io_error("cannot set the permissions of", tmp, err);
+  }
+  return fd;
 }
 
 // Makes the rename durable. Best effort: the rename itself is atomic either
@@ -865,12 +889,13 @@ absl::Status save_safetensors(const std::string& path, const NamedTensors& tenso
   if (!s.ok()) return s;
   absl::StatusOr<std::string> header = build_header(w, tensors, metadata);
   if (!header.ok()) return header.status();
-  if (s = check_save_target(w); !s.ok()) return s;
+  absl::StatusOr<std::optional<mode_t>> replaced = check_save_target(w);
+  if (!replaced.ok()) return replaced.status();
   remove_stale_temporaries(path);
   const std::string tmp = temp_path(path);
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return w.io_error("cannot create", tmp, errno);
-  s = write_contents(w, std::move(fd), tmp, *header, tensors);
+  absl::StatusOr<Fd> fd = create_temporary(w, tmp, *replaced);
+  if (!fd.ok()) return fd.status();
+  s = write_contents(w, *std::move(fd), tmp, *header, tensors);
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     s = w.io_error(absl::StrCat("cannot rename ", tmp, " to"), path, errno);
   }
