@@ -35,10 +35,16 @@ namespace encore::hf {
 
 // The GptConfig of a config.json: vocab_size, n_positions (block_size),
 // n_layer, n_head, n_embd, tie_word_embeddings (default true). Refused
-// (InvalidArgument, naming the file and the key): a missing or non-integer
-// size, an activation_function other than gelu_new / gelu_pytorch_tanh /
-// gelu_fast, a layer_norm_epsilon other than 1e-5, model_type not "gpt2".
-// NotFound when the file cannot be read.
+// (InvalidArgument, naming the file, the key and its value): a missing or
+// non-integer size, model_type not "gpt2", and every key whose value makes
+// GPT-2 compute something encore's Gpt does not: an activation_function
+// other than gelu_new / gelu_pytorch_tanh / gelu_fast, a layer_norm_epsilon
+// other than 1e-5, an n_inner other than null or 4 * n_embd,
+// scale_attn_weights false, scale_attn_by_inverse_layer_idx true,
+// reorder_and_upcast_attn true (and any of these three flags, or
+// tie_word_embeddings, that is not a JSON boolean). The dropout rates
+// (resid_pdrop, embd_pdrop, attn_pdrop) are not read: the model's dropout
+// is GptConfig::dropout. NotFound when the file cannot be read.
 [[nodiscard]] absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json);
 
 // `path` is a directory holding model.safetensors and config.json, or a

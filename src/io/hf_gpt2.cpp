@@ -217,15 +217,44 @@ absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
     *field = j[key].get<int64_t>();
   }
   if (cfg.n_embd % cfg.n_head != 0) return bad("n_embd does not divide into n_head heads");
+  // NOTE [ Config keys that change the arithmetic ]: GPT2Config keys whose
+  // other values make transformers compute another function than encore's
+  // Gpt (tanh GELU, LayerNorm eps 1e-5, an MLP 4 * n_embd wide, attention
+  // scores scaled by 1 / sqrt(head size) only, in the model's dtype) are
+  // refused naming the key and its value, never ignored: a model that
+  // loads computes what the checkpoint's model computes. Absent keys take
+  // transformers' defaults, which are encore's.
   if (j.contains("activation_function")) {
     const Json& act = j["activation_function"];
     if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast") {
-      return bad(absl::StrCat("activation_function ", act.dump(), " is not the tanh GELU encore's Gpt uses"));
+      return bad(absl::StrCat("activation_function is ", act.dump(), ": encore's Gpt uses the tanh GELU only "
+                              "(gelu_new, gelu_pytorch_tanh or gelu_fast)"));
     }
   }
   if (j.contains("layer_norm_epsilon") &&
       (!j["layer_norm_epsilon"].is_number() || j["layer_norm_epsilon"].get<double>() != 1e-5)) {
-    return bad(absl::StrCat("layer_norm_epsilon ", j["layer_norm_epsilon"].dump(), " is not 1e-5"));
+    return bad(absl::StrCat("layer_norm_epsilon is ", j["layer_norm_epsilon"].dump(),
+                            ": encore's Gpt's LayerNorms use 1e-5 only"));
+  }
+  if (j.contains("n_inner") && !j["n_inner"].is_null() &&
+      !(j["n_inner"].is_number_integer() && j["n_inner"].get<int64_t>() == 4 * cfg.n_embd)) {
+    return bad(absl::StrCat("n_inner is ", j["n_inner"].dump(), ": encore's Gpt's MLP is 4 * n_embd = ",
+                            4 * cfg.n_embd, " wide only (null also means that)"));
+  }
+  for (auto [key, value, what] :
+       {std::tuple{"scale_attn_weights", true, "attention scores divided by sqrt(head size)"},
+        std::tuple{"scale_attn_by_inverse_layer_idx", false, "no scaling of attention scores by 1 / (layer index + 1)"},
+        std::tuple{"reorder_and_upcast_attn", false,
+                   "the attention product computed in the model's dtype, scaled after the matmul"}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_boolean()) return bad(absl::StrCat(key, " is ", j[key].dump(), ", not true or false"));
+    if (j[key] != value) {
+      return bad(absl::StrCat(key, " is ", j[key].dump(), ": encore's Gpt computes GPT-2 with ", key, " ",
+                              value ? "true" : "false", " only (", what, ")"));
+    }
+  }
+  if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_boolean()) {
+    return bad(absl::StrCat("tie_word_embeddings is ", j["tie_word_embeddings"].dump(), ", not true or false"));
   }
   cfg.tied_head = !j.contains("tie_word_embeddings") || j["tie_word_embeddings"] == true;
   return cfg;

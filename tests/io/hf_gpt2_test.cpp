@@ -134,6 +134,61 @@ TEST(HfGpt2Test, MismatchesAreRefusedNamingTheTensor) {
   EXPECT_EQ(hf::read_gpt2_config("/nonexistent/config.json").status().code(), absl::StatusCode::kNotFound);
 }
 
+// NOTE [ Config keys that change the arithmetic ]: each key whose value
+// would make GPT-2 compute something encore's Gpt does not is refused,
+// naming the file, the key and the value; the same keys at transformers'
+// defaults are accepted.
+TEST(HfGpt2Test, ConfigKeysThatChangeTheArithmeticAreRefused) {
+  const std::string path = ::testing::TempDir() + "/arithmetic_config.json";
+  const nlohmann::json base = {{"model_type", "gpt2"}, {"vocab_size", 5}, {"n_positions", 4},
+                               {"n_layer", 1},         {"n_head", 2},     {"n_embd", 4}};
+  nlohmann::json defaults = base;
+  for (auto [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"scale_attn_weights", true},
+           {"scale_attn_by_inverse_layer_idx", false},
+           {"reorder_and_upcast_attn", false},
+           {"n_inner", nullptr},
+           {"activation_function", "gelu_new"},
+           {"layer_norm_epsilon", 1e-5},
+           {"tie_word_embeddings", false}}) {
+    defaults[key] = value;
+  }
+  std::ofstream(path, std::ios::trunc) << defaults.dump();
+  absl::StatusOr<nn::GptConfig> cfg = hf::read_gpt2_config(path);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_FALSE(cfg->tied_head);
+  defaults["n_inner"] = 16;   // 4 * n_embd, spelled out
+  std::ofstream(path, std::ios::trunc) << defaults.dump();
+  EXPECT_TRUE(hf::read_gpt2_config(path).ok());
+  for (auto [key, value, shown] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"scale_attn_weights", false, "false"},
+           {"scale_attn_by_inverse_layer_idx", true, "true"},
+           {"reorder_and_upcast_attn", true, "true"},
+           {"scale_attn_weights", "true", "\"true\""},   // a string is not a boolean
+           {"reorder_and_upcast_attn", 0, "0"},
+           {"tie_word_embeddings", "false", "\"false\""},
+           {"n_inner", 12, "12"},
+           {"n_inner", "16", "\"16\""},
+           {"activation_function", "gelu", "\"gelu\""},   // the exact (erf) GELU
+           {"activation_function", "relu", "\"relu\""},
+           {"layer_norm_epsilon", 1e-6, "1e-06"}}) {
+    SCOPED_TRACE(key + " " + shown);
+    nlohmann::json edited = base;
+    edited[key] = value;
+    std::ofstream(path, std::ios::trunc) << edited.dump();
+    const absl::Status s = hf::read_gpt2_config(path).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    for (const std::string& part : {path, key + " is " + shown}) {
+      EXPECT_NE(s.message().find(part), absl::string_view::npos) << s << "\n" << part;
+    }
+    // load_gpt2 refuses it the same way, before it reads any weights.
+    const std::string dir = ::testing::TempDir() + "/arithmetic_model";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/config.json", std::ios::trunc) << edited.dump();
+    EXPECT_EQ(hf::load_gpt2(dir).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 void write_config(const std::string& dir, const nlohmann::json& config) {
   std::ofstream(dir + "/config.json") << config.dump();
 }
