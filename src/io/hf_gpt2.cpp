@@ -22,6 +22,7 @@
 #include "absl/strings/strip.h"
 #include "encore/autograd.h"
 #include "encore/checkpoint.h"
+#include "src/io/safetensors_file.h"
 
 namespace encore::hf {
 namespace {
@@ -91,7 +92,7 @@ absl::Status refuse(absl::StatusCode code, const std::string& file, absl::string
   return absl::Status(code, absl::StrCat("load_gpt2: ", file, ": ", what));
 }
 
-// The names and shapes of a weights file (its header; load_safetensors_shapes).
+// The names and shapes of a weights file, in data order (SafetensorsFile::shapes).
 using Listing = std::vector<std::pair<std::string, Shape>>;
 
 // `config`'s sizes against the shapes of the weights file `file`: wte
@@ -134,8 +135,11 @@ absl::Status check_config(const std::string& file, const std::string& config, co
   return absl::OkStatus();
 }
 
-// load_gpt2_into with the file's header already read.
-absl::Status load_listed(const std::string& file, const Listing& listing, nn::Gpt& model) {
+// load_gpt2_into with the file open and its header read (NOTE [ One file
+// per load ] in training_checkpoint.cpp: names, shapes and tensors all come
+// from the file that was at `file` when it was opened).
+absl::Status load_listed(const std::string& file, const io::SafetensorsFile& weights, nn::Gpt& model) {
+  const Listing listing = weights.shapes();
   absl::flat_hash_set<std::string> names;
   for (const auto& [name, shape] : listing) names.insert(name);
   const bool prefixed = std::any_of(listing.begin(), listing.end(), [](const auto& entry) {
@@ -176,13 +180,8 @@ absl::Status load_listed(const std::string& file, const Listing& listing, nn::Gp
     if (entries[i].transposed) std::swap(shape[0], shape[1]);
     staging.emplace_back(file_names[i], empty(shape, entries[i].target.dtype(), kCPU));
   }
-  LoadReport report;
-  s = load_into(file, staging, LoadOptions{.strict = false, .convert_dtypes = true}, &report);
+  s = weights.load_into(staging, LoadOptions{.strict = false, .convert_dtypes = true});
   if (!s.ok()) return s;
-  if (!report.missing.empty()) {   // only when another file replaced `file` since its header was read
-    return refuse(absl::StatusCode::kDataLoss, file,
-                  absl::StrCat("tensor \"", report.missing.front(), "\" vanished while the file was read"));
-  }
   return status_of([&] {
     NoGradGuard no_grad;
     for (size_t i = 0; i < entries.size(); ++i) {
@@ -261,9 +260,9 @@ absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
 }
 
 absl::Status load_gpt2_into(const std::string& file, nn::Gpt& model) {
-  absl::StatusOr<Listing> listing = load_safetensors_shapes(file);
-  if (!listing.ok()) return listing.status();
-  return load_listed(file, *listing, model);
+  absl::StatusOr<io::SafetensorsFile> weights = io::SafetensorsFile::open("load_gpt2_into", file);
+  if (!weights.ok()) return weights.status();
+  return load_listed(file, *weights, model);
 }
 
 absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Device device) {
@@ -275,14 +274,14 @@ absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Devi
   cfg->device = device;
   // The weights' header before the model: a configuration its weights do not
   // match (or no weights) is refused before the model is allocated.
-  absl::StatusOr<Listing> listing = load_safetensors_shapes(file);
-  if (!listing.ok()) return listing.status();
-  absl::Status s = check_config(file, config, *cfg, *listing);
+  absl::StatusOr<io::SafetensorsFile> weights = io::SafetensorsFile::open("load_gpt2", file);
+  if (!weights.ok()) return weights.status();
+  absl::Status s = check_config(file, config, *cfg, weights->shapes());
   if (!s.ok()) return s;
   std::unique_ptr<nn::Gpt> model;
   s = status_of([&] { model = std::make_unique<nn::Gpt>(*cfg); });
   if (!s.ok()) return s;
-  s = load_listed(file, *listing, *model);
+  s = load_listed(file, *weights, *model);
   if (!s.ok()) return s;
   return model;
 }

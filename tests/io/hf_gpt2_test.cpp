@@ -17,6 +17,7 @@
 
 #include "encore/encore.h"
 #include "encore/hf_gpt2.h"
+#include "tests/io/file_opens.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -242,6 +243,27 @@ TEST(HfGpt2Test, AConfigTheWeightsDoNotMatchIsRefusedBeforeBuilding) {
   absl::Status s = hf::load_gpt2_into(file, deeper_and_wider);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_NE(s.message().find("missing tensor \"transformer.h.2."), absl::string_view::npos) << s;
+}
+
+// NOTE [ One file per load ] (src/io/training_checkpoint.cpp): load_gpt2
+// reads the weights' header (to check config.json against it), then the
+// tensors, from one open file; so does load_gpt2_into. Seen by inotify.
+TEST(HfGpt2Test, LoadsOpenEachFileOnce) {
+  const std::string dir = ::testing::TempDir() + "/hf_gpt2_opened_once";
+  nn::Gpt gpt({.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8, .seed = 7});
+  ASSERT_TRUE(hf::save_gpt2(dir, gpt).ok());
+  const std::string weights = dir + "/model.safetensors";
+  absl::StatusOr<std::unique_ptr<nn::Gpt>> loaded;
+  int config_opens = 0;
+  const int weight_opens = testing::opens_of(weights, [&] {
+    config_opens = testing::opens_of(dir + "/config.json", [&] { loaded = hf::load_gpt2(dir); });
+  });
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(weight_opens, 1);
+  EXPECT_EQ(config_opens, 1);
+  absl::Status s;
+  EXPECT_EQ(testing::opens_of(weights, [&] { s = hf::load_gpt2_into(weights, **loaded); }), 1);
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(HfGpt2Test, ByteTokenIdsFollowGpt2sByteOrder) {
