@@ -53,7 +53,11 @@ namespace encore::hf {
 // weights' header is read first: a config.json its tensors do not match
 // (wte [vocab_size, n_embd], wpe [n_positions, n_embd], blocks h.0 ..
 // h.<n_layer - 1>) or a missing or malformed file is refused, naming the
-// file, before the model is allocated.
+// file, before the model is allocated. Weights and a config.json that both
+// carry a save id (save_gpt2 writes one) and whose ids differ come from two
+// saves, as a save interrupted between its renames leaves them: refused
+// (DataLoss), since the old config.json may describe another model around
+// weights of the same shapes.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Device device = kCPU);
 
 // Copies the weights of the safetensors file `file` into `model` in place
@@ -67,8 +71,15 @@ namespace encore::hf {
 
 // Writes dir/model.safetensors (GPT2LMHeadModel names with the
 // "transformer." prefix, f32 or the model's dtype, "lm_head.weight" only
-// when the head is not tied) and dir/config.json; creates dir if needed.
-// Atomic per file, as save_safetensors.
+// when the head is not tied) and dir/config.json; creates dir if needed
+// (an error says why, by errno: NotFound for a missing parent, ...). Both
+// files get one new "encore_save_id" (a config.json key and a metadata key
+// of the weights). Both are written to temporaries and fsynced before
+// either is renamed into place; then the weights, then config.json, each
+// rename made durable (NOTE [ Saving the pair ] in src/io/hf_gpt2.cpp). An
+// error before the renames leaves both previous files as they were (and no
+// temporary); a crash or a failed config.json rename after the weights'
+// leaves a pair that load_gpt2 refuses, as above.
 [[nodiscard]] absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model);
 
 // The GPT-2 id of each byte value: the first 256 tokens of GPT-2's

@@ -3,10 +3,12 @@
 #include "encore/hf_gpt2.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
-#include <cstring>
+#include <chrono>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -191,9 +193,26 @@ absl::Status load_listed(const std::string& file, const io::SafetensorsFile& wei
   });
 }
 
-}  // namespace
+// NOTE [ Saving the pair ]: model.safetensors and config.json describe a
+// model only together, and no rename replaces two files at once. save_gpt2
+// writes both to temporaries and fsyncs them, then renames the weights and
+// fsyncs the directory, then renames config.json and fsyncs it again:
+// config.json is the commit record, so a config.json on disk was written
+// after the weights it was saved with were in place. Both carry one save id
+// (kSaveIdKey: a config.json key, a metadata key of the weights), so a
+// crash between the renames, which leaves the new weights beside the old
+// config.json, is refused by load_gpt2 (DataLoss) instead of loaded as the
+// old configuration around the new weights: an n_head or a tied head that
+// changed does not show in the weights' shapes.
+constexpr char kSaveIdKey[] = "encore_save_id";
 
-absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
+// A config.json read: its GptConfig, and its save id ("" when it has none).
+struct Config {
+  nn::GptConfig cfg;
+  std::string save_id;
+};
+
+absl::StatusOr<Config> read_config(const std::string& config_json) {
   std::ifstream in(config_json);
   if (!in) return absl::NotFoundError(absl::StrCat("read_gpt2_config: cannot read ", config_json));
   std::stringstream text;
@@ -256,7 +275,24 @@ absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
     return bad(absl::StrCat("tie_word_embeddings is ", j["tie_word_embeddings"].dump(), ", not true or false"));
   }
   cfg.tied_head = !j.contains("tie_word_embeddings") || j["tie_word_embeddings"] == true;
-  return cfg;
+  return Config{cfg, j.contains(kSaveIdKey) && j[kSaveIdKey].is_string() ? j[kSaveIdKey].get<std::string>() : ""};
+}
+
+// A save id unique to one save_gpt2 call: the time, the pid and a counter.
+std::string new_save_id() {
+  static std::atomic<uint64_t> counter{0};
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  return absl::StrCat(ns, "-", ::getpid(), "-", counter.fetch_add(1));
+}
+
+}  // namespace
+
+absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
+  absl::StatusOr<Config> c = read_config(config_json);
+  if (!c.ok()) return c.status();
+  return c->cfg;
 }
 
 absl::Status load_gpt2_into(const std::string& file, nn::Gpt& model) {
@@ -269,17 +305,26 @@ absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Devi
   const std::string dir = is_dir(path) ? path : dir_of(path);
   const std::string file = is_dir(path) ? dir + "/model.safetensors" : path;
   const std::string config = dir + "/config.json";
-  absl::StatusOr<nn::GptConfig> cfg = read_gpt2_config(config);
-  if (!cfg.ok()) return cfg.status();
-  cfg->device = device;
+  absl::StatusOr<Config> read = read_config(config);
+  if (!read.ok()) return read.status();
+  nn::GptConfig& cfg = read->cfg;
+  cfg.device = device;
   // The weights' header before the model: a configuration its weights do not
   // match (or no weights) is refused before the model is allocated.
   absl::StatusOr<io::SafetensorsFile> weights = io::SafetensorsFile::open("load_gpt2", file);
   if (!weights.ok()) return weights.status();
-  absl::Status s = check_config(file, config, *cfg, weights->shapes());
+  const auto id = weights->metadata().find(kSaveIdKey);
+  if (!read->save_id.empty() && id != weights->metadata().end() && id->second != read->save_id) {
+    return refuse(absl::StatusCode::kDataLoss, file,
+                  absl::StrCat("comes from another save_gpt2 than ", config, " (save ids ", id->second, " and ",
+                               read->save_id, "): a save interrupted between its two renames leaves new weights "
+                               "beside the old config.json (NOTE [ Saving the pair ] in src/io/hf_gpt2.cpp); "
+                               "save the model again"));
+  }
+  absl::Status s = check_config(file, config, cfg, weights->shapes());
   if (!s.ok()) return s;
   std::unique_ptr<nn::Gpt> model;
-  s = status_of([&] { model = std::make_unique<nn::Gpt>(*cfg); });
+  s = status_of([&] { model = std::make_unique<nn::Gpt>(cfg); });
   if (!s.ok()) return s;
   s = load_listed(file, *weights, *model);
   if (!s.ok()) return s;
@@ -287,8 +332,13 @@ absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Devi
 }
 
 absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model) {
-  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(absl::StrCat("save_gpt2: cannot create ", dir, ": ", std::strerror(errno)));
+  if (::mkdir(dir.c_str(), 0777) == 0) {
+    const size_t end = dir.find_last_not_of('/');   // "out/" names the directory "out"
+    io::sync_parent_directory(end == std::string::npos ? dir : dir.substr(0, end + 1));
+  } else if (errno != EEXIST) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("save_gpt2: cannot create ", dir));
+  } else if (!is_dir(dir)) {
+    return absl::ErrnoToStatus(ENOTDIR, absl::StrCat("save_gpt2: cannot use ", dir));
   }
   NamedTensors out;
   absl::Status s = status_of([&] {
@@ -298,8 +348,7 @@ absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model) {
     }
   });
   if (!s.ok()) return s;
-  s = save_safetensors(dir + "/model.safetensors", out, {{"format", "pt"}});
-  if (!s.ok()) return s;
+  const std::string save_id = new_save_id();
   const nn::GptConfig& c = model.config();
   const Json config = {
       {"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"activation_function", "gelu_new"},
@@ -307,21 +356,18 @@ absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model) {
       {"n_layer", c.n_layer},                 {"n_head", c.n_head},          {"n_embd", c.n_embd},
       {"layer_norm_epsilon", 1e-5},           {"tie_word_embeddings", c.tied_head},
       {"resid_pdrop", c.dropout},             {"embd_pdrop", c.dropout},     {"attn_pdrop", c.dropout},
+      {kSaveIdKey, save_id},
   };
-  const std::string path = dir + "/config.json", tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << config.dump(2) << "\n";
-    if (!f.flush()) {
-      ::unlink(tmp.c_str());
-      return absl::InternalError(absl::StrCat("save_gpt2: cannot write ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("save_gpt2: cannot rename ", tmp, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  // NOTE [ Saving the pair ]: both written and fsynced, then the weights
+  // renamed, then config.json. A staged file not committed is removed.
+  absl::StatusOr<io::StagedFile> weights =
+      io::stage_safetensors("save_gpt2", dir + "/model.safetensors", out, {{"format", "pt"}, {kSaveIdKey, save_id}});
+  if (!weights.ok()) return weights.status();
+  absl::StatusOr<io::StagedFile> config_file =
+      io::stage_bytes("save_gpt2", dir + "/config.json", config.dump(2) + "\n");
+  if (!config_file.ok()) return config_file.status();
+  if (s = weights->commit(); !s.ok()) return s;
+  return config_file->commit();
 }
 
 std::vector<int64_t> byte_token_ids(const std::string& text) {

@@ -871,14 +871,6 @@ absl::StatusOr<Fd> create_temporary(const Where& w, const std::string& tmp, std:
   return fd;
 }
 
-// Makes the rename durable. Best effort: the rename itself is atomic either
-// way, and some filesystems refuse to fsync a directory.
-void sync_parent_directory(const std::string& path) {
-  const std::string dir = split_path(path).first;
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() >= 0) (void)::fsync(fd.get());
-}
-
 
 // A temporary beside w.path, written by `write` and then fsynced and closed;
 // removed on any error.
@@ -962,6 +954,14 @@ absl::StatusOr<Header> header_only(const Where& w) {
 // ---- files for src/io (safetensors_file.h) ----
 
 namespace io {
+
+// Makes a rename durable. Best effort: the rename itself is atomic either
+// way, and some filesystems refuse to fsync a directory.
+void sync_parent_directory(const std::string& path) {
+  const std::string dir = split_path(path).first;
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() >= 0) (void)::fsync(fd.get());
+}
 
 struct SafetensorsFile::State {
   const char* op;

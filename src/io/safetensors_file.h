@@ -83,6 +83,10 @@ class StagedFile {
   std::string path_, tmp_;   // tmp_ empty once committed or removed
 };
 
+// fsyncs the directory holding `path` (best effort: some filesystems refuse),
+// so that a rename or creation in it survives a crash.
+void sync_parent_directory(const std::string& path);
+
 // save_safetensors(path, tensors, metadata) up to its rename.
 [[nodiscard]] absl::StatusOr<StagedFile> stage_safetensors(const char* op, const std::string& path,
                                                            const NamedTensors& tensors,

@@ -3,6 +3,7 @@
 // a plain-Python GPT-2 forward), the save/load round trip, refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -192,6 +193,71 @@ TEST(HfGpt2Test, ConfigKeysThatChangeTheArithmeticAreRefused) {
 
 void write_config(const std::string& dir, const nlohmann::json& config) {
   std::ofstream(dir + "/config.json") << config.dump();
+}
+
+// save_gpt2 reports why it could not create the directory, by errno (a
+// missing parent is NotFound, a file in the way FailedPrecondition), not
+// PermissionDenied whatever the cause.
+TEST(HfGpt2Test, ASaveThatCannotCreateItsDirectoryReportsWhy) {
+  nn::Gpt gpt({.vocab_size = 13, .block_size = 6, .n_layer = 1, .n_head = 2, .n_embd = 8, .seed = 7});
+  const std::string base = ::testing::TempDir() + "/hf_gpt2_mkdir";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  std::ofstream(base + "/a_file").put('x');
+  for (auto [dir, code, text] :
+       {std::tuple{base + "/no_such_parent/model", absl::StatusCode::kNotFound, "No such file or directory"},
+        std::tuple{base + "/a_file/model", absl::StatusCode::kFailedPrecondition, "Not a directory"},
+        std::tuple{base + "/a_file", absl::StatusCode::kFailedPrecondition, "Not a directory"}}) {
+    const absl::Status s = hf::save_gpt2(dir, gpt);
+    EXPECT_EQ(s.code(), code) << s;
+    for (const std::string& part : {std::string("save_gpt2: "), dir, std::string(text)}) {
+      EXPECT_NE(s.message().find(part), absl::string_view::npos) << s << "\n" << part;
+    }
+  }
+}
+
+// NOTE [ Saving the pair ] (src/io/hf_gpt2.cpp): a save leaves exactly the
+// two files, no temporaries, both with the save's id; a pair from two saves
+// (a save interrupted between its renames: new weights beside the old
+// config.json) is refused by load_gpt2, though the shapes match, since an
+// old config.json with another n_head would build another model.
+TEST(HfGpt2Test, WeightsAndConfigOfDifferentSavesAreRefused) {
+  const std::string dir = ::testing::TempDir() + "/hf_gpt2_pair", other = dir + "_other";
+  for (const std::string& d : {dir, other}) std::filesystem::remove_all(d);
+  nn::Gpt two_heads({.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8, .seed = 7});
+  nn::Gpt four_heads({.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 4, .n_embd = 8, .seed = 8});
+  ASSERT_TRUE(hf::save_gpt2(dir, two_heads).ok());
+  ASSERT_TRUE(hf::save_gpt2(dir, two_heads).ok());   // over a previous save
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model.safetensors"}));
+  ASSERT_TRUE(hf::load_gpt2(dir).ok());
+  // The new weights of another save (four heads) beside the old config.json (two).
+  ASSERT_TRUE(hf::save_gpt2(other, four_heads).ok());
+  std::filesystem::copy_file(other + "/model.safetensors", dir + "/model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  absl::StatusOr<std::unique_ptr<nn::Gpt>> mixed = hf::load_gpt2(dir);
+  EXPECT_EQ(mixed.status().code(), absl::StatusCode::kDataLoss) << mixed.status();
+  for (const std::string& part : {dir + "/model.safetensors", dir + "/config.json", std::string("save the model again")}) {
+    EXPECT_NE(mixed.status().message().find(part), absl::string_view::npos) << mixed.status() << "\n" << part;
+  }
+  // What tells them apart: one id per save, in both files.
+  absl::StatusOr<std::map<std::string, std::string>> metadata = load_safetensors_metadata(other + "/model.safetensors");
+  ASSERT_TRUE(metadata.ok()) << metadata.status();
+  const nlohmann::json config = read_json(other + "/config.json");
+  ASSERT_TRUE(config.contains("encore_save_id"));
+  EXPECT_EQ((*metadata)["encore_save_id"], config["encore_save_id"].get<std::string>());
+  EXPECT_NE(read_json(dir + "/config.json")["encore_save_id"], config["encore_save_id"]);
+  EXPECT_EQ((*metadata)["format"], "pt");
+  // Files without an id (transformers' save_pretrained writes none) are not compared.
+  nlohmann::json plain = read_json(other + "/config.json");
+  plain.erase("encore_save_id");
+  write_config(dir, plain);
+  absl::StatusOr<std::unique_ptr<nn::Gpt>> loaded = hf::load_gpt2(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  Tensor ids = from_vector<int64_t>({1, 2, 3, 12, 0, 5}, {1, 6});
+  EXPECT_EQ(values((*loaded)->forward(ids)), values(four_heads.forward(ids)));
 }
 
 // GPT-2 XL's config.json (1.5e9 parameters, 6 GB in f32) beside an empty
