@@ -368,7 +368,7 @@ class CaptureObserver final : public StepObserver {
   void on_host_state(TensorImpl& owner, bool write, bool value) override {
     auto [it, added] = condition_index_.try_emplace(&owner, conditions.size());
     if (added) {
-      conditions.push_back({.owner = Ref<TensorImpl>(&owner), .before = owner.autograd->grad_zero_pending_,
+      conditions.push_back({.owner = capture_internal::Held<TensorImpl>(&owner), .before = owner.autograd->grad_zero_pending_,
                             .kernel = static_cast<int64_t>(launches_), .phase = current_phase()});
     }
     note(conditions[it->second], write, value);
@@ -376,7 +376,7 @@ class CaptureObserver final : public StepObserver {
   void on_host_flag(HostFlag& flag, bool write, bool value) override {
     auto [it, added] = condition_index_.try_emplace(&flag, conditions.size());
     if (added) {
-      conditions.push_back({.flag = Ref<HostFlag>(&flag), .before = flag.value,
+      conditions.push_back({.flag = capture_internal::Held<HostFlag>(&flag), .before = flag.value,
                             .kernel = static_cast<int64_t>(launches_), .phase = current_phase()});
     }
     note(conditions[it->second], write, value);
@@ -403,7 +403,7 @@ class CaptureObserver final : public StepObserver {
   }
   void guard(Storage* s, const char* op) {
     if (plan_.contains(s->data())) return;   // a temporary in the arena
-    if (seen_.insert(s).second) guards.push_back({Ref<Storage>(s), op});
+    if (seen_.insert(s).second) guards.push_back({capture_internal::Held<Storage>(s), op});
   }
   const Trace& trace_;
   ArenaPlan& plan_;

@@ -86,9 +86,9 @@ std::string owner_str(const TensorImpl& owner) {
 }
 
 // NOTE [ Host state as a precondition ]: a HostFlag (a module's training mode) as the graph needs it.
-absl::Status check_flag(const capture_internal::HostCondition& c) {
+absl::Status check_flag(const capture_internal::HostCondition& c, const capture_internal::HoldCheck& held) {
   const HostFlag& f = *c.flag;
-  if (f.use_count() < 2) {
+  if (!held.elsewhere(c.flag)) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "replay: the owner of %s, which the captured step reads (in %s, from kernel #%d), was destroyed since "
         "capture; capture again with the objects the step uses now",
@@ -104,9 +104,9 @@ absl::Status check_flag(const capture_internal::HostCondition& c) {
 }
 
 // NOTE [ Host state as a precondition ]: the lazy zero_grad flag as the graph needs it.
-absl::Status check_condition(const capture_internal::HostCondition& c) {
-  if (c.flag) return check_flag(c);
-  if (c.owner->use_count() < 2) {
+absl::Status check_condition(const capture_internal::HostCondition& c, const capture_internal::HoldCheck& held) {
+  if (c.flag) return check_flag(c, held);
+  if (!held.elsewhere(c.owner)) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "replay: the %s whose gradient the captured step uses (in %s, from kernel #%d) was freed or replaced "
         "since capture; keep it alive, refill it in place with copy_(), and capture again after changing it",
@@ -203,7 +203,7 @@ using capture_internal::condition_value;
 absl::Status Graph::Impl::replay_verified() {
   // The state before.
   std::vector<std::vector<unsigned char>> before;
-  for (const capture_internal::Guard& g : guards) before.push_back(read_bytes(byte_view(g.storage)));
+  for (const capture_internal::Guard& g : guards) before.push_back(read_bytes(byte_view(g.storage.ref())));
   std::vector<bool> flags_before;
   for (const capture_internal::HostCondition& c : conditions) flags_before.push_back(condition_value(c));
   // The replay, and its results.
@@ -211,12 +211,12 @@ absl::Status Graph::Impl::replay_verified() {
   replayed = true;
   apply_postconditions();
   std::vector<std::vector<unsigned char>> replayed_state, replayed_outputs;
-  for (const capture_internal::Guard& g : guards) replayed_state.push_back(read_bytes(byte_view(g.storage)));
+  for (const capture_internal::Guard& g : guards) replayed_state.push_back(read_bytes(byte_view(g.storage.ref())));
   for (const Tensor& t : outputs) replayed_outputs.push_back(read_bytes(t));
   std::vector<bool> replayed_flags;
   for (const capture_internal::HostCondition& c : conditions) replayed_flags.push_back(condition_value(c));
   // The eager step from the same state.
-  for (size_t i = 0; i < guards.size(); ++i) write_bytes(guards[i].storage, before[i]);
+  for (size_t i = 0; i < guards.size(); ++i) write_bytes(guards[i].storage.ref(), before[i]);
   for (size_t i = 0; i < conditions.size(); ++i) capture_internal::set_condition(conditions[i], flags_before[i]);
   std::vector<Tensor> eager;
   if (absl::Status s = status_of([&] { eager = step(); }); !s.ok()) {
@@ -243,7 +243,7 @@ absl::Status Graph::Impl::replay_verified() {
     }
   }
   for (size_t i = 0; i < guards.size() && diff.empty(); ++i) {
-    const std::vector<unsigned char> bytes = read_bytes(byte_view(guards[i].storage));
+    const std::vector<unsigned char> bytes = read_bytes(byte_view(guards[i].storage.ref()));
     const int64_t at = first_difference(replayed_state[i], bytes);
     if (at < 0) continue;
     auto it = names.find(guards[i].storage->id());
@@ -327,14 +327,16 @@ void Graph::Impl::apply_postconditions() const {
 }
 
 absl::Status Graph::Impl::check_guards() const {
-  // First: the conditions hold their owners, which blinds the use counts of their storages.
+  // NOTE [ Counting the graphs' own references ] in capture/held.h. The
+  // conditions first: a freed parameter is named as one.
+  const capture_internal::HoldCheck held;
   for (const capture_internal::HostCondition& c : conditions) {
-    if (absl::Status s = check_condition(c); !s.ok()) return s;
+    if (absl::Status s = check_condition(c, held); !s.ok()) return s;
   }
   for (const capture_internal::Guard& g : guards) {
-    // The graph holds one reference; nobody else holding one means the tensor
-    // was freed or its handle now points at other storage.
-    if (g.storage->use_count() < 2) {
+    // Nothing but graphs holding it means the tensor was freed or its handle
+    // now points at other storage.
+    if (!held.elsewhere(g.storage)) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "replay: a %d-byte tensor that the captured step uses (first by '%s') was freed or replaced since "
           "capture (a parameter or static input reassigned, moved or dropped?); keep it alive, refill it "

@@ -22,6 +22,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "capture/executable.h"
+#include "capture/held.h"
 #include "capture/trace.h"
 #include "encore/capture.h"
 #include "src/core/step_observer.h"
@@ -30,10 +31,11 @@ namespace encore {
 namespace capture_internal {
 
 // A persistent storage the captured step touches: kept alive by the graph
-// and checked at each replay (a use count of 1 means only the graph holds it:
-// the tensor was freed or replaced since capture).
+// and checked at each replay (held by graphs only: the tensor was freed or
+// replaced since capture; NOTE [ Counting the graphs' own references ] in
+// capture/held.h).
 struct Guard {
-  Ref<Storage> storage;
+  Held<Storage> storage;
   const char* first_op;   // the first launch that touched it, for messages
   uint32_t grad_flags = 0;   // storage->grad_flag_version() after the capture run
 };
@@ -46,11 +48,11 @@ struct Guard {
 // precondition of replay() (refused, naming the state and what to do, when
 // it does not hold); what it wrote last is set after each replay, as the
 // eager step would leave it. The graph keeps the owner alive and refuses a
-// replay once only the graph holds it (the parameter or module was dropped
-// or replaced).
+// replay once only graphs hold it (the parameter or module was dropped or
+// replaced).
 struct HostCondition {
-  Ref<TensorImpl> owner;             // the leaf whose zero_grad flag it is, or null for a HostFlag
-  Ref<HostFlag> flag;                // the HostFlag it is, or null for a zero_grad flag
+  Held<TensorImpl> owner;            // the leaf whose zero_grad flag it is, or null for a HostFlag
+  Held<HostFlag> flag;               // the HostFlag it is, or null for a zero_grad flag
   bool has_pre = false, pre = false; // the value the step read before writing it
   bool has_post = false, post = false;   // the value the step left
   bool before = false;               // the value before the capture run (which leaves it so)

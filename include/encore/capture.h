@@ -43,8 +43,9 @@
 //    temporary read or written. A difference is refused naming the kernel
 //    index, op, argument and both values.
 //  - replay() checks that the persistent tensors are alive (a tensor that
-//    only the graph still holds was freed or replaced), that bound inputs
-//    (CaptureOptions::inputs) still hold their tensors, that no
+//    only graphs still hold, this one or others, was freed or replaced:
+//    NOTE [ Counting the graphs' own references ] in capture/held.h), that
+//    bound inputs (CaptureOptions::inputs) still hold their tensors, that no
 //    requires_grad_() changed a tensor the step uses, and that host state
 //    deciding which kernels the step issues (the lazy zero_grad flag of each
 //    parameter, the training mode of each module the step read) is as the
@@ -52,8 +53,11 @@
 //    (NOTE [ Host state as a precondition ] in capture/graph_impl.h).
 //  - Not seen: a variable rebound to a new tensor (lin.weight = t) while
 //    other handles keep the old one alive (the module's parameter list, the
-//    optimizer, another graph): replays go on with the old tensor. Refill
-//    parameters in place (copy_(), load_into()); bind batch variables with
+//    optimizer; also, kept by a graph, a persistent tensor its step returned
+//    and the step itself under verify_every): replays go on with the old
+//    tensor. Graphs' references to the tensors they guard are not such
+//    handles, however many graphs share them. Refill parameters in place
+//    (copy_(), load_into()); bind batch variables with
 //    CaptureOptions::inputs, which are checked by variable.
 //  - What stays frozen at the capture run's values, by design: host numbers
 //    baked into kernel arguments (Graph::frozen() lists them), and whatever
@@ -158,10 +162,10 @@ class Graph {
   ~Graph();
 
   // Runs the captured step once. Refuses (FailedPrecondition) when a tensor the
-  // graph reads or writes was freed since capture (no handle left but the
-  // graph's: a static input dropped, a tensor replaced whose old one nothing
-  // else holds; see "Not seen" above), or a check of the contract above
-  // fails. Returns InvalidArgument,
+  // graph reads or writes was freed since capture (no handle left but
+  // graphs', this one's or others': a static input dropped, a tensor
+  // replaced whose old one nothing else holds; see "Not seen" above), or a
+  // check of the contract above fails. Returns InvalidArgument,
   // naming the op, when a kernel met bad data the host could not check first
   // (a class id or embedding index out of range: src/core/kernel_errors.h);
   // the step has then run with those rows left out. On CUDA replay() only

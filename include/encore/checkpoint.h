@@ -68,6 +68,9 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 //     Caveat: on a directory shared between machines or pid namespaces, a
 //     save in progress elsewhere may lose its temporary; that save then fails
 //     (cannot rename) and `path` still holds a whole file.
+// The file gets the permissions that creating it in place would: 0666 &
+// ~umask when it is new, the permission bits of the regular file it replaces
+// otherwise (the temporary is never more open than that).
 // A `path` that is a device, fifo or socket (/dev/full) is refused
 // (FailedPrecondition) before anything is written: the rename would replace
 // the node. Over a directory the rename fails and the temporary is removed.

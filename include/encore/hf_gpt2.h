@@ -35,10 +35,16 @@ namespace encore::hf {
 
 // The GptConfig of a config.json: vocab_size, n_positions (block_size),
 // n_layer, n_head, n_embd, tie_word_embeddings (default true). Refused
-// (InvalidArgument, naming the file and the key): a missing or non-integer
-// size, an activation_function other than gelu_new / gelu_pytorch_tanh /
-// gelu_fast, a layer_norm_epsilon other than 1e-5, model_type not "gpt2".
-// NotFound when the file cannot be read.
+// (InvalidArgument, naming the file, the key and its value): a missing or
+// non-integer size, model_type not "gpt2", and every key whose value makes
+// GPT-2 compute something encore's Gpt does not: an activation_function
+// other than gelu_new / gelu_pytorch_tanh / gelu_fast, a layer_norm_epsilon
+// other than 1e-5, an n_inner other than null or 4 * n_embd,
+// scale_attn_weights false, scale_attn_by_inverse_layer_idx true,
+// reorder_and_upcast_attn true (and any of these three flags, or
+// tie_word_embeddings, that is not a JSON boolean). The dropout rates
+// (resid_pdrop, embd_pdrop, attn_pdrop) are not read: the model's dropout
+// is GptConfig::dropout. NotFound when the file cannot be read.
 [[nodiscard]] absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json);
 
 // `path` is a directory holding model.safetensors and config.json, or a
@@ -47,7 +53,11 @@ namespace encore::hf {
 // weights' header is read first: a config.json its tensors do not match
 // (wte [vocab_size, n_embd], wpe [n_positions, n_embd], blocks h.0 ..
 // h.<n_layer - 1>) or a missing or malformed file is refused, naming the
-// file, before the model is allocated.
+// file, before the model is allocated. Weights and a config.json that both
+// carry a save id (save_gpt2 writes one) and whose ids differ come from two
+// saves, as a save interrupted between its renames leaves them: refused
+// (DataLoss), since the old config.json may describe another model around
+// weights of the same shapes.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Device device = kCPU);
 
 // Copies the weights of the safetensors file `file` into `model` in place
@@ -61,8 +71,15 @@ namespace encore::hf {
 
 // Writes dir/model.safetensors (GPT2LMHeadModel names with the
 // "transformer." prefix, f32 or the model's dtype, "lm_head.weight" only
-// when the head is not tied) and dir/config.json; creates dir if needed.
-// Atomic per file, as save_safetensors.
+// when the head is not tied) and dir/config.json; creates dir if needed
+// (an error says why, by errno: NotFound for a missing parent, ...). Both
+// files get one new "encore_save_id" (a config.json key and a metadata key
+// of the weights). Both are written to temporaries and fsynced before
+// either is renamed into place; then the weights, then config.json, each
+// rename made durable (NOTE [ Saving the pair ] in src/io/hf_gpt2.cpp). An
+// error before the renames leaves both previous files as they were (and no
+// temporary); a crash or a failed config.json rename after the weights'
+// leaves a pair that load_gpt2 refuses, as above.
 [[nodiscard]] absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model);
 
 // The GPT-2 id of each byte value: the first 256 tokens of GPT-2's

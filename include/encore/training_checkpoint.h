@@ -29,6 +29,9 @@
 // what the first step() would create: loading works at any step. A refused
 // file (a part that does not match, a negative "schedule.step") changes
 // nothing: every check is made before the first value is copied.
+// A load opens the file once and reads its header once: metadata, names
+// and tensors all come from the file that was at `path` when the load
+// began, even if a save replaces it meanwhile.
 // Saves are atomic and crash leftovers are cleaned up as save_safetensors
 // says (checkpoint.h); every error, a full disk included, is the Status.
 #pragma once

@@ -165,8 +165,8 @@ inline void write_grad_zero_pending(TensorImpl& owner, bool value) {
 // step's observer (StepObserver::on_host_flag), so that a captured graph
 // checks what its step read at every replay, as it does the lazy zero_grad
 // flag (NOTE [ Host state as a precondition ] in capture/graph_impl.h).
-// Shared by reference: the graph keeps the flag alive and knows its owner
-// is gone when it holds the only reference.
+// Shared by reference: a graph keeps the flag alive and knows its owner is
+// gone when only graphs hold references to it.
 struct HostFlag : RefCounted {
   bool value = false;
   const char* what = "";        // for messages, e.g. "the training mode of a module"

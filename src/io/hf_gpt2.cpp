@@ -3,10 +3,12 @@
 #include "encore/hf_gpt2.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
-#include <cstring>
+#include <chrono>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -22,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "encore/autograd.h"
 #include "encore/checkpoint.h"
+#include "src/io/safetensors_file.h"
 
 namespace encore::hf {
 namespace {
@@ -91,7 +94,7 @@ absl::Status refuse(absl::StatusCode code, const std::string& file, absl::string
   return absl::Status(code, absl::StrCat("load_gpt2: ", file, ": ", what));
 }
 
-// The names and shapes of a weights file (its header; load_safetensors_shapes).
+// The names and shapes of a weights file, in data order (SafetensorsFile::shapes).
 using Listing = std::vector<std::pair<std::string, Shape>>;
 
 // `config`'s sizes against the shapes of the weights file `file`: wte
@@ -134,8 +137,11 @@ absl::Status check_config(const std::string& file, const std::string& config, co
   return absl::OkStatus();
 }
 
-// load_gpt2_into with the file's header already read.
-absl::Status load_listed(const std::string& file, const Listing& listing, nn::Gpt& model) {
+// load_gpt2_into with the file open and its header read (NOTE [ One file
+// per load ] in training_checkpoint.cpp: names, shapes and tensors all come
+// from the file that was at `file` when it was opened).
+absl::Status load_listed(const std::string& file, const io::SafetensorsFile& weights, nn::Gpt& model) {
+  const Listing listing = weights.shapes();
   absl::flat_hash_set<std::string> names;
   for (const auto& [name, shape] : listing) names.insert(name);
   const bool prefixed = std::any_of(listing.begin(), listing.end(), [](const auto& entry) {
@@ -176,13 +182,8 @@ absl::Status load_listed(const std::string& file, const Listing& listing, nn::Gp
     if (entries[i].transposed) std::swap(shape[0], shape[1]);
     staging.emplace_back(file_names[i], empty(shape, entries[i].target.dtype(), kCPU));
   }
-  LoadReport report;
-  s = load_into(file, staging, LoadOptions{.strict = false, .convert_dtypes = true}, &report);
+  s = weights.load_into(staging, LoadOptions{.strict = false, .convert_dtypes = true});
   if (!s.ok()) return s;
-  if (!report.missing.empty()) {   // only when another file replaced `file` since its header was read
-    return refuse(absl::StatusCode::kDataLoss, file,
-                  absl::StrCat("tensor \"", report.missing.front(), "\" vanished while the file was read"));
-  }
   return status_of([&] {
     NoGradGuard no_grad;
     for (size_t i = 0; i < entries.size(); ++i) {
@@ -192,9 +193,26 @@ absl::Status load_listed(const std::string& file, const Listing& listing, nn::Gp
   });
 }
 
-}  // namespace
+// NOTE [ Saving the pair ]: model.safetensors and config.json describe a
+// model only together, and no rename replaces two files at once. save_gpt2
+// writes both to temporaries and fsyncs them, then renames the weights and
+// fsyncs the directory, then renames config.json and fsyncs it again:
+// config.json is the commit record, so a config.json on disk was written
+// after the weights it was saved with were in place. Both carry one save id
+// (kSaveIdKey: a config.json key, a metadata key of the weights), so a
+// crash between the renames, which leaves the new weights beside the old
+// config.json, is refused by load_gpt2 (DataLoss) instead of loaded as the
+// old configuration around the new weights: an n_head or a tied head that
+// changed does not show in the weights' shapes.
+constexpr char kSaveIdKey[] = "encore_save_id";
 
-absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
+// A config.json read: its GptConfig, and its save id ("" when it has none).
+struct Config {
+  nn::GptConfig cfg;
+  std::string save_id;
+};
+
+absl::StatusOr<Config> read_config(const std::string& config_json) {
   std::ifstream in(config_json);
   if (!in) return absl::NotFoundError(absl::StrCat("read_gpt2_config: cannot read ", config_json));
   std::stringstream text;
@@ -217,50 +235,110 @@ absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
     *field = j[key].get<int64_t>();
   }
   if (cfg.n_embd % cfg.n_head != 0) return bad("n_embd does not divide into n_head heads");
+  // NOTE [ Config keys that change the arithmetic ]: GPT2Config keys whose
+  // other values make transformers compute another function than encore's
+  // Gpt (tanh GELU, LayerNorm eps 1e-5, an MLP 4 * n_embd wide, attention
+  // scores scaled by 1 / sqrt(head size) only, in the model's dtype) are
+  // refused naming the key and its value, never ignored: a model that
+  // loads computes what the checkpoint's model computes. Absent keys take
+  // transformers' defaults, which are encore's.
   if (j.contains("activation_function")) {
     const Json& act = j["activation_function"];
     if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast") {
-      return bad(absl::StrCat("activation_function ", act.dump(), " is not the tanh GELU encore's Gpt uses"));
+      return bad(absl::StrCat("activation_function is ", act.dump(), ": encore's Gpt uses the tanh GELU only "
+                              "(gelu_new, gelu_pytorch_tanh or gelu_fast)"));
     }
   }
   if (j.contains("layer_norm_epsilon") &&
       (!j["layer_norm_epsilon"].is_number() || j["layer_norm_epsilon"].get<double>() != 1e-5)) {
-    return bad(absl::StrCat("layer_norm_epsilon ", j["layer_norm_epsilon"].dump(), " is not 1e-5"));
+    return bad(absl::StrCat("layer_norm_epsilon is ", j["layer_norm_epsilon"].dump(),
+                            ": encore's Gpt's LayerNorms use 1e-5 only"));
+  }
+  if (j.contains("n_inner") && !j["n_inner"].is_null() &&
+      !(j["n_inner"].is_number_integer() && j["n_inner"].get<int64_t>() == 4 * cfg.n_embd)) {
+    return bad(absl::StrCat("n_inner is ", j["n_inner"].dump(), ": encore's Gpt's MLP is 4 * n_embd = ",
+                            4 * cfg.n_embd, " wide only (null also means that)"));
+  }
+  for (auto [key, value, what] :
+       {std::tuple{"scale_attn_weights", true, "attention scores divided by sqrt(head size)"},
+        std::tuple{"scale_attn_by_inverse_layer_idx", false, "no scaling of attention scores by 1 / (layer index + 1)"},
+        std::tuple{"reorder_and_upcast_attn", false,
+                   "the attention product computed in the model's dtype, scaled after the matmul"}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_boolean()) return bad(absl::StrCat(key, " is ", j[key].dump(), ", not true or false"));
+    if (j[key] != value) {
+      return bad(absl::StrCat(key, " is ", j[key].dump(), ": encore's Gpt computes GPT-2 with ", key, " ",
+                              value ? "true" : "false", " only (", what, ")"));
+    }
+  }
+  if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_boolean()) {
+    return bad(absl::StrCat("tie_word_embeddings is ", j["tie_word_embeddings"].dump(), ", not true or false"));
   }
   cfg.tied_head = !j.contains("tie_word_embeddings") || j["tie_word_embeddings"] == true;
-  return cfg;
+  return Config{cfg, j.contains(kSaveIdKey) && j[kSaveIdKey].is_string() ? j[kSaveIdKey].get<std::string>() : ""};
+}
+
+// A save id unique to one save_gpt2 call: the time, the pid and a counter.
+std::string new_save_id() {
+  static std::atomic<uint64_t> counter{0};
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  return absl::StrCat(ns, "-", ::getpid(), "-", counter.fetch_add(1));
+}
+
+}  // namespace
+
+absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json) {
+  absl::StatusOr<Config> c = read_config(config_json);
+  if (!c.ok()) return c.status();
+  return c->cfg;
 }
 
 absl::Status load_gpt2_into(const std::string& file, nn::Gpt& model) {
-  absl::StatusOr<Listing> listing = load_safetensors_shapes(file);
-  if (!listing.ok()) return listing.status();
-  return load_listed(file, *listing, model);
+  absl::StatusOr<io::SafetensorsFile> weights = io::SafetensorsFile::open("load_gpt2_into", file);
+  if (!weights.ok()) return weights.status();
+  return load_listed(file, *weights, model);
 }
 
 absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Device device) {
   const std::string dir = is_dir(path) ? path : dir_of(path);
   const std::string file = is_dir(path) ? dir + "/model.safetensors" : path;
   const std::string config = dir + "/config.json";
-  absl::StatusOr<nn::GptConfig> cfg = read_gpt2_config(config);
-  if (!cfg.ok()) return cfg.status();
-  cfg->device = device;
+  absl::StatusOr<Config> read = read_config(config);
+  if (!read.ok()) return read.status();
+  nn::GptConfig& cfg = read->cfg;
+  cfg.device = device;
   // The weights' header before the model: a configuration its weights do not
   // match (or no weights) is refused before the model is allocated.
-  absl::StatusOr<Listing> listing = load_safetensors_shapes(file);
-  if (!listing.ok()) return listing.status();
-  absl::Status s = check_config(file, config, *cfg, *listing);
+  absl::StatusOr<io::SafetensorsFile> weights = io::SafetensorsFile::open("load_gpt2", file);
+  if (!weights.ok()) return weights.status();
+  const auto id = weights->metadata().find(kSaveIdKey);
+  if (!read->save_id.empty() && id != weights->metadata().end() && id->second != read->save_id) {
+    return refuse(absl::StatusCode::kDataLoss, file,
+                  absl::StrCat("comes from another save_gpt2 than ", config, " (save ids ", id->second, " and ",
+                               read->save_id, "): a save interrupted between its two renames leaves new weights "
+                               "beside the old config.json (NOTE [ Saving the pair ] in src/io/hf_gpt2.cpp); "
+                               "save the model again"));
+  }
+  absl::Status s = check_config(file, config, cfg, weights->shapes());
   if (!s.ok()) return s;
   std::unique_ptr<nn::Gpt> model;
-  s = status_of([&] { model = std::make_unique<nn::Gpt>(*cfg); });
+  s = status_of([&] { model = std::make_unique<nn::Gpt>(cfg); });
   if (!s.ok()) return s;
-  s = load_listed(file, *listing, *model);
+  s = load_listed(file, *weights, *model);
   if (!s.ok()) return s;
   return model;
 }
 
 absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model) {
-  if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(absl::StrCat("save_gpt2: cannot create ", dir, ": ", std::strerror(errno)));
+  if (::mkdir(dir.c_str(), 0777) == 0) {
+    const size_t end = dir.find_last_not_of('/');   // "out/" names the directory "out"
+    io::sync_parent_directory(end == std::string::npos ? dir : dir.substr(0, end + 1));
+  } else if (errno != EEXIST) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("save_gpt2: cannot create ", dir));
+  } else if (!is_dir(dir)) {
+    return absl::ErrnoToStatus(ENOTDIR, absl::StrCat("save_gpt2: cannot use ", dir));
   }
   NamedTensors out;
   absl::Status s = status_of([&] {
@@ -270,8 +348,7 @@ absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model) {
     }
   });
   if (!s.ok()) return s;
-  s = save_safetensors(dir + "/model.safetensors", out, {{"format", "pt"}});
-  if (!s.ok()) return s;
+  const std::string save_id = new_save_id();
   const nn::GptConfig& c = model.config();
   const Json config = {
       {"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"}, {"activation_function", "gelu_new"},
@@ -279,21 +356,18 @@ absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model) {
       {"n_layer", c.n_layer},                 {"n_head", c.n_head},          {"n_embd", c.n_embd},
       {"layer_norm_epsilon", 1e-5},           {"tie_word_embeddings", c.tied_head},
       {"resid_pdrop", c.dropout},             {"embd_pdrop", c.dropout},     {"attn_pdrop", c.dropout},
+      {kSaveIdKey, save_id},
   };
-  const std::string path = dir + "/config.json", tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << config.dump(2) << "\n";
-    if (!f.flush()) {
-      ::unlink(tmp.c_str());
-      return absl::InternalError(absl::StrCat("save_gpt2: cannot write ", tmp));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("save_gpt2: cannot rename ", tmp, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  // NOTE [ Saving the pair ]: both written and fsynced, then the weights
+  // renamed, then config.json. A staged file not committed is removed.
+  absl::StatusOr<io::StagedFile> weights =
+      io::stage_safetensors("save_gpt2", dir + "/model.safetensors", out, {{"format", "pt"}, {kSaveIdKey, save_id}});
+  if (!weights.ok()) return weights.status();
+  absl::StatusOr<io::StagedFile> config_file =
+      io::stage_bytes("save_gpt2", dir + "/config.json", config.dump(2) + "\n");
+  if (!config_file.ok()) return config_file.status();
+  if (s = weights->commit(); !s.ok()) return s;
+  return config_file->commit();
 }
 
 std::vector<int64_t> byte_token_ids(const std::string& text) {

@@ -40,6 +40,7 @@
 #include "encore/autograd.h"
 #include "encore/checkpoint.h"
 #include "src/core/stream.h"
+#include "src/io/safetensors_file.h"
 
 namespace encore {
 namespace {
@@ -799,9 +800,9 @@ absl::StatusOr<std::string> build_header(const Where& w, const NamedTensors& ten
   return text;
 }
 
-// Writes prefix, header and data to an open file, then fsyncs and closes it.
-absl::Status write_contents(const Where& w, Fd fd, const std::string& file, const std::string& header,
-                            const NamedTensors& tensors) {
+// Writes prefix, header and data to an open file.
+absl::Status write_safetensors(const Where& w, const Fd& fd, const std::string& file, const std::string& header,
+                               const NamedTensors& tensors) {
   unsigned char prefix[kPrefixBytes];
   for (uint64_t i = 0; i < kPrefixBytes; ++i) prefix[i] = static_cast<unsigned char>(header.size() >> (8 * i));
   if (!write_full(fd.get(), prefix, kPrefixBytes) || !write_full(fd.get(), header.data(), header.size())) {
@@ -824,8 +825,6 @@ absl::Status write_contents(const Where& w, Fd fd, const std::string& file, cons
       return w.io_error("cannot write", file, errno);
     }
   }
-  if (::fsync(fd.get()) != 0) return w.io_error("cannot fsync", file, errno);
-  if (fd.close() != 0) return w.io_error("cannot close", file, errno);
   return absl::OkStatus();
 }
 
@@ -838,55 +837,109 @@ std::string temp_path(const std::string& path) {
 // A save replaces a regular file or creates one; renaming over a device
 // (/dev/full), a fifo or a socket would replace that node, so it is refused
 // before any byte is written. A symlink is replaced, not followed; over a
-// directory the rename fails (and the temporary is removed).
-absl::Status check_save_target(const Where& w) {
+// directory the rename fails (and the temporary is removed). Returns the
+// permission bits of the regular file being replaced, if any.
+absl::StatusOr<std::optional<mode_t>> check_save_target(const Where& w) {
   struct stat st {};
-  if (::lstat(w.path.c_str(), &st) != 0) return absl::OkStatus();   // absent: created (or open fails below)
-  if (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)) return absl::OkStatus();
+  if (::lstat(w.path.c_str(), &st) != 0) return std::nullopt;   // absent: created (or open fails below)
+  if (S_ISREG(st.st_mode)) return st.st_mode & 0777;
+  if (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)) return std::nullopt;
   return w.error(absl::StatusCode::kFailedPrecondition,
                  "exists and is not a regular file; a save would replace it (atomic saves rename a temporary "
                  "over the path)");
 }
 
-// Makes the rename durable. Best effort: the rename itself is atomic either
-// way, and some filesystems refuse to fsync a directory.
-void sync_parent_directory(const std::string& path) {
-  const std::string dir = split_path(path).first;
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() >= 0) (void)::fsync(fd.get());
+// NOTE [ Permissions of a saved file ]: a save leaves `path` with the
+// permissions that writing it in place would (open(path, O_CREAT | O_TRUNC,
+// 0666), as torch.save and the safetensors reference do): a new file gets
+// 0666 & ~umask, a regular file that is replaced keeps its permission bits
+// (a 0600 file stays 0600 whatever the umask). The temporary is created with
+// those bits, which the umask may narrow but never widen, and set exactly
+// with fchmod before its first byte is written, so it is never more open
+// than the file it becomes. Owner and group are the saving process's, as for
+// any file it creates. A leftover of that name (its pid is ours, so its
+// process is dead) is removed first: O_EXCL then creates the file afresh.
+absl::StatusOr<Fd> create_temporary(const Where& w, const std::string& tmp, std::optional<mode_t> replaced) {
+  (void)::unlink(tmp.c_str());
+  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replaced.value_or(0666)));
+  if (fd.get() < 0) return w.io_error("cannot create", tmp, errno);
+  if (replaced && ::fchmod(fd.get(), *replaced) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return w.io_error("cannot set the permissions of", tmp, err);
+  }
+  return fd;
 }
 
-}  // namespace
 
-absl::Status save_safetensors(const std::string& path, const NamedTensors& tensors,
-                              const std::map<std::string, std::string>& metadata) {
-  const Where w{"save_safetensors", path};
-  absl::Status s = check_names(w, tensors);
-  if (!s.ok()) return s;
-  absl::StatusOr<std::string> header = build_header(w, tensors, metadata);
-  if (!header.ok()) return header.status();
-  if (s = check_save_target(w); !s.ok()) return s;
-  remove_stale_temporaries(path);
-  const std::string tmp = temp_path(path);
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return w.io_error("cannot create", tmp, errno);
-  s = write_contents(w, std::move(fd), tmp, *header, tensors);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = w.io_error(absl::StrCat("cannot rename ", tmp, " to"), path, errno);
-  }
+// A temporary beside w.path, written by `write` and then fsynced and closed;
+// removed on any error.
+template <typename Write>
+absl::StatusOr<io::StagedFile> stage(const Where& w, Write write) {
+  absl::StatusOr<std::optional<mode_t>> replaced = check_save_target(w);
+  if (!replaced.ok()) return replaced.status();
+  remove_stale_temporaries(w.path);
+  std::string tmp = temp_path(w.path);
+  absl::StatusOr<Fd> fd = create_temporary(w, tmp, *replaced);
+  if (!fd.ok()) return fd.status();
+  absl::Status s = write(*fd, tmp);
+  if (s.ok() && ::fsync(fd->get()) != 0) s = w.io_error("cannot fsync", tmp, errno);
+  if (s.ok() && fd->close() != 0) s = w.io_error("cannot close", tmp, errno);
   if (!s.ok()) {
     ::unlink(tmp.c_str());  // the previous file at `path`, if any, is untouched
     return s;
   }
-  sync_parent_directory(path);
-  return absl::OkStatus();
+  return io::StagedFile(w.op, w.path, std::move(tmp));
 }
 
-absl::StatusOr<NamedTensors> load_safetensors(const std::string& path) {
-  return load(Where{"load_safetensors", path});
+// Everything load_into does once the file is open and its header read.
+absl::Status load_from(const Where& w, const OpenFile& f, const Header& h, const NamedTensors& targets,
+                       const LoadOptions& options, LoadReport* report) {
+  absl::Status s = check_names(w, targets);
+  if (!s.ok()) return s;
+  LoadReport local;
+  LoadReport& r = report != nullptr ? *report : local;
+  r = LoadReport{};
+  compare_names(h, targets, &r.missing, &r.unexpected);
+  absl::flat_hash_set<absl::string_view> wanted;
+  for (const auto& [name, t] : targets) wanted.insert(name);
+  // F64 is read only when converting (a file opened without read_f64 has no
+  // such entries: they were refused with the header).
+  const Entry* f64 = nullptr;   // the first by name, as the header's parse would meet it
+  for (const Entry& e : h.entries) {
+    if (e.f64 && (options.strict || wanted.contains(e.name)) && (f64 == nullptr || e.name < f64->name)) f64 = &e;
+  }
+  if (f64 != nullptr && !options.convert_dtypes) return parse_dtype(w, f64->name, Json("F64")).status();
+  // Strict: the whole file is read and validated before names are compared
+  // (a malformed file is reported as such). Not strict: only the targeted
+  // tensors are read.
+  absl::StatusOr<NamedTensors> file = read_tensors(w, f, h, options.strict ? nullptr : &wanted);
+  if (!file.ok()) return file.status();
+  if (options.strict) {
+    s = check_same_names(w, r.missing, r.unexpected);
+    if (!s.ok()) return s;
+  }
+  absl::flat_hash_map<absl::string_view, std::pair<const Entry*, const Tensor*>> by_name;
+  for (size_t i = 0, j = 0; i < h.entries.size(); ++i) {
+    const bool read = options.strict || wanted.contains(h.entries[i].name);
+    if (read) by_name[h.entries[i].name] = {&h.entries[i], &(*file)[j++].second};
+  }
+  std::vector<std::pair<Tensor, Tensor>> copies;   // (target, source); checked before any is written
+  for (const auto& [name, target] : targets) {
+    auto it = by_name.find(name);
+    if (it == by_name.end()) continue;   // missing, allowed when not strict
+    absl::StatusOr<Tensor> src = source_for(w, name, *it->second.first, *it->second.second, target, options, &r);
+    if (!src.ok()) return src.status();
+    copies.emplace_back(target, *std::move(src));
+  }
+  // Everything is read and checked: from here on only in-place copies, which
+  // keep each target's storage (and any captured graph pointing at it).
+  NoGradGuard no_grad;
+  s = status_of([&] {
+    for (auto& [target, src] : copies) target.copy_(src);
+  });
+  return w.wrap(s);
 }
-
-namespace {
 
 // The validated header of w.path, for the functions that read nothing else.
 absl::StatusOr<Header> header_only(const Where& w) {
@@ -897,6 +950,109 @@ absl::StatusOr<Header> header_only(const Where& w) {
 }
 
 }  // namespace
+
+// ---- files for src/io (safetensors_file.h) ----
+
+namespace io {
+
+// Makes a rename durable. Best effort: the rename itself is atomic either
+// way, and some filesystems refuse to fsync a directory.
+void sync_parent_directory(const std::string& path) {
+  const std::string dir = split_path(path).first;
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() >= 0) (void)::fsync(fd.get());
+}
+
+struct SafetensorsFile::State {
+  const char* op;
+  std::string path;
+  OpenFile file;
+  Header header;
+  Where where() const { return Where{op, path, /*read_f64=*/true}; }
+};
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::open(const char* op, const std::string& path) {
+  const Where w{op, path, /*read_f64=*/true};
+  remove_stale_temporaries(path);
+  absl::StatusOr<OpenFile> f = open_for_reading(w);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<Header> h = read_header(w, *f);
+  if (!h.ok()) return h.status();
+  return SafetensorsFile(std::make_unique<State>(State{op, path, *std::move(f), *std::move(h)}));
+}
+
+SafetensorsFile::SafetensorsFile(std::unique_ptr<State> state) : state_(std::move(state)) {}
+SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
+SafetensorsFile::~SafetensorsFile() = default;
+
+const std::map<std::string, std::string>& SafetensorsFile::metadata() const { return state_->header.metadata; }
+
+std::vector<std::pair<std::string, Shape>> SafetensorsFile::shapes() const {
+  std::vector<std::pair<std::string, Shape>> out;
+  out.reserve(state_->header.entries.size());
+  for (const Entry& e : state_->header.entries) out.emplace_back(e.name, e.shape);
+  return out;
+}
+
+absl::Status SafetensorsFile::load_into(const NamedTensors& targets, const LoadOptions& options,
+                                        LoadReport* report) const {
+  return load_from(state_->where(), state_->file, state_->header, targets, options, report);
+}
+
+StagedFile::StagedFile(const char* op, std::string path, std::string tmp)
+    : op_(op), path_(std::move(path)), tmp_(std::move(tmp)) {}
+
+StagedFile::StagedFile(StagedFile&& o) noexcept
+    : op_(o.op_), path_(std::move(o.path_)), tmp_(std::exchange(o.tmp_, std::string())) {}
+
+StagedFile::~StagedFile() {
+  if (!tmp_.empty()) (void)::unlink(tmp_.c_str());
+}
+
+absl::Status StagedFile::commit() {
+  const Where w{op_, path_};
+  if (tmp_.empty()) return w.error(absl::StatusCode::kInternal, "committed twice");
+  const std::string tmp = std::exchange(tmp_, std::string());
+  if (::rename(tmp.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    (void)::unlink(tmp.c_str());  // the previous file at `path` is untouched
+    return w.io_error(absl::StrCat("cannot rename ", tmp, " to"), path_, err);
+  }
+  sync_parent_directory(path_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StagedFile> stage_safetensors(const char* op, const std::string& path, const NamedTensors& tensors,
+                                             const std::map<std::string, std::string>& metadata) {
+  const Where w{op, path};
+  absl::Status s = check_names(w, tensors);
+  if (!s.ok()) return s;
+  absl::StatusOr<std::string> header = build_header(w, tensors, metadata);
+  if (!header.ok()) return header.status();
+  return stage(w, [&](const Fd& fd, const std::string& tmp) { return write_safetensors(w, fd, tmp, *header, tensors); });
+}
+
+absl::StatusOr<StagedFile> stage_bytes(const char* op, const std::string& path, absl::string_view bytes) {
+  const Where w{op, path};
+  return stage(w, [&](const Fd& fd, const std::string& tmp) {
+    return write_full(fd.get(), bytes.data(), bytes.size()) ? absl::OkStatus() : w.io_error("cannot write", tmp, errno);
+  });
+}
+
+}  // namespace io
+
+// ---- the public API (checkpoint.h) ----
+
+absl::Status save_safetensors(const std::string& path, const NamedTensors& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  absl::StatusOr<io::StagedFile> staged = io::stage_safetensors("save_safetensors", path, tensors, metadata);
+  return staged.ok() ? staged->commit() : staged.status();
+}
+
+absl::StatusOr<NamedTensors> load_safetensors(const std::string& path) {
+  return load(Where{"load_safetensors", path});
+}
 
 absl::StatusOr<std::map<std::string, std::string>> load_safetensors_metadata(const std::string& path) {
   absl::StatusOr<Header> h = header_only(Where{"load_safetensors_metadata", path});
@@ -920,48 +1076,14 @@ absl::Status load_into(const std::string& path, const NamedTensors& targets) {
 absl::Status load_into(const std::string& path, const NamedTensors& targets, const LoadOptions& options,
                        LoadReport* report) {
   const Where w{"load_into", path, options.convert_dtypes};
-  absl::Status s = check_names(w, targets);
+  absl::Status s = check_names(w, targets);   // before the file is touched
   if (!s.ok()) return s;
   remove_stale_temporaries(path);
   absl::StatusOr<OpenFile> f = open_for_reading(w);
   if (!f.ok()) return f.status();
   absl::StatusOr<Header> h = read_header(w, *f);
   if (!h.ok()) return h.status();
-  LoadReport local;
-  LoadReport& r = report != nullptr ? *report : local;
-  r = LoadReport{};
-  compare_names(*h, targets, &r.missing, &r.unexpected);
-  // Strict: the whole file is read and validated before names are compared
-  // (a malformed file is reported as such). Not strict: only the targeted
-  // tensors are read.
-  absl::flat_hash_set<absl::string_view> wanted;
-  for (const auto& [name, t] : targets) wanted.insert(name);
-  absl::StatusOr<NamedTensors> file = read_tensors(w, *f, *h, options.strict ? nullptr : &wanted);
-  if (!file.ok()) return file.status();
-  if (options.strict) {
-    s = check_same_names(w, r.missing, r.unexpected);
-    if (!s.ok()) return s;
-  }
-  absl::flat_hash_map<absl::string_view, std::pair<const Entry*, const Tensor*>> by_name;
-  for (size_t i = 0, j = 0; i < h->entries.size(); ++i) {
-    const bool read = options.strict || wanted.contains(h->entries[i].name);
-    if (read) by_name[h->entries[i].name] = {&h->entries[i], &(*file)[j++].second};
-  }
-  std::vector<std::pair<Tensor, Tensor>> copies;   // (target, source); checked before any is written
-  for (const auto& [name, target] : targets) {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) continue;   // missing, allowed when not strict
-    absl::StatusOr<Tensor> src = source_for(w, name, *it->second.first, *it->second.second, target, options, &r);
-    if (!src.ok()) return src.status();
-    copies.emplace_back(target, *std::move(src));
-  }
-  // Everything is read and checked: from here on only in-place copies, which
-  // keep each target's storage (and any captured graph pointing at it).
-  NoGradGuard no_grad;
-  s = status_of([&] {
-    for (auto& [target, src] : copies) target.copy_(src);
-  });
-  return w.wrap(s);
+  return load_from(w, *f, *h, targets, options, report);
 }
 
 }  // namespace encore

@@ -6,6 +6,7 @@
 #include "encore/autograd.h"
 #include "encore/checkpoint.h"
 #include "encore/device.h"
+#include "src/io/safetensors_file.h"
 
 namespace encore {
 namespace {
@@ -43,17 +44,11 @@ std::vector<Part> parts_of(const nn::Module& model, const TrainingState& state, 
 
 constexpr char kStepName[] = "schedule.step";
 
-// The names `path` holds (reads the header). With `step` defined, a
-// "schedule.step" in the file is read into it too, so that its value is
-// checked before any live tensor is written.
-absl::StatusOr<std::vector<std::string>> names_in(const std::string& path, const Tensor& step) {
-  NamedTensors targets;
-  if (step.defined()) targets.emplace_back(kStepName, step);
-  LoadReport r;
-  absl::Status s = load_into(path, targets, LoadOptions{.strict = false, .convert_dtypes = true}, &r);
-  if (!s.ok()) return s;
-  if (step.defined() && r.missing.empty()) r.unexpected.push_back(kStepName);
-  return std::move(r.unexpected);
+// The names `file` holds, in data order.
+std::vector<std::string> names_in(const io::SafetensorsFile& file) {
+  std::vector<std::string> out;
+  for (auto& [name, shape] : file.shapes()) out.push_back(std::move(name));
+  return out;
 }
 
 absl::Status refuse(absl::StatusCode code, const std::string& path, const std::string& name,
@@ -92,13 +87,19 @@ absl::Status load_checkpoint(const std::string& path, nn::Module& model, const T
     parts = parts_of(model, state, step);
   });
   if (!s.ok()) return s;
-  absl::StatusOr<std::map<std::string, std::string>> metadata = load_safetensors_metadata(path);
-  if (!metadata.ok()) return metadata.status();
-  absl::StatusOr<std::vector<std::string>> in_file = names_in(path, state.schedule != nullptr ? step : Tensor());
-  if (!in_file.ok()) return in_file.status();
-  const absl::flat_hash_set<std::string> present(in_file->begin(), in_file->end());
-  const bool lazy_optimizer_state = metadata->contains(kOptimizerKey);
+  // NOTE [ One file per load ]: the metadata, the names and every tensor come
+  // from one open descriptor and one parsed header, so a save that renames
+  // another file over `path` meanwhile changes nothing this load sees.
+  absl::StatusOr<io::SafetensorsFile> file = io::SafetensorsFile::open("load_checkpoint", path);
+  if (!file.ok()) return file.status();
+  const std::vector<std::string> in_file = names_in(*file);
+  const absl::flat_hash_set<std::string> present(in_file.begin(), in_file.end());
+  const bool lazy_optimizer_state = file->metadata().contains(kOptimizerKey);
   const bool has_step = state.schedule != nullptr && present.contains(kStepName);
+  if (has_step) {   // read first: its value is checked before any live tensor is written
+    s = file->load_into({{kStepName, step}}, LoadOptions{.strict = false, .convert_dtypes = true});
+    if (!s.ok()) return s;
+  }
   if (has_step && step.item<int64_t>() < 0) {   // set_step would refuse it, after every copy
     return refuse(absl::StatusCode::kInvalidArgument, path, kStepName,
                   absl::StrCat("is ", step.item<int64_t>(), "; a schedule's step is >= 0"));
@@ -122,7 +123,7 @@ absl::Status load_checkpoint(const std::string& path, nn::Module& model, const T
         r.missing.push_back(name);
       }
     }
-    for (const std::string& name : *in_file) {
+    for (const std::string& name : in_file) {
       if (!absl::StartsWith(name, p.prefix) || wanted.contains(name)) continue;
       if (options.strict) {
         return refuse(absl::StatusCode::kInvalidArgument, path, name,
@@ -132,13 +133,8 @@ absl::Status load_checkpoint(const std::string& path, nn::Module& model, const T
     }
   }
   LoadReport copied;
-  s = load_into(path, targets, LoadOptions{.strict = false, .convert_dtypes = options.convert_dtypes}, &copied);
+  s = file->load_into(targets, LoadOptions{.strict = false, .convert_dtypes = options.convert_dtypes}, &copied);
   if (!s.ok()) return s;
-  if (!copied.missing.empty()) {   // only when another file replaced `path` since its names were read
-    return refuse(absl::StatusCode::kDataLoss, path, copied.missing.front(),
-                  "was in the file when its names were read but not when it was loaded (did the file change "
-                  "while being read?)");
-  }
   r.converted = std::move(copied.converted);
   return status_of([&] {
     NoGradGuard no_grad;

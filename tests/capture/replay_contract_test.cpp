@@ -479,6 +479,68 @@ TEST(ReplayContractTest, AnUnboundInputReboundWithNoOtherHandleIsRefused) {
   expect_refused(graph->replay(), {"replay:", "freed or replaced", "copy_()"});
 }
 
+// ---- Several graphs over the same tensors ----
+//
+// NOTE [ Counting the graphs' own references ] (capture/held.h): every graph
+// that uses a tensor holds a reference to it; those must not keep a tensor
+// its user freed alive in the other graphs' eyes, however many there are.
+
+// One to three graphs read one weight; rebinding the weight's only variable
+// frees it, and every graph refuses to replay. Another handle keeps it
+// alive, and dropping a graph leaves the others' checks right.
+TEST(ReplayContractTest, ATensorFreedUnderSeveralGraphsIsRefusedByEach) {
+  for (size_t n : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << n << " graphs");
+    Tensor x = testing::random_tensor({8, 12}, 3), w = testing::random_tensor({12, 5}, 4);
+    const std::vector<Step> steps = {[&] { return std::vector<Tensor>{matmul(x, w)}; },
+                                     [&] { return std::vector<Tensor>{relu(matmul(x, w))}; },
+                                     [&] { return std::vector<Tensor>{sum(matmul(x, w))}; }};
+    std::vector<Graph> graphs;
+    for (size_t i = 0; i < n; ++i) {
+      absl::StatusOr<Graph> g = capture(steps[i]);
+      ASSERT_TRUE(g.ok()) << g.status();
+      graphs.push_back(*std::move(g));
+    }
+    Tensor old = w;
+    w = testing::random_tensor({12, 5}, 5);   // rebound; `old` still holds the tensor the graphs read
+    for (Graph& g : graphs) EXPECT_TRUE(g.replay().ok());
+    if (n == 3) graphs.erase(graphs.begin());
+    old = Tensor();                           // now only the graphs hold it
+    for (Graph& g : graphs) expect_refused(g.replay(), {"replay:", "freed or replaced", "copy_()"});
+  }
+}
+
+// A training graph, an evaluation graph and (with three) a forward-backward
+// graph over one model and optimizer; the user builds a new model and
+// optimizer, freeing the old parameters and state. Each graph refuses.
+TEST(ReplayContractTest, GraphsOverAModelTheUserReplacedAreEachRefused) {
+  for (size_t n : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << n << " graphs");
+    std::unique_ptr<Rig> r = make_rig();
+    const std::vector<Step> steps = {[&] { return whole_step(*r); },
+                                     [&] {
+                                       NoGradGuard no_grad;
+                                       return std::vector<Tensor>{r->loss()};
+                                     },
+                                     [&] { return zero_forward_backward(*r); }};
+    std::vector<Graph> graphs;
+    for (size_t i = 0; i < n; ++i) {
+      absl::StatusOr<Graph> g = capture(steps[i]);
+      ASSERT_TRUE(g.ok()) << g.status();
+      graphs.push_back(*std::move(g));
+    }
+    for (Graph& g : graphs) ASSERT_TRUE(g.replay().ok());
+    std::unique_ptr<Rig> fresh = make_rig();
+    std::swap(r->model, fresh->model);   // the old model and optimizer go with `fresh`
+    std::swap(r->opt, fresh->opt);
+    fresh.reset();
+    for (size_t i = 0; i < n; ++i) {
+      SCOPED_TRACE(::testing::Message() << "graph " << i);
+      expect_refused(graphs[i].replay(), {"replay:", "freed or replaced"});
+    }
+  }
+}
+
 // A backward-only graph: the forward runs eagerly, the step backpropagates
 // the loss variable, the optimizer runs eagerly. A new forward rebinds the
 // variable; the graph would still backpropagate the old one, and it is

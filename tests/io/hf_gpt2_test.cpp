@@ -3,6 +3,7 @@
 // a plain-Python GPT-2 forward), the save/load round trip, refusals.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -17,6 +18,7 @@
 
 #include "encore/encore.h"
 #include "encore/hf_gpt2.h"
+#include "tests/io/file_opens.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -134,8 +136,128 @@ TEST(HfGpt2Test, MismatchesAreRefusedNamingTheTensor) {
   EXPECT_EQ(hf::read_gpt2_config("/nonexistent/config.json").status().code(), absl::StatusCode::kNotFound);
 }
 
+// NOTE [ Config keys that change the arithmetic ]: each key whose value
+// would make GPT-2 compute something encore's Gpt does not is refused,
+// naming the file, the key and the value; the same keys at transformers'
+// defaults are accepted.
+TEST(HfGpt2Test, ConfigKeysThatChangeTheArithmeticAreRefused) {
+  const std::string path = ::testing::TempDir() + "/arithmetic_config.json";
+  const nlohmann::json base = {{"model_type", "gpt2"}, {"vocab_size", 5}, {"n_positions", 4},
+                               {"n_layer", 1},         {"n_head", 2},     {"n_embd", 4}};
+  nlohmann::json defaults = base;
+  for (auto [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"scale_attn_weights", true},
+           {"scale_attn_by_inverse_layer_idx", false},
+           {"reorder_and_upcast_attn", false},
+           {"n_inner", nullptr},
+           {"activation_function", "gelu_new"},
+           {"layer_norm_epsilon", 1e-5},
+           {"tie_word_embeddings", false}}) {
+    defaults[key] = value;
+  }
+  std::ofstream(path, std::ios::trunc) << defaults.dump();
+  absl::StatusOr<nn::GptConfig> cfg = hf::read_gpt2_config(path);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_FALSE(cfg->tied_head);
+  defaults["n_inner"] = 16;   // 4 * n_embd, spelled out
+  std::ofstream(path, std::ios::trunc) << defaults.dump();
+  EXPECT_TRUE(hf::read_gpt2_config(path).ok());
+  for (auto [key, value, shown] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"scale_attn_weights", false, "false"},
+           {"scale_attn_by_inverse_layer_idx", true, "true"},
+           {"reorder_and_upcast_attn", true, "true"},
+           {"scale_attn_weights", "true", "\"true\""},   // a string is not a boolean
+           {"reorder_and_upcast_attn", 0, "0"},
+           {"tie_word_embeddings", "false", "\"false\""},
+           {"n_inner", 12, "12"},
+           {"n_inner", "16", "\"16\""},
+           {"activation_function", "gelu", "\"gelu\""},   // the exact (erf) GELU
+           {"activation_function", "relu", "\"relu\""},
+           {"layer_norm_epsilon", 1e-6, "1e-06"}}) {
+    SCOPED_TRACE(key + " " + shown);
+    nlohmann::json edited = base;
+    edited[key] = value;
+    std::ofstream(path, std::ios::trunc) << edited.dump();
+    const absl::Status s = hf::read_gpt2_config(path).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    for (const std::string& part : {path, key + " is " + shown}) {
+      EXPECT_NE(s.message().find(part), absl::string_view::npos) << s << "\n" << part;
+    }
+    // load_gpt2 refuses it the same way, before it reads any weights.
+    const std::string dir = ::testing::TempDir() + "/arithmetic_model";
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/config.json", std::ios::trunc) << edited.dump();
+    EXPECT_EQ(hf::load_gpt2(dir).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 void write_config(const std::string& dir, const nlohmann::json& config) {
   std::ofstream(dir + "/config.json") << config.dump();
+}
+
+// save_gpt2 reports why it could not create the directory, by errno (a
+// missing parent is NotFound, a file in the way FailedPrecondition), not
+// PermissionDenied whatever the cause.
+TEST(HfGpt2Test, ASaveThatCannotCreateItsDirectoryReportsWhy) {
+  nn::Gpt gpt({.vocab_size = 13, .block_size = 6, .n_layer = 1, .n_head = 2, .n_embd = 8, .seed = 7});
+  const std::string base = ::testing::TempDir() + "/hf_gpt2_mkdir";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base);
+  std::ofstream(base + "/a_file").put('x');
+  for (auto [dir, code, text] :
+       {std::tuple{base + "/no_such_parent/model", absl::StatusCode::kNotFound, "No such file or directory"},
+        std::tuple{base + "/a_file/model", absl::StatusCode::kFailedPrecondition, "Not a directory"},
+        std::tuple{base + "/a_file", absl::StatusCode::kFailedPrecondition, "Not a directory"}}) {
+    const absl::Status s = hf::save_gpt2(dir, gpt);
+    EXPECT_EQ(s.code(), code) << s;
+    for (const std::string& part : {std::string("save_gpt2: "), dir, std::string(text)}) {
+      EXPECT_NE(s.message().find(part), absl::string_view::npos) << s << "\n" << part;
+    }
+  }
+}
+
+// NOTE [ Saving the pair ] (src/io/hf_gpt2.cpp): a save leaves exactly the
+// two files, no temporaries, both with the save's id; a pair from two saves
+// (a save interrupted between its renames: new weights beside the old
+// config.json) is refused by load_gpt2, though the shapes match, since an
+// old config.json with another n_head would build another model.
+TEST(HfGpt2Test, WeightsAndConfigOfDifferentSavesAreRefused) {
+  const std::string dir = ::testing::TempDir() + "/hf_gpt2_pair", other = dir + "_other";
+  for (const std::string& d : {dir, other}) std::filesystem::remove_all(d);
+  nn::Gpt two_heads({.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8, .seed = 7});
+  nn::Gpt four_heads({.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 4, .n_embd = 8, .seed = 8});
+  ASSERT_TRUE(hf::save_gpt2(dir, two_heads).ok());
+  ASSERT_TRUE(hf::save_gpt2(dir, two_heads).ok());   // over a previous save
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model.safetensors"}));
+  ASSERT_TRUE(hf::load_gpt2(dir).ok());
+  // The new weights of another save (four heads) beside the old config.json (two).
+  ASSERT_TRUE(hf::save_gpt2(other, four_heads).ok());
+  std::filesystem::copy_file(other + "/model.safetensors", dir + "/model.safetensors",
+                             std::filesystem::copy_options::overwrite_existing);
+  absl::StatusOr<std::unique_ptr<nn::Gpt>> mixed = hf::load_gpt2(dir);
+  EXPECT_EQ(mixed.status().code(), absl::StatusCode::kDataLoss) << mixed.status();
+  for (const std::string& part : {dir + "/model.safetensors", dir + "/config.json", std::string("save the model again")}) {
+    EXPECT_NE(mixed.status().message().find(part), absl::string_view::npos) << mixed.status() << "\n" << part;
+  }
+  // What tells them apart: one id per save, in both files.
+  absl::StatusOr<std::map<std::string, std::string>> metadata = load_safetensors_metadata(other + "/model.safetensors");
+  ASSERT_TRUE(metadata.ok()) << metadata.status();
+  const nlohmann::json config = read_json(other + "/config.json");
+  ASSERT_TRUE(config.contains("encore_save_id"));
+  EXPECT_EQ((*metadata)["encore_save_id"], config["encore_save_id"].get<std::string>());
+  EXPECT_NE(read_json(dir + "/config.json")["encore_save_id"], config["encore_save_id"]);
+  EXPECT_EQ((*metadata)["format"], "pt");
+  // Files without an id (transformers' save_pretrained writes none) are not compared.
+  nlohmann::json plain = read_json(other + "/config.json");
+  plain.erase("encore_save_id");
+  write_config(dir, plain);
+  absl::StatusOr<std::unique_ptr<nn::Gpt>> loaded = hf::load_gpt2(dir);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  Tensor ids = from_vector<int64_t>({1, 2, 3, 12, 0, 5}, {1, 6});
+  EXPECT_EQ(values((*loaded)->forward(ids)), values(four_heads.forward(ids)));
 }
 
 // GPT-2 XL's config.json (1.5e9 parameters, 6 GB in f32) beside an empty
@@ -187,6 +309,27 @@ TEST(HfGpt2Test, AConfigTheWeightsDoNotMatchIsRefusedBeforeBuilding) {
   absl::Status s = hf::load_gpt2_into(file, deeper_and_wider);
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
   EXPECT_NE(s.message().find("missing tensor \"transformer.h.2."), absl::string_view::npos) << s;
+}
+
+// NOTE [ One file per load ] (src/io/training_checkpoint.cpp): load_gpt2
+// reads the weights' header (to check config.json against it), then the
+// tensors, from one open file; so does load_gpt2_into. Seen by inotify.
+TEST(HfGpt2Test, LoadsOpenEachFileOnce) {
+  const std::string dir = ::testing::TempDir() + "/hf_gpt2_opened_once";
+  nn::Gpt gpt({.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8, .seed = 7});
+  ASSERT_TRUE(hf::save_gpt2(dir, gpt).ok());
+  const std::string weights = dir + "/model.safetensors";
+  absl::StatusOr<std::unique_ptr<nn::Gpt>> loaded;
+  int config_opens = 0;
+  const int weight_opens = testing::opens_of(weights, [&] {
+    config_opens = testing::opens_of(dir + "/config.json", [&] { loaded = hf::load_gpt2(dir); });
+  });
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(weight_opens, 1);
+  EXPECT_EQ(config_opens, 1);
+  absl::Status s;
+  EXPECT_EQ(testing::opens_of(weights, [&] { s = hf::load_gpt2_into(weights, **loaded); }), 1);
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(HfGpt2Test, ByteTokenIdsFollowGpt2sByteOrder) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "encore/checkpoint.h"
 #include "encore/encore.h"
 #include "src/core/step_observer.h"
@@ -310,6 +311,43 @@ TEST_F(SafetensorsTest, SaveReplacesAnExistingFileAndLeavesNoTemporary) {
   ASSERT_EQ(out->size(), 2u);
   EXPECT_EQ((*out)[0].second.to_vector<float>(), (std::vector<float>{2, 2}));
   EXPECT_EQ(files(), (std::vector<std::string>{"m.safetensors"}));
+}
+
+mode_t permissions(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+// NOTE [ Permissions of a saved file ]: a new file gets 0666 & ~umask, as a
+// plain creation would; a replaced file keeps its permission bits whatever
+// the umask (a 0600 file must not become world-readable when saved again).
+TEST_F(SafetensorsTest, SavedFilesGetThePermissionsOfAPlainCreation) {
+  const std::string p = path("m.safetensors");
+  const mode_t old_umask = ::umask(0);
+  for (mode_t mask : {mode_t{022}, mode_t{077}, mode_t{002}, mode_t{0}}) {
+    ::umask(mask);
+    ::unlink(p.c_str());
+    const absl::Status s = save_safetensors(p, {{"w", ones({2})}});
+    const std::string plain = path("plain");
+    ::unlink(plain.c_str());
+    std::ofstream(plain).put('x');   // what a plain creation gives under this umask
+    ::umask(old_umask);
+    ASSERT_TRUE(s.ok()) << s;
+    const std::string where = absl::StrFormat("umask %03o", mask);
+    EXPECT_EQ(permissions(p), 0666 & ~mask) << where;
+    EXPECT_EQ(permissions(p), permissions(plain)) << where;
+    for (mode_t kept : {mode_t{0600}, mode_t{0640}, mode_t{0664}}) {
+      ASSERT_EQ(::chmod(p.c_str(), kept), 0);
+      ::umask(mask);
+      const absl::Status again = save_safetensors(p, {{"w", zeros({2})}});
+      ::umask(old_umask);
+      ASSERT_TRUE(again.ok()) << again;
+      EXPECT_EQ(permissions(p), kept) << where << absl::StrFormat(", replacing a %04o file", kept);
+    }
+  }
+  ::umask(old_umask);
+  EXPECT_EQ(files(), (std::vector<std::string>{"m.safetensors", "plain"}));
 }
 
 TEST_F(SafetensorsTest, SaveIntoAMissingDirectoryFailsNamingThePath) {

@@ -3,14 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <atomic>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "encore/encore.h"
 #include "tests/backends/cuda_test_util.h"
+#include "tests/io/file_opens.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -255,6 +259,41 @@ TEST(TrainingCheckpointTest, PersistentBuffersAreSavedAndLoadedInPlace) {
   EXPECT_EQ(testing::values(loaded.running_mean), (std::vector<double>{0.25, -1.5, 3.0}));
 }
 
+// A checkpoint written in float64 (as NumPy writes it) loads with
+// LoadOptions::convert_dtypes, rounded to the model's f32, and is refused
+// without it (Unimplemented, naming the tensor and the option).
+TEST(TrainingCheckpointTest, AFloat64CheckpointLoadsOnlyWhenConverting) {
+  const std::string path = ::testing::TempDir() + "/float64.safetensors";
+  const std::vector<double> weight = {0.1, -2.5, 1.0 / 3.0}, mean = {1e-3, 0.0, 7.0};
+  std::string header = R"({"__metadata__":{"format":"encore-training-checkpoint"},)"
+                       R"("model.weight":{"dtype":"F64","shape":[3],"data_offsets":[0,24]},)"
+                       R"("model.running_mean":{"dtype":"F64","shape":[3],"data_offsets":[24,48]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    const uint64_t n = header.size();   // little-endian, as the format and this host are
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out << header;
+    out.write(reinterpret_cast<const char*>(weight.data()), 24);
+    out.write(reinterpret_cast<const char*>(mean.data()), 24);
+  }
+  WithStatistics m;
+  const TrainingState no_state{.default_generators = false};
+  absl::Status st = load_checkpoint(path, m, no_state);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("\"model.running_mean\""), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("convert_dtypes"), absl::string_view::npos) << st;
+  EXPECT_EQ(testing::values(m.weight), (std::vector<double>{1, 1, 1}));   // nothing written
+  LoadReport report;
+  st = load_checkpoint(path, m, no_state, {.convert_dtypes = true}, &report);
+  ASSERT_TRUE(st.ok()) << st;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(m.weight.to_vector<float>()[i], static_cast<float>(weight[i])) << i;
+    EXPECT_EQ(m.running_mean.to_vector<float>()[i], static_cast<float>(mean[i])) << i;
+  }
+  EXPECT_EQ(report.converted, (std::vector<std::string>{"model.weight: f64 -> f32", "model.running_mean: f64 -> f32"}));
+}
+
 TEST(TrainingCheckpointTest, ARunWithoutItsPartsIsRefusedNamingThem) {
   const std::string path = ::testing::TempDir() + "/model_and_opt.safetensors";
   GptRun run(1, kCPU);
@@ -311,6 +350,67 @@ TEST(TrainingCheckpointTest, ANegativeScheduleStepIsRefusedBeforeAnythingIsWritt
   // Without the schedule the step is not read, and the rest loads.
   absl::Status rest = load_checkpoint(path, run.model, {.optimizer = &run.opt, .generators = {{"data", &run.data}}});
   EXPECT_TRUE(rest.ok()) << rest;
+}
+
+// NOTE [ One file per load ]: a load opens its file once and parses its
+// header once (seen by inotify), so a save that renames another file over
+// the path during the load cannot give it one file's metadata and names and
+// another's tensors.
+TEST(TrainingCheckpointTest, ALoadOpensItsFileOnce) {
+  const std::string path = ::testing::TempDir() + "/opened_once.safetensors";
+  {
+    GptRun saved(1, kCPU);
+    saved.step();
+    ASSERT_TRUE(save_checkpoint(path, saved.model, saved.state()).ok());
+  }
+  GptRun run(3, kCPU);
+  absl::Status st;
+  EXPECT_EQ(testing::opens_of(path, [&] { st = load_checkpoint(path, run.model, run.state()); }), 1);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_EQ(run.sched.current_step(), 1);
+}
+
+// Two checkpoints of one run, at steps 1 and 4, saved over one path again
+// and again while another thread loads it: every load succeeds and restores
+// one of them whole (its schedule step with its parameters), never the step
+// of one file with the parameters of the other.
+TEST(TrainingCheckpointTest, ALoadDuringSavesRestoresOneWholeFile) {
+  const std::string path = ::testing::TempDir() + "/saved_during_loads.safetensors";
+  const std::string early = path + ".early", late = path + ".late";
+  std::map<int64_t, std::vector<std::vector<float>>> params_at;   // schedule step -> parameters
+  {
+    GptRun run(1, kCPU);
+    run.step();
+    ASSERT_TRUE(save_checkpoint(early, run.model, run.state()).ok());
+    params_at[1] = parameter_values(run.model);
+    for (int i = 0; i < 3; ++i) run.step();
+    ASSERT_TRUE(save_checkpoint(late, run.model, run.state()).ok());
+    params_at[4] = parameter_values(run.model);
+  }
+  absl::StatusOr<NamedTensors> files[2] = {load_safetensors(early), load_safetensors(late)};
+  absl::StatusOr<std::map<std::string, std::string>> metadata = load_safetensors_metadata(early);
+  ASSERT_TRUE(files[0].ok() && files[1].ok() && metadata.ok());
+  ASSERT_TRUE(save_safetensors(path, *files[0], *metadata).ok());
+  std::atomic<bool> done{false};
+  std::thread saver([&] {
+    for (int i = 0; !done.load(); ++i) (void)save_safetensors(path, *files[i % 2], *metadata);
+  });
+  int mixed = 0, failed = 0;
+  for (int i = 0; i < 200; ++i) {
+    GptRun run(3, kCPU);
+    const absl::Status st = load_checkpoint(path, run.model, run.state());
+    if (!st.ok()) {
+      ++failed;
+      ADD_FAILURE() << st;
+      continue;
+    }
+    auto it = params_at.find(run.sched.current_step());
+    if (it == params_at.end() || parameter_values(run.model) != it->second) ++mixed;
+  }
+  done = true;
+  saver.join();
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(mixed, 0) << "loads that restored one file's step with the other file's parameters";
 }
 
 // A named part's prefix in the file holding a tensor the run does not have
