@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "encore/encore.h"
 #include "tests/backends/cuda_test_util.h"
 #include "tests/test_util.h"
@@ -772,7 +773,7 @@ TEST_P(ArgumentFuzzTest, ConvolutionalOps) {
     return x;
   };
   auto size2 = [](Args& g, int lo, int n) { return g.coin() ? Size2(lo + g.pick(n)) : Size2(lo + g.pick(n), lo + g.pick(n)); };
-  auto str2 = [](Size2 v) { return "(" + std::to_string(v.h) + ", " + std::to_string(v.w) + ")"; };
+  auto str2 = [](Size2 v) { return absl::StrCat("(", v.h, ", ", v.w, ")"); };
   fuzz("conv2d", [&](Args& g, std::string& what) {
     Tensor x = image(g, what);
     const int64_t c = x.dim() == 4 ? x.size(1) : 1 + g.pick(3);
