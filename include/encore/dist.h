@@ -82,10 +82,18 @@ bool mpi_built();
 
 enum class ReduceOp : uint8_t { kSum, kAverage };
 
+// The longest timeout a group accepts, in seconds (about 116 days). Every
+// wait is bounded: there is no "no timeout", and infinity or a larger value
+// is refused (a deadline that far away overflows the clock's 64-bit
+// nanoseconds, which would make the wait return at once and spin forever).
+inline constexpr double kMaxTimeoutSeconds = 1e7;
+
 struct Options {
   // Seconds a collective waits for the other ranks before failing with
   // kDeadlineExceeded; also how long capture() waits for the other ranks'
-  // fingerprints. ENCORE_DIST_TIMEOUT (seconds) overrides the default.
+  // fingerprints. ENCORE_DIST_TIMEOUT (seconds) overrides the default. Must
+  // be finite, positive and at most kMaxTimeoutSeconds (create() and
+  // set_timeout() refuse anything else with kInvalidArgument).
   double timeout_s = 300.0;
 };
 

@@ -4,10 +4,12 @@
 // its refusals. The multi-process cases are dist_mpi_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "capture/graph_impl.h"
 #include "encore/capture.h"
 #include "encore/dist.h"
@@ -81,6 +83,36 @@ TEST(DistEnvironmentTest, RefusesMalformedValues) {
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ((*g)->timeout_s(), 2.5);
   expect_error([&] { (*g)->set_timeout(-1); }, absl::StatusCode::kInvalidArgument, {"set_timeout", "positive"});
+}
+
+// "Never hang": an infinite or absurd timeout would overflow the deadline's
+// clock arithmetic (a deadline in the past, a rank spinning forever), so the
+// three ways of setting one refuse it.
+TEST(DistEnvironmentTest, RefusesInfiniteAndHugeTimeouts) {
+  for (double bad : std::vector<double>{INFINITY, -INFINITY, NAN, 1e300, 2e7}) {
+    absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create({.timeout_s = bad});
+    ASSERT_FALSE(g.ok()) << bad;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(g.status().message().find("timeout_s is"), std::string::npos) << g.status();
+    EXPECT_NE(g.status().message().find("at most 1e+07"), std::string::npos) << g.status();
+  }
+  for (const char* bad : {"inf", "infinity", "nan", "1e300", "2e7"}) {
+    setenv("ENCORE_DIST_TIMEOUT", bad, 1);
+    absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create();
+    unsetenv("ENCORE_DIST_TIMEOUT");
+    ASSERT_FALSE(g.ok()) << bad;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(g.status().message().find(absl::StrCat("ENCORE_DIST_TIMEOUT=\"", bad, "\"")), std::string::npos)
+        << g.status();
+  }
+  absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create({.timeout_s = 1e7});
+  ASSERT_TRUE(g.ok()) << g.status();   // the largest accepted
+  for (double bad : std::vector<double>{INFINITY, NAN, 1e300, 2e7}) {
+    expect_error([&] { (*g)->set_timeout(bad); }, absl::StatusCode::kInvalidArgument,
+                 {"set_timeout", "at most 1e+07"});
+  }
+  EXPECT_EQ((*g)->timeout_s(), 1e7);   // unchanged by the refused calls
+  (*g)->barrier();                     // and still bounded: returns at once in a world of one
 }
 
 std::shared_ptr<dist::ProcessGroup> one() {
