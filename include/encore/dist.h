@@ -172,7 +172,11 @@ struct DdpOptions {
 // when the last bucket is launched all of them are waited for, so after
 // backward() the gradients are averaged and the optimizer may step. Every
 // parameter that requires grad must receive a gradient in each synchronized
-// backward (finish() names the first one that did not).
+// backward (finish() names the first one that did not), and only once: a
+// backward started inside the synchronized one (from a hook) that reaches a
+// parameter again is refused, naming it. On the CPU the parameters that
+// require grad must be float32 (MPI sums no half-precision type): the
+// constructor refuses others, naming the parameter.
 //
 // The module is not owned and must outlive the wrapper; do not replace the
 // parameters' gradients (set_grad) or change parameters after construction,
@@ -222,7 +226,9 @@ class DistributedDataParallel {
 
  private:
   struct Bucket;
-  void on_gradient(int64_t bucket);
+  void check_reducible() const;
+  std::string parameter_name(int64_t index) const;
+  void on_gradient(int64_t bucket, int64_t param);
   void launch_ready();
 
   nn::Module& module_;
@@ -230,6 +236,7 @@ class DistributedDataParallel {
   DdpOptions options_;
   std::vector<Tensor> params_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<bool> arrived_;   // per parameter: its gradient came in this synchronized backward
   int64_t next_launch_ = 0;
   int64_t grads_seen_ = 0;
   int64_t grads_total_ = 0;

@@ -1,6 +1,7 @@
 // encore::dist::DistributedDataParallel (include/encore/dist.h).
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "encore/autograd.h"
 #include "encore/dist.h"
@@ -26,6 +27,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
                options_.bucket_cap_bytes);
   NoGradGuard no_grad;
   params_ = module_.parameters();
+  check_reducible();
   for (const Tensor& p : params_) group_->broadcast(p, 0);
   if (options_.broadcast_buffers) {
     for (const auto& [name, b] : module_.named_buffers()) group_->broadcast(b, 0);
@@ -66,12 +68,33 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
       if (!old.defined()) autograd::zero_grad(p);
       const int64_t bi = static_cast<int64_t>(b);
       bucket->hook_ids.push_back(
-          autograd::register_post_accumulate_hook(p, [this, bi](const Tensor&) { on_gradient(bi); }));
+          autograd::register_post_accumulate_hook(p, [this, bi, i](const Tensor&) { on_gradient(bi, i); }));
     }
     bucket->pending = static_cast<int64_t>(bucket->params.size());
     grads_total_ += bucket->pending;
     buckets_.push_back(std::move(bucket));
   }
+  arrived_.assign(params_.size(), false);
+}
+
+// The CPU all-reduce is MPI's, which sums float32 (collectives.cpp): refuse
+// other gradient dtypes here, naming the parameter, rather than inside the
+// first backward's hook.
+void DistributedDataParallel::check_reducible() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.requires_grad() || !p.device().is_cpu() || p.dtype() == kFloat32) continue;
+    throw_error(absl::StatusCode::kInvalidArgument,
+                absl::StrFormat("DistributedDataParallel on rank %d: parameter '%s' is %s on the CPU, but MPI "
+                                "all-reduces float32 gradients only; keep the CPU parameters that require grad in "
+                                "float32 (or freeze this one with requires_grad_(false))",
+                                group_->rank(), parameter_name(static_cast<int64_t>(i)), dtype_name(p.dtype())));
+  }
+}
+
+std::string DistributedDataParallel::parameter_name(int64_t index) const {
+  const nn::NamedTensors named = module_.named_parameters();
+  return index < static_cast<int64_t>(named.size()) ? named[index].first : absl::StrCat("#", index);
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
@@ -80,13 +103,18 @@ DistributedDataParallel::~DistributedDataParallel() {
   }
 }
 
-void DistributedDataParallel::on_gradient(int64_t bucket) {
+void DistributedDataParallel::on_gradient(int64_t bucket, int64_t param) {
   if (!sync_) return;
+  ENCORE_CHECK_CODE(!arrived_[param], kFailedPrecondition,
+                    "DistributedDataParallel on rank %d: parameter '%s' received a second gradient in one "
+                    "synchronized backward (a backward started inside another, from a hook or a custom backward, "
+                    "reached it too); its bucket may already be on its way, so run such backwards under no_sync() "
+                    "or outside the synchronized one",
+                    group_->rank(), parameter_name(param));
+  arrived_[param] = true;
   if (grads_seen_ == 0) counters_.remaining_at_launch.clear();
   ++grads_seen_;
   Bucket& b = *buckets_[bucket];
-  ENCORE_CHECK_CODE(b.pending > 0, kInternal, "DistributedDataParallel: a gradient of bucket %d arrived twice",
-                    bucket);
   if (--b.pending == 0) launch_ready();
 }
 
@@ -113,10 +141,9 @@ void DistributedDataParallel::finish() {
     if (b->launched) {
       dist_internal::launch_wait(group_->id(), b->slot, b->buffer, "ddp.all_reduce");
     } else if (missing.empty() && b->pending > 0) {
-      const nn::NamedTensors named = module_.named_parameters();
       for (int64_t i : b->params) {
-        if (i < static_cast<int64_t>(named.size())) {
-          missing = named[i].first;
+        if (!arrived_[i]) {
+          missing = parameter_name(i);
           break;
         }
       }
@@ -126,6 +153,7 @@ void DistributedDataParallel::finish() {
     b->launched = false;
     b->pending = static_cast<int64_t>(b->params.size());
   }
+  arrived_.assign(params_.size(), false);
   const int64_t seen = grads_seen_;
   grads_seen_ = 0;
   next_launch_ = 0;

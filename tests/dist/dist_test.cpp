@@ -211,5 +211,47 @@ TEST(DistOneProcessTest, FinishNamesAParameterWithoutGradient) {
   EXPECT_EQ(m.b.grad().to_vector<float>(), (std::vector<float>{2, 2, 2}));
 }
 
+// MPI reduces float32 only on the CPU: a half-precision parameter that
+// requires grad is refused when the wrapper is made, naming it, rather than
+// inside the first backward (even with one process, so that a program tried
+// alone does not fail only once it runs on several).
+TEST(DistOneProcessTest, DdpRefusesHalfPrecisionCpuParameters) {
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    nn::Sequential net(std::make_unique<nn::Linear>(4, 3), std::make_unique<nn::Linear>(3, 2));
+    net.to(dtype);
+    expect_error([&] { dist::DistributedDataParallel ddp(net, one()); }, absl::StatusCode::kInvalidArgument,
+                 {"DistributedDataParallel on rank 0", "parameter '0.weight'", std::string(dtype_name(dtype)), "float32"});
+  }
+  // A frozen half-precision parameter takes no part in the all-reduce: accepted.
+  struct WithFrozenHalf : nn::Module {
+    WithFrozenHalf() {
+      w = register_parameter("w", ones({3}));
+      frozen = register_parameter("frozen", ones({3}).to(kBFloat16));
+      frozen.requires_grad_(false);
+    }
+    Tensor w, frozen;
+  } m;
+  dist::DistributedDataParallel ddp(m, one());
+  EXPECT_EQ(ddp.bucket_parameters(), (std::vector<std::vector<int64_t>>{{0}}));
+}
+
+// A gradient that reaches a parameter twice in one synchronized backward (a
+// backward started from a hook inside another) is the user's error, named.
+TEST(DistOneProcessTest, DdpNamesAParameterThatGetsTwoGradientsInOneBackward) {
+  TwoParams m;
+  bool nested = false;
+  autograd::register_post_accumulate_hook(m.a, [&](const Tensor& a) {   // runs before the wrapper's hook
+    if (nested) return;
+    nested = true;
+    GradMode::set_enabled(true);   // hooks run with grad mode off
+    Tensor again = (a * 3.0).sum();
+    GradMode::set_enabled(false);
+    again.backward();   // a second backward from inside the first one
+  });
+  dist::DistributedDataParallel ddp(m, one());
+  expect_error([&] { (m.a * 2.0).sum().backward(); }, absl::StatusCode::kFailedPrecondition,
+               {"DistributedDataParallel on rank 0", "'a' received a second gradient in one synchronized backward"});
+}
+
 }  // namespace
 }  // namespace encore
