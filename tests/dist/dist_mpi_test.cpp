@@ -318,6 +318,52 @@ TEST(DistMpiTest, CaptureRefusedOnOneRankIsReportedOnTheOthers) {
   expect_same_on_every_rank(rig->state_hash(), "state after the refused capture");
 }
 
+// A synchronized backward that throws midway (here: its saved input was
+// changed in place), caught on every rank and the batch skipped, leaves no
+// trace: the next backwards average every gradient, the ranks stay
+// bit-identical, and finish() after them is the no-op it should be. With a
+// bucket per parameter (two all-reduces already started when it threw) and
+// with one bucket (counted halfway).
+TEST(DistMpiTest, DdpRecoversFromABackwardThatThrewOnEveryRank) {
+  NEED_TWO_RANKS();
+  const int r = world()->rank(), n = world()->world_size();
+  for (int64_t cap : {int64_t{16}, int64_t{25} << 20}) {
+    manual_seed(3);
+    nn::Sequential net(std::make_unique<nn::Linear>(4, 3), std::make_unique<nn::Linear>(3, 2));
+    manual_seed(3);
+    nn::Sequential ref(std::make_unique<nn::Linear>(4, 3), std::make_unique<nn::Linear>(3, 2));   // no wrapper
+    dist::DistributedDataParallel ddp(net, world(), {.bucket_cap_bytes = cap});
+    {
+      Tensor x = full({2, 4}, 1.0 + r);
+      Tensor loss = sum(net.forward(x));
+      {
+        NoGradGuard no_grad;
+        x.add_(ones({2, 4}));   // the first layer's saved input changed: its backward throws
+      }
+      EXPECT_FALSE(status_of([&] { loss.backward(); }).ok());   // caught: the batch is skipped
+    }
+    for (int step = 0; step < 3; ++step) {
+      for (const Tensor& p : net.parameters()) autograd::zero_grad(p);
+      sum(net.forward(full({2, 4}, 1.0 + r + step))).backward();
+      const absl::Status finished = status_of([&] { ddp.finish(); });
+      EXPECT_TRUE(finished.ok()) << finished;
+      // The average over the ranks of each rank's own gradient, computed without the wrapper.
+      for (const Tensor& p : ref.parameters()) autograd::zero_grad(p);
+      for (int k = 0; k < n; ++k) sum(ref.forward(full({2, 4}, 1.0 + k + step))).backward();
+      const std::vector<Tensor> got = net.parameters(), want = ref.parameters();
+      for (size_t i = 0; i < got.size(); ++i) {
+        std::vector<double> mean = testing::values(want[i].grad());
+        for (double& v : mean) v /= n;
+        testing::expect_near(got[i].grad(), mean, 1e-5, 1e-5);
+      }
+      std::vector<Tensor> grads;
+      for (const Tensor& p : got) grads.push_back(p.grad());
+      expect_same_on_every_rank(testing::bits_hash(grads), "gradients after a caught failing backward");
+    }
+    EXPECT_EQ(ddp.counters().aborted_backwards, 1);
+  }
+}
+
 // Gradient accumulation: inside no_sync() nothing is sent; the next backward
 // averages the sum of all micro-batches.
 TEST(DistMpiTest, NoSyncAccumulatesThenAveragesTheSum) {

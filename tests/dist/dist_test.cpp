@@ -199,16 +199,55 @@ struct TwoParams : nn::Module {
   Tensor a, b;
 };
 
-TEST(DistOneProcessTest, FinishNamesAParameterWithoutGradient) {
+// A backward that leaves a parameter without gradient is refused at its
+// end, naming the parameter, so that no optimizer step uses gradients that
+// were never averaged (whether or not the loop calls finish()).
+TEST(DistOneProcessTest, BackwardNamesAParameterWithoutGradient) {
   TwoParams m;
   dist::DistributedDataParallel ddp(m, one(), {.bucket_cap_bytes = 12});   // one bucket each
-  (m.a * 2.0).sum().backward();                                           // b takes no part
-  expect_error([&] { ddp.finish(); }, absl::StatusCode::kFailedPrecondition,
-               {"DistributedDataParallel::finish on rank 0", "1 of the 2", "'b' got none"});
+  expect_error([&] { (m.a * 2.0).sum().backward(); }, absl::StatusCode::kFailedPrecondition,   // b takes no part
+               {"DistributedDataParallel on rank 0", "1 of the 2", "'b' got none"});
   ddp.finish();   // the failed backward was cleared: nothing in flight
   ((m.a + m.b) * 2.0).sum().backward();   // a full backward works again
   ddp.finish();
   EXPECT_EQ(m.b.grad().to_vector<float>(), (std::vector<float>{2, 2, 2}));
+}
+
+// A synchronized backward that throws midway leaves its buckets half
+// counted; the next backward starts afresh (launching each bucket when its
+// last gradient arrives, as in a clean run), and finish() after it is a
+// no-op. finish() called right after the failed one says it failed.
+TEST(DistOneProcessTest, DdpStartsAfreshAfterABackwardThatThrew) {
+  nn::Sequential net(std::make_unique<nn::Linear>(4, 3), std::make_unique<nn::Linear>(3, 2));
+  dist::DistributedDataParallel ddp(net, one(), {.bucket_cap_bytes = 16});   // a bucket per parameter
+  ASSERT_EQ(ddp.bucket_parameters().size(), 4u);
+  auto good = [&] { sum(net.forward(full({2, 4}, 1.0))).backward(); };
+  auto failing = [&] {
+    Tensor x = full({2, 4}, 1.0);
+    Tensor loss = sum(net.forward(x));
+    {
+      NoGradGuard no_grad;
+      x.add_(ones({2, 4}));   // the first layer's saved input changed: its backward throws
+    }
+    EXPECT_FALSE(status_of([&] { loss.backward(); }).ok());
+  };
+  good();
+  const std::vector<int64_t> clean = ddp.counters().remaining_at_launch;
+  ASSERT_EQ(clean.size(), 4u);
+  failing();   // the second layer's two gradients came, the first layer's did not
+  expect_error([&] { ddp.finish(); }, absl::StatusCode::kFailedPrecondition,
+               {"DistributedDataParallel::finish on rank 0", "the last synchronized backward threw",
+                "after 2 of the 4 parameter gradients"});
+  ddp.finish();   // cleared: a no-op
+  for (int i = 0; i < 3; ++i) {
+    failing();    // this time nobody calls finish(): the next backward cleans up
+    const int64_t launched = ddp.counters().launched;
+    good();
+    EXPECT_EQ(ddp.counters().launched - launched, 4) << "a launch per bucket";
+    EXPECT_EQ(ddp.counters().remaining_at_launch, clean) << "buckets launched out of step";
+    ddp.finish();   // a no-op after a backward that completed
+  }
+  EXPECT_EQ(ddp.counters().aborted_backwards, 4);
 }
 
 // MPI reduces float32 only on the CPU: a half-precision parameter that
