@@ -1,6 +1,7 @@
 // NOTE [ The communication thread ] in engine.h.
 #include "src/dist/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -37,6 +38,16 @@ struct Group {
   MPI_Comm comm = MPI_COMM_NULL;
 #endif
 };
+
+// NOTE [ Chunked collectives ]: MPI counts are ints, so a CPU collective
+// is issued as chunks of at most chunk_bytes (whole elements), one after the
+// other, and waited for against one deadline. The chunks depend only on the
+// count and the dtype, which every rank shares, so every rank issues the same
+// calls in the same order. A broadcast of 2 GiB or more failed with
+// MPI_ERR_COUNT, and one of 4 GiB or more (or an all-reduce of 2^32 elements)
+// moved only the count modulo 2^32 and returned OK.
+constexpr int64_t kDefaultChunkBytes = int64_t{1} << 30;
+std::atomic<int64_t> chunk_bytes{kDefaultChunkBytes};
 
 #if ENCORE_HAVE_MPI
 absl::Status mpi_status(int code, const std::string& where_) {
@@ -207,7 +218,7 @@ class Engine {
       MPI_Request req;
       int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, gp->comm, &req);
       if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where(gp->id, what)));
-      return poll(*gp, req, what);
+      return poll(*gp, req, what, deadline_of(*gp));
     }));
 #endif
     return out;
@@ -222,7 +233,7 @@ class Engine {
       MPI_Request req;
       int rc = MPI_Ibcast(data, static_cast<int>(nbytes), MPI_BYTE, root, gp->comm, &req);
       if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where(gp->id, what)));
-      return poll(*gp, req, what);
+      return poll(*gp, req, what, deadline_of(*gp));
     });
 #else
     return absl::OkStatus();
@@ -231,7 +242,9 @@ class Engine {
 
   EngineTimes times() {
     std::lock_guard<std::mutex> lk(mu_);
-    return times_;
+    EngineTimes t = times_;
+    t.mpi_calls = mpi_calls_.load();
+    return t;
   }
 
   std::string where(int32_t id, const char* what) {
@@ -353,11 +366,14 @@ class Engine {
     return s;
   }
 
-  // Polls `req` until it completes or the group's deadline passes.
-  absl::Status poll(Group& g, MPI_Request& req, const char* what) {
+  // The group's deadline for a call that starts now.
+  static Clock::time_point deadline_of(const Group& g) {
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(g.timeout_s.load()));
+  }
+
+  // Polls `req` until it completes or `deadline` passes.
+  absl::Status poll(Group& g, MPI_Request& req, const char* what, Clock::time_point deadline) {
     const double timeout = g.timeout_s.load();
-    const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration<double>(timeout);
     int spins = 0;
     for (;;) {
       int flag = 0;
@@ -377,6 +393,34 @@ class Engine {
     }
   }
 
+  // Divides the n elements at p by the group's size (an average after the sum).
+  static void divide(void* p, int64_t n, DType dtype, int size) {
+    if (dtype == kFloat32) {
+      float* f = static_cast<float*>(p);
+      const float d = static_cast<float>(size);
+      for (int64_t i = 0; i < n; ++i) f[i] = f[i] / d;
+    } else if (dtype == kInt32) {
+      int32_t* v = static_cast<int32_t*>(p);
+      for (int64_t i = 0; i < n; ++i) v[i] /= size;
+    } else if (dtype == kInt64) {
+      int64_t* v = static_cast<int64_t*>(p);
+      for (int64_t i = 0; i < n; ++i) v[i] /= size;
+    }
+  }
+
+  // One chunk of w: n elements at p (NOTE [ Chunked collectives ]).
+  absl::Status run_chunk(Group& g, const Work& w, void* p, int64_t n, const char* what, Clock::time_point deadline) {
+    MPI_Request req;
+    const int rc = w.kind == CollKind::kAllReduce
+                       ? MPI_Iallreduce(MPI_IN_PLACE, p, static_cast<int>(n), mpi_type(w.dtype), MPI_SUM, g.comm, &req)
+                       : MPI_Ibcast(p, static_cast<int>(n * dtype_size(w.dtype)), MPI_BYTE, w.root, g.comm, &req);
+    mpi_calls_.fetch_add(1);
+    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
+    ENCORE_DIST_RETURN_IF_ERROR(poll(g, req, what, deadline));
+    if (w.kind == CollKind::kAllReduce && w.op == dist::ReduceOp::kAverage) divide(p, n, w.dtype, g.size);
+    return absl::OkStatus();
+  }
+
   absl::Status run_collective(Group& g, const Work& w, const char* what) {
     {
       std::lock_guard<std::mutex> lk(g.mu);
@@ -385,31 +429,19 @@ class Engine {
                             absl::StrCat(where(g.id, what), ": the group failed earlier: ", g.broken.message()));
       }
     }
-    MPI_Request req;
-    int rc = MPI_SUCCESS;
-    switch (w.kind) {
-      case CollKind::kAllReduce:
-        rc = MPI_Iallreduce(MPI_IN_PLACE, w.data, static_cast<int>(w.count), mpi_type(w.dtype), MPI_SUM, g.comm, &req);
-        break;
-      case CollKind::kBroadcast:
-        rc = MPI_Ibcast(w.data, static_cast<int>(w.count * dtype_size(w.dtype)), MPI_BYTE, w.root, g.comm, &req);
-        break;
-      case CollKind::kBarrier: rc = MPI_Ibarrier(g.comm, &req); break;
+    const auto deadline = deadline_of(g);
+    if (w.kind == CollKind::kBarrier) {
+      MPI_Request req;
+      const int rc = MPI_Ibarrier(g.comm, &req);
+      mpi_calls_.fetch_add(1);
+      if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
+      return poll(g, req, what, deadline);
     }
-    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
-    ENCORE_DIST_RETURN_IF_ERROR(poll(g, req, what));
-    if (w.kind == CollKind::kAllReduce && w.op == dist::ReduceOp::kAverage) {
-      if (w.dtype == kFloat32) {
-        float* p = static_cast<float*>(w.data);
-        const float n = static_cast<float>(g.size);
-        for (int64_t i = 0; i < w.count; ++i) p[i] = p[i] / n;
-      } else if (w.dtype == kInt32) {
-        int32_t* p = static_cast<int32_t*>(w.data);
-        for (int64_t i = 0; i < w.count; ++i) p[i] /= g.size;
-      } else if (w.dtype == kInt64) {
-        int64_t* p = static_cast<int64_t*>(w.data);
-        for (int64_t i = 0; i < w.count; ++i) p[i] /= g.size;
-      }
+    const int64_t size = dtype_size(w.dtype);
+    const int64_t step = std::max<int64_t>(1, chunk_bytes.load() / size);   // elements per chunk
+    for (int64_t first = 0; first < w.count; first += step) {
+      const int64_t n = std::min(step, w.count - first);
+      ENCORE_DIST_RETURN_IF_ERROR(run_chunk(g, w, static_cast<char*>(w.data) + first * size, n, what, deadline));
     }
     return absl::OkStatus();
   }
@@ -430,6 +462,7 @@ class Engine {
   absl::flat_hash_map<int32_t, std::unique_ptr<Group>> groups_;
   int32_t next_group_ = 0;
   std::atomic<uint64_t> next_ticket_{1};
+  std::atomic<int64_t> mpi_calls_{0};
 
   std::mutex mu_;   // queue_, done_, stop_
   std::condition_variable queue_cv_, done_cv_;
@@ -473,5 +506,10 @@ absl::Status broadcast_bytes(int32_t group, void* data, int64_t nbytes, int root
 }
 std::string where(int32_t group, const char* what) { return Engine::get().where(group, what); }
 EngineTimes engine_times() { return Engine::get().times(); }
+int64_t set_chunk_bytes(int64_t bytes) {
+  ENCORE_CHECK(bytes >= 1 && bytes <= kDefaultChunkBytes, "dist: a chunk of %d bytes; it must be in [1, %d]", bytes,
+               kDefaultChunkBytes);
+  return chunk_bytes.exchange(bytes);
+}
 
 }  // namespace encore::dist_internal

@@ -15,6 +15,7 @@
 #include "encore/dist.h"
 #include "encore/encore.h"
 #include "encore/graphed.h"
+#include "src/dist/engine.h"
 #include "tests/dist/dist_test_util.h"
 #include "tests/test_util.h"
 
@@ -95,6 +96,56 @@ TEST(DistMpiTest, BroadcastFromEveryRootAndBarrier) {
     EXPECT_EQ(b.to(kFloat32).to_vector<float>(), (std::vector<float>{1.0f * root, 7.0f}));
   }
   world()->barrier();
+}
+
+// MPI counts are ints: a broadcast of more than 2^31 bytes must still move
+// every byte (it failed with MPI_ERR_COUNT, and one of 4 GiB or more moved
+// only the bytes mod 2^32). The tensors come from empty(), so only the pages
+// written are committed: rank 0 touches a few, the receiver all 2 GiB.
+TEST(DistMpiTest, BroadcastsMoreThanTwoGibibytes) {
+  NEED_TWO_RANKS();
+  const int64_t n = (int64_t{1} << 29) + 1;   // float32: 2^31 + 4 bytes
+  const std::vector<int64_t> probes = {0, 1, n / 2, n - 2, n - 1};
+  Tensor t = empty({n});
+  float* p = static_cast<float*>(t.data_ptr());
+  for (int64_t i : probes) p[i] = world()->rank() == 0 ? 7.0f + static_cast<float>(i % 5) : -1.0f;
+  world()->broadcast(t, 0);
+  for (int64_t i : probes) EXPECT_EQ(p[i], 7.0f + static_cast<float>(i % 5)) << "element " << i;
+}
+
+// The chunks of a collective larger than the chunk size (lowered here to a
+// few bytes, on every rank alike) cover it exactly, for each dtype; an
+// average divides each chunk once.
+TEST(DistMpiTest, CollectivesLargerThanAChunkGoInChunks) {
+  NEED_TWO_RANKS();
+  const int r = world()->rank(), n = world()->world_size();
+  const int64_t saved = dist_internal::set_chunk_bytes(12);   // 3 floats, 1 int64
+  const int64_t calls = dist_internal::engine_times().mpi_calls;
+  std::vector<float> fv(10), fsum(10), favg(10);
+  for (int i = 0; i < 10; ++i) {
+    fv[i] = static_cast<float>(i * 10 + r);
+    for (int k = 0; k < n; ++k) fsum[i] += static_cast<float>(i * 10 + k);
+  }
+  for (int i = 0; i < 10; ++i) {
+    for (int k = 0; k < n; ++k) favg[i] += fsum[i] + static_cast<float>(k);
+    favg[i] /= static_cast<float>(n);
+  }
+  Tensor f = from_vector<float>(fv);
+  world()->all_reduce(f);   // chunks of 3, 3, 3, 1
+  EXPECT_EQ(f.to_vector<float>(), fsum);
+  f.add_(full({10}, static_cast<double>(r)));
+  world()->all_reduce(f, dist::ReduceOp::kAverage);
+  EXPECT_EQ(f.to_vector<float>(), favg);
+  Tensor i64 = from_vector<int64_t>({1, 2, 3, 4, 5, 6, int64_t{1} << 40});
+  world()->all_reduce(i64);   // 7 chunks of one
+  EXPECT_EQ(i64.to_vector<int64_t>(), (std::vector<int64_t>{2, 4, 6, 8, 10, 12, int64_t{1} << 41}));
+  Tensor b = (from_vector<float>({0, 1, 2, 3, 4, 5, 6}) + static_cast<double>(r)).to(kBFloat16);   // chunks of 6
+  world()->broadcast(b, 1);
+  EXPECT_EQ(b.to(kFloat32).to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(dist_internal::engine_times().mpi_calls - calls, 4 + 4 + 7 + 2) << "not chunked as expected";
+  dist_internal::set_chunk_bytes(saved);
+  Tensor empty_one = zeros({0});
+  world()->all_reduce(empty_one);   // nothing to move: no chunk at all, on every rank
 }
 
 TEST(DistMpiTest, RefusesWhatMpiCannotCarry) {
