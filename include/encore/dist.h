@@ -41,6 +41,13 @@
 // encore::Error (kDeadlineExceeded) naming the call, the rank and the
 // timeout, never hang. After such a failure the group is broken: its later
 // collectives fail at once with the first error (make a new group to go on).
+// A CPU tensor whose collective failed is never written afterwards (MPI
+// works on encore's own buffer, in chunks of 64 MiB, and an abandoned call
+// that a late rank completes writes only that buffer): a tensor of up to
+// 64 MiB holds what it held before the call; a larger one holds the result
+// in the chunks that completed before the failure and its old values in
+// the rest. The late rank's own call may still succeed (with this rank's
+// contribution); its next collective on the group then times out.
 // A rank that dies is reported by mpirun itself, which ends the job. NCCL
 // calls are not bounded (a stuck NCCL peer blocks the stream).
 //

@@ -10,10 +10,12 @@
 // last one travels) and a missing peer gives kDeadlineExceeded after
 // timeout_s instead of a hang. A large collective is a sequence of such
 // calls, each of a chunk whose count fits MPI's int (NOTE [ Chunked
-// collectives ] in engine.cpp). A request abandoned at its deadline is kept
-// and polled while the thread is idle, so a late peer completes it; the
-// group stays broken (every later call fails with the first error), since
-// its ranks no longer agree on which collective is which.
+// collectives ] in engine.cpp), staged through a buffer of the engine's own
+// (NOTE [ Staged collectives ]). A request abandoned at its deadline is kept,
+// with that buffer, and polled while the thread is idle, so a late peer
+// completes it without touching the caller's memory; the group stays
+// broken (every later call fails with the first error), since its ranks no
+// longer agree on which collective is which.
 //
 //   int32_t g = dist_internal::new_group(env, 30.0).value();
 //   uint64_t t = dist_internal::submit(g, {CollKind::kAllReduce, ptr, n, kFloat32, ReduceOp::kSum}, "all_reduce");
@@ -84,9 +86,13 @@ struct EngineTimes {
 };
 EngineTimes engine_times();
 
+// How many requests abandoned at their deadline are still waiting for a late
+// peer (NOTE [ The communication thread ]).
+int64_t abandoned_requests();
+
 // Sets the most bytes one MPI call of a CPU collective carries (NOTE
-// [ Chunked collectives ] in engine.cpp; at most the default, 1 GiB, so that
-// MPI's int counts hold it) and returns the previous value. For tests, which
+// [ Chunked collectives ] in engine.cpp; at most the default, 64 MiB, which
+// MPI's int counts hold) and returns the previous value. For tests, which
 // must set the same value on every rank while no collective runs.
 int64_t set_chunk_bytes(int64_t bytes);
 

@@ -448,7 +448,10 @@ TEST(DistMpiTest, NoSyncAccumulatesThenAveragesTheSum) {
 // A rank that throws before a collective (and so never joins it) makes the
 // other fail within its timeout, with a message naming the call and the
 // rank; the group then refuses further calls at once. The late rank joins
-// afterwards so that the abandoned request completes.
+// afterwards so that the abandoned request completes: into encore's own
+// buffer, never into the tensor, which keeps what it held (encore/dist.h).
+// Before, the late peer's data landed in the tensor, or in whatever tensor
+// had reused its memory once the caller freed it.
 TEST(DistMpiTest, AMissingPeerFailsTheOthersWithinTheTimeout) {
   NEED_TWO_RANKS();
   absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> made = dist::ProcessGroup::create({.timeout_s = 1.0});
@@ -472,7 +475,16 @@ TEST(DistMpiTest, AMissingPeerFailsTheOthersWithinTheTimeout) {
     EXPECT_FALSE(g->health().ok());
     expect_error([&] { g->barrier(); }, absl::StatusCode::kDeadlineExceeded, {"dist::barrier", "failed earlier"});
   }
-  world()->barrier();   // the world group is unaffected
+  world()->barrier();   // the world group is unaffected; rank 1's late all-reduce is done
+  if (g->rank() == 0) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (dist_internal::abandoned_requests() > 0 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(dist_internal::abandoned_requests(), 0) << "the abandoned request never completed";
+    const std::vector<float> after = t.to_vector<float>();
+    EXPECT_EQ(after, std::vector<float>(16, 1.0f)) << "written after the call failed: t[0] = " << after[0];
+  }
 }
 
 // Checkpoints: rank 0 writes (atomically), every rank loads the same state.
