@@ -183,7 +183,8 @@ void DistributedDataParallel::drain() {
   for (const auto& b : buckets_) {
     if (!b->launched) continue;
     b->launched = false;
-    absl::Status s = status_of([&] { dist_internal::launch_wait(group_->id(), b->slot, b->buffer, "ddp.all_reduce"); });
+    absl::Status s =
+        status_of([&] { dist_internal::launch_wait(group_->id(), b->slot, b->buffer, "ddp.all_reduce"); });
     if (first.ok()) first = s;
   }
   for (const auto& b : buckets_) b->pending = static_cast<int64_t>(b->params.size());

@@ -413,7 +413,8 @@ class Engine {
 
   // The group's deadline for a call that starts now.
   static Clock::time_point deadline_of(const Group& g) {
-    return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(g.timeout_s.load()));
+    const std::chrono::duration<double> timeout(g.timeout_s.load());   // at most kMaxTimeoutSeconds: no overflow
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
   }
 
   // Polls `req` until it completes or `deadline` passes; then it keeps
@@ -469,9 +470,10 @@ class Engine {
     const bool receives = w.kind == CollKind::kAllReduce || g.rank != w.root;
     if (sends) std::memcpy(buf, p, bytes);
     MPI_Request req;
-    const int rc = w.kind == CollKind::kAllReduce
-                       ? MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(n), mpi_type(w.dtype), MPI_SUM, g.comm, &req)
-                       : MPI_Ibcast(buf, static_cast<int>(bytes), MPI_BYTE, w.root, g.comm, &req);
+    const int rc =
+        w.kind == CollKind::kAllReduce
+            ? MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(n), mpi_type(w.dtype), MPI_SUM, g.comm, &req)
+            : MPI_Ibcast(buf, static_cast<int>(bytes), MPI_BYTE, w.root, g.comm, &req);
     mpi_calls_.fetch_add(1);
     if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
     absl::Status s = poll(g, req, what, deadline, g.staging);

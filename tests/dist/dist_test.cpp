@@ -259,7 +259,8 @@ TEST(DistOneProcessTest, DdpRefusesHalfPrecisionCpuParameters) {
     nn::Sequential net(std::make_unique<nn::Linear>(4, 3), std::make_unique<nn::Linear>(3, 2));
     net.to(dtype);
     expect_error([&] { dist::DistributedDataParallel ddp(net, one()); }, absl::StatusCode::kInvalidArgument,
-                 {"DistributedDataParallel on rank 0", "parameter '0.weight'", std::string(dtype_name(dtype)), "float32"});
+                 {"DistributedDataParallel on rank 0", "parameter '0.weight'", std::string(dtype_name(dtype)),
+                  "float32"});
   }
   // A frozen half-precision parameter takes no part in the all-reduce: accepted.
   struct WithFrozenHalf : nn::Module {
