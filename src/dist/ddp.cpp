@@ -107,6 +107,9 @@ std::string DistributedDataParallel::parameter_name(int64_t index) const {
 
 DistributedDataParallel::~DistributedDataParallel() {
   autograd::remove_backward_observer(observer_id_);
+  // A round an aborted backward left: its all-reduces still use the buckets
+  // (the communication thread copies into them), so wait for them first.
+  if (round_started()) (void)status_of([&] { drain(); });
   for (const auto& b : buckets_) {
     for (size_t k = 0; k < b->params.size(); ++k) autograd::remove_post_accumulate_hook(params_[b->params[k]], b->hook_ids[k]);
   }
