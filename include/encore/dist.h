@@ -41,6 +41,13 @@
 // encore::Error (kDeadlineExceeded) naming the call, the rank and the
 // timeout, never hang. After such a failure the group is broken: its later
 // collectives fail at once with the first error (make a new group to go on).
+// A CPU tensor whose collective failed is never written afterwards (MPI
+// works on encore's own buffer, in chunks of 64 MiB, and an abandoned call
+// that a late rank completes writes only that buffer): a tensor of up to
+// 64 MiB holds what it held before the call; a larger one holds the result
+// in the chunks that completed before the failure and its old values in
+// the rest. The late rank's own call may still succeed (with this rank's
+// contribution); its next collective on the group then times out.
 // A rank that dies is reported by mpirun itself, which ends the job. NCCL
 // calls are not bounded (a stuck NCCL peer blocks the stream).
 //
@@ -82,10 +89,18 @@ bool mpi_built();
 
 enum class ReduceOp : uint8_t { kSum, kAverage };
 
+// The longest timeout a group accepts, in seconds (about 116 days). Every
+// wait is bounded: there is no "no timeout", and infinity or a larger value
+// is refused (a deadline that far away overflows the clock's 64-bit
+// nanoseconds, which would make the wait return at once and spin forever).
+inline constexpr double kMaxTimeoutSeconds = 1e7;
+
 struct Options {
   // Seconds a collective waits for the other ranks before failing with
   // kDeadlineExceeded; also how long capture() waits for the other ranks'
-  // fingerprints. ENCORE_DIST_TIMEOUT (seconds) overrides the default.
+  // fingerprints. ENCORE_DIST_TIMEOUT (seconds) overrides the default. Must
+  // be finite, positive and at most kMaxTimeoutSeconds (create() and
+  // set_timeout() refuse anything else with kInvalidArgument).
   double timeout_s = 300.0;
 };
 
@@ -164,7 +179,18 @@ struct DdpOptions {
 // when the last bucket is launched all of them are waited for, so after
 // backward() the gradients are averaged and the optimizer may step. Every
 // parameter that requires grad must receive a gradient in each synchronized
-// backward (finish() names the first one that did not).
+// backward (else backward() throws kFailedPrecondition at its end, naming
+// the first one that did not), and only once: a backward started inside the
+// synchronized one (from a hook) that reaches a parameter again is refused,
+// naming it. On the CPU the parameters that require grad must be float32
+// (MPI sums no half-precision type): the constructor refuses others, naming
+// the parameter.
+//
+// A synchronized backward that throws midway (caught, the batch skipped)
+// leaves no trace: the next backward first waits for the all-reduces it had
+// started, then starts afresh, provided every rank threw at the same point
+// (the same error); a rank that throws alone leaves the others waiting, and
+// they fail with kDeadlineExceeded (NOTE [ An aborted backward ] in ddp.cpp).
 //
 // The module is not owned and must outlive the wrapper; do not replace the
 // parameters' gradients (set_grad) or change parameters after construction,
@@ -181,9 +207,11 @@ class DistributedDataParallel {
   nn::Module& module() { return module_; }
   ProcessGroup& group() { return *group_; }
 
-  // Waits for every bucket launched in this backward; refuses (encore::Error)
-  // a backward that left a bucket incomplete (a parameter without gradient).
-  // A no-op when backward already waited, and under no_sync().
+  // Waits for every bucket launched in this backward. A no-op when backward
+  // already waited (every backward that returned normally), and under
+  // no_sync(). After a synchronized backward that threw, waits for the
+  // all-reduces it had started, clears its state and throws
+  // kFailedPrecondition saying that its gradients are not averaged.
   void finish();
 
   // Gradient accumulation: backward inside the scope only accumulates,
@@ -209,22 +237,36 @@ class DistributedDataParallel {
   struct Counters {
     int64_t launched = 0;
     std::vector<int64_t> remaining_at_launch;   // the last backward's
+    // Synchronized backwards that threw midway; the next backward (or
+    // finish()) waited for the all-reduces each had started and started afresh.
+    int64_t aborted_backwards = 0;
   };
   const Counters& counters() const { return counters_; }
 
  private:
   struct Bucket;
-  void on_gradient(int64_t bucket);
+  void check_reducible() const;
+  std::string parameter_name(int64_t index) const;
+  // Each outermost backward() (NOTE [ An aborted backward ] in ddp.cpp).
+  void on_backward_begin();
+  void on_backward_end();
+  void on_backward_abort();
+  void on_gradient(int64_t bucket, int64_t param);
   void launch_ready();
+  void drain();
+  bool round_started() const { return grads_seen_ > 0; }
 
   nn::Module& module_;
   std::shared_ptr<ProcessGroup> group_;
   DdpOptions options_;
   std::vector<Tensor> params_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<bool> arrived_;   // per parameter: its gradient came in this synchronized backward
   int64_t next_launch_ = 0;
   int64_t grads_seen_ = 0;
   int64_t grads_total_ = 0;
+  bool aborted_ = false;        // the round's backward threw (NOTE [ An aborted backward ] in ddp.cpp)
+  int64_t observer_id_ = -1;    // of the backward observer
   bool sync_ = true;
   Counters counters_;
 };

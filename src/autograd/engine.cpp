@@ -1,12 +1,19 @@
 // The backward pass: dependency counting, then a walk in reverse creation
-// order (a node runs once every consumer of its outputs has run).
+// order (a node runs once every consumer of its outputs has run); around it,
+// the observers of a whole backward (backward_observer.h).
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <queue>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "encore/autograd.h"
 #include "encore/ops.h"
+#include "src/autograd/backward_observer.h"
 #include "src/autograd/node.h"
 #include "src/core/phase.h"
 #include "src/core/step_observer.h"
@@ -116,7 +123,83 @@ Tensor grad_buffer(size_t input, const Shape& shape, DType dtype, Device device)
   return empty(shape, dtype, device);
 }
 
+namespace {
+
+// NOTE [ Backward observers ] (backward_observer.h).
+struct Observers {
+  std::mutex mu;
+  std::vector<std::pair<int64_t, std::shared_ptr<const BackwardObserver>>> list;
+  int64_t next_id = 0;
+};
+Observers& observers() {
+  static Observers* o = new Observers();   // leaked: observers may be removed by static destructors
+  return *o;
+}
+std::atomic<int64_t> observer_count{0};   // lets a backward without observers skip the lock
+thread_local int backward_depth = 0;      // backward() calls running on this thread
+
+using ObserverList = std::vector<std::shared_ptr<const BackwardObserver>>;
+
+// Calls every observer; then rethrows the first exception one threw.
+void notify(const ObserverList& list, BackwardEvent event) {
+  std::exception_ptr first;
+  for (const auto& o : list) {
+    try {
+      (*o)(event);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph);
+
+}  // namespace
+
+int64_t add_backward_observer(BackwardObserver observer) {
+  Observers& o = observers();
+  std::lock_guard<std::mutex> lk(o.mu);
+  o.list.emplace_back(o.next_id, std::make_shared<const BackwardObserver>(std::move(observer)));
+  observer_count.store(static_cast<int64_t>(o.list.size()));
+  return o.next_id++;
+}
+
+void remove_backward_observer(int64_t id) {
+  Observers& o = observers();
+  std::lock_guard<std::mutex> lk(o.mu);
+  std::erase_if(o.list, [id](const auto& entry) { return entry.first == id; });
+  observer_count.store(static_cast<int64_t>(o.list.size()));
+}
+
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
+  struct Depth {
+    Depth() { ++backward_depth; }
+    ~Depth() { --backward_depth; }
+  } depth;
+  if (backward_depth > 1 || observer_count.load() == 0) return run_backward(roots, grads, retain_graph);
+  ObserverList list;
+  {
+    Observers& o = observers();
+    std::lock_guard<std::mutex> lk(o.mu);
+    for (const auto& entry : o.list) list.push_back(entry.second);
+  }
+  try {
+    notify(list, BackwardEvent::kBegin);
+    run_backward(roots, grads, retain_graph);
+  } catch (...) {
+    try {
+      notify(list, BackwardEvent::kAbort);
+    } catch (...) {   // the backward's own error goes on
+    }
+    throw;
+  }
+  notify(list, BackwardEvent::kEnd);
+}
+
+namespace {
+
+void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads, bool retain_graph) {
   PhaseScope phase(Phase::kBackward);   // kernels below are tagged "backward" for profilers (src/core/phase.h)
   NoGradGuard no_grad;
   PendingMap pending;
@@ -170,6 +253,7 @@ void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads
   }
 }
 
+}  // namespace
 }  // namespace autograd
 
 void Tensor::backward(const Tensor& gradient, bool retain_graph) const {

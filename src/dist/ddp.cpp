@@ -1,10 +1,12 @@
 // encore::dist::DistributedDataParallel (include/encore/dist.h).
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "encore/autograd.h"
 #include "encore/dist.h"
 #include "encore/error.h"
+#include "src/autograd/backward_observer.h"
 #include "src/dist/collectives.h"
 
 namespace encore::dist {
@@ -26,6 +28,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
                options_.bucket_cap_bytes);
   NoGradGuard no_grad;
   params_ = module_.parameters();
+  check_reducible();
   for (const Tensor& p : params_) group_->broadcast(p, 0);
   if (options_.broadcast_buffers) {
     for (const auto& [name, b] : module_.named_buffers()) group_->broadcast(b, 0);
@@ -66,27 +69,64 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
       if (!old.defined()) autograd::zero_grad(p);
       const int64_t bi = static_cast<int64_t>(b);
       bucket->hook_ids.push_back(
-          autograd::register_post_accumulate_hook(p, [this, bi](const Tensor&) { on_gradient(bi); }));
+          autograd::register_post_accumulate_hook(p, [this, bi, i](const Tensor&) { on_gradient(bi, i); }));
     }
     bucket->pending = static_cast<int64_t>(bucket->params.size());
     grads_total_ += bucket->pending;
     buckets_.push_back(std::move(bucket));
   }
+  arrived_.assign(params_.size(), false);
+  observer_id_ = autograd::add_backward_observer([this](autograd::BackwardEvent e) {
+    switch (e) {
+      case autograd::BackwardEvent::kBegin: on_backward_begin(); break;
+      case autograd::BackwardEvent::kEnd: on_backward_end(); break;
+      case autograd::BackwardEvent::kAbort: on_backward_abort(); break;
+    }
+  });
+}
+
+// The CPU all-reduce is MPI's, which sums float32 (collectives.cpp): refuse
+// other gradient dtypes here, naming the parameter, rather than inside the
+// first backward's hook.
+void DistributedDataParallel::check_reducible() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.requires_grad() || !p.device().is_cpu() || p.dtype() == kFloat32) continue;
+    throw_error(absl::StatusCode::kInvalidArgument,
+                absl::StrFormat("DistributedDataParallel on rank %d: parameter '%s' is %s on the CPU, but MPI "
+                                "all-reduces float32 gradients only; keep the CPU parameters that require grad in "
+                                "float32 (or freeze this one with requires_grad_(false))",
+                                group_->rank(), parameter_name(static_cast<int64_t>(i)), dtype_name(p.dtype())));
+  }
+}
+
+std::string DistributedDataParallel::parameter_name(int64_t index) const {
+  const nn::NamedTensors named = module_.named_parameters();
+  return index < static_cast<int64_t>(named.size()) ? named[index].first : absl::StrCat("#", index);
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
+  autograd::remove_backward_observer(observer_id_);
+  // A round an aborted backward left: its all-reduces still use the buckets
+  // (the communication thread copies into them), so wait for them first.
+  if (round_started()) (void)status_of([&] { drain(); });
   for (const auto& b : buckets_) {
     for (size_t k = 0; k < b->params.size(); ++k) autograd::remove_post_accumulate_hook(params_[b->params[k]], b->hook_ids[k]);
   }
 }
 
-void DistributedDataParallel::on_gradient(int64_t bucket) {
+void DistributedDataParallel::on_gradient(int64_t bucket, int64_t param) {
   if (!sync_) return;
+  ENCORE_CHECK_CODE(!arrived_[param], kFailedPrecondition,
+                    "DistributedDataParallel on rank %d: parameter '%s' received a second gradient in one "
+                    "synchronized backward (a backward started inside another, from a hook or a custom backward, "
+                    "reached it too); its bucket may already be on its way, so run such backwards under no_sync() "
+                    "or outside the synchronized one",
+                    group_->rank(), parameter_name(param));
+  arrived_[param] = true;
   if (grads_seen_ == 0) counters_.remaining_at_launch.clear();
   ++grads_seen_;
   Bucket& b = *buckets_[bucket];
-  ENCORE_CHECK_CODE(b.pending > 0, kInternal, "DistributedDataParallel: a gradient of bucket %d arrived twice",
-                    bucket);
   if (--b.pending == 0) launch_ready();
 }
 
@@ -106,33 +146,80 @@ void DistributedDataParallel::launch_ready() {
   if (next_launch_ == n) finish();
 }
 
-void DistributedDataParallel::finish() {
-  if (grads_seen_ == 0 && next_launch_ == 0) return;   // nothing in flight
-  std::string missing;
-  for (const auto& b : buckets_) {
-    if (b->launched) {
-      dist_internal::launch_wait(group_->id(), b->slot, b->buffer, "ddp.all_reduce");
-    } else if (missing.empty() && b->pending > 0) {
-      const nn::NamedTensors named = module_.named_parameters();
-      for (int64_t i : b->params) {
-        if (i < static_cast<int64_t>(named.size())) {
-          missing = named[i].first;
-          break;
-        }
-      }
-    }
+// NOTE [ An aborted backward ]: a synchronized backward that throws midway
+// (a saved tensor changed in place, a hook that threw, memory ran out)
+// leaves the round half counted: some gradients arrived, some buckets were
+// launched and not waited for. Left so, the next backward would launch
+// buckets as soon as last round's missing gradients came, before their
+// other gradients, and average stale values: the ranks would drift apart
+// with no error. So the wrapper watches each backward as a whole
+// (src/autograd/backward_observer.h): kAbort marks the round aborted; the
+// next kBegin, before any gradient is accumulated into a bucket, waits for
+// the all-reduces the aborted round started (every rank issued the same
+// ones if every rank threw at the same point, so they pair up) and starts
+// afresh. A loop may therefore catch the error and skip the batch. A
+// finish() in between does the same cleanup and then says the backward was
+// aborted, since its gradients are not averaged. A rank that throws alone
+// leaves the others waiting for collectives it never issues: they fail
+// with kDeadlineExceeded and the group is broken. A round that ends
+// normally but incomplete (a parameter got no gradient) is refused at kEnd,
+// so no optimizer step uses gradients that were never averaged.
+void DistributedDataParallel::on_backward_begin() {
+  if (round_started()) drain();   // an aborted round that finish() did not clear
+}
+
+void DistributedDataParallel::on_backward_end() {
+  if (round_started()) finish();   // a parameter got no gradient: finish() names it
+}
+
+void DistributedDataParallel::on_backward_abort() {
+  if (round_started() && !aborted_) {
+    aborted_ = true;
+    counters_.aborted_backwards += 1;
   }
+}
+
+// Waits for every bucket launched in this round and clears the round, even
+// when a wait fails; then rethrows the first failure.
+void DistributedDataParallel::drain() {
+  absl::Status first;
   for (const auto& b : buckets_) {
+    if (!b->launched) continue;
     b->launched = false;
-    b->pending = static_cast<int64_t>(b->params.size());
+    absl::Status s =
+        status_of([&] { dist_internal::launch_wait(group_->id(), b->slot, b->buffer, "ddp.all_reduce"); });
+    if (first.ok()) first = s;
   }
-  const int64_t seen = grads_seen_;
+  for (const auto& b : buckets_) b->pending = static_cast<int64_t>(b->params.size());
+  arrived_.assign(params_.size(), false);
   grads_seen_ = 0;
   next_launch_ = 0;
+  aborted_ = false;
+  if (!first.ok()) throw Error(first);
+}
+
+void DistributedDataParallel::finish() {
+  if (!round_started()) return;   // nothing in flight
+  std::string missing;
+  for (const auto& b : buckets_) {
+    for (int64_t i : b->params) {
+      if (missing.empty() && !arrived_[i]) missing = parameter_name(i);
+    }
+  }
+  const int64_t seen = grads_seen_;
+  const bool aborted = aborted_;
+  drain();
+  ENCORE_CHECK_CODE(!aborted, kFailedPrecondition,
+                    "DistributedDataParallel::finish on rank %d: the last synchronized backward threw after %d of "
+                    "the %d parameter gradients (its own error says why); the all-reduces it had started are "
+                    "complete and its state is cleared, but its gradients are not averaged: skip this optimizer "
+                    "step (the next backward starts afresh)",
+                    group_->rank(), seen, grads_total_);
   ENCORE_CHECK_CODE(missing.empty(), kFailedPrecondition,
-                    "DistributedDataParallel::finish on rank %d: backward produced %d of the %d parameter gradients; "
-                    "'%s' got none, so its bucket was never all-reduced; every parameter that requires grad must "
-                    "take part in each synchronized backward",
+                    "DistributedDataParallel on rank %d: the synchronized backward produced %d of the %d parameter "
+                    "gradients; '%s' got none, so its bucket was never all-reduced; every parameter that requires "
+                    "grad must take part in each synchronized backward (freeze unused ones with "
+                    "requires_grad_(false))",
                     group_->rank(), seen, grads_total_, missing);
 }
 

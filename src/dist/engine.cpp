@@ -1,10 +1,12 @@
 // NOTE [ The communication thread ] in engine.h.
 #include "src/dist/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -36,9 +38,49 @@ struct Group {
 #if ENCORE_HAVE_MPI
   MPI_Comm comm = MPI_COMM_NULL;
 #endif
+  // The chunk buffer of the group's collectives (NOTE [ Staged collectives ]);
+  // the communication thread's only.
+  std::shared_ptr<char[]> staging;
+  int64_t staging_bytes = 0;
 };
 
+// NOTE [ Chunked collectives ]: MPI counts are ints, so a CPU collective
+// is issued as chunks of at most chunk_bytes (whole elements), one after the
+// other, and waited for against one deadline. The chunks depend only on the
+// count and the dtype, which every rank shares, so every rank issues the same
+// calls in the same order. A broadcast of 2 GiB or more failed with
+// MPI_ERR_COUNT, and one of 4 GiB or more (or an all-reduce of 2^32 elements)
+// moved only the count modulo 2^32 and returned OK.
+//
+// NOTE [ Staged collectives ]: MPI never sees the caller's memory. Each
+// chunk is copied into a buffer the engine owns, reduced or broadcast there,
+// and copied back only when it completed. A request abandoned at its
+// deadline keeps its buffer alive (in orphans_) until a late peer completes
+// it, so the late completion writes only engine memory. Before, the request
+// held the tensor's raw pointer: the caller, told that the call failed,
+// freed the tensor, the caching allocator gave the block to another tensor,
+// and the late peer's data landed in that one (heap corruption); a tensor
+// the caller kept changed at some later time. The other ways out were
+// worse for a user: keeping the tensor's storage alive still lets the
+// tensor change under the caller long after the error, and MPI_Abort at
+// the deadline would end the job instead of giving back an error the
+// program can act on (log, checkpoint, make a new group). The price is two
+// copies per byte on the communication thread (the copy in runs while the
+// caller's backward goes on); the buffer is at most one chunk (64 MiB: a
+// default 25 MiB DDP bucket goes in one) and is kept for the group's next
+// collective. So after a failed call each chunk of the tensor holds either
+// what it held before the call or its result, and nothing writes to it after
+// the call returns (encore/dist.h).
+constexpr int64_t kDefaultChunkBytes = int64_t{64} << 20;
+std::atomic<int64_t> chunk_bytes{kDefaultChunkBytes};
+
 #if ENCORE_HAVE_MPI
+// One request abandoned at its deadline and the buffers it reads or writes.
+struct Orphan {
+  MPI_Request request;
+  std::shared_ptr<void> buffers;
+};
+
 absl::Status mpi_status(int code, const std::string& where_) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -203,12 +245,15 @@ class Engine {
       if (!g.broken.ok()) return absl::Status(g.broken.code(), absl::StrCat(where(id, what), ": ", g.broken.message()));
     }
     Group* gp = &g;
+    // The engine's own buffers (NOTE [ Staged collectives ]): [0] is this rank's value.
+    auto buf = std::make_shared<std::vector<uint64_t>>(g.size + 1, value);
     ENCORE_DIST_RETURN_IF_ERROR(run_on_thread([&]() -> absl::Status {
       MPI_Request req;
-      int rc = MPI_Iallgather(&value, 1, MPI_UINT64_T, out.data(), 1, MPI_UINT64_T, gp->comm, &req);
+      int rc = MPI_Iallgather(buf->data(), 1, MPI_UINT64_T, buf->data() + 1, 1, MPI_UINT64_T, gp->comm, &req);
       if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where(gp->id, what)));
-      return poll(*gp, req, what);
+      return poll(*gp, req, what, deadline_of(*gp), buf);
     }));
+    std::copy(buf->begin() + 1, buf->end(), out.begin());
 #endif
     return out;
   }
@@ -217,21 +262,33 @@ class Engine {
     Group& g = group(id);
     if (g.size == 1) return absl::OkStatus();
 #if ENCORE_HAVE_MPI
+    if (nbytes > kDefaultChunkBytes) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: %d bytes; at most %d", where(id, what), nbytes,
+                                                        kDefaultChunkBytes));
+    }
     Group* gp = &g;
-    return run_on_thread([&]() -> absl::Status {
+    const char* bytes = static_cast<const char*>(data);
+    auto buf = std::make_shared<std::vector<char>>(bytes, bytes + nbytes);   // NOTE [ Staged collectives ]
+    ENCORE_DIST_RETURN_IF_ERROR(run_on_thread([&]() -> absl::Status {
       MPI_Request req;
-      int rc = MPI_Ibcast(data, static_cast<int>(nbytes), MPI_BYTE, root, gp->comm, &req);
+      int rc = MPI_Ibcast(buf->data(), static_cast<int>(nbytes), MPI_BYTE, root, gp->comm, &req);
       if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where(gp->id, what)));
-      return poll(*gp, req, what);
-    });
+      return poll(*gp, req, what, deadline_of(*gp), buf);
+    }));
+    std::copy(buf->begin(), buf->end(), static_cast<char*>(data));
+    return absl::OkStatus();
 #else
     return absl::OkStatus();
 #endif
   }
 
+  int64_t abandoned() const { return orphan_count_.load(); }
+
   EngineTimes times() {
     std::lock_guard<std::mutex> lk(mu_);
-    return times_;
+    EngineTimes t = times_;
+    t.mpi_calls = mpi_calls_.load();
+    return t;
   }
 
   std::string where(int32_t id, const char* what) {
@@ -337,14 +394,15 @@ class Engine {
   void poll_orphans() {
     for (size_t i = 0; i < orphans_.size();) {
       int flag = 0;
-      MPI_Test(&orphans_[i], &flag, MPI_STATUS_IGNORE);
+      MPI_Test(&orphans_[i].request, &flag, MPI_STATUS_IGNORE);
       if (flag) {
-        orphans_[i] = orphans_.back();
+        orphans_[i] = std::move(orphans_.back());
         orphans_.pop_back();
       } else {
         ++i;
       }
     }
+    orphan_count_.store(static_cast<int64_t>(orphans_.size()));
   }
 
   absl::Status fail(Group& g, absl::Status s) {
@@ -353,11 +411,17 @@ class Engine {
     return s;
   }
 
-  // Polls `req` until it completes or the group's deadline passes.
-  absl::Status poll(Group& g, MPI_Request& req, const char* what) {
+  // The group's deadline for a call that starts now.
+  static Clock::time_point deadline_of(const Group& g) {
+    const std::chrono::duration<double> timeout(g.timeout_s.load());   // at most kMaxTimeoutSeconds: no overflow
+    return Clock::now() + std::chrono::duration_cast<Clock::duration>(timeout);
+  }
+
+  // Polls `req` until it completes or `deadline` passes; then it keeps
+  // `buffers` (what the request reads and writes) until a late peer completes it.
+  absl::Status poll(Group& g, MPI_Request& req, const char* what, Clock::time_point deadline,
+                    std::shared_ptr<void> buffers) {
     const double timeout = g.timeout_s.load();
-    const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration<double>(timeout);
     int spins = 0;
     for (;;) {
       int flag = 0;
@@ -365,7 +429,8 @@ class Engine {
       if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
       if (flag) return absl::OkStatus();
       if (Clock::now() >= deadline) {
-        orphans_.push_back(req);
+        orphans_.push_back({req, std::move(buffers)});
+        orphan_count_.store(static_cast<int64_t>(orphans_.size()));
         return fail(g, absl::DeadlineExceededError(absl::StrFormat(
                            "%s: the other ranks did not join within %g s (a rank died, threw, is stuck, or runs a "
                            "different step); raise dist::Options::timeout_s or ENCORE_DIST_TIMEOUT if they are only "
@@ -377,6 +442,51 @@ class Engine {
     }
   }
 
+  // Divides the n elements at p by the group's size (an average after the sum).
+  static void divide(void* p, int64_t n, DType dtype, int size) {
+    if (dtype == kFloat32) {
+      float* f = static_cast<float*>(p);
+      const float d = static_cast<float>(size);
+      for (int64_t i = 0; i < n; ++i) f[i] = f[i] / d;
+    } else if (dtype == kInt32) {
+      int32_t* v = static_cast<int32_t*>(p);
+      for (int64_t i = 0; i < n; ++i) v[i] /= size;
+    } else if (dtype == kInt64) {
+      int64_t* v = static_cast<int64_t*>(p);
+      for (int64_t i = 0; i < n; ++i) v[i] /= size;
+    }
+  }
+
+  // One chunk of w: n elements at p, through the group's staging buffer
+  // (NOTE [ Chunked collectives ], NOTE [ Staged collectives ]).
+  absl::Status run_chunk(Group& g, const Work& w, char* p, int64_t n, const char* what, Clock::time_point deadline) {
+    const int64_t bytes = n * dtype_size(w.dtype);
+    if (g.staging_bytes < bytes) {
+      g.staging = std::make_shared_for_overwrite<char[]>(bytes);
+      g.staging_bytes = bytes;
+    }
+    char* buf = g.staging.get();
+    const bool sends = w.kind == CollKind::kAllReduce || g.rank == w.root;
+    const bool receives = w.kind == CollKind::kAllReduce || g.rank != w.root;
+    if (sends) std::memcpy(buf, p, bytes);
+    MPI_Request req;
+    const int rc =
+        w.kind == CollKind::kAllReduce
+            ? MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(n), mpi_type(w.dtype), MPI_SUM, g.comm, &req)
+            : MPI_Ibcast(buf, static_cast<int>(bytes), MPI_BYTE, w.root, g.comm, &req);
+    mpi_calls_.fetch_add(1);
+    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
+    absl::Status s = poll(g, req, what, deadline, g.staging);
+    if (!s.ok()) {
+      g.staging.reset();   // an orphan may hold it: the group's next collective gets another
+      g.staging_bytes = 0;
+      return s;
+    }
+    if (w.kind == CollKind::kAllReduce && w.op == dist::ReduceOp::kAverage) divide(buf, n, w.dtype, g.size);
+    if (receives) std::memcpy(p, buf, bytes);
+    return absl::OkStatus();
+  }
+
   absl::Status run_collective(Group& g, const Work& w, const char* what) {
     {
       std::lock_guard<std::mutex> lk(g.mu);
@@ -385,31 +495,19 @@ class Engine {
                             absl::StrCat(where(g.id, what), ": the group failed earlier: ", g.broken.message()));
       }
     }
-    MPI_Request req;
-    int rc = MPI_SUCCESS;
-    switch (w.kind) {
-      case CollKind::kAllReduce:
-        rc = MPI_Iallreduce(MPI_IN_PLACE, w.data, static_cast<int>(w.count), mpi_type(w.dtype), MPI_SUM, g.comm, &req);
-        break;
-      case CollKind::kBroadcast:
-        rc = MPI_Ibcast(w.data, static_cast<int>(w.count * dtype_size(w.dtype)), MPI_BYTE, w.root, g.comm, &req);
-        break;
-      case CollKind::kBarrier: rc = MPI_Ibarrier(g.comm, &req); break;
+    const auto deadline = deadline_of(g);
+    if (w.kind == CollKind::kBarrier) {
+      MPI_Request req;
+      const int rc = MPI_Ibarrier(g.comm, &req);
+      mpi_calls_.fetch_add(1);
+      if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
+      return poll(g, req, what, deadline, nullptr);
     }
-    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
-    ENCORE_DIST_RETURN_IF_ERROR(poll(g, req, what));
-    if (w.kind == CollKind::kAllReduce && w.op == dist::ReduceOp::kAverage) {
-      if (w.dtype == kFloat32) {
-        float* p = static_cast<float*>(w.data);
-        const float n = static_cast<float>(g.size);
-        for (int64_t i = 0; i < w.count; ++i) p[i] = p[i] / n;
-      } else if (w.dtype == kInt32) {
-        int32_t* p = static_cast<int32_t*>(w.data);
-        for (int64_t i = 0; i < w.count; ++i) p[i] /= g.size;
-      } else if (w.dtype == kInt64) {
-        int64_t* p = static_cast<int64_t*>(w.data);
-        for (int64_t i = 0; i < w.count; ++i) p[i] /= g.size;
-      }
+    const int64_t size = dtype_size(w.dtype);
+    const int64_t step = std::max<int64_t>(1, chunk_bytes.load() / size);   // elements per chunk
+    for (int64_t first = 0; first < w.count; first += step) {
+      const int64_t n = std::min(step, w.count - first);
+      ENCORE_DIST_RETURN_IF_ERROR(run_chunk(g, w, static_cast<char*>(w.data) + first * size, n, what, deadline));
     }
     return absl::OkStatus();
   }
@@ -430,6 +528,8 @@ class Engine {
   absl::flat_hash_map<int32_t, std::unique_ptr<Group>> groups_;
   int32_t next_group_ = 0;
   std::atomic<uint64_t> next_ticket_{1};
+  std::atomic<int64_t> mpi_calls_{0};
+  std::atomic<int64_t> orphan_count_{0};   // orphans_.size(), for any thread
 
   std::mutex mu_;   // queue_, done_, stop_
   std::condition_variable queue_cv_, done_cv_;
@@ -444,7 +544,7 @@ class Engine {
   bool we_initialized_ = false;
   absl::Status init_status_;
   std::thread thread_;
-  std::vector<MPI_Request> orphans_;   // communication thread only
+  std::vector<Orphan> orphans_;   // communication thread only
 #endif
 };
 
@@ -473,5 +573,11 @@ absl::Status broadcast_bytes(int32_t group, void* data, int64_t nbytes, int root
 }
 std::string where(int32_t group, const char* what) { return Engine::get().where(group, what); }
 EngineTimes engine_times() { return Engine::get().times(); }
+int64_t abandoned_requests() { return Engine::get().abandoned(); }
+int64_t set_chunk_bytes(int64_t bytes) {
+  ENCORE_CHECK(bytes >= 1 && bytes <= kDefaultChunkBytes, "dist: a chunk of %d bytes; it must be in [1, %d]", bytes,
+               kDefaultChunkBytes);
+  return chunk_bytes.exchange(bytes);
+}
 
 }  // namespace encore::dist_internal

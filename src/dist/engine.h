@@ -8,10 +8,14 @@
 // MPI_Test until it completes or the group's deadline passes; so the thread
 // that launched it goes on (backward computes the next bucket while the
 // last one travels) and a missing peer gives kDeadlineExceeded after
-// timeout_s instead of a hang. A request abandoned at its deadline is kept
-// and polled while the thread is idle, so a late peer completes it; the
-// group stays broken (every later call fails with the first error), since
-// its ranks no longer agree on which collective is which.
+// timeout_s instead of a hang. A large collective is a sequence of such
+// calls, each of a chunk whose count fits MPI's int (NOTE [ Chunked
+// collectives ] in engine.cpp), staged through a buffer of the engine's own
+// (NOTE [ Staged collectives ]). A request abandoned at its deadline is kept,
+// with that buffer, and polled while the thread is idle, so a late peer
+// completes it without touching the caller's memory; the group stays
+// broken (every later call fails with the first error), since its ranks no
+// longer agree on which collective is which.
 //
 //   int32_t g = dist_internal::new_group(env, 30.0).value();
 //   uint64_t t = dist_internal::submit(g, {CollKind::kAllReduce, ptr, n, kFloat32, ReduceOp::kSum}, "all_reduce");
@@ -78,8 +82,19 @@ struct EngineTimes {
   double in_flight_s = 0;
   double blocked_s = 0;
   int64_t collectives = 0;
+  int64_t mpi_calls = 0;   // nonblocking MPI collectives issued (a large collective issues one per chunk)
 };
 EngineTimes engine_times();
+
+// How many requests abandoned at their deadline are still waiting for a late
+// peer (NOTE [ The communication thread ]).
+int64_t abandoned_requests();
+
+// Sets the most bytes one MPI call of a CPU collective carries (NOTE
+// [ Chunked collectives ] in engine.cpp; at most the default, 64 MiB, which
+// MPI's int counts hold) and returns the previous value. For tests, which
+// must set the same value on every rank while no collective runs.
+int64_t set_chunk_bytes(int64_t bytes);
 
 // The message prefix of a call on this rank: "dist::all_reduce on rank 1 of 2".
 std::string where(int32_t group, const char* what);

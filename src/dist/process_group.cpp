@@ -1,5 +1,6 @@
 // encore::dist::ProcessGroup (include/encore/dist.h): the launcher's
 // environment, the group's calls as kernels, and the capture agreement.
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -32,6 +33,11 @@ absl::Status read_int(const std::function<const char*(const char*)>& getenv, con
         absl::StrFormat("dist::environment: %s=\"%s\" is not a non-negative integer", name, v));
   }
   return absl::OkStatus();
+}
+
+// A timeout the deadline arithmetic can hold (kMaxTimeoutSeconds in encore/dist.h).
+bool valid_timeout(double seconds) {
+  return std::isfinite(seconds) && seconds > 0 && seconds <= kMaxTimeoutSeconds;
 }
 
 // The group capture() asks (NOTE [ Same step on every rank ] in capture/capture.cpp).
@@ -131,14 +137,18 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::create(const Options
   if (!env.ok()) return env.status();
   double timeout = options.timeout_s;
   if (const char* t = std::getenv("ENCORE_DIST_TIMEOUT")) {
-    if (!absl::SimpleAtod(t, &timeout) || !(timeout > 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("dist::ProcessGroup::create: ENCORE_DIST_TIMEOUT=\"%s\" is not a positive number", t));
+    if (!absl::SimpleAtod(t, &timeout) || !valid_timeout(timeout)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "dist::ProcessGroup::create: ENCORE_DIST_TIMEOUT=\"%s\" is not a positive number of seconds of at most "
+          "%g (every wait is bounded)",
+          t, kMaxTimeoutSeconds));
     }
   }
-  if (!(timeout > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("dist::ProcessGroup::create: timeout_s is %g; it must be positive", timeout));
+  if (!valid_timeout(timeout)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "dist::ProcessGroup::create: timeout_s is %g; it must be positive, finite and at most %g s (every wait is "
+        "bounded)",
+        timeout, kMaxTimeoutSeconds));
   }
   absl::StatusOr<int32_t> id = dist_internal::new_group(*env, timeout);
   if (!id.ok()) return id.status();
@@ -184,7 +194,10 @@ Device ProcessGroup::device() const {
 
 double ProcessGroup::timeout_s() const { return dist_internal::group_timeout(id_); }
 void ProcessGroup::set_timeout(double seconds) {
-  ENCORE_CHECK(seconds > 0, "dist::ProcessGroup::set_timeout: %g s; it must be positive", seconds);
+  ENCORE_CHECK(valid_timeout(seconds),
+               "dist::ProcessGroup::set_timeout: %g s; it must be positive, finite and at most %g s (every wait is "
+               "bounded)",
+               seconds, kMaxTimeoutSeconds);
   dist_internal::set_group_timeout(id_, seconds);
 }
 absl::Status ProcessGroup::health() const { return dist_internal::group_health(id_); }

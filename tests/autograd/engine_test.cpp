@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "encore/encore.h"
+#include "src/autograd/backward_observer.h"
 #include "tests/test_util.h"
 
 namespace encore {
@@ -304,6 +305,51 @@ TEST(EngineTest, PostAccumulateHooksMayRemoveAndAddHooksWhileRunning) {
   EXPECT_EQ(b, 2);
   EXPECT_EQ(c, 0);
   EXPECT_EQ(late, 1);
+}
+
+// NOTE [ Backward observers ] (src/autograd/backward_observer.h): each
+// outermost backward is seen as kBegin ... kEnd, or kAbort when it throws;
+// a backward started from a hook inside it is not reported; an observer's
+// error from kEnd is the backward's.
+TEST(EngineTest, BackwardObserversSeeEachOutermostBackward) {
+  using autograd::BackwardEvent;
+  Tensor w = vec({1, 2, 3}).requires_grad_();
+  std::vector<std::string> events;
+  bool throw_at_end = false;
+  const int64_t id = autograd::add_backward_observer([&](BackwardEvent e) {
+    events.push_back(e == BackwardEvent::kBegin ? "begin" : e == BackwardEvent::kEnd ? "end" : "abort");
+    if (e == BackwardEvent::kEnd && throw_at_end) throw_error(absl::StatusCode::kFailedPrecondition, "observed");
+  });
+  bool nested = false;
+  const int64_t hook = autograd::register_post_accumulate_hook(w, [&](const Tensor& leaf) {
+    events.push_back("hook");
+    if (nested) return;
+    nested = true;
+    GradMode::set_enabled(true);   // hooks run with grad mode off
+    Tensor again = (leaf * 2.0).sum();
+    GradMode::set_enabled(false);
+    again.backward();   // inside the outer backward: not reported
+  });
+  (w * 3.0).sum().backward();
+  EXPECT_EQ(events, (std::vector<std::string>{"begin", "hook", "hook", "end"}));
+  events.clear();
+  Tensor x = vec({1, 1, 1});
+  Tensor loss = (w * x).sum();
+  {
+    NoGradGuard no_grad;
+    x.add_(vec({1, 1, 1}));   // a saved tensor changed: the backward throws
+  }
+  expect_error([&] { loss.backward(); }, absl::StatusCode::kFailedPrecondition, {"modified in place"});
+  EXPECT_EQ(events, (std::vector<std::string>{"begin", "abort"}));
+  events.clear();
+  throw_at_end = true;
+  expect_error([&] { (w * 3.0).sum().backward(); }, absl::StatusCode::kFailedPrecondition, {"observed"});
+  EXPECT_EQ(events, (std::vector<std::string>{"begin", "hook", "end"}));   // no abort after end
+  autograd::remove_backward_observer(id);
+  autograd::remove_post_accumulate_hook(w, hook);
+  events.clear();
+  (w * 3.0).sum().backward();
+  EXPECT_TRUE(events.empty());
 }
 
 }  // namespace

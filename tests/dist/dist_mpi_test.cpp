@@ -15,6 +15,7 @@
 #include "encore/dist.h"
 #include "encore/encore.h"
 #include "encore/graphed.h"
+#include "src/dist/engine.h"
 #include "tests/dist/dist_test_util.h"
 #include "tests/test_util.h"
 
@@ -95,6 +96,56 @@ TEST(DistMpiTest, BroadcastFromEveryRootAndBarrier) {
     EXPECT_EQ(b.to(kFloat32).to_vector<float>(), (std::vector<float>{1.0f * root, 7.0f}));
   }
   world()->barrier();
+}
+
+// MPI counts are ints: a broadcast of more than 2^31 bytes must still move
+// every byte (it failed with MPI_ERR_COUNT, and one of 4 GiB or more moved
+// only the bytes mod 2^32). The tensors come from empty(), so only the pages
+// written are committed: rank 0 touches a few, the receiver all 2 GiB.
+TEST(DistMpiTest, BroadcastsMoreThanTwoGibibytes) {
+  NEED_TWO_RANKS();
+  const int64_t n = (int64_t{1} << 29) + 1;   // float32: 2^31 + 4 bytes
+  const std::vector<int64_t> probes = {0, 1, n / 2, n - 2, n - 1};
+  Tensor t = empty({n});
+  float* p = static_cast<float*>(t.data_ptr());
+  for (int64_t i : probes) p[i] = world()->rank() == 0 ? 7.0f + static_cast<float>(i % 5) : -1.0f;
+  world()->broadcast(t, 0);
+  for (int64_t i : probes) EXPECT_EQ(p[i], 7.0f + static_cast<float>(i % 5)) << "element " << i;
+}
+
+// The chunks of a collective larger than the chunk size (lowered here to a
+// few bytes, on every rank alike) cover it exactly, for each dtype; an
+// average divides each chunk once.
+TEST(DistMpiTest, CollectivesLargerThanAChunkGoInChunks) {
+  NEED_TWO_RANKS();
+  const int r = world()->rank(), n = world()->world_size();
+  const int64_t saved = dist_internal::set_chunk_bytes(12);   // 3 floats, 1 int64
+  const int64_t calls = dist_internal::engine_times().mpi_calls;
+  std::vector<float> fv(10), fsum(10), favg(10);
+  for (int i = 0; i < 10; ++i) {
+    fv[i] = static_cast<float>(i * 10 + r);
+    for (int k = 0; k < n; ++k) fsum[i] += static_cast<float>(i * 10 + k);
+  }
+  for (int i = 0; i < 10; ++i) {
+    for (int k = 0; k < n; ++k) favg[i] += fsum[i] + static_cast<float>(k);
+    favg[i] /= static_cast<float>(n);
+  }
+  Tensor f = from_vector<float>(fv);
+  world()->all_reduce(f);   // chunks of 3, 3, 3, 1
+  EXPECT_EQ(f.to_vector<float>(), fsum);
+  f.add_(full({10}, static_cast<double>(r)));
+  world()->all_reduce(f, dist::ReduceOp::kAverage);
+  EXPECT_EQ(f.to_vector<float>(), favg);
+  Tensor i64 = from_vector<int64_t>({1, 2, 3, 4, 5, 6, int64_t{1} << 40});
+  world()->all_reduce(i64);   // 7 chunks of one
+  EXPECT_EQ(i64.to_vector<int64_t>(), (std::vector<int64_t>{2, 4, 6, 8, 10, 12, int64_t{1} << 41}));
+  Tensor b = (from_vector<float>({0, 1, 2, 3, 4, 5, 6}) + static_cast<double>(r)).to(kBFloat16);   // chunks of 6
+  world()->broadcast(b, 1);
+  EXPECT_EQ(b.to(kFloat32).to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(dist_internal::engine_times().mpi_calls - calls, 4 + 4 + 7 + 2) << "not chunked as expected";
+  dist_internal::set_chunk_bytes(saved);
+  Tensor empty_one = zeros({0});
+  world()->all_reduce(empty_one);   // nothing to move: no chunk at all, on every rank
 }
 
 TEST(DistMpiTest, RefusesWhatMpiCannotCarry) {
@@ -318,6 +369,52 @@ TEST(DistMpiTest, CaptureRefusedOnOneRankIsReportedOnTheOthers) {
   expect_same_on_every_rank(rig->state_hash(), "state after the refused capture");
 }
 
+// A synchronized backward that throws midway (here: its saved input was
+// changed in place), caught on every rank and the batch skipped, leaves no
+// trace: the next backwards average every gradient, the ranks stay
+// bit-identical, and finish() after them is the no-op it should be. With a
+// bucket per parameter (two all-reduces already started when it threw) and
+// with one bucket (counted halfway).
+TEST(DistMpiTest, DdpRecoversFromABackwardThatThrewOnEveryRank) {
+  NEED_TWO_RANKS();
+  const int r = world()->rank(), n = world()->world_size();
+  for (int64_t cap : {int64_t{16}, int64_t{25} << 20}) {
+    manual_seed(3);
+    nn::Sequential net(std::make_unique<nn::Linear>(4, 3), std::make_unique<nn::Linear>(3, 2));
+    manual_seed(3);
+    nn::Sequential ref(std::make_unique<nn::Linear>(4, 3), std::make_unique<nn::Linear>(3, 2));   // no wrapper
+    dist::DistributedDataParallel ddp(net, world(), {.bucket_cap_bytes = cap});
+    {
+      Tensor x = full({2, 4}, 1.0 + r);
+      Tensor loss = sum(net.forward(x));
+      {
+        NoGradGuard no_grad;
+        x.add_(ones({2, 4}));   // the first layer's saved input changed: its backward throws
+      }
+      EXPECT_FALSE(status_of([&] { loss.backward(); }).ok());   // caught: the batch is skipped
+    }
+    for (int step = 0; step < 3; ++step) {
+      for (const Tensor& p : net.parameters()) autograd::zero_grad(p);
+      sum(net.forward(full({2, 4}, 1.0 + r + step))).backward();
+      const absl::Status finished = status_of([&] { ddp.finish(); });
+      EXPECT_TRUE(finished.ok()) << finished;
+      // The average over the ranks of each rank's own gradient, computed without the wrapper.
+      for (const Tensor& p : ref.parameters()) autograd::zero_grad(p);
+      for (int k = 0; k < n; ++k) sum(ref.forward(full({2, 4}, 1.0 + k + step))).backward();
+      const std::vector<Tensor> got = net.parameters(), want = ref.parameters();
+      for (size_t i = 0; i < got.size(); ++i) {
+        std::vector<double> mean = testing::values(want[i].grad());
+        for (double& v : mean) v /= n;
+        testing::expect_near(got[i].grad(), mean, 1e-5, 1e-5);
+      }
+      std::vector<Tensor> grads;
+      for (const Tensor& p : got) grads.push_back(p.grad());
+      expect_same_on_every_rank(testing::bits_hash(grads), "gradients after a caught failing backward");
+    }
+    EXPECT_EQ(ddp.counters().aborted_backwards, 1);
+  }
+}
+
 // Gradient accumulation: inside no_sync() nothing is sent; the next backward
 // averages the sum of all micro-batches.
 TEST(DistMpiTest, NoSyncAccumulatesThenAveragesTheSum) {
@@ -351,7 +448,10 @@ TEST(DistMpiTest, NoSyncAccumulatesThenAveragesTheSum) {
 // A rank that throws before a collective (and so never joins it) makes the
 // other fail within its timeout, with a message naming the call and the
 // rank; the group then refuses further calls at once. The late rank joins
-// afterwards so that the abandoned request completes.
+// afterwards so that the abandoned request completes: into encore's own
+// buffer, never into the tensor, which keeps what it held (encore/dist.h).
+// Before, the late peer's data landed in the tensor, or in whatever tensor
+// had reused its memory once the caller freed it.
 TEST(DistMpiTest, AMissingPeerFailsTheOthersWithinTheTimeout) {
   NEED_TWO_RANKS();
   absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> made = dist::ProcessGroup::create({.timeout_s = 1.0});
@@ -375,7 +475,16 @@ TEST(DistMpiTest, AMissingPeerFailsTheOthersWithinTheTimeout) {
     EXPECT_FALSE(g->health().ok());
     expect_error([&] { g->barrier(); }, absl::StatusCode::kDeadlineExceeded, {"dist::barrier", "failed earlier"});
   }
-  world()->barrier();   // the world group is unaffected
+  world()->barrier();   // the world group is unaffected; rank 1's late all-reduce is done
+  if (g->rank() == 0) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (dist_internal::abandoned_requests() > 0 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(dist_internal::abandoned_requests(), 0) << "the abandoned request never completed";
+    const std::vector<float> after = t.to_vector<float>();
+    EXPECT_EQ(after, std::vector<float>(16, 1.0f)) << "written after the call failed: t[0] = " << after[0];
+  }
 }
 
 // Checkpoints: rank 0 writes (atomically), every rank loads the same state.

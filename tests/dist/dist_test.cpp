@@ -4,10 +4,12 @@
 // its refusals. The multi-process cases are dist_mpi_test.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "capture/graph_impl.h"
 #include "encore/capture.h"
 #include "encore/dist.h"
@@ -81,6 +83,36 @@ TEST(DistEnvironmentTest, RefusesMalformedValues) {
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ((*g)->timeout_s(), 2.5);
   expect_error([&] { (*g)->set_timeout(-1); }, absl::StatusCode::kInvalidArgument, {"set_timeout", "positive"});
+}
+
+// "Never hang": an infinite or absurd timeout would overflow the deadline's
+// clock arithmetic (a deadline in the past, a rank spinning forever), so the
+// three ways of setting one refuse it.
+TEST(DistEnvironmentTest, RefusesInfiniteAndHugeTimeouts) {
+  for (double bad : std::vector<double>{INFINITY, -INFINITY, NAN, 1e300, 2e7}) {
+    absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create({.timeout_s = bad});
+    ASSERT_FALSE(g.ok()) << bad;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(g.status().message().find("timeout_s is"), std::string::npos) << g.status();
+    EXPECT_NE(g.status().message().find("at most 1e+07"), std::string::npos) << g.status();
+  }
+  for (const char* bad : {"inf", "infinity", "nan", "1e300", "2e7"}) {
+    setenv("ENCORE_DIST_TIMEOUT", bad, 1);
+    absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create();
+    unsetenv("ENCORE_DIST_TIMEOUT");
+    ASSERT_FALSE(g.ok()) << bad;
+    EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(g.status().message().find(absl::StrCat("ENCORE_DIST_TIMEOUT=\"", bad, "\"")), std::string::npos)
+        << g.status();
+  }
+  absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create({.timeout_s = 1e7});
+  ASSERT_TRUE(g.ok()) << g.status();   // the largest accepted
+  for (double bad : std::vector<double>{INFINITY, NAN, 1e300, 2e7}) {
+    expect_error([&] { (*g)->set_timeout(bad); }, absl::StatusCode::kInvalidArgument,
+                 {"set_timeout", "at most 1e+07"});
+  }
+  EXPECT_EQ((*g)->timeout_s(), 1e7);   // unchanged by the refused calls
+  (*g)->barrier();                     // and still bounded: returns at once in a world of one
 }
 
 std::shared_ptr<dist::ProcessGroup> one() {
@@ -167,16 +199,98 @@ struct TwoParams : nn::Module {
   Tensor a, b;
 };
 
-TEST(DistOneProcessTest, FinishNamesAParameterWithoutGradient) {
+// A backward that leaves a parameter without gradient is refused at its
+// end, naming the parameter, so that no optimizer step uses gradients that
+// were never averaged (whether or not the loop calls finish()).
+TEST(DistOneProcessTest, BackwardNamesAParameterWithoutGradient) {
   TwoParams m;
   dist::DistributedDataParallel ddp(m, one(), {.bucket_cap_bytes = 12});   // one bucket each
-  (m.a * 2.0).sum().backward();                                           // b takes no part
-  expect_error([&] { ddp.finish(); }, absl::StatusCode::kFailedPrecondition,
-               {"DistributedDataParallel::finish on rank 0", "1 of the 2", "'b' got none"});
+  expect_error([&] { (m.a * 2.0).sum().backward(); }, absl::StatusCode::kFailedPrecondition,   // b takes no part
+               {"DistributedDataParallel on rank 0", "1 of the 2", "'b' got none"});
   ddp.finish();   // the failed backward was cleared: nothing in flight
   ((m.a + m.b) * 2.0).sum().backward();   // a full backward works again
   ddp.finish();
   EXPECT_EQ(m.b.grad().to_vector<float>(), (std::vector<float>{2, 2, 2}));
+}
+
+// A synchronized backward that throws midway leaves its buckets half
+// counted; the next backward starts afresh (launching each bucket when its
+// last gradient arrives, as in a clean run), and finish() after it is a
+// no-op. finish() called right after the failed one says it failed.
+TEST(DistOneProcessTest, DdpStartsAfreshAfterABackwardThatThrew) {
+  nn::Sequential net(std::make_unique<nn::Linear>(4, 3), std::make_unique<nn::Linear>(3, 2));
+  dist::DistributedDataParallel ddp(net, one(), {.bucket_cap_bytes = 16});   // a bucket per parameter
+  ASSERT_EQ(ddp.bucket_parameters().size(), 4u);
+  auto good = [&] { sum(net.forward(full({2, 4}, 1.0))).backward(); };
+  auto failing = [&] {
+    Tensor x = full({2, 4}, 1.0);
+    Tensor loss = sum(net.forward(x));
+    {
+      NoGradGuard no_grad;
+      x.add_(ones({2, 4}));   // the first layer's saved input changed: its backward throws
+    }
+    EXPECT_FALSE(status_of([&] { loss.backward(); }).ok());
+  };
+  good();
+  const std::vector<int64_t> clean = ddp.counters().remaining_at_launch;
+  ASSERT_EQ(clean.size(), 4u);
+  failing();   // the second layer's two gradients came, the first layer's did not
+  expect_error([&] { ddp.finish(); }, absl::StatusCode::kFailedPrecondition,
+               {"DistributedDataParallel::finish on rank 0", "the last synchronized backward threw",
+                "after 2 of the 4 parameter gradients"});
+  ddp.finish();   // cleared: a no-op
+  for (int i = 0; i < 3; ++i) {
+    failing();    // this time nobody calls finish(): the next backward cleans up
+    const int64_t launched = ddp.counters().launched;
+    good();
+    EXPECT_EQ(ddp.counters().launched - launched, 4) << "a launch per bucket";
+    EXPECT_EQ(ddp.counters().remaining_at_launch, clean) << "buckets launched out of step";
+    ddp.finish();   // a no-op after a backward that completed
+  }
+  EXPECT_EQ(ddp.counters().aborted_backwards, 4);
+}
+
+// MPI reduces float32 only on the CPU: a half-precision parameter that
+// requires grad is refused when the wrapper is made, naming it, rather than
+// inside the first backward (even with one process, so that a program tried
+// alone does not fail only once it runs on several).
+TEST(DistOneProcessTest, DdpRefusesHalfPrecisionCpuParameters) {
+  for (DType dtype : {kBFloat16, kFloat16}) {
+    nn::Sequential net(std::make_unique<nn::Linear>(4, 3), std::make_unique<nn::Linear>(3, 2));
+    net.to(dtype);
+    expect_error([&] { dist::DistributedDataParallel ddp(net, one()); }, absl::StatusCode::kInvalidArgument,
+                 {"DistributedDataParallel on rank 0", "parameter '0.weight'", std::string(dtype_name(dtype)),
+                  "float32"});
+  }
+  // A frozen half-precision parameter takes no part in the all-reduce: accepted.
+  struct WithFrozenHalf : nn::Module {
+    WithFrozenHalf() {
+      w = register_parameter("w", ones({3}));
+      frozen = register_parameter("frozen", ones({3}).to(kBFloat16));
+      frozen.requires_grad_(false);
+    }
+    Tensor w, frozen;
+  } m;
+  dist::DistributedDataParallel ddp(m, one());
+  EXPECT_EQ(ddp.bucket_parameters(), (std::vector<std::vector<int64_t>>{{0}}));
+}
+
+// A gradient that reaches a parameter twice in one synchronized backward (a
+// backward started from a hook inside another) is the user's error, named.
+TEST(DistOneProcessTest, DdpNamesAParameterThatGetsTwoGradientsInOneBackward) {
+  TwoParams m;
+  bool nested = false;
+  autograd::register_post_accumulate_hook(m.a, [&](const Tensor& a) {   // runs before the wrapper's hook
+    if (nested) return;
+    nested = true;
+    GradMode::set_enabled(true);   // hooks run with grad mode off
+    Tensor again = (a * 3.0).sum();
+    GradMode::set_enabled(false);
+    again.backward();   // a second backward from inside the first one
+  });
+  dist::DistributedDataParallel ddp(m, one());
+  expect_error([&] { (m.a * 2.0).sum().backward(); }, absl::StatusCode::kFailedPrecondition,
+               {"DistributedDataParallel on rank 0", "'a' received a second gradient in one synchronized backward"});
 }
 
 }  // namespace
