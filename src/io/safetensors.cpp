@@ -665,13 +665,26 @@ absl::StatusOr<NamedTensors> read_tensors(const Where& w, const OpenFile& f, con
   return out;
 }
 
-absl::StatusOr<NamedTensors> load(const Where& w) {
+// A file opened for reading and its header, read and validated once: every
+// reader starts here (after removing a crashed save's leftovers).
+struct ReadFile {
+  OpenFile file;
+  Header header;
+};
+
+absl::StatusOr<ReadFile> open_with_header(const Where& w) {
   remove_stale_temporaries(w.path);
   absl::StatusOr<OpenFile> f = open_for_reading(w);
   if (!f.ok()) return f.status();
   absl::StatusOr<Header> h = read_header(w, *f);
   if (!h.ok()) return h.status();
-  return read_tensors(w, *f, *h);
+  return ReadFile{*std::move(f), *std::move(h)};
+}
+
+absl::StatusOr<NamedTensors> load(const Where& w) {
+  absl::StatusOr<ReadFile> r = open_with_header(w);
+  if (!r.ok()) return r.status();
+  return read_tensors(w, r->file, r->header);
 }
 
 // Names must be non-empty, unique, not the metadata key, and name a tensor.
@@ -943,10 +956,9 @@ absl::Status load_from(const Where& w, const OpenFile& f, const Header& h, const
 
 // The validated header of w.path, for the functions that read nothing else.
 absl::StatusOr<Header> header_only(const Where& w) {
-  remove_stale_temporaries(w.path);
-  absl::StatusOr<OpenFile> f = open_for_reading(w);
-  if (!f.ok()) return f.status();
-  return read_header(w, *f);
+  absl::StatusOr<ReadFile> r = open_with_header(w);
+  if (!r.ok()) return r.status();
+  return std::move(r->header);
 }
 
 }  // namespace
@@ -966,19 +978,14 @@ void sync_parent_directory(const std::string& path) {
 struct SafetensorsFile::State {
   const char* op;
   std::string path;
-  OpenFile file;
-  Header header;
+  ReadFile read;
   Where where() const { return Where{op, path, /*read_f64=*/true}; }
 };
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::open(const char* op, const std::string& path) {
-  const Where w{op, path, /*read_f64=*/true};
-  remove_stale_temporaries(path);
-  absl::StatusOr<OpenFile> f = open_for_reading(w);
-  if (!f.ok()) return f.status();
-  absl::StatusOr<Header> h = read_header(w, *f);
-  if (!h.ok()) return h.status();
-  return SafetensorsFile(std::make_unique<State>(State{op, path, *std::move(f), *std::move(h)}));
+  absl::StatusOr<ReadFile> r = open_with_header(Where{op, path, /*read_f64=*/true});
+  if (!r.ok()) return r.status();
+  return SafetensorsFile(std::make_unique<State>(State{op, path, *std::move(r)}));
 }
 
 SafetensorsFile::SafetensorsFile(std::unique_ptr<State> state) : state_(std::move(state)) {}
@@ -986,18 +993,18 @@ SafetensorsFile::SafetensorsFile(SafetensorsFile&&) noexcept = default;
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) noexcept = default;
 SafetensorsFile::~SafetensorsFile() = default;
 
-const std::map<std::string, std::string>& SafetensorsFile::metadata() const { return state_->header.metadata; }
+const std::map<std::string, std::string>& SafetensorsFile::metadata() const { return state_->read.header.metadata; }
 
 std::vector<std::pair<std::string, Shape>> SafetensorsFile::shapes() const {
   std::vector<std::pair<std::string, Shape>> out;
-  out.reserve(state_->header.entries.size());
-  for (const Entry& e : state_->header.entries) out.emplace_back(e.name, e.shape);
+  out.reserve(state_->read.header.entries.size());
+  for (const Entry& e : state_->read.header.entries) out.emplace_back(e.name, e.shape);
   return out;
 }
 
 absl::Status SafetensorsFile::load_into(const NamedTensors& targets, const LoadOptions& options,
                                         LoadReport* report) const {
-  return load_from(state_->where(), state_->file, state_->header, targets, options, report);
+  return load_from(state_->where(), state_->read.file, state_->read.header, targets, options, report);
 }
 
 StagedFile::StagedFile(const char* op, std::string path, std::string tmp)
@@ -1078,12 +1085,9 @@ absl::Status load_into(const std::string& path, const NamedTensors& targets, con
   const Where w{"load_into", path, options.convert_dtypes};
   absl::Status s = check_names(w, targets);   // before the file is touched
   if (!s.ok()) return s;
-  remove_stale_temporaries(path);
-  absl::StatusOr<OpenFile> f = open_for_reading(w);
-  if (!f.ok()) return f.status();
-  absl::StatusOr<Header> h = read_header(w, *f);
-  if (!h.ok()) return h.status();
-  return load_from(w, *f, *h, targets, options, report);
+  absl::StatusOr<ReadFile> r = open_with_header(w);
+  if (!r.ok()) return r.status();
+  return load_from(w, r->file, r->header, targets, options, report);
 }
 
 }  // namespace encore
