@@ -4,8 +4,8 @@
 // their elementwise core (src/backends/kernels.h, loss section) with its
 // backward beside it, and compose the weight and the reduction around it,
 // so each backward is the chain of those ops. f16/bf16 round once:
-// binary_cross_entropy_with_logits runs on f32 upcasts, nll_loss reduces
-// in f32 (NOTE [ nll_loss in f16/bf16 ]).
+// mse_loss and binary_cross_entropy_with_logits run on f32 upcasts,
+// nll_loss reduces in f32 (NOTE [ nll_loss in f16/bf16 ]).
 #include <vector>
 
 #include "encore/ops.h"
