@@ -26,6 +26,19 @@ std::vector<Tensor> detached(std::vector<Tensor> outs) {
   return outs;
 }
 
+// A fresh handle on `like`'s elements in `storage` (same offset, shape,
+// strides and dtype).
+Tensor view_on(const Ref<Storage>& storage, const Tensor& like) {
+  auto impl = make_ref<TensorImpl>();
+  impl->storage = storage;
+  impl->offset = like.storage_offset();
+  impl->shape = like.shape();
+  impl->strides = like.strides();
+  impl->dtype = like.dtype();
+  impl->compute_contiguous();
+  return Tensor(std::move(impl));
+}
+
 int64_t bytes_of(const std::vector<Tensor>& ts) {
   int64_t n = 0;
   for (const Tensor& t : ts) n += t.storage()->nbytes();
@@ -63,6 +76,12 @@ struct GraphedStep::Impl {
     std::vector<size_t> written;                      // static inputs the step writes in place
     int64_t last_used = 0;
     int64_t replays = 0;
+    // NOTE [ Outputs the caller keeps ]: what the last replay handed out
+    // (fresh handles on the graph's output region), and the region's
+    // reference count just after, to tell at the next replay whether the
+    // caller still holds them or views of them.
+    std::vector<Tensor> returned;
+    int32_t region_refs = 0;
     int64_t held_bytes() const {
       return bytes_of(static_inputs) + (graph ? graph->internals().stats.output_bytes : 0);
     }
@@ -138,6 +157,7 @@ struct GraphedStep::Impl {
   // Forgets e's graph: its signature starts over at its next call.
   void release(Entry& e) {
     e.graph.reset();
+    e.returned.clear();
     e.recorded.reset();
     e.static_inputs.clear();
     e.calls = 0;
@@ -201,6 +221,7 @@ struct GraphedStep::Impl {
       if (!s.ok()) {
         e.eager_only = true;
         e.graph.reset();
+        e.returned.clear();
         e.static_inputs.clear();
         fallback(e.signature, absl::StrCat("moving its graph into the shared arena failed: ", s.message()));
         return eager(inputs);
@@ -209,6 +230,7 @@ struct GraphedStep::Impl {
       ++stats.recaptures;
       if (g.internals().stats.updated) ++stats.updates;
     }
+    keep_held_outputs(e);
     absl::Status s = g.replay();
     if (s.code() == absl::StatusCode::kFailedPrecondition) {   // nothing ran
       fallback(e.signature, absl::StrCat("replay refused: ", s.message()));
@@ -218,9 +240,47 @@ struct GraphedStep::Impl {
     copy_back(e, inputs);
     ++stats.replays;
     ++e.replays;
-    std::vector<Tensor> outs;
-    for (size_t i = 0; i < g.num_outputs(); ++i) outs.push_back(g.output(i));
-    return outs;
+    return hand_out(e);
+  }
+
+  // The replay's outputs as the caller gets them: fresh handles on the
+  // output region (a persistent tensor the step returned, as it is).
+  std::vector<Tensor> hand_out(Entry& e) {
+    Graph::Impl& g = e.graph->internals();
+    e.returned.clear();
+    for (const Tensor& t : g.outputs) {
+      e.returned.push_back(g.output_arena && t.storage() == g.output_arena.get() ? view_on(g.output_arena, t) : t);
+    }
+    e.region_refs = g.output_arena ? g.output_arena->use_count() : 0;
+    return e.returned;
+  }
+
+  // NOTE [ Outputs the caller keeps ]: an eager call returns new tensors,
+  // so what a caller keeps from one call (losses gathered for a mean) must
+  // not change at the next. A replay writes its outputs where the graph was
+  // captured to, so before it runs, if the caller still holds the last
+  // replay's outputs (or views of them), their bytes go to a new block and
+  // the two storages exchange memory: the caller's handles read the copy,
+  // the graph keeps its address. A caller that holds nothing costs nothing.
+  void keep_held_outputs(Entry& e) {
+    Graph::Impl& g = e.graph->internals();
+    if (e.returned.empty() || !g.output_arena) return;
+    bool held = g.output_arena->use_count() > e.region_refs;   // a view made from an output
+    for (const Tensor& t : e.returned) held = held || (t.storage() == g.output_arena.get() && t.impl()->use_count() > 1);
+    e.returned.clear();
+    if (!held) return;
+    Ref<Storage> fresh = Storage::allocate(g.output_arena->nbytes(), g.output_arena->device());
+    for (const Tensor& t : g.outputs) {
+      if (t.storage() != g.output_arena.get()) continue;
+      Tensor copy = view_on(fresh, t);
+      copy.copy_(t);
+    }
+    g.output_arena->exchange_memory(*fresh);
+    for (Tensor& t : g.outputs) {
+      if (t.storage() == g.output_arena.get()) t = view_on(fresh, t);
+    }
+    g.output_arena = std::move(fresh);
+    ++stats.kept_outputs;
   }
 
   std::vector<Tensor> call(const std::vector<Tensor>& inputs, const std::string& key) {

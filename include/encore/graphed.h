@@ -35,9 +35,12 @@
 //
 // Memory: every graph of the object places its temporaries (workspaces
 // included) in one shared arena, as large as the largest graph needs; a
-// graph's outputs live in a small region of their own. So a returned output
-// stays valid until the next call with the same signature, even when other
-// signatures replay in between. When a graph needs a larger arena than the
+// graph's outputs live in a small region of their own, so other signatures'
+// replays never touch them. Returned outputs keep their values as an eager
+// call's would, however long the caller keeps them: a replay whose
+// previous outputs (or views of them) the caller still holds first moves
+// those to a copy of their own (stats().kept_outputs counts it; a caller that
+// reads the loss and drops it pays nothing). When a graph needs a larger arena than the
 // shared one, a larger one is made and the older graphs move into it at
 // their next call (a capture run, counted in stats().recaptures).
 //
@@ -120,6 +123,10 @@ struct GraphedStats {
   int64_t eager_calls = 0;        // warm-up calls (eager, the last one recorded)
   int64_t eager_fallbacks = 0;    // calls run eagerly for a reason (see GraphedStep::last_fallback)
   int64_t released = 0;           // graphs released for max_bytes
+  // Replays before which the caller still held the last replay's outputs
+  // (or views of them), which then moved to a copy of their own: one
+  // allocation and a copy of the outputs' bytes each.
+  int64_t kept_outputs = 0;
   int64_t arena_bytes = 0;        // the shared arena now
   int64_t largest_arena_bytes = 0;   // the largest single graph's arena need among those held
   int64_t output_bytes = 0;       // the graphs' output regions, summed
@@ -147,9 +154,10 @@ class GraphedStep {
   GraphedStep(const GraphedStep&) = delete;
   GraphedStep& operator=(const GraphedStep&) = delete;
 
-  // One training step on `inputs`. For a replay, the outputs are views of
-  // the graph's output region, valid (holding this call's values) until the
-  // next call with the same signature.
+  // One training step on `inputs`. Its outputs keep this call's values for
+  // as long as the caller holds them (a replay's are handles on the graph's
+  // output region until the next replay of the signature moves them to a
+  // copy: NOTE [ Outputs the caller keeps ] in capture/graphed.cpp).
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, const std::string& key = "");
 
   const GraphedStats& stats() const;

@@ -62,6 +62,12 @@ class Storage : public RefCounted {
   void bump_grad_flag_version() { ++grad_flag_version_; }
   // Unique for the life of the process (never reused, unlike addresses).
   uint64_t id() const { return id_; }
+  // Exchanges the memory blocks of two storages of the same size and device,
+  // each with the allocator it goes back to; ids, versions and flags stay
+  // with the objects. Every view of `*this` then reads `other`'s bytes and
+  // the reverse. For GraphedStep: an output the caller still holds moves to
+  // a copy while the graph's kernels keep writing the address they captured.
+  void exchange_memory(Storage& other);
 
  private:
   Storage(void* data, int64_t nbytes, Device device, Allocator* allocator);

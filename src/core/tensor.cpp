@@ -2,6 +2,7 @@
 // autograd accessors in src/autograd/.
 #include <algorithm>
 #include <atomic>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_join.h"
@@ -89,6 +90,14 @@ Ref<Storage> Storage::allocate(int64_t nbytes, Device device) {
   Ref<Storage> storage(new Storage(a.allocate(nbytes), nbytes, device, &a));
   observe_allocate(*storage);   // the thread's step observer, if any (src/core/step_observer.h)
   return storage;
+}
+
+void Storage::exchange_memory(Storage& other) {
+  ENCORE_CHECK(nbytes_ == other.nbytes_ && device_ == other.device_,
+               "Storage::exchange_memory: storages of %d bytes on %s and %d bytes on %s (need one size and device)",
+               nbytes_, device_.str(), other.nbytes_, other.device_.str());
+  std::swap(data_, other.data_);
+  std::swap(allocator_, other.allocator_);
 }
 
 Storage::~Storage() {

@@ -262,6 +262,49 @@ TEST(GraphedStepTest, AnOutputStaysValidWhileOtherSignaturesReplay) {
   EXPECT_EQ(step.stats().replays, 2 + 2);
 }
 
+// NOTE [ Outputs the caller keeps ] (capture/graphed.cpp): losses gathered
+// over calls, as handles and as views of them, keep each call's value as
+// eager calls' would; a caller that drops them costs no copy.
+void expect_kept_outputs_hold_their_values(Device dev) {
+  Trainer eager(dev), graphed(dev);
+  GraphedStep step([&](const std::vector<Tensor>& in) { return graphed.train(in); });
+  std::vector<Tensor> want, kept, kept_views;
+  Tensor last;   // the common loop: `last = step(in)[0]` holds the previous one during the call
+  for (int i = 0; i < 12; ++i) {
+    const std::vector<Tensor> in = batch(4, i, dev);
+    want.push_back(eager.train(in)[0]);
+    last = step(in)[0];
+    if (i % 2 == 0) kept.push_back(last);
+    if (i % 3 == 0) kept_views.push_back(last.reshape({1}));
+  }
+  ASSERT_EQ(step.stats().replays, 12 - 2);
+  for (int i = 0, k = 0, v = 0; i < 12; ++i) {
+    if (i % 2 == 0) {
+      EXPECT_EQ(bits(kept[k++]), bits(want[i])) << "call " << i << ": a kept loss changed";
+    }
+    if (i % 3 == 0) {
+      EXPECT_EQ(bits(kept_views[v++]), bits(want[i].reshape({1}))) << "call " << i << ": a kept view changed";
+    }
+  }
+  EXPECT_EQ(step.stats().kept_outputs, 12 - 2 - 1) << "every replay but the first found its previous loss held";
+  last = Tensor();
+  kept.clear();
+  kept_views.clear();
+  std::vector<std::vector<Tensor>> batches;
+  for (int i = 0; i < 5; ++i) batches.push_back(batch(4, 20 + i, dev));
+  const int64_t before = allocator_stats(dev).allocations;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(step(batches[i])[0].numel(), 1);
+  EXPECT_EQ(step.stats().kept_outputs, 12 - 3) << "nothing held: no copy";
+  EXPECT_EQ(allocator_stats(dev).allocations, before) << "a replay whose outputs were dropped allocates nothing";
+}
+
+TEST(GraphedStepTest, OutputsTheCallerKeepsHoldTheirCallsValues) { expect_kept_outputs_hold_their_values(kCPU); }
+
+TEST(GraphedStepTest, CudaOutputsTheCallerKeepsHoldTheirCallsValues) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  expect_kept_outputs_hold_their_values(Device::cuda(0));
+}
+
 TEST(GraphedStepTest, SignaturesPastTheGraphLimitRunEagerlyAndAreCounted) {
   GraphedStats s;
   expect_graphed_matches_eager({4, 8, 12}, 40, {.max_graphs = 2, .log = false}, kCPU, &s);

@@ -139,5 +139,31 @@ TEST(TensorTest, TensorsOutlivingTheirThreadsObjectCachesAreFreedSafely) {
   EXPECT_EQ(kept_until_exit.to_vector<float>(), std::vector<float>(16, 3.0f));
 }
 
+TEST(TensorTest, ExchangeMemoryMovesTheBytesAndKeepsIdentities) {
+  Tensor a = from_vector<float>({1, 2, 3, 4}, {4});
+  Tensor b = from_vector<float>({5, 6, 7, 8}, {4});
+  Tensor a_view = a.slice(0, 1, 3);   // a view shares a's Storage object
+  const uint64_t a_id = a.storage()->id(), b_id = b.storage()->id();
+  void* const a_data = a.storage()->data();
+  b.add_(ones({4}));   // bumps b's version
+  const uint32_t a_version = a.version(), b_version = b.version();
+  a.storage()->exchange_memory(*b.storage());
+  EXPECT_EQ(a.to_vector<float>(), (std::vector<float>{6, 7, 8, 9}));
+  EXPECT_EQ(a_view.to_vector<float>(), (std::vector<float>{7, 8}));
+  EXPECT_EQ(b.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(b.storage()->data(), a_data);
+  EXPECT_EQ(a.storage()->id(), a_id);
+  EXPECT_EQ(b.storage()->id(), b_id);
+  EXPECT_EQ(a.version(), a_version);
+  EXPECT_EQ(b.version(), b_version);
+}
+
+TEST(TensorTest, ExchangeMemoryRefusesStoragesOfAnotherSize) {
+  Tensor a = zeros({4}), b = zeros({5});
+  expect_error([&] { a.storage()->exchange_memory(*b.storage()); }, absl::StatusCode::kInvalidArgument,
+               {"exchange_memory", "16 bytes", "20 bytes", "need one size and device"});
+  EXPECT_EQ(a.numel(), 4);
+}
+
 }  // namespace
 }  // namespace encore
