@@ -23,7 +23,7 @@ void copy(const Tensor& dst, const Tensor& src) {
       .launch(kernels_for(dst.device()).copy->copy, "copy", args, {src.storage()}, {dst.storage()});
 }
 
-void arange(const Tensor& out, double start, double step) {
+void arange(const Tensor& out, int64_t start, int64_t step) {
   check_numeric(out.dtype(), "arange");
   ENCORE_CHECK(out.is_contiguous(), "arange: out must be contiguous (shape %s)", shape_str(out.shape()));
   const ArangeArgs args{out.data_ptr(), out.numel(), out.dtype(), start, step};

@@ -194,12 +194,14 @@ struct CopyArgs {
   }
 };
 
-// out[i] = convert(start + step * i), the sum in double; out dense, n elements.
+// out[i] = convert(start + step * i), the value exact in 64-bit integers
+// (the host keeps every value in int64), then rounded once to a float dtype;
+// out dense, n elements.
 struct ArangeArgs {
   void* out;
   int64_t n;
   DType dtype;   // not bool
-  double start, step;
+  int64_t start, step;
   template <typename V>
   void fields(V& v) const {
     v("out", out); v("n", n); v("dtype", dtype); v("start", start); v("step", step);

@@ -101,8 +101,9 @@ void fill(const Tensor& out, double value);
 // dst = src converted to dst's dtype (convert.h; the same bits on every
 // backend). src broadcast to dst; any strides; any pair of dtypes; one device.
 void copy(const Tensor& dst, const Tensor& src);
-// out[i] = start + step * i (in double, then converted). out: contiguous, not bool.
-void arange(const Tensor& out, double start, double step);
+// out[i] = start + step * i, exact in int64 (every value must fit it), then
+// converted (floats: rounded once). out: contiguous, not bool.
+void arange(const Tensor& out, int64_t start, int64_t step);
 // out = uniform [0, 1) (kUniform) or standard normal (kNormal) Philox draws.
 // out: contiguous float; state: i64 [2] {seed, offset} on out's device; the
 // kernel advances offset by out.numel() on the device (so a captured step

@@ -38,8 +38,15 @@ Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device devi
   const __int128 count = std::max<__int128>(0, span / step);
   ENCORE_CHECK(count <= INT64_MAX, "arange: [%d, %d) with step %d has more than 2^63 elements", start, end, step);
   const int64_t n = static_cast<int64_t>(count);
+  if (dtype == kInt32 && n > 0) {   // the values run from start to last: both must fit (no silent saturation)
+    const __int128 last = static_cast<__int128>(start) + static_cast<__int128>(step) * (n - 1);
+    for (const __int128 v : {static_cast<__int128>(start), last}) {
+      ENCORE_CHECK(v >= INT32_MIN && v <= INT32_MAX, "arange: value %d of [%d, %d) with step %d does not fit i32",
+                   static_cast<int64_t>(v), start, end, step);
+    }
+  }
   Tensor t = empty_for("arange", {n}, dtype, device);
-  backend::arange(t, static_cast<double>(start), static_cast<double>(step));
+  backend::arange(t, start, step);   // every value lies between start and end: exact in int64
   return t;
 }
 

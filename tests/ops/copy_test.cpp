@@ -463,6 +463,31 @@ TEST(CopyTest, ArangeMatchesHostLoops) {
   expect_error([] { (void)arange(0, 5, 1, kBool); }, kInvalid, {"arange", "bool"});
 }
 
+// Integer ranges past 2^53 (where a double no longer holds every integer)
+// and up to INT64_MAX: each element is start + step * i exactly (it was
+// computed in double: arange(INT64_MAX - 3, INT64_MAX) gave INT64_MAX three
+// times, arange(2^53 + 1, 2^53 + 6) repeated values); floats round that
+// integer once. An i32 range whose values leave i32 is refused (it
+// saturated silently).
+TEST(CopyTest, ArangeIsExactForLargeIntegers) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t k53 = int64_t{1} << 53;
+  EXPECT_EQ(arange(kMax - 3, kMax).to_vector<int64_t>(), (std::vector<int64_t>{kMax - 3, kMax - 2, kMax - 1}));
+  EXPECT_EQ(arange(k53 + 1, k53 + 6).to_vector<int64_t>(),
+            (std::vector<int64_t>{k53 + 1, k53 + 2, k53 + 3, k53 + 4, k53 + 5}));
+  EXPECT_EQ(arange(-kMax, kMax, kMax).to_vector<int64_t>(), (std::vector<int64_t>{-kMax, 0}));
+  EXPECT_EQ(arange(kMax, 0, -(int64_t{1} << 62)).to_vector<int64_t>(),
+            (std::vector<int64_t>{kMax, kMax - (int64_t{1} << 62)}));
+  // f32: 2^24 + 1 rounds to even (2^24), 2^24 + 3 to 2^24 + 4, each from the exact integer.
+  EXPECT_EQ(arange((1 << 24) + 1, (1 << 24) + 4, 1, kFloat32).to_vector<float>(),
+            (std::vector<float>{16777216.0f, 16777218.0f, 16777220.0f}));
+  EXPECT_EQ(arange(2147483645, 2147483648LL, 1, kInt32).to_vector<int32_t>(),
+            (std::vector<int32_t>{2147483645, 2147483646, 2147483647}));
+  expect_error([] { (void)arange(2147483646, 2147483649LL, 1, kInt32); }, kInvalid,
+               {"arange", "2147483648", "i32"});
+  expect_error([] { (void)arange(-2147483649LL, 0, 1000, kInt32); }, kInvalid, {"arange", "-2147483649", "i32"});
+}
+
 // ---- random ----
 
 TEST(CopyTest, RandomDrawsAreReproducibleFromTheSeed) {

@@ -61,9 +61,15 @@ void copy_loop(const Layout<2>& l) {
   });
 }
 
+// start + step * i in uint64 (wrapping): step * i alone may pass int64 where
+// the value itself, which lies between start and the end, does not.
+inline int64_t arange_value(int64_t start, int64_t step, int64_t i) {
+  return static_cast<int64_t>(static_cast<uint64_t>(start) + static_cast<uint64_t>(step) * static_cast<uint64_t>(i));
+}
+
 template <typename T>
-void arange_loop(T* out, int64_t n, double start, double step) {
-  for (int64_t i = 0; i < n; ++i) out[i] = convert<T>(start + step * static_cast<double>(i));
+void arange_loop(T* out, int64_t n, int64_t start, int64_t step) {
+  for (int64_t i = 0; i < n; ++i) out[i] = convert<T>(arange_value(start, step, i));
 }
 
 // The largest value of T below 1 (as a float).

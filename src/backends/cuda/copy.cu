@@ -33,12 +33,14 @@ struct CopyFn {   // operands dst, src
 };
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) arange_kernel(T* out, int64_t n, double start, double step) {
+__global__ void __launch_bounds__(kThreads) arange_kernel(T* out, int64_t n, int64_t start, int64_t step) {
   kernel_prologue();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    // Rounded multiply then add (no FMA): the CPU's double arithmetic exactly.
-    out[i] = convert<T>(__dadd_rn(start, __dmul_rn(step, static_cast<double>(i))));
+    // In uint64, as the CPU (cpu/copy.cpp): exact, and step * i may wrap where the value does not.
+    const int64_t v = static_cast<int64_t>(static_cast<uint64_t>(start) +
+                                           static_cast<uint64_t>(step) * static_cast<uint64_t>(i));
+    out[i] = convert<T>(v);
   }
 }
 
