@@ -40,6 +40,7 @@ Tensor div(const Tensor& a, const Tensor& b);
 Tensor add(const Tensor& a, double b);
 Tensor mul(const Tensor& a, double b);
 Tensor rsub(const Tensor& a, double b);      // b - a
+Tensor div(const Tensor& a, double b);       // a / b, rounded once (floats only, as div)
 Tensor rdiv(const Tensor& a, double b);      // b / a
 // Consuming forms (see Conventions).
 Tensor add(Tensor&& a, const Tensor& b);
@@ -57,6 +58,7 @@ Tensor div(Tensor&& a, Tensor&& b);
 Tensor add(Tensor&& a, double b);
 Tensor mul(Tensor&& a, double b);
 Tensor rsub(Tensor&& a, double b);
+Tensor div(Tensor&& a, double b);
 Tensor rdiv(Tensor&& a, double b);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
@@ -81,7 +83,7 @@ inline Tensor operator-(const Tensor& a, double b) { return add(a, -b); }
 inline Tensor operator-(double a, const Tensor& b) { return rsub(b, a); }
 inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
 inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-inline Tensor operator/(const Tensor& a, double b) { return mul(a, 1.0 / b); }
+inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
 inline Tensor operator/(double a, const Tensor& b) { return rdiv(b, a); }
 inline Tensor operator+(Tensor&& a, double b) { return add(std::move(a), b); }
 inline Tensor operator+(double a, Tensor&& b) { return add(std::move(b), a); }
@@ -89,7 +91,7 @@ inline Tensor operator-(Tensor&& a, double b) { return add(std::move(a), -b); }
 inline Tensor operator-(double a, Tensor&& b) { return rsub(std::move(b), a); }
 inline Tensor operator*(Tensor&& a, double b) { return mul(std::move(a), b); }
 inline Tensor operator*(double a, Tensor&& b) { return mul(std::move(b), a); }
-inline Tensor operator/(Tensor&& a, double b) { return mul(std::move(a), 1.0 / b); }
+inline Tensor operator/(Tensor&& a, double b) { return div(std::move(a), b); }
 inline Tensor operator/(double a, Tensor&& b) { return rdiv(std::move(b), a); }
 
 // ---- elementwise, unary (float dtypes; neg/abs also integers) ----

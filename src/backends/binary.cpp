@@ -9,7 +9,7 @@
 namespace encore::backend {
 namespace {
 constexpr const char* kBinaryNames[] = {"add", "sub", "mul", "div"};
-constexpr const char* kScalarNames[] = {"add_scalar", "mul_scalar", "rsub_scalar", "rdiv_scalar"};
+constexpr const char* kScalarNames[] = {"add_scalar", "mul_scalar", "rsub_scalar", "rdiv_scalar", "div_scalar"};
 }  // namespace
 
 void binary(BinaryOp op, const Tensor& out, const Tensor& a, const Tensor& b, double alpha) {

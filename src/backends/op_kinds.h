@@ -11,7 +11,7 @@ namespace encore::backend {
 
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 
-enum class ScalarOp { kAdd, kMul, kRsub, kRdiv };
+enum class ScalarOp { kAdd, kMul, kRsub, kRdiv, kDiv };   // kRdiv: s / a; kDiv: a / s
 
 // Elementwise comparisons (a op b), returning bool.
 enum class CompareOp { kEq, kNe, kLt, kLe, kGt, kGe };

@@ -39,7 +39,7 @@ Tensor scalar_forward(const char* name, ScalarOp op, const Tensor& a, double s, 
   ops::check_defined(name, a, "input");
   ops::check_arithmetic(name, a);
   ops::check_scalar_fits(name, s, a.dtype(), a.shape());
-  ENCORE_CHECK(op != ScalarOp::kRdiv || is_floating(a.dtype()),
+  ENCORE_CHECK((op != ScalarOp::kRdiv && op != ScalarOp::kDiv) || is_floating(a.dtype()),
                "%s: integer tensor %s (%s) is not supported; convert with .to(kFloat32)", name,
                shape_str(a.shape()), dtype_name(a.dtype()));
   Tensor out = taken ? ops::output_into(a, a.shape()) : empty(a.shape(), a.dtype(), a.device());
@@ -154,6 +154,15 @@ Tensor rsub_of(const Tensor& a, double s, bool taken) {
   return out;
 }
 
+// a / s, rounded once (not a * (1 / s), which differs in the last bit).
+Tensor div_of(const Tensor& a, double s, bool taken) {
+  Tensor out = scalar_forward("div_scalar", ScalarOp::kDiv, a, s, taken);
+  if (autograd::any_requires_grad(a)) {
+    autograd::record("div_scalar", {a}, out, [s](const Tensor& g) -> Grads { return {div(g, s)}; });
+  }
+  return out;
+}
+
 // a is saved when the backward runs.
 Tensor rdiv_of(const Tensor& a, double s, bool taken) {
   Tensor out = scalar_forward("rdiv_scalar", ScalarOp::kRdiv, a, s, taken && !autograd::any_requires_grad(a));
@@ -183,6 +192,8 @@ Tensor mul(const Tensor& a, double s) { return mul_of(a, s, false); }
 Tensor mul(Tensor&& a, double s) { return ops::consumed(mul_of(a, s, true), a); }
 Tensor rsub(const Tensor& a, double s) { return rsub_of(a, s, false); }
 Tensor rsub(Tensor&& a, double s) { return ops::consumed(rsub_of(a, s, true), a); }
+Tensor div(const Tensor& a, double s) { return div_of(a, s, false); }
+Tensor div(Tensor&& a, double s) { return ops::consumed(div_of(a, s, true), a); }
 Tensor rdiv(const Tensor& a, double s) { return rdiv_of(a, s, false); }
 Tensor rdiv(Tensor&& a, double s) { return ops::consumed(rdiv_of(a, s, true), a); }
 Tensor neg(const Tensor& a) { return neg_of(a, false); }

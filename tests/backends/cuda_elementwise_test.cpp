@@ -121,7 +121,7 @@ std::string name_of(DType t, int64_t n) { return std::string(dtype_name(t)) + " 
 // ---- binary ----
 
 constexpr BinaryOp kBinaryOps[] = {BinaryOp::kAdd, BinaryOp::kSub, BinaryOp::kMul, BinaryOp::kDiv};
-constexpr ScalarOp kScalarOps[] = {ScalarOp::kAdd, ScalarOp::kMul, ScalarOp::kRsub, ScalarOp::kRdiv};
+constexpr ScalarOp kScalarOps[] = {ScalarOp::kAdd, ScalarOp::kMul, ScalarOp::kRsub, ScalarOp::kRdiv, ScalarOp::kDiv};
 
 Kernel binary_kernel(BinaryOp op, double alpha) {
   return [=](const std::vector<Tensor>& t) { backend::binary(op, t[0], t[1], t[2], alpha); };

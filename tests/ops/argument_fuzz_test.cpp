@@ -259,7 +259,7 @@ TEST_P(ArgumentFuzzTest, BinaryOps) {
 TEST_P(ArgumentFuzzTest, ScalarOps) {
   using ScalarFn = Tensor (*)(const Tensor&, double);
   const std::pair<const char*, ScalarFn> ops[] = {
-      {"add_scalar", add}, {"mul_scalar", mul}, {"rsub_scalar", rsub}, {"rdiv_scalar", rdiv}};
+      {"add_scalar", add}, {"mul_scalar", mul}, {"rsub_scalar", rsub}, {"rdiv_scalar", rdiv}, {"div_scalar", div}};
   for (const auto& entry : ops) {
     const auto& name = entry.first;  // NOTE [ No structured bindings in lambdas ]
     const auto& fn = entry.second;

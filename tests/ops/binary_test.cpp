@@ -244,6 +244,30 @@ TEST(BinaryTest, ScalarFormsMatchHostReference) {
   }
 }
 
+// a / s is rounded once, as a plain loop's x / s in the compute type (f32;
+// f16 and bf16 through f32, then rounded to their own), not a * (1 / s),
+// which differs in the last bit for about a third of the values (0.3f / 10).
+TEST(BinaryTest, DivisionByAScalarIsRoundedOnce) {
+  uint64_t seed = 300;
+  for (DType dt : {kFloat32, kFloat16, kBFloat16}) {
+    for (double s : {3.0, 10.0, 255.0, 0.1, -7.0, 1e-3}) {
+      SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " / " << s);
+      Tensor a = make({1000}, seed++, dt);
+      std::vector<float> want = a.to(kFloat32).to_vector<float>();
+      for (float& x : want) x = x / static_cast<float>(s);
+      const Tensor expected = from_vector<float>(want).to(dt);
+      for (const Tensor& got : {a / s, div(a, s), div(a.clone(), s)}) {
+        ASSERT_EQ(got.dtype(), dt);
+        EXPECT_EQ(got.to(kFloat32).to_vector<float>(), expected.to(kFloat32).to_vector<float>())
+            << "differs from x / s rounded once";
+      }
+    }
+  }
+  EXPECT_EQ((from_vector<float>({0.3f}) / 10.0).item<float>(), 0.3f / 10.0f);
+  expect_error([] { (void)(from_vector<int32_t>({4, 6}) / 2.0); }, kInvalid,
+               {"div_scalar", "i32", "[2]", ".to(kFloat32)"});
+}
+
 // An integer tensor with a fractional scalar (a * 0.5, a / 2.0 = a * 0.5,
 // a + 1.5) must never be computed with the scalar truncated to the integer
 // type ([1, 2, 3, 4] * 0.5 giving zeros): each case either gives the value

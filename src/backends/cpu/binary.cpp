@@ -42,6 +42,7 @@ ENCORE_SIMD_INLINE C apply_scalar(C a, C s) {
   if constexpr (kOp == ScalarOp::kMul) return C(W(a) * W(s));
   if constexpr (kOp == ScalarOp::kRsub) return C(W(s) - W(a));
   if constexpr (kOp == ScalarOp::kRdiv) return s / a;
+  if constexpr (kOp == ScalarOp::kDiv) return a / s;
 }
 
 // The contiguous loops, one clone per x86-64 level (simd.h). No __restrict:
@@ -171,9 +172,10 @@ KernelThunk pick_binary_scalar(const BinaryScalarArgs& a) {
       case ScalarOp::kAdd: return thunk_of<&scalar_loop<T, ScalarOp::kAdd>>();
       case ScalarOp::kMul: return thunk_of<&scalar_loop<T, ScalarOp::kMul>>();
       case ScalarOp::kRsub: return thunk_of<&scalar_loop<T, ScalarOp::kRsub>>();
-      case ScalarOp::kRdiv: break;
+      case ScalarOp::kRdiv: return thunk_of<&scalar_loop<T, ScalarOp::kRdiv>>();
+      case ScalarOp::kDiv: break;
     }
-    return thunk_of<&scalar_loop<T, ScalarOp::kRdiv>>();
+    return thunk_of<&scalar_loop<T, ScalarOp::kDiv>>();
   });
 }
 

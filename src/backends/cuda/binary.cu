@@ -39,12 +39,14 @@ __device__ __forceinline__ C apply_scalar(C a, C s) {
     if constexpr (kOp == ScalarOp::kMul) return __fmul_rn(a, s);
     if constexpr (kOp == ScalarOp::kRsub) return __fsub_rn(s, a);
     if constexpr (kOp == ScalarOp::kRdiv) return __fdiv_rn(s, a);
+    if constexpr (kOp == ScalarOp::kDiv) return __fdiv_rn(a, s);
   } else {   // i32/i64: wrapping, as apply_binary
     using U = std::make_unsigned_t<C>;
     if constexpr (kOp == ScalarOp::kAdd) return C(U(a) + U(s));
     if constexpr (kOp == ScalarOp::kMul) return C(U(a) * U(s));
     if constexpr (kOp == ScalarOp::kRsub) return C(U(s) - U(a));
     if constexpr (kOp == ScalarOp::kRdiv) return s / a;
+    if constexpr (kOp == ScalarOp::kDiv) return a / s;
   }
 }
 
@@ -114,6 +116,7 @@ void binary_scalar_launch(const BinaryScalarArgs& a) {
         case ScalarOp::kMul: return launch_elementwise(a.l, ScalarFn<T, ScalarOp::kMul>{s}, "mul_scalar");
         case ScalarOp::kRsub: return launch_elementwise(a.l, ScalarFn<T, ScalarOp::kRsub>{s}, "rsub_scalar");
         case ScalarOp::kRdiv: return launch_elementwise(a.l, ScalarFn<T, ScalarOp::kRdiv>{s}, "rdiv_scalar");
+        case ScalarOp::kDiv: return launch_elementwise(a.l, ScalarFn<T, ScalarOp::kDiv>{s}, "div_scalar");
       }
     }
   });
