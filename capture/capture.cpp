@@ -469,10 +469,11 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
     arena.addresses.push_back(base + g.offsets[i]);
   }
   CaptureObserver cap(g.trace, arena, *capturer);
+  std::vector<Tensor> outputs;
   absl::StatusOr<std::unique_ptr<Executable>> executable = capturer->capture([&] {
     StepObserverScope observe(&cap);
     ArenaScope scope(&arena, g.device);
-    g.outputs = run_step(step);
+    outputs = run_step(step);
   });
   for (const capture_internal::HostCondition& c : cap.conditions) capture_internal::set_condition(c, c.before);
   if (!executable.ok()) return executable.status();
@@ -482,7 +483,8 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
         "must issue the same work every time",
         cap.launches(), arena.next, g.trace.kernels.size(), arena.sizes.size()));
   }
-  for (Tensor& t : g.outputs) t = arena_view(g.output_arena ? g.output_arena : g.arena, t);
+  g.outputs.clear();
+  for (const Tensor& t : outputs) g.outputs.emplace_back(arena_view(g.output_arena ? g.output_arena : g.arena, t));
   g.executable = *std::move(executable);
   g.guards = std::move(cap.guards);
   for (Guard& guard : g.guards) guard.grad_flags = guard.storage->grad_flag_version();

@@ -69,7 +69,7 @@ const Tensor& Graph::output(size_t i) const {
                     "Graph::output: no replay has run yet, so output %d holds nothing (capture() records the "
                     "step; its capture run computes nothing): call replay() first",
                     i);
-  return impl_->outputs[i];
+  return impl_->outputs[i].get();
 }
 size_t Graph::num_outputs() const { return impl_->outputs.size(); }
 const CaptureStats& Graph::stats() const { return impl_->stats; }
@@ -212,7 +212,7 @@ absl::Status Graph::Impl::replay_verified() {
   apply_postconditions();
   std::vector<std::vector<unsigned char>> replayed_state, replayed_outputs;
   for (const capture_internal::Guard& g : guards) replayed_state.push_back(read_bytes(byte_view(g.storage.ref())));
-  for (const Tensor& t : outputs) replayed_outputs.push_back(read_bytes(t));
+  for (const capture_internal::HeldTensor& t : outputs) replayed_outputs.push_back(read_bytes(t.get()));
   std::vector<bool> replayed_flags;
   for (const capture_internal::HostCondition& c : conditions) replayed_flags.push_back(condition_value(c));
   // The eager step from the same state.
@@ -229,9 +229,10 @@ absl::Status Graph::Impl::replay_verified() {
   }
   for (size_t i = 0; i < outputs.size() && diff.empty(); ++i) {
     const Tensor& e = eager[i];
-    if (e.shape() != outputs[i].shape() || e.dtype() != outputs[i].dtype()) {
+    const Tensor& out = outputs[i].get();
+    if (e.shape() != out.shape() || e.dtype() != out.dtype()) {
       diff = absl::StrFormat("output %d is %s %s eagerly, %s %s in the graph", i, shape_str(e.shape()),
-                             dtype_name(e.dtype()), shape_str(outputs[i].shape()), dtype_name(outputs[i].dtype()));
+                             dtype_name(e.dtype()), shape_str(out.shape()), dtype_name(out.dtype()));
       break;
     }
     const std::vector<unsigned char> bytes = read_bytes(e);
@@ -271,8 +272,8 @@ absl::Status Graph::Impl::replay_verified() {
     }
   }
   for (size_t i = 0; i < outputs.size() && i < eager.size(); ++i) {
-    if (outputs[i].storage() != eager[i].storage() && outputs[i].shape() == eager[i].shape()) {
-      Tensor out = outputs[i];
+    if (outputs[i].get().storage() != eager[i].storage() && outputs[i].get().shape() == eager[i].shape()) {
+      Tensor out = outputs[i].get();
       out.copy_(eager[i].detach());
     }
   }

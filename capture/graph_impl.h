@@ -77,8 +77,8 @@ struct Graph::Impl {
   std::unique_ptr<capture_internal::Executable> executable;
   std::vector<capture_internal::Guard> guards;           // every persistent storage the step touches, once
   std::vector<capture_internal::HostCondition> conditions;   // NOTE [ Host state as a precondition ]
-  std::vector<Tensor> outputs;                           // what the step returned: views into the arena or
-                                                         // persistent tensors
+  std::vector<capture_internal::HeldTensor> outputs;     // what the step returned: views into the arena or
+                                                         // persistent tensors (counted: capture/held.h)
   std::vector<planner::Buffer> buffers;                  // the recorded temporaries, lifetimes in launches
   std::vector<int64_t> offsets;                          // bytes into the arena of each of buffers (into
                                                          // output_arena where in_output_region[i])

@@ -1,10 +1,11 @@
 // The references graphs hold to persistent objects (the storages a graph
-// guards, the TensorImpls and HostFlags of its host conditions), counted per
-// object across every graph of the process, so that replay() can tell
-// whether anything but graphs still holds an object: its user freed or
-// replaced it when nothing does.
+// guards, the TensorImpls and HostFlags of its host conditions, the
+// TensorImpls of its outputs), counted per object across every graph of
+// the process, so that replay() can tell whether anything but graphs still
+// holds an object: its user freed or replaced it when nothing does.
 //
 //   capture_internal::Held<Storage> s(storage);          // a reference, counted
+//   capture_internal::HeldTensor out(t.detach());        // an output handle, counted
 //   capture_internal::HoldCheck check;                   // one lock for a series of questions
 //   if (!check.elsewhere(s)) { /* only graphs hold it: freed or replaced since capture */ }
 //
@@ -18,10 +19,17 @@
 // when its use count exceeds the graphs' references to it. A storage is
 // also referenced by the TensorImpls over it, and a graph holds a
 // parameter's TensorImpl for its zero_grad flag: a TensorImpl that only
-// graphs hold counts as a graph's reference to its storage too. Other
-// references a graph keeps (a persistent tensor the step returned, the
-// tensors of CaptureOptions::inputs, the step itself under verify_every)
-// are not counted, so they still keep an object alive in these eyes.
+// graphs hold counts as a graph's reference to its storage too. A graph's
+// outputs are counted TensorImpls as well (HeldTensor): a persistent tensor
+// the step returned is held as a detached TensorImpl over its storage,
+// which only graphs hold unless the user copied the handle, so once the
+// user's own tensor is gone the graph refuses like any other. Two
+// references a graph keeps are not counted: the tensors of
+// CaptureOptions::inputs (replay(data) copies into them whatever the
+// variables hold, so they are the graph's to keep; replay() checks the
+// variables instead), and the step itself under verify_every, whose
+// closure may hold tensors by value where nothing can count them
+// (include/encore/capture.h, "Not seen").
 #pragma once
 
 #include <type_traits>
@@ -77,6 +85,31 @@ class Held {
     }
   }
   Ref<T> ref_;
+  HoldNode* node_ = nullptr;
+};
+
+// A tensor handle a graph holds (a step output), counted as a graph's
+// reference to its TensorImpl, as Held<TensorImpl> is.
+class HeldTensor {
+ public:
+  HeldTensor() = default;
+  explicit HeldTensor(Tensor t) : t_(std::move(t)), node_(t_.defined() ? add_hold(t_.impl(), t_.impl()) : nullptr) {}
+  HeldTensor(const HeldTensor& o) : HeldTensor(o.t_) {}
+  HeldTensor(HeldTensor&& o) noexcept : t_(std::move(o.t_)), node_(std::exchange(o.node_, nullptr)) {}
+  HeldTensor& operator=(HeldTensor o) noexcept {
+    std::swap(t_, o.t_);
+    std::swap(node_, o.node_);
+    return *this;
+  }
+  // Unregisters before the handle goes, as ~Held does.
+  ~HeldTensor() {
+    if (node_ != nullptr) drop_hold(node_);
+  }
+
+  const Tensor& get() const { return t_; }
+
+ private:
+  Tensor t_;
   HoldNode* node_ = nullptr;
 };
 

@@ -53,10 +53,12 @@
 //    (NOTE [ Host state as a precondition ] in capture/graph_impl.h).
 //  - Not seen: a variable rebound to a new tensor (lin.weight = t) while
 //    other handles keep the old one alive (the module's parameter list, the
-//    optimizer; also, kept by a graph, a persistent tensor its step returned
-//    and the step itself under verify_every): replays go on with the old
-//    tensor. Graphs' references to the tensors they guard are not such
-//    handles, however many graphs share them. Refill parameters in place
+//    optimizer, a copy of graph.output(i) the user kept; also the step
+//    itself, kept by a graph under verify_every, whose closure may hold
+//    tensors by value): replays go on with the old tensor. Graphs' own
+//    references are not such handles, however many graphs share them: to
+//    the tensors they guard, and their outputs, a persistent tensor the
+//    step returned included. Refill parameters in place
 //    (copy_(), load_into()); bind batch variables with
 //    CaptureOptions::inputs, which are checked by variable.
 //  - What stays frozen at the capture run's values, by design: host numbers
@@ -187,13 +189,13 @@ class Graph {
   // checked all of them, with every other argument, against the recorded
   // warm-up, so none of them changed between the two runs.
   std::vector<FrozenValue> frozen() const;
-  // The i-th tensor `step` returned: a view into the arena (or a persistent
-  // tensor) holding the last replay's value; the next replay() overwrites
-  // it, clone() keeps one. The handle keeps the arena's memory alive, so a
-  // kept output stays readable (the last replay's value) after the Graph is
-  // destroyed. Before the first successful replay() there is no value:
-  // output() throws encore::Error (FailedPrecondition) saying so. Throws
-  // InvalidArgument for i >= num_outputs().
+  // The i-th tensor `step` returned: a view into the arena (or of a
+  // persistent tensor) holding the last replay's value; the next replay()
+  // overwrites it, clone() keeps one. The handle keeps the arena's memory
+  // alive, so a kept output stays readable (the last replay's value) after
+  // the Graph is destroyed. Before the first successful replay() there is
+  // no value: output() throws encore::Error (FailedPrecondition) saying so.
+  // Throws InvalidArgument for i >= num_outputs().
   const Tensor& output(size_t i) const;
   size_t num_outputs() const;
   const CaptureStats& stats() const;

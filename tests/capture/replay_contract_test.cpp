@@ -510,6 +510,31 @@ TEST(ReplayContractTest, ATensorFreedUnderSeveralGraphsIsRefusedByEach) {
   }
 }
 
+// A persistent tensor the step returns is held by the graph as an output
+// (a detached view of it); that handle is the graph's own too, so once the
+// user's variable is rebound every graph returning it refuses, as for any
+// other freed tensor. Before, the output kept the old tensor alive in the
+// graphs' eyes and they went on training it.
+TEST(ReplayContractTest, AReturnedTensorFreedByItsUserIsRefused) {
+  for (size_t n : {1, 2}) {
+    SCOPED_TRACE(::testing::Message() << n << " graphs");
+    Tensor x = testing::random_tensor({8, 12}, 3), w = testing::random_tensor({12, 5}, 4);
+    const std::vector<Step> steps = {[&] { return std::vector<Tensor>{matmul(x, w), w}; },
+                                     [&] { return std::vector<Tensor>{sum(matmul(x, w)), w.t()}; }};
+    std::vector<Graph> graphs;
+    for (size_t i = 0; i < n; ++i) {
+      absl::StatusOr<Graph> g = capture(steps[i]);
+      ASSERT_TRUE(g.ok()) << g.status();
+      graphs.push_back(*std::move(g));
+    }
+    Tensor old = w;
+    w = testing::random_tensor({12, 5}, 5);   // rebound; `old` still holds the tensor the graphs read
+    for (Graph& g : graphs) EXPECT_TRUE(g.replay().ok());
+    old = Tensor();                           // now only the graphs hold it, one of them as its output
+    for (Graph& g : graphs) expect_refused(g.replay(), {"replay:", "freed or replaced", "copy_()"});
+  }
+}
+
 // A training graph, an evaluation graph and (with three) a forward-backward
 // graph over one model and optimizer; the user builds a new model and
 // optimizer, freeing the old parameters and state. Each graph refuses.
