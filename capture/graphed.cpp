@@ -248,7 +248,8 @@ struct GraphedStep::Impl {
   std::vector<Tensor> hand_out(Entry& e) {
     Graph::Impl& g = e.graph->internals();
     e.returned.clear();
-    for (const Tensor& t : g.outputs) {
+    for (const capture_internal::HeldTensor& held : g.outputs) {
+      const Tensor& t = held.get();
       e.returned.push_back(g.output_arena && t.storage() == g.output_arena.get() ? view_on(g.output_arena, t) : t);
     }
     e.region_refs = g.output_arena ? g.output_arena->use_count() : 0;
@@ -270,14 +271,14 @@ struct GraphedStep::Impl {
     e.returned.clear();
     if (!held) return;
     Ref<Storage> fresh = Storage::allocate(g.output_arena->nbytes(), g.output_arena->device());
-    for (const Tensor& t : g.outputs) {
-      if (t.storage() != g.output_arena.get()) continue;
-      Tensor copy = view_on(fresh, t);
-      copy.copy_(t);
+    for (const capture_internal::HeldTensor& held : g.outputs) {
+      if (held.get().storage() != g.output_arena.get()) continue;
+      Tensor copy = view_on(fresh, held.get());
+      copy.copy_(held.get());
     }
     g.output_arena->exchange_memory(*fresh);
-    for (Tensor& t : g.outputs) {
-      if (t.storage() == g.output_arena.get()) t = view_on(fresh, t);
+    for (capture_internal::HeldTensor& held : g.outputs) {
+      if (held.get().storage() == g.output_arena.get()) held = capture_internal::HeldTensor(view_on(fresh, held.get()));
     }
     g.output_arena = std::move(fresh);
     ++stats.kept_outputs;
