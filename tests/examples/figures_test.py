@@ -8,11 +8,17 @@
   steps): that figure is null, and the text says so instead of printing
   "inf" or "nan" (review finding, 2026-12-07: --steps=3 printed
   "speedup infx" and a JSON line with inf, which no JSON parser reads).
+- train_mlp's ms/step is the time of the steps since the last line: over a
+  run of fewer than 100 steps, times the steps, it is most of the run's wall
+  time (review finding, 2026-12-07: it always divided by 100, so a 40-step
+  run printed 0.4 of its real step time, and the last line of a run that
+  is not a multiple of 100 too little).
 """
 import json
 import re
 import subprocess
 import sys
+import time
 
 failures = []
 
@@ -24,8 +30,9 @@ def check(ok, what):
 
 
 def run(program, *args):
+    t0 = time.monotonic()
     p = subprocess.run([program, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    return p.returncode, p.stdout
+    return p.returncode, p.stdout, time.monotonic() - t0
 
 
 def strict_json(line):
@@ -35,7 +42,7 @@ def strict_json(line):
 
 
 def check_gpt_json(examples, args, unmeasured):
-    rc, out = run(f"{examples}/train_gpt", "--sample_chars=0", "--json", *args)
+    rc, out, _ = run(f"{examples}/train_gpt", "--sample_chars=0", "--json", *args)
     what = "train_gpt " + " ".join(args)
     check(rc == 0, f"{what}: exit status {rc}")
     last = out.strip().splitlines()[-1] if out.strip() else ""
@@ -52,6 +59,21 @@ def check_gpt_json(examples, args, unmeasured):
     check(re.search(r"\b(-?nan|inf)\b", text) is None, f"{what}: no inf or nan in the text:\n{text}")
 
 
+def check_mlp_step_time(examples):
+    steps = 40
+    rc, out, wall_s = run(f"{examples}/train_mlp", f"--steps={steps}", "--batch=2048", "--hidden=1024",
+                          "--target_loss=1000")
+    check(rc == 0, f"train_mlp --steps={steps}: exit status {rc}")
+    lines = re.findall(r"step +(\d+) .* ([0-9.]+) ms/step", out)
+    check(len(lines) == 1 and int(lines[0][0]) == steps, f"train_mlp: one line, at step {steps}: {lines}")
+    if not lines:
+        return
+    printed_s = float(lines[0][1]) * steps / 1e3
+    # The steps are most of the program's run (start-up and the held-out batch are the rest).
+    check(0.6 * wall_s <= printed_s <= wall_s,
+          f"train_mlp: {steps} x the printed ms/step = {printed_s:.3f} s, the program ran {wall_s:.3f} s")
+
+
 def main():
     examples = sys.argv[1]
     # Steps 1-2 eager, 3 captures: no plain replay in lockstep with the eager steps.
@@ -59,6 +81,7 @@ def main():
     # No eager reference steps at all.
     check_gpt_json(examples, ["--steps=5", "--eager_steps=0", "--log_every=5"],
                    ["eager_ms_per_step", "bitwise_equal"])
+    check_mlp_step_time(examples)
     return 1 if failures else 0
 
 
