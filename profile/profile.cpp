@@ -320,14 +320,42 @@ absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const CudaGraph& c
   return p;
 }
 
+// NOTE [ Profiled replays are not verified ]: a graph with shadow
+// verification (CaptureOptions::verify_every) runs the step eagerly beside
+// every verify_every-th replay(). Timed as a replay, that would put an eager
+// step, a copy of the state and a comparison into step_ns (with
+// verify_every = 1, into every untimed run). So verification is paused for
+// the profile's replays, the profile's note says so, and it resumes after.
+class VerificationPause {
+ public:
+  explicit VerificationPause(Graph::Impl& g) : g_(g), every_(g.verify_every) { g_.verify_every = 0; }
+  ~VerificationPause() { g_.verify_every = every_; }
+  VerificationPause(const VerificationPause&) = delete;
+  VerificationPause& operator=(const VerificationPause&) = delete;
+  // "" when the graph verifies nothing; else what the profile's note says.
+  std::string note() const {
+    return every_ > 0 ? absl::StrFormat("shadow verification (verify_every = %d) paused for the profiled replays",
+                                        every_)
+                      : std::string();
+  }
+
+ private:
+  Graph::Impl& g_;
+  const int every_;
+};
+
 }  // namespace
 
 absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& options) {
   if (absl::Status s = check_options(options); !s.ok()) return s;
-  if (const CudaGraph* cg = graph.internals().executable->cuda_graph(); cg != nullptr) {
-    return profile_cuda_replay(graph, *cg, options);
+  const VerificationPause pause(graph.internals());   // NOTE [ Profiled replays are not verified ]
+  const CudaGraph* cg = graph.internals().executable->cuda_graph();
+  absl::StatusOr<StepProfile> p = cg != nullptr ? profile_cuda_replay(graph, *cg, options)
+                                                : profile_cpu_replay(graph, options);
+  if (p.ok() && !pause.note().empty()) {
+    p->note = p->note.empty() ? pause.note() : absl::StrCat(p->note, "; ", pause.note());
   }
-  return profile_cpu_replay(graph, options);
+  return p;
 }
 
 namespace {

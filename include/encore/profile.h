@@ -103,9 +103,11 @@ struct StepProfile {
 
 // Replays `graph` warmup_runs + 2 * runs times (warm-up, untimed runs for
 // step_ns, timed runs for the node times; on CUDA each one synchronized, the
-// timed runs on a profiling copy of the graph that computes the same). Fails
-// like replay() does (a freed parameter, ...) and with InvalidArgument on
-// bad options.
+// timed runs on a profiling copy of the graph that computes the same). Shadow
+// verification (CaptureOptions::verify_every) is paused for these replays, so
+// that no eager step is timed as a replay, and StepProfile::note says so; it
+// resumes after. Fails like replay() does (a freed parameter, ...) and with
+// InvalidArgument on bad options.
 [[nodiscard]] absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& options = {});
 
 // Runs `step` eagerly warmup_runs + 2 * runs times, timing each kernel launch

@@ -627,5 +627,30 @@ TEST(ProfileTest, DurationsReadInTheirUnit) {
   EXPECT_EQ(duration_str(1234567), "1.235 ms");
 }
 
+// Shadow verification (CaptureOptions::verify_every) runs the step eagerly
+// beside a replay; the profiler times replays, so it pauses verification
+// while it replays and says so (review finding, 2026-12-07: with
+// verify_every = 1 every untimed replay also ran the eager step, and step_ns
+// reported that sum as the replay's time). Verification resumes afterwards.
+TEST(ProfileTest, ReplayProfileOfAVerifiedGraphTimesReplaysOnly) {
+  std::unique_ptr<Workload> w = small_mlp();
+  int eager_steps = 0;
+  absl::StatusOr<Graph> g = capture(
+      [&] {
+        ++eager_steps;
+        return w->step();
+      },
+      {.verify_every = 1});
+  ASSERT_TRUE(g.ok()) << g.status();
+  const int before = eager_steps;
+  absl::StatusOr<StepProfile> p = profile_replay(*g, {.warmup_runs = 1, .runs = 3});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(eager_steps, before) << "profiled replays ran the step eagerly";
+  EXPECT_NE(p->note.find("verify_every = 1"), std::string::npos) << p->note;
+  EXPECT_EQ(g->internals().verify_every, 1);
+  ASSERT_TRUE(g->replay().ok());
+  EXPECT_EQ(eager_steps, before + 1) << "verification did not resume after the profile";
+}
+
 }  // namespace
 }  // namespace encore
