@@ -687,7 +687,9 @@ std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles) {
   }
   nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ns"},
                           {"otherData", {{"encore", summaries}, {"cuda", cuda_profiling_status()}}}};
-  return trace.dump(1);
+  // Bytes of a string that are not UTF-8 (a note or name with a stray byte)
+  // become U+FFFD: the default handler throws instead of writing the trace.
+  return trace.dump(1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
 }
 
 absl::Status write_chrome_trace(const std::string& path, absl::Span<const StepProfile* const> profiles) {

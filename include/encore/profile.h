@@ -165,7 +165,8 @@ std::string cuda_profiling_status();
 // from a launch's last node to the first node of each launch that reads its
 // output (NodeTiming::reads_from), and for replays a counter track "arena
 // bytes in use" (a value per launch). Times in microseconds. otherData.encore holds each profile's summary
-// (with gpu_idle_ns and note).
+// (with gpu_idle_ns and note). Strings are escaped as JSON requires; bytes that
+// are not UTF-8 become U+FFFD.
 std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles);
 [[nodiscard]] absl::Status write_chrome_trace(const std::string& path,
                                               absl::Span<const StepProfile* const> profiles);
