@@ -496,11 +496,12 @@ std::string cuda_profiling_status() {
 }
 
 // A duration with its unit, readable at a glance: "850 ns", "12.3 us" below a
-// millisecond (as "\u00b5s"), "1.234 ms" from there on.
+// millisecond (as "\u00b5s"), "1.234 ms" from there on. The unit is the
+// rounded value's: 999,950 ns is "1.000 ms", never "1000.0 us".
 std::string duration_str(int64_t ns) {
   const double v = static_cast<double>(ns);
   if (ns < 1000) return absl::StrFormat("%d ns", ns);
-  if (ns < 1000000) return absl::StrFormat("%.1f \u00b5s", v / 1e3);
+  if (ns < 999950) return absl::StrFormat("%.1f \u00b5s", v / 1e3);
   return absl::StrFormat("%.3f ms", v / 1e6);
 }
 

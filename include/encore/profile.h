@@ -148,8 +148,9 @@ ProfileSummary summarize(const StepProfile& profile, int top = 10);
 // A few lines of text: step time, kernel time and the rest, time per phase,
 // the top ops, and the CUDA status line.
 std::string format_summary(const StepProfile& profile, int top = 10);
-// A duration in the unit that reads best: "850 ns", "12.3 µs" (below 1 ms),
-// "1.234 ms". format_summary prints every time so.
+// A duration in the unit that reads best: "850 ns", "12.3 µs" (below 1 ms
+// once rounded: 999,950 ns is "1.000 ms"), "1.234 ms". format_summary prints
+// every time so.
 std::string duration_str(int64_t ns);
 
 // One line on CUDA profiling in this build and on this machine, e.g.

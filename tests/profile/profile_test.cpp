@@ -627,6 +627,14 @@ TEST(ProfileTest, DurationsReadInTheirUnit) {
   EXPECT_EQ(duration_str(1234567), "1.235 ms");
 }
 
+// A duration that rounds up to a whole unit is written in that unit: never
+// "1000.0 µs" (review finding, 2026-12-07: 999,950 to 999,999 ns read so).
+TEST(ProfileTest, DurationsThatRoundUpChangeUnit) {
+  EXPECT_EQ(duration_str(999950), "1.000 ms");
+  EXPECT_EQ(duration_str(999999), "1.000 ms");
+  EXPECT_EQ(duration_str(1000000), "1.000 ms");
+}
+
 // Names, notes and stream names with quotes, backslashes, control characters
 // or bytes that are not UTF-8 still make a trace that parses (review
 // finding, 2026-12-07: a note with a stray byte made chrome_trace_json throw
