@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The examples' printed figures are what they measure.
 
-  tests/examples/figures_test.py BUILD/examples
+  tests/examples/figures_test.py BUILD/examples DIGITS_CSV_GZ
 
 - train_gpt --json ends with one line of strict JSON, also when a figure was
   not measured (no replay in lockstep with the eager steps, or no eager
@@ -13,6 +13,9 @@
   time (review finding, 2026-12-07: it always divided by 100, so a 40-step
   run printed 0.4 of its real step time, and the last line of a run that
   is not a multiple of 100 too little).
+- train_cnn prints no eager / replay ratio when no plain replay ran (review
+  finding, 2026-12-07: a three-step run divided by a floor of 1e-9 ms and
+  printed a speedup of billions).
 """
 import json
 import re
@@ -56,7 +59,8 @@ def check_gpt_json(examples, args, unmeasured):
     check(figures.get("speedup", "missing") is None, f"{what}: speedup is null: {figures.get('speedup')}")
     check(figures.get("loss_first", 0) > 0, f"{what}: loss_first is the first step's loss: {figures.get('loss_first')}")
     text = out[: out.rfind(last)]
-    check(re.search(r"\b(-?nan|inf)\b", text) is None, f"{what}: no inf or nan in the text:\n{text}")
+    bad = re.search(r"\b(-?nan|inf)\b", text) is not None
+    check(not bad, f"{what}: no inf or nan in the text" + (f":\n{text}" if bad else ""))
 
 
 def check_mlp_step_time(examples):
@@ -74,6 +78,15 @@ def check_mlp_step_time(examples):
           f"train_mlp: {steps} x the printed ms/step = {printed_s:.3f} s, the program ran {wall_s:.3f} s")
 
 
+def check_cnn_no_replay(examples, digits):
+    # One step per epoch (1437 training images, batch 1024): calls 1-2 eager, call 3 captures.
+    rc, out, _ = run(f"{examples}/train_cnn", "--epochs=3", "--batch=1024", "--min_accuracy=0", f"--data={digits}")
+    check(rc == 0, f"train_cnn --epochs=3 --batch=1024: exit status {rc}" + (f":\n{out}" if rc != 0 else ""))
+    line = next((l for l in out.splitlines() if l.startswith("ms/step")), "")
+    check("replay n/a" in line and not re.search(r"[0-9.]+x\)", line),
+          f"train_cnn: no replay timed, no ratio printed: {line}")
+
+
 def main():
     examples = sys.argv[1]
     # Steps 1-2 eager, 3 captures: no plain replay in lockstep with the eager steps.
@@ -82,6 +95,7 @@ def main():
     check_gpt_json(examples, ["--steps=5", "--eager_steps=0", "--log_every=5"],
                    ["eager_ms_per_step", "bitwise_equal"])
     check_mlp_step_time(examples)
+    check_cnn_no_replay(examples, sys.argv[2])
     return 1 if failures else 0
 
 
