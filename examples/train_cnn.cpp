@@ -30,6 +30,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
 #include "encore/encore.h"
 #include "examples/digits.h"
 #include "examples/example_main.h"
@@ -194,9 +195,12 @@ int run() {
   const CaptureStats& c = graphs.front().capture;
   std::printf("held-out accuracy: graphed %.2f%%, eager %.2f%% (%zu images)\n", 100 * acc, 100 * acc_eager,
               split.test.size());
-  std::printf("ms/step (median, same period): eager %.3f, replay %.3f (%.2fx); %lld replays, %lld eager calls\n",
-              median(eager_ms), median(replay_ms), median(eager_ms) / std::max(median(replay_ms), 1e-9),
-              static_cast<long long>(s.replays), static_cast<long long>(s.eager_calls));
+  // No plain replay ran in a run of three steps or fewer (two eager calls, then the capture): no ratio then.
+  const std::string replay_text =
+      replay_ms.empty() ? std::string("replay n/a (no plain replay ran)")
+                        : absl::StrFormat("replay %.3f (%.2fx)", median(replay_ms), median(eager_ms) / median(replay_ms));
+  std::printf("ms/step (median, same period): eager %.3f, %s; %lld replays, %lld eager calls\n", median(eager_ms),
+              replay_text.c_str(), static_cast<long long>(s.replays), static_cast<long long>(s.eager_calls));
   std::printf("arena %.1f KiB, lower bound %.1f KiB (%.2fx); %lld kernels per step\n", c.arena_bytes / 1024.0,
               c.lower_bound_bytes / 1024.0, c.arena_bytes / std::max(1.0, static_cast<double>(c.lower_bound_bytes)),
               static_cast<long long>(c.kernels));

@@ -39,6 +39,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
 #include "encore/dist.h"
 #include "encore/encore.h"
 #include "encore/nn.h"
@@ -310,7 +311,6 @@ int main(int argc, char** argv) {
       if (s <= eager_steps) {
         eager_loss = timed_step(eager, [&](const std::vector<Tensor>& in) { return eager.step(in); }, ms);
         eager_ms.push_back(ms);
-        if (s == 1) fig.loss_first = eager_loss;
       }
       const GraphedStats before = graphed.stats();
       const float loss = timed_step(run, graphed, ms);
@@ -323,6 +323,7 @@ int main(int argc, char** argv) {
         fig.bitwise_equal &= std::memcmp(&loss, &eager_loss, sizeof(float)) == 0;
         fig.replays_compared += graphed.stats().replays > before.replays;
       }
+      if (s == 1) fig.loss_first = loss;   // an eager call: the eager run's first loss, bit for bit
       fig.loss_last = loss;
       progress.update(s, loss, B * T);
     }
@@ -346,12 +347,22 @@ int main(int argc, char** argv) {
     return 1;
   }
   const CaptureStats& st = fig.stats;
-  std::printf("\neager   %.3f ms/step [%.3f, %.3f]   replay %.3f ms/step [%.3f, %.3f]   speedup %.2fx\n"
+  // A figure no step measured (no eager steps, or no replay among them: the
+  // first two calls run eagerly, the third captures) is "n/a" in the text
+  // and null in the JSON line, never a 0 or an inf.
+  const bool eager_timed = eager_steps > 0, replay_timed = fig.replays_timed > 0;
+  auto spread_text = [](bool measured, const Spread& s) {
+    return measured ? absl::StrFormat("%.3f ms/step [%.3f, %.3f]", s.median, s.p10, s.p90) : std::string("n/a");
+  };
+  const bool both_timed = eager_timed && replay_timed;
+  std::printf("\neager   %s   replay %s   speedup %s\n"
               "        (medians [10th, 90th percentiles] of %lld eager steps and the %lld replays in lockstep with "
-              "them; all %lld replays: median %.3f ms)\n",
-              fig.eager.median, fig.eager.p10, fig.eager.p90, fig.replay.median, fig.replay.p10, fig.replay.p90,
-              fig.eager_ms / fig.replay_ms, static_cast<long long>(eager_steps),
-              static_cast<long long>(fig.replays_timed), static_cast<long long>(fig.replays_all), fig.replay_all_ms);
+              "them; all %lld replays: median %s)\n",
+              spread_text(eager_timed, fig.eager).c_str(), spread_text(replay_timed, fig.replay).c_str(),
+              both_timed ? absl::StrFormat("%.2fx", fig.eager_ms / fig.replay_ms).c_str() : "n/a",
+              static_cast<long long>(eager_steps), static_cast<long long>(fig.replays_timed),
+              static_cast<long long>(fig.replays_all),
+              fig.replays_all > 0 ? absl::StrFormat("%.3f ms", fig.replay_all_ms).c_str() : "n/a");
   std::printf("calls   %lld steps: %lld eager (the last recorded), %lld captured, %lld replayed, %lld fell back\n",
               static_cast<long long>(steps), static_cast<long long>(fig.graphed.eager_calls),
               static_cast<long long>(fig.graphed.captures), static_cast<long long>(fig.graphed.replays),
@@ -363,17 +374,27 @@ int main(int argc, char** argv) {
               static_cast<long long>(st.arena_bytes), static_cast<double>(st.arena_bytes) / st.lower_bound_bytes,
               static_cast<long long>(st.lower_bound_bytes), static_cast<double>(st.arena_bytes) / st.eager_peak_bytes,
               static_cast<long long>(st.eager_peak_bytes));
-  std::printf("check   steps 1-%lld (%lld of them replayed) %s the eager steps bit for bit\n",
-              static_cast<long long>(eager_steps), static_cast<long long>(fig.replays_compared),
-              fig.bitwise_equal ? "match" : "DO NOT match");
+  if (fig.replays_compared == 0) {
+    std::printf("check   none: no replayed step ran in lockstep with an eager one (--eager_steps=%lld)\n",
+                static_cast<long long>(eager_steps));
+  } else {
+    std::printf("check   steps 1-%lld (%lld of them replayed) %s the eager steps bit for bit\n",
+                static_cast<long long>(eager_steps), static_cast<long long>(fig.replays_compared),
+                fig.bitwise_equal ? "match" : "DO NOT match");
+  }
   std::printf("loss    %.4f -> %.4f\n", fig.loss_first, fig.loss_last);
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf("{\"eager_ms_per_step\": %.4f, \"replay_ms_per_step\": %.4f, \"speedup\": %.4f, \"arena_bytes\": %lld, "
+    auto number_or_null = [](bool measured, double v) {
+      return measured ? absl::StrFormat("%.4f", v) : std::string("null");
+    };
+    std::printf("{\"eager_ms_per_step\": %s, \"replay_ms_per_step\": %s, \"speedup\": %s, \"arena_bytes\": %lld, "
                 "\"lower_bound_bytes\": %lld, \"eager_peak_bytes\": %lld, \"bitwise_equal\": %s, \"loss_first\": %.6f, "
                 "\"loss_last\": %.6f}\n",
-                fig.eager_ms, fig.replay_ms, fig.eager_ms / fig.replay_ms, static_cast<long long>(st.arena_bytes),
+                number_or_null(eager_timed, fig.eager_ms).c_str(), number_or_null(replay_timed, fig.replay_ms).c_str(),
+                number_or_null(both_timed, fig.eager_ms / fig.replay_ms).c_str(), static_cast<long long>(st.arena_bytes),
                 static_cast<long long>(st.lower_bound_bytes), static_cast<long long>(st.eager_peak_bytes),
-                fig.bitwise_equal ? "true" : "false", fig.loss_first, fig.loss_last);
+                fig.replays_compared == 0 ? "null" : fig.bitwise_equal ? "true" : "false", fig.loss_first,
+                fig.loss_last);
   }
   // Every rank's replays must have matched its eager steps.
   const std::vector<uint64_t> equal = (*pg)->all_gather(fig.bitwise_equal ? 1 : 0);

@@ -52,7 +52,10 @@ int main(int argc, char** argv) {
       y.copy_(argmax(teacher.forward(x), 1));
     };
     Tensor x = zeros({B, 32}), y = zeros({B}, kInt64);
+    // Each line: the mean time of the steps since the line before (100, or
+    // fewer in the last stretch of a run).
     auto t0 = std::chrono::steady_clock::now();
+    int64_t timed_from = 1;   // the first step since t0
     for (int64_t step = 1; step <= steps; ++step) {
       make_batch(x, y);
       opt.zero_grad();
@@ -62,8 +65,9 @@ int main(int argc, char** argv) {
       if (step % 100 == 0 || step == steps) {
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         std::printf("step %4lld  loss %.4f  %.3f ms/step\n", static_cast<long long>(step), loss.item<double>(),
-                    ms / 100);
+                    ms / static_cast<double>(step - timed_from + 1));
         t0 = std::chrono::steady_clock::now();
+        timed_from = step + 1;
       }
     }
     NoGradGuard no_grad;

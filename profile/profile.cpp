@@ -320,14 +320,42 @@ absl::StatusOr<StepProfile> profile_cuda_replay(Graph& graph, const CudaGraph& c
   return p;
 }
 
+// NOTE [ Profiled replays are not verified ]: a graph with shadow
+// verification (CaptureOptions::verify_every) runs the step eagerly beside
+// every verify_every-th replay(). Timed as a replay, that would put an eager
+// step, a copy of the state and a comparison into step_ns (with
+// verify_every = 1, into every untimed run). So verification is paused for
+// the profile's replays, the profile's note says so, and it resumes after.
+class VerificationPause {
+ public:
+  explicit VerificationPause(Graph::Impl& g) : g_(g), every_(g.verify_every) { g_.verify_every = 0; }
+  ~VerificationPause() { g_.verify_every = every_; }
+  VerificationPause(const VerificationPause&) = delete;
+  VerificationPause& operator=(const VerificationPause&) = delete;
+  // "" when the graph verifies nothing; else what the profile's note says.
+  std::string note() const {
+    return every_ > 0 ? absl::StrFormat("shadow verification (verify_every = %d) paused for the profiled replays",
+                                        every_)
+                      : std::string();
+  }
+
+ private:
+  Graph::Impl& g_;
+  const int every_;
+};
+
 }  // namespace
 
 absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& options) {
   if (absl::Status s = check_options(options); !s.ok()) return s;
-  if (const CudaGraph* cg = graph.internals().executable->cuda_graph(); cg != nullptr) {
-    return profile_cuda_replay(graph, *cg, options);
+  const VerificationPause pause(graph.internals());   // NOTE [ Profiled replays are not verified ]
+  const CudaGraph* cg = graph.internals().executable->cuda_graph();
+  absl::StatusOr<StepProfile> p = cg != nullptr ? profile_cuda_replay(graph, *cg, options)
+                                                : profile_cpu_replay(graph, options);
+  if (p.ok() && !pause.note().empty()) {
+    p->note = p->note.empty() ? pause.note() : absl::StrCat(p->note, "; ", pause.note());
   }
-  return profile_cpu_replay(graph, options);
+  return p;
 }
 
 namespace {
@@ -468,11 +496,12 @@ std::string cuda_profiling_status() {
 }
 
 // A duration with its unit, readable at a glance: "850 ns", "12.3 us" below a
-// millisecond (as "\u00b5s"), "1.234 ms" from there on.
+// millisecond (as "\u00b5s"), "1.234 ms" from there on. The unit is the
+// rounded value's: 999,950 ns is "1.000 ms", never "1000.0 us".
 std::string duration_str(int64_t ns) {
   const double v = static_cast<double>(ns);
   if (ns < 1000) return absl::StrFormat("%d ns", ns);
-  if (ns < 1000000) return absl::StrFormat("%.1f \u00b5s", v / 1e3);
+  if (ns < 999950) return absl::StrFormat("%.1f \u00b5s", v / 1e3);
   return absl::StrFormat("%.3f ms", v / 1e6);
 }
 
@@ -659,7 +688,9 @@ std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles) {
   }
   nlohmann::json trace = {{"traceEvents", events}, {"displayTimeUnit", "ns"},
                           {"otherData", {{"encore", summaries}, {"cuda", cuda_profiling_status()}}}};
-  return trace.dump(1);
+  // Bytes of a string that are not UTF-8 (a note or name with a stray byte)
+  // become U+FFFD: the default handler throws instead of writing the trace.
+  return trace.dump(1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
 }
 
 absl::Status write_chrome_trace(const std::string& path, absl::Span<const StepProfile* const> profiles) {

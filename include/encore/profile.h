@@ -103,9 +103,11 @@ struct StepProfile {
 
 // Replays `graph` warmup_runs + 2 * runs times (warm-up, untimed runs for
 // step_ns, timed runs for the node times; on CUDA each one synchronized, the
-// timed runs on a profiling copy of the graph that computes the same). Fails
-// like replay() does (a freed parameter, ...) and with InvalidArgument on
-// bad options.
+// timed runs on a profiling copy of the graph that computes the same). Shadow
+// verification (CaptureOptions::verify_every) is paused for these replays, so
+// that no eager step is timed as a replay, and StepProfile::note says so; it
+// resumes after. Fails like replay() does (a freed parameter, ...) and with
+// InvalidArgument on bad options.
 [[nodiscard]] absl::StatusOr<StepProfile> profile_replay(Graph& graph, const ProfileOptions& options = {});
 
 // Runs `step` eagerly warmup_runs + 2 * runs times, timing each kernel launch
@@ -146,8 +148,9 @@ ProfileSummary summarize(const StepProfile& profile, int top = 10);
 // A few lines of text: step time, kernel time and the rest, time per phase,
 // the top ops, and the CUDA status line.
 std::string format_summary(const StepProfile& profile, int top = 10);
-// A duration in the unit that reads best: "850 ns", "12.3 µs" (below 1 ms),
-// "1.234 ms". format_summary prints every time so.
+// A duration in the unit that reads best: "850 ns", "12.3 µs" (below 1 ms
+// once rounded: 999,950 ns is "1.000 ms"), "1.234 ms". format_summary prints
+// every time so.
 std::string duration_str(int64_t ns);
 
 // One line on CUDA profiling in this build and on this machine, e.g.
@@ -163,7 +166,8 @@ std::string cuda_profiling_status();
 // from a launch's last node to the first node of each launch that reads its
 // output (NodeTiming::reads_from), and for replays a counter track "arena
 // bytes in use" (a value per launch). Times in microseconds. otherData.encore holds each profile's summary
-// (with gpu_idle_ns and note).
+// (with gpu_idle_ns and note). Strings are escaped as JSON requires; bytes that
+// are not UTF-8 become U+FFFD.
 std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles);
 [[nodiscard]] absl::Status write_chrome_trace(const std::string& path,
                                               absl::Span<const StepProfile* const> profiles);

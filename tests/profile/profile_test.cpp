@@ -627,5 +627,64 @@ TEST(ProfileTest, DurationsReadInTheirUnit) {
   EXPECT_EQ(duration_str(1234567), "1.235 ms");
 }
 
+// A duration that rounds up to a whole unit is written in that unit: never
+// "1000.0 µs" (review finding, 2026-12-07: 999,950 to 999,999 ns read so).
+TEST(ProfileTest, DurationsThatRoundUpChangeUnit) {
+  EXPECT_EQ(duration_str(999950), "1.000 ms");
+  EXPECT_EQ(duration_str(999999), "1.000 ms");
+  EXPECT_EQ(duration_str(1000000), "1.000 ms");
+}
+
+// Names, notes and stream names with quotes, backslashes, control characters
+// or bytes that are not UTF-8 still make a trace that parses (review
+// finding, 2026-12-07: a note with a stray byte made chrome_trace_json throw
+// nlohmann's type_error out of write_chrome_trace, a Status function).
+TEST(ProfileTest, ChromeTraceOfOddStringsIsValidJson) {
+  StepProfile p{.mode = "replay \"quoted\"", .device = "cpu\\0", .streams = {"tab\there\x01"}};
+  p.nodes.push_back({.op = "op\"with\\quote\n", .phase = "forward", .duration_ns = 5, .median_ns = 5});
+  p.note = "half a character \xc3 and a stray byte \xff";
+  std::string text;
+  ASSERT_NO_THROW(text = chrome_trace_json({&p}));
+  nlohmann::json trace;
+  ASSERT_NO_THROW(trace = nlohmann::json::parse(text));
+  bool found_op = false;
+  for (const nlohmann::json& e : trace.at("traceEvents")) {
+    found_op = found_op || (e.at("ph") == "X" && e.at("name") == "op\"with\\quote\n");
+  }
+  EXPECT_TRUE(found_op);
+  const std::string note = trace.at("otherData").at("encore").at(0).at("note").get<std::string>();
+  EXPECT_EQ(note.rfind("half a character ", 0), 0u) << note;
+  EXPECT_NE(note.find("stray byte"), std::string::npos) << note;
+  const std::string path = ::testing::TempDir() + "odd_strings_trace.json";
+  absl::Status written;
+  ASSERT_NO_THROW(written = write_chrome_trace(path, {&p}));
+  EXPECT_TRUE(written.ok()) << written;
+}
+
+// Shadow verification (CaptureOptions::verify_every) runs the step eagerly
+// beside a replay; the profiler times replays, so it pauses verification
+// while it replays and says so (review finding, 2026-12-07: with
+// verify_every = 1 every untimed replay also ran the eager step, and step_ns
+// reported that sum as the replay's time). Verification resumes afterwards.
+TEST(ProfileTest, ReplayProfileOfAVerifiedGraphTimesReplaysOnly) {
+  std::unique_ptr<Workload> w = small_mlp();
+  int eager_steps = 0;
+  absl::StatusOr<Graph> g = capture(
+      [&] {
+        ++eager_steps;
+        return w->step();
+      },
+      {.verify_every = 1});
+  ASSERT_TRUE(g.ok()) << g.status();
+  const int before = eager_steps;
+  absl::StatusOr<StepProfile> p = profile_replay(*g, {.warmup_runs = 1, .runs = 3});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(eager_steps, before) << "profiled replays ran the step eagerly";
+  EXPECT_NE(p->note.find("verify_every = 1"), std::string::npos) << p->note;
+  EXPECT_EQ(g->internals().verify_every, 1);
+  ASSERT_TRUE(g->replay().ok());
+  EXPECT_EQ(eager_steps, before + 1) << "verification did not resume after the profile";
+}
+
 }  // namespace
 }  // namespace encore
