@@ -10,7 +10,10 @@
 //
 // A Tensor is a cheap handle (one intrusive pointer). Copying a Tensor shares
 // the same data; views (reshape, transpose, slice, expand, ...) share storage
-// with their base. NOTE [ Version counter ]: every Storage counts the in-place
+// with their base. A default-constructed Tensor (and grad() before backward()
+// reached the leaf) is undefined: defined() is false, requires_grad() is
+// false, and every other accessor throws encore::Error (InvalidArgument)
+// naming itself. NOTE [ Version counter ]: every Storage counts the in-place
 // writes made to it (through any view). Autograd records the count when it
 // saves a tensor for backward and refuses to use it if the count changed.
 #pragma once
@@ -90,6 +93,8 @@ class Tensor {
 
   // ---- metadata ----
   bool defined() const { return static_cast<bool>(impl_); }
+  // The accessors below throw encore::Error (InvalidArgument) on an
+  // undefined tensor, except requires_grad() (false) and impl() (null).
   DType dtype() const;
   Device device() const;
   const Shape& shape() const;
@@ -159,8 +164,13 @@ class Tensor {
   Tensor mean() const;
 
  private:
+  // *impl_, or encore::Error naming `accessor` when this tensor is undefined.
+  TensorImpl& checked_impl(const char* accessor) const;
   Ref<TensorImpl> impl_;
 };
+
+// Throws encore::Error (InvalidArgument): `accessor` called on an undefined tensor.
+[[noreturn]] void throw_undefined_tensor(const char* accessor);
 
 // Autograd state of one tensor; absent until autograd first touches it.
 struct AutogradMeta {
@@ -204,26 +214,31 @@ struct TensorImpl : RefCounted {
   void compute_contiguous();
 };
 
-inline DType Tensor::dtype() const { return impl_->dtype; }
-inline Device Tensor::device() const { return impl_->storage->device(); }
-inline const Shape& Tensor::shape() const { return impl_->shape; }
-inline const Shape& Tensor::strides() const { return impl_->strides; }
-inline int64_t Tensor::storage_offset() const { return impl_->offset; }
-inline bool Tensor::is_contiguous() const { return impl_->contiguous; }
+inline TensorImpl& Tensor::checked_impl(const char* accessor) const {
+  if (!impl_) [[unlikely]] throw_undefined_tensor(accessor);
+  return *impl_;
+}
+inline DType Tensor::dtype() const { return checked_impl("dtype()").dtype; }
+inline Device Tensor::device() const { return checked_impl("device()").storage->device(); }
+inline const Shape& Tensor::shape() const { return checked_impl("shape()").shape; }
+inline const Shape& Tensor::strides() const { return checked_impl("strides()").strides; }
+inline int64_t Tensor::storage_offset() const { return checked_impl("storage_offset()").offset; }
+inline bool Tensor::is_contiguous() const { return checked_impl("is_contiguous()").contiguous; }
 inline bool Tensor::requires_grad() const {
-  const AutogradMeta* m = impl_->autograd.get();
+  const AutogradMeta* m = impl_ ? impl_->autograd.get() : nullptr;
   return m != nullptr && m->requires_grad;
 }
-inline Storage* Tensor::storage() const { return impl_->storage.get(); }
+inline Storage* Tensor::storage() const { return checked_impl("storage()").storage.get(); }
 inline void* Tensor::data_ptr() const {
-  return static_cast<char*>(impl_->storage->data()) + impl_->offset * dtype_size(impl_->dtype);
+  const TensorImpl& impl = checked_impl("data_ptr()");
+  return static_cast<char*>(impl.storage->data()) + impl.offset * dtype_size(impl.dtype);
 }
 inline int64_t numel_of(absl::Span<const int64_t> shape) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   return n;
 }
-inline int64_t Tensor::numel() const { return numel_of(impl_->shape); }
+inline int64_t Tensor::numel() const { return numel_of(checked_impl("numel()").shape); }
 
 // Host reads of bool go through i32; doubles through f32 (floats) or i64.
 template <> bool Tensor::item<bool>() const;

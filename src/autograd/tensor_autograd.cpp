@@ -10,6 +10,7 @@ AutogradMeta::~AutogradMeta() {
 }
 
 Tensor& Tensor::requires_grad_(bool on) {
+  checked_impl("requires_grad_()");
   ENCORE_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad (shape %s); "
                "use detach() first", shape_str(shape()));
   ENCORE_CHECK(!on || is_floating(dtype()),
@@ -22,12 +23,12 @@ Tensor& Tensor::requires_grad_(bool on) {
 }
 
 bool Tensor::is_leaf() const {
-  const AutogradMeta* m = impl_->autograd.get();
+  const AutogradMeta* m = checked_impl("is_leaf()").autograd.get();
   return m == nullptr || m->grad_fn == nullptr;
 }
 
 Tensor Tensor::grad() const {
-  AutogradMeta* m = impl_->autograd.get();
+  AutogradMeta* m = checked_impl("grad()").autograd.get();
   if (m == nullptr) return Tensor();
   if (m->grad.defined() && read_grad_zero_pending(*impl_)) [[unlikely]] {   // NOTE [ Lazy zero_grad ]
     write_grad_zero_pending(*impl_, false);
@@ -38,6 +39,7 @@ Tensor Tensor::grad() const {
 }
 
 void Tensor::set_grad(const Tensor& g) {
+  checked_impl("set_grad()");
   ENCORE_CHECK(!g.defined() || (g.shape() == shape() && g.dtype() == dtype() && g.device() == device()),
                "set_grad: gradient %s (%s on %s) does not match tensor %s (%s on %s)",
                g.defined() ? shape_str(g.shape()) : "undefined", g.defined() ? dtype_name(g.dtype()) : "-",
@@ -70,11 +72,12 @@ void remove_post_accumulate_hook(const Tensor& leaf, int64_t id) {
 }  // namespace autograd
 
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
-  const AutogradMeta* m = impl_->autograd.get();
+  const AutogradMeta* m = checked_impl("grad_fn()").autograd.get();
   return m != nullptr ? m->grad_fn : nullptr;
 }
 
 Tensor Tensor::detach() const {
+  checked_impl("detach()");
   auto impl = make_ref<TensorImpl>();
   impl->storage = impl_->storage;
   impl->offset = impl_->offset;

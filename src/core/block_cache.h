@@ -50,6 +50,7 @@ class BlockCache {
   static constexpr int64_t kRound = 512;                     // bytes; also the blocks' alignment
   static constexpr int64_t kSmallLimit = int64_t{1} << 20;   // requests up to this come from the small pool
   static constexpr int64_t kSegment = int64_t{2} << 20;      // small segments; large ones round up to it
+  static constexpr int64_t kMaxRequest = int64_t{1} << 62;   // bytes; larger requests are out of memory at once
 
   // `source` outlives the cache; `name` (a device such as "cuda:0") starts
   // its error messages.
@@ -63,7 +64,8 @@ class BlockCache {
   // A block of at least nbytes (<= 0 is served as 1), 512-byte aligned.
   // Throws encore::Error(kResourceExhausted) naming the request and the
   // cache's bytes when the source has no memory left even after the cache
-  // gave its free segments back.
+  // gave its free segments back, and at once, without asking the source,
+  // for more than kMaxRequest bytes.
   void* allocate(int64_t nbytes);
   // p came from allocate() of this cache and was not freed since; anything
   // else throws encore::Error(kInternal).

@@ -106,6 +106,12 @@ Storage::~Storage() {
   allocator_->deallocate(data_, nbytes_);
 }
 
+void throw_undefined_tensor(const char* accessor) {
+  throw_error(absl::StatusCode::kInvalidArgument,
+              absl::StrCat("Tensor::", accessor, " on an undefined tensor (a default-constructed Tensor, or grad() "
+                           "before backward() reached the leaf): check defined() first"));
+}
+
 std::string shape_str(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }

@@ -214,22 +214,38 @@ namespace {
 constexpr int64_t kSummarizeAbove = 1000;   // elements; larger tensors print 3 + ... + 3 per dim
 constexpr int64_t kEdgeItems = 3;
 
-// v holds each element already formatted, row-major.
+// The tensor printed: t itself, or, when summarizing, t cut to its first
+// and last kEdgeItems along every dim longer than 2 * kEdgeItems, so that
+// only what is shown is copied, converted and formatted (a whole [50257,
+// 768] embedding took seconds and gigabytes; a large broadcast view could
+// not be copied at all).
+Tensor printed_part(const Tensor& t, bool summarize) {
+  if (!summarize) return t;
+  NoGradGuard no_grad;
+  Tensor part = t.detach();
+  for (int64_t d = 0; d < part.dim(); ++d) {
+    const int64_t n = part.size(d);
+    if (n > 2 * kEdgeItems) part = concat({part.slice(d, 0, kEdgeItems), part.slice(d, n - kEdgeItems, n)}, d);
+  }
+  return part;
+}
+
+// v holds each element of the printed part already formatted, row-major;
+// `shape` is the whole tensor's. A summarized dim longer than 2 * kEdgeItems
+// holds its 2 * kEdgeItems edge items in v, with "..." printed between them.
 void print_values(std::ostream& os, const std::vector<std::string>& v, const Shape& shape, int64_t dim, int64_t base,
                   bool summarize) {
   if (shape.empty()) {
     os << v[0];
     return;
   }
-  const int64_t n = shape[dim];
+  auto printed = [&](int64_t d) { return summarize && shape[d] > 2 * kEdgeItems ? 2 * kEdgeItems : shape[d]; };
+  const int64_t n = printed(dim);
   int64_t inner = 1;
-  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= shape[d];
+  for (size_t d = dim + 1; d < shape.size(); ++d) inner *= printed(static_cast<int64_t>(d));
   os << "[";
   for (int64_t i = 0; i < n; ++i) {
-    if (summarize && n > 2 * kEdgeItems && i == kEdgeItems) {
-      os << "..., ";
-      i = n - kEdgeItems;
-    }
+    if (n < shape[dim] && i == kEdgeItems) os << "..., ";
     if (dim + 1 == static_cast<int64_t>(shape.size())) {
       os << v[base + i];
     } else {
@@ -258,7 +274,8 @@ std::string Tensor::to_string() const {
   current_stream(device()).host_access("to_string");
   std::ostringstream os;
   os << "tensor(";
-  print_values(os, formatted_values(*this), shape(), 0, 0, numel() > kSummarizeAbove);
+  const bool summarize = numel() > kSummarizeAbove;
+  print_values(os, formatted_values(printed_part(*this, summarize)), shape(), 0, 0, summarize);
   os << ", shape=" << shape_str(shape()) << ", dtype=" << dtype_name(dtype()) << ", device=" << device().str();
   if (requires_grad()) os << ", requires_grad=true";
   os << ")";

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "encore/error.h"
 #include "src/core/block_cache.h"
 
@@ -203,6 +204,29 @@ TEST(BlockCacheTest, OutOfMemoryGivesFreeSegmentsBackRetriesThenFailsWithFigures
   expect_consistent(cache, source, {{uintptr_t(a), 6 * kMiB}, {uintptr_t(c), 8 * kMiB}});
   cache.deallocate(a);
   cache.deallocate(c);
+}
+
+// Requests no device can hold are refused before any rounding: rounding
+// up to 512 bytes or to a 2 MiB segment overflowed int64 within 2 MiB of
+// 2^63 (a [2^61 - 1] f32 tensor asks for 2^63 - 4 bytes), and the wrapped,
+// negative size was served a 2 MiB block from the small pool.
+TEST(BlockCacheTest, RequestsBeyond2To62BytesAreOutOfMemoryWithoutRounding) {
+  FakeSegments source;
+  BlockCache cache(&source, "cuda:0");
+  for (int64_t nbytes : {INT64_MAX, INT64_MAX - 4, INT64_MAX - BlockCache::kSegment, (int64_t{1} << 62) + 1}) {
+    SCOPED_TRACE(nbytes);
+    try {
+      void* p = cache.allocate(nbytes);
+      ADD_FAILURE() << "served " << p;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kResourceExhausted);
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(absl::StrCat("cuda:0 allocator: out of memory allocating ", nbytes, " bytes")),
+                std::string::npos) << msg;
+    }
+  }
+  EXPECT_EQ(source.map_calls, 0);
+  expect_consistent(cache, source, {});
 }
 
 TEST(BlockCacheTest, FreeingAForeignOrFreedPointerIsAnInternalError) {

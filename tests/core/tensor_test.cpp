@@ -124,6 +124,40 @@ TEST(TensorTest, ViewsReachingOutsideTheirStorageAreRefused) {
                {"as_strided", "overflow int64"});   // even empty, offsets are computed
 }
 
+// A default-constructed Tensor, or grad() before backward() reached the
+// leaf, holds nothing: asking it for its metadata or data throws naming the
+// accessor instead of dereferencing a null pointer (it was a segfault).
+TEST(TensorTest, UndefinedTensorsRefuseMetadataAndDataAccess) {
+  const Tensor undefined;
+  const Tensor leaf = zeros({2}).requires_grad_();
+  ASSERT_FALSE(leaf.grad().defined());   // before any backward()
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  for (const Tensor& t : {undefined, leaf.grad()}) {
+    EXPECT_FALSE(t.defined());
+    EXPECT_FALSE(t.requires_grad());   // a question with an answer: nothing requires grad
+    expect_error([&] { (void)t.shape(); }, kInvalid, {"shape()", "undefined tensor"});
+    expect_error([&] { (void)t.strides(); }, kInvalid, {"strides()", "undefined tensor"});
+    expect_error([&] { (void)t.dim(); }, kInvalid, {"shape()", "undefined tensor"});
+    expect_error([&] { (void)t.size(0); }, kInvalid, {"shape()", "undefined tensor"});
+    expect_error([&] { (void)t.numel(); }, kInvalid, {"numel()", "undefined tensor"});
+    expect_error([&] { (void)t.dtype(); }, kInvalid, {"dtype()", "undefined tensor"});
+    expect_error([&] { (void)t.device(); }, kInvalid, {"device()", "undefined tensor"});
+    expect_error([&] { (void)t.storage_offset(); }, kInvalid, {"storage_offset()", "undefined tensor"});
+    expect_error([&] { (void)t.is_contiguous(); }, kInvalid, {"is_contiguous()", "undefined tensor"});
+    expect_error([&] { (void)t.storage(); }, kInvalid, {"storage()", "undefined tensor"});
+    expect_error([&] { (void)t.version(); }, kInvalid, {"storage()", "undefined tensor"});
+    expect_error([&] { (void)t.data_ptr(); }, kInvalid, {"data_ptr()", "undefined tensor"});
+    expect_error([&] { (void)t.data<float>(); }, kInvalid, {"dtype()", "undefined tensor"});
+    expect_error([&] { (void)t.is_leaf(); }, kInvalid, {"is_leaf()", "undefined tensor"});
+    expect_error([&] { (void)t.grad(); }, kInvalid, {"grad()", "undefined tensor"});
+    expect_error([&] { (void)t.grad_fn(); }, kInvalid, {"grad_fn()", "undefined tensor"});
+    expect_error([&] { (void)t.detach(); }, kInvalid, {"detach()", "undefined tensor"});
+    expect_error([&] { Tensor u = t; u.requires_grad_(); }, kInvalid, {"requires_grad_()", "undefined tensor"});
+    expect_error([&] { Tensor u = t; u.set_grad(Tensor()); }, kInvalid, {"set_grad()", "undefined tensor"});
+  }
+  EXPECT_EQ(Tensor().to_string(), "tensor(undefined)");   // printing stays allowed
+}
+
 // NOTE [ Objects that outlive their thread's cache ]: tensors freed after the
 // thread's object caches are gone (a thread_local made before them, a static
 // freed at exit) go to the heap instead of into a destroyed cache (issue #17:
