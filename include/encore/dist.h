@@ -48,6 +48,17 @@
 // in the chunks that completed before the failure and its old values in
 // the rest. The late rank's own call may still succeed (with this rank's
 // contribution); its next collective on the group then times out.
+// ProcessGroup::create() waits for the other ranks within the timeout too
+// (kDeadlineExceeded, and no group). A rank that comes to create() after
+// another gave up on it may still get its group (the late rank completes
+// the abandoned duplicate of the world); its first call on that group then
+// fails within the timeout (or, for a process's first group, whose create
+// also makes the capture agreement's communicator, its create fails within
+// the timeout). A rank's next create() first waits, within its own
+// timeout, for the late ranks to complete the one it gave up on, so that
+// the ranks' next groups pair up. (The first create() also starts MPI,
+// whose MPI_Init waits for every process the launcher started, unbounded
+// by the timeout; a process that dies first is mpirun's to report.)
 // A rank that dies is reported by mpirun itself, which ends the job. NCCL
 // calls are not bounded (a stuck NCCL peer blocks the stream).
 //
@@ -97,10 +108,11 @@ inline constexpr double kMaxTimeoutSeconds = 1e7;
 
 struct Options {
   // Seconds a collective waits for the other ranks before failing with
-  // kDeadlineExceeded; also how long capture() waits for the other ranks'
-  // fingerprints. ENCORE_DIST_TIMEOUT (seconds) overrides the default. Must
-  // be finite, positive and at most kMaxTimeoutSeconds (create() and
-  // set_timeout() refuse anything else with kInvalidArgument).
+  // kDeadlineExceeded; also how long create() waits for them (to make the
+  // group's communicator) and capture() for their fingerprints.
+  // ENCORE_DIST_TIMEOUT (seconds) overrides the default. Must be finite,
+  // positive and at most kMaxTimeoutSeconds (create() and set_timeout()
+  // refuse anything else with kInvalidArgument).
   double timeout_s = 300.0;
 };
 
@@ -113,7 +125,9 @@ class ProcessGroup {
  public:
   // A group of the whole world. The first call starts MPI (on the
   // communication thread) when the launcher says there is more than one
-  // process, or when it is mpirun / srun; MPI is finalized at exit.
+  // process, or when it is mpirun / srun; MPI is finalized at exit. Every
+  // rank must call it: it waits for the others for at most
+  // Options::timeout_s (kDeadlineExceeded; see "Bounded waits" above).
   static absl::StatusOr<std::shared_ptr<ProcessGroup>> create(const Options& options = {});
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;

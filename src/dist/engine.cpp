@@ -71,6 +71,30 @@ struct Group {
 // collective. So after a failed call each chunk of the tensor holds either
 // what it held before the call or its result, and nothing writes to it after
 // the call returns (encore/dist.h).
+//
+// NOTE [ Bounded group creation ]: a group's communicator is made with
+// MPI_Comm_idup polled against the group's timeout, like a collective:
+// MPI_Comm_dup waited for a missing peer without bound (forever, for one
+// that died or never calls create). A rank that gives up returns
+// kDeadlineExceeded and keeps the request, with the handle it writes, as
+// an orphan. A late peer completes it: the late peer's create may then
+// succeed, and its group's first call fails within the timeout, since the
+// rank that gave up never calls on that communicator (nor frees it); a
+// process's first create, which then duplicates the new communicator for
+// the capture agreement, fails within the timeout instead. Open
+// MPI makes a duplicate in several rounds of collectives on the parent,
+// each posted as the one before completes, so any other collective on the
+// parent would come between them, and two ranks would pair the rounds
+// with different calls. Hence: nothing but duplicates runs on
+// MPI_COMM_WORLD; a duplicate of the world starts only once every earlier
+// one on this rank has completed (waited for within the new create's
+// deadline); and a create is one duplicate of the world on every rank (the
+// capture agreement's communicator duplicates the first group's, not the
+// world), so every rank's n-th duplicate of the world is the same call.
+// (Seen with Open MPI 4.1 without the wait: a rank's next create, started
+// before the late peer joined the abandoned one, interleaved with it; the
+// late peer's create and its next one failed, and the first rank's next
+// group timed out in its first call.)
 constexpr int64_t kDefaultChunkBytes = int64_t{64} << 20;
 std::atomic<int64_t> chunk_bytes{kDefaultChunkBytes};
 
@@ -79,6 +103,7 @@ std::atomic<int64_t> chunk_bytes{kDefaultChunkBytes};
 struct Orphan {
   MPI_Request request;
   std::shared_ptr<void> buffers;
+  bool world_dup = false;   // an MPI_Comm_idup of MPI_COMM_WORLD (NOTE [ Bounded group creation ])
 };
 
 absl::Status mpi_status(int code, const std::string& where_) {
@@ -117,23 +142,24 @@ class Engine {
     return *it->second;
   }
 
-  absl::StatusOr<int32_t> new_group(const dist::Environment& env, double timeout_s) {
+  absl::StatusOr<int32_t> new_group(const dist::Environment& env, double timeout_s,
+                                    [[maybe_unused]] int32_t parent) {
     auto g = std::make_unique<Group>();
     g->timeout_s = timeout_s;
     const bool use_mpi = env.world_size > 1 || env.launcher == "mpirun" || env.launcher == "slurm";
 #if ENCORE_HAVE_MPI
     if (use_mpi) {
       ENCORE_DIST_RETURN_IF_ERROR(start_mpi());
+      MPI_Comm from = MPI_COMM_WORLD;
+      if (parent >= 0) {
+        from = group(parent).comm;
+        if (from == MPI_COMM_NULL) {
+          return absl::InternalError(
+              absl::StrFormat("dist::ProcessGroup::create: group %d has no communicator", parent));
+        }
+      }
       Group* gp = g.get();
-      absl::Status s = run_on_thread([&]() -> absl::Status {
-        int rc = MPI_Comm_dup(MPI_COMM_WORLD, &gp->comm);
-        if (rc != MPI_SUCCESS) return mpi_status(rc, "dist::ProcessGroup::create: MPI_Comm_dup");
-        MPI_Comm_set_errhandler(gp->comm, MPI_ERRORS_RETURN);
-        MPI_Comm_rank(gp->comm, &gp->rank);
-        MPI_Comm_size(gp->comm, &gp->size);
-        return absl::OkStatus();
-      });
-      ENCORE_DIST_RETURN_IF_ERROR(s);
+      ENCORE_DIST_RETURN_IF_ERROR(run_on_thread([&] { return make_comm(*gp, from); }));
       if (gp->rank != env.rank || gp->size != env.world_size) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "dist::ProcessGroup::create: the launcher (%s) says rank %d of %d, MPI says rank %d of %d; start the "
@@ -291,13 +317,15 @@ class Engine {
     return t;
   }
 
-  std::string where(int32_t id, const char* what) {
-    Group& g = group(id);
-    return absl::StrFormat("dist::%s on rank %d of %d", what, g.rank, g.size);
-  }
+  std::string where(int32_t id, const char* what) { return where_of(group(id), what); }
 
  private:
   Engine() = default;
+
+  // Also for a group not registered yet (being made).
+  static std::string where_of(const Group& g, const char* what) {
+    return absl::StrFormat("dist::%s on rank %d of %d", what, g.rank, g.size);
+  }
 
   void complete(uint64_t ticket, absl::Status s) {
     {
@@ -420,22 +448,22 @@ class Engine {
   // Polls `req` until it completes or `deadline` passes; then it keeps
   // `buffers` (what the request reads and writes) until a late peer completes it.
   absl::Status poll(Group& g, MPI_Request& req, const char* what, Clock::time_point deadline,
-                    std::shared_ptr<void> buffers) {
+                    std::shared_ptr<void> buffers, bool world_dup = false) {
     const double timeout = g.timeout_s.load();
     int spins = 0;
     for (;;) {
       int flag = 0;
       int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
+      if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
       if (flag) return absl::OkStatus();
       if (Clock::now() >= deadline) {
-        orphans_.push_back({req, std::move(buffers)});
+        orphans_.push_back({req, std::move(buffers), world_dup});
         orphan_count_.store(static_cast<int64_t>(orphans_.size()));
         return fail(g, absl::DeadlineExceededError(absl::StrFormat(
                            "%s: the other ranks did not join within %g s (a rank died, threw, is stuck, or runs a "
                            "different step); raise dist::Options::timeout_s or ENCORE_DIST_TIMEOUT if they are only "
                            "slow",
-                           where(g.id, what), timeout)));
+                           where_of(g, what), timeout)));
       }
       // Spin briefly (a collective between ranks of one machine takes microseconds), then sleep.
       if (++spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(spins > 1024 ? 200 : 20));
@@ -511,6 +539,49 @@ class Engine {
     }
     return absl::OkStatus();
   }
+
+  // Makes g.comm, a duplicate of `parent` (MPI_COMM_WORLD or another
+  // group's), within g's timeout (NOTE [ Bounded group creation ]).
+  absl::Status make_comm(Group& g, MPI_Comm parent) {
+    const char* what = "ProcessGroup::create";
+    MPI_Comm_rank(parent, &g.rank);   // for the messages until the duplicate exists
+    MPI_Comm_size(parent, &g.size);
+    const auto deadline = deadline_of(g);
+    const bool world_dup = parent == MPI_COMM_WORLD;
+    if (world_dup) ENCORE_DIST_RETURN_IF_ERROR(finish_world_dups(g, what, deadline));
+    auto comm = std::make_shared<MPI_Comm>(MPI_COMM_NULL);   // written when the request completes, maybe late
+    MPI_Request req;
+    const int rc = MPI_Comm_idup(parent, comm.get(), &req);
+    if (rc != MPI_SUCCESS) return mpi_status(rc, where_of(g, what));
+    ENCORE_DIST_RETURN_IF_ERROR(poll(g, req, what, deadline, comm, world_dup));
+    g.comm = *comm;
+    MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(g.comm, &g.rank);
+    MPI_Comm_size(g.comm, &g.size);
+    return absl::OkStatus();
+  }
+
+  // Waits until `deadline` for the duplicates of the world that earlier
+  // creates abandoned to be completed by their late peers, so that this
+  // rank's duplicates of the world pair with the others' in order (NOTE
+  // [ Bounded group creation ]).
+  absl::Status finish_world_dups(const Group& g, const char* what, Clock::time_point deadline) {
+    const double timeout = g.timeout_s.load();
+    for (;;) {
+      poll_orphans();
+      if (std::none_of(orphans_.begin(), orphans_.end(), [](const Orphan& o) { return o.world_dup; })) {
+        return absl::OkStatus();
+      }
+      if (Clock::now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrFormat(
+            "%s: an earlier dist::ProcessGroup::create on this rank gave up waiting for the other ranks, and they "
+            "did not join it within %g s either; a new group is made only once every rank has joined the earlier "
+            "one (so that the ranks' groups pair up): a rank died, is stuck, or never calls create",
+            where_of(g, what), timeout));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
 #endif
 
   void shutdown() {
@@ -550,8 +621,8 @@ class Engine {
 
 }  // namespace
 
-absl::StatusOr<int32_t> new_group(const dist::Environment& env, double timeout_s) {
-  return Engine::get().new_group(env, timeout_s);
+absl::StatusOr<int32_t> new_group(const dist::Environment& env, double timeout_s, int32_t parent) {
+  return Engine::get().new_group(env, timeout_s, parent);
 }
 void release_group(int32_t group) { Engine::get().release(group); }
 int group_rank(int32_t group) { return Engine::get().group(group).rank; }

@@ -15,7 +15,8 @@
 // with that buffer, and polled while the thread is idle, so a late peer
 // completes it without touching the caller's memory; the group stays
 // broken (every later call fails with the first error), since its ranks no
-// longer agree on which collective is which.
+// longer agree on which collective is which. Making a group's communicator
+// is bounded by the timeout the same way (MPI_Comm_idup).
 //
 //   int32_t g = dist_internal::new_group(env, 30.0).value();
 //   uint64_t t = dist_internal::submit(g, {CollKind::kAllReduce, ptr, n, kFloat32, ReduceOp::kSum}, "all_reduce");
@@ -53,7 +54,10 @@ struct Work {
 
 // Makes a group of the whole world for `env` (which must match what MPI
 // says); starts MPI on the communication thread the first time one is needed.
-absl::StatusOr<int32_t> new_group(const dist::Environment& env, double timeout_s);
+// Its communicator duplicates MPI_COMM_WORLD, or group `parent`'s when
+// parent >= 0, within timeout_s (kDeadlineExceeded after it: NOTE [ Bounded
+// group creation ] in engine.cpp).
+absl::StatusOr<int32_t> new_group(const dist::Environment& env, double timeout_s, int32_t parent = -1);
 void release_group(int32_t group);
 int group_rank(int32_t group);
 int group_size(int32_t group);

@@ -161,8 +161,12 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::create(const Options
   if (g->world_size_ > 1 && agreement_group.load() < 0) {
     // The capture agreement gets a communicator of its own (made by every
     // rank's first group, so in the same order everywhere): its gathers
-    // never interleave with a group's collectives. It lives as long as the process.
-    absl::StatusOr<int32_t> a = dist_internal::new_group(*env, timeout);
+    // never interleave with a group's collectives. It lives as long as the
+    // process. It duplicates this group's communicator, not the world's, so
+    // that every create() is one duplicate of the world on every rank, even
+    // where this one fails on a late rank (NOTE [ Bounded group creation ]
+    // in engine.cpp).
+    absl::StatusOr<int32_t> a = dist_internal::new_group(*env, timeout, /*parent=*/*id);
     if (!a.ok()) return a.status();
     agreement_group.store(*a);
     set_step_agreement(&agree);

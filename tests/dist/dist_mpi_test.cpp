@@ -487,6 +487,44 @@ TEST(DistMpiTest, AMissingPeerFailsTheOthersWithinTheTimeout) {
   }
 }
 
+// Making a group waits for the other ranks within the timeout too: rank 0
+// gives up on a create() that rank 1 comes to late, with kDeadlineExceeded
+// after its timeout. Before, MPI_Comm_dup waited for the missing peer
+// without bound (forever, for one that died; here until rank 1 came, and
+// the create succeeded). Rank 1's late create completes the duplicate rank
+// 0 abandoned and succeeds (its first call on that group would fail within
+// the timeout: encore/dist.h). Rank 0's next create waits for that
+// duplicate to complete before it starts its own, so the ranks' next
+// groups are the same communicator (NOTE [ Bounded group creation ] in
+// src/dist/engine.cpp).
+TEST(DistMpiTest, AMissingPeerFailsGroupCreationWithinTheTimeout) {
+  NEED_TWO_RANKS();
+  const int rank = world()->rank();
+  world()->barrier();   // both start together
+  if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));   // past rank 0's deadline
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> late = dist::ProcessGroup::create({.timeout_s = 1.0});
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (rank == 0) {
+    EXPECT_FALSE(late.ok()) << "rank 0 made a group without rank 1, after " << waited << " s";
+    EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+    EXPECT_NE(late.status().message().find("dist::ProcessGroup::create on rank 0 of 2"), absl::string_view::npos)
+        << late.status();
+    EXPECT_NE(late.status().message().find("did not join within 1 s"), absl::string_view::npos) << late.status();
+    EXPECT_GE(waited, 0.9);
+    EXPECT_LT(waited, 30.0) << "the deadline was not kept";
+  } else {
+    EXPECT_TRUE(late.ok()) << late.status();   // the late peer completed rank 0's abandoned duplicate
+  }
+  late = absl::UnknownError("released");   // rank 1's group goes, unused
+  absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> next = dist::ProcessGroup::create({.timeout_s = 60.0});
+  ASSERT_TRUE(next.ok()) << next.status();
+  Tensor t = full({4}, static_cast<double>(rank + 1));
+  (*next)->all_reduce(t);
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(4, 3.0f)) << "the ranks' next groups did not pair up";
+  EXPECT_EQ(dist_internal::abandoned_requests(), 0) << "rank 0's abandoned duplicate never completed";
+}
+
 // Checkpoints: rank 0 writes (atomically), every rank loads the same state.
 TEST(DistMpiTest, RankZeroSavesEveryRankLoads) {
   NEED_TWO_RANKS();
