@@ -485,6 +485,18 @@ TEST(ReplayContractTest, AnUnboundInputReboundWithNoOtherHandleIsRefused) {
 // that uses a tensor holds a reference to it; those must not keep a tensor
 // its user freed alive in the other graphs' eyes, however many there are.
 
+// Graphs of the first n steps (fewer when a capture fails, which fails the test).
+std::vector<Graph> capture_first(const std::vector<Step>& steps, size_t n) {
+  std::vector<Graph> graphs;
+  for (size_t i = 0; i < n; ++i) {
+    absl::StatusOr<Graph> g = capture(steps[i]);
+    EXPECT_TRUE(g.ok()) << g.status();
+    if (!g.ok()) break;
+    graphs.push_back(*std::move(g));
+  }
+  return graphs;
+}
+
 // One to three graphs read one weight; rebinding the weight's only variable
 // frees it, and every graph refuses to replay. Another handle keeps it
 // alive, and dropping a graph leaves the others' checks right.
@@ -495,12 +507,8 @@ TEST(ReplayContractTest, ATensorFreedUnderSeveralGraphsIsRefusedByEach) {
     const std::vector<Step> steps = {[&] { return std::vector<Tensor>{matmul(x, w)}; },
                                      [&] { return std::vector<Tensor>{relu(matmul(x, w))}; },
                                      [&] { return std::vector<Tensor>{sum(matmul(x, w))}; }};
-    std::vector<Graph> graphs;
-    for (size_t i = 0; i < n; ++i) {
-      absl::StatusOr<Graph> g = capture(steps[i]);
-      ASSERT_TRUE(g.ok()) << g.status();
-      graphs.push_back(*std::move(g));
-    }
+    std::vector<Graph> graphs = capture_first(steps, n);
+    ASSERT_EQ(graphs.size(), n);
     Tensor old = w;
     w = testing::random_tensor({12, 5}, 5);   // rebound; `old` still holds the tensor the graphs read
     for (Graph& g : graphs) EXPECT_TRUE(g.replay().ok());
@@ -521,12 +529,8 @@ TEST(ReplayContractTest, AReturnedTensorFreedByItsUserIsRefused) {
     Tensor x = testing::random_tensor({8, 12}, 3), w = testing::random_tensor({12, 5}, 4);
     const std::vector<Step> steps = {[&] { return std::vector<Tensor>{matmul(x, w), w}; },
                                      [&] { return std::vector<Tensor>{sum(matmul(x, w)), w.t()}; }};
-    std::vector<Graph> graphs;
-    for (size_t i = 0; i < n; ++i) {
-      absl::StatusOr<Graph> g = capture(steps[i]);
-      ASSERT_TRUE(g.ok()) << g.status();
-      graphs.push_back(*std::move(g));
-    }
+    std::vector<Graph> graphs = capture_first(steps, n);
+    ASSERT_EQ(graphs.size(), n);
     Tensor old = w;
     w = testing::random_tensor({12, 5}, 5);   // rebound; `old` still holds the tensor the graphs read
     for (Graph& g : graphs) EXPECT_TRUE(g.replay().ok());
@@ -548,12 +552,8 @@ TEST(ReplayContractTest, GraphsOverAModelTheUserReplacedAreEachRefused) {
                                        return std::vector<Tensor>{r->loss()};
                                      },
                                      [&] { return zero_forward_backward(*r); }};
-    std::vector<Graph> graphs;
-    for (size_t i = 0; i < n; ++i) {
-      absl::StatusOr<Graph> g = capture(steps[i]);
-      ASSERT_TRUE(g.ok()) << g.status();
-      graphs.push_back(*std::move(g));
-    }
+    std::vector<Graph> graphs = capture_first(steps, n);
+    ASSERT_EQ(graphs.size(), n);
     for (Graph& g : graphs) ASSERT_TRUE(g.replay().ok());
     std::unique_ptr<Rig> fresh = make_rig();
     std::swap(r->model, fresh->model);   // the old model and optimizer go with `fresh`
