@@ -266,10 +266,12 @@ struct GraphedStep::Impl {
   void keep_held_outputs(Entry& e) {
     Graph::Impl& g = e.graph->internals();
     if (e.returned.empty() || !g.output_arena) return;
-    bool held = g.output_arena->use_count() > e.region_refs;   // a view made from an output
-    for (const Tensor& t : e.returned) held = held || (t.storage() == g.output_arena.get() && t.impl()->use_count() > 1);
+    bool kept = g.output_arena->use_count() > e.region_refs;   // a view made from an output
+    for (const Tensor& t : e.returned) {
+      kept = kept || (t.storage() == g.output_arena.get() && t.impl()->use_count() > 1);   // the handle itself
+    }
     e.returned.clear();
-    if (!held) return;
+    if (!kept) return;
     Ref<Storage> fresh = Storage::allocate(g.output_arena->nbytes(), g.output_arena->device());
     for (const capture_internal::HeldTensor& held : g.outputs) {
       if (held.get().storage() != g.output_arena.get()) continue;
