@@ -1,6 +1,8 @@
 // Tensor metadata, creation, views' geometry and host access.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <thread>
 
 #include "encore/encore.h"
@@ -171,6 +173,30 @@ TEST(TensorTest, TensorsOutlivingTheirThreadsObjectCachesAreFreedSafely) {
   // A static freed after main's thread_locals, at exit: the test binary must exit cleanly.
   static const Tensor kept_until_exit = full({16}, 3.0);
   EXPECT_EQ(kept_until_exit.to_vector<float>(), std::vector<float>(16, 3.0f));
+}
+
+// item<T>() of an integer T refuses a value T cannot hold, as libtorch's
+// does, instead of wrapping it (2^40 as i32 was 0) or saturating it.
+TEST(TensorTest, ItemRefusesAValueItsTypeCannotHold) {
+  const int64_t big = int64_t{1} << 40;
+  expect_error([&] { (void)from_vector<int64_t>({big}).item<int32_t>(); }, absl::StatusCode::kInvalidArgument,
+               {"item", "1099511627776", "i64", "i32"});
+  expect_error([] { (void)from_vector<float>({1e10f}).item<int32_t>(); }, absl::StatusCode::kInvalidArgument,
+               {"item", "f32", "i32"});
+  expect_error([] { (void)from_vector<float>({1e19f}).item<int64_t>(); }, absl::StatusCode::kInvalidArgument,
+               {"item", "f32", "i64"});
+  expect_error([] { (void)from_vector<float>({std::nanf("")}).item<int64_t>(); },
+               absl::StatusCode::kInvalidArgument, {"item", "nan"});
+  expect_error([] { (void)full({1}, 3e38, kBFloat16).item<int64_t>(); }, absl::StatusCode::kInvalidArgument,
+               {"item", "bf16", "i64"});
+  EXPECT_EQ(full({1}, 65504.0, kFloat16).item<int32_t>(), 65504);
+  // What fits is read, floats truncated toward zero.
+  EXPECT_EQ(from_vector<int64_t>({-2147483648LL}).item<int32_t>(), std::numeric_limits<int32_t>::min());
+  EXPECT_EQ(from_vector<int64_t>({2147483647LL}).item<int32_t>(), std::numeric_limits<int32_t>::max());
+  EXPECT_EQ(from_vector<float>({-3.75f}).item<int32_t>(), -3);
+  EXPECT_EQ(from_vector<float>({2147483520.0f}).item<int32_t>(), 2147483520);
+  EXPECT_EQ(from_vector<float>({-9.2233720e18f}).item<int64_t>(), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(from_vector<int32_t>({-7}).item<int64_t>(), -7);
 }
 
 TEST(TensorTest, ExchangeMemoryMovesTheBytesAndKeepsIdentities) {
