@@ -48,12 +48,8 @@ class CpuCachingAllocator final : public Allocator {
  public:
   void* allocate(int64_t nbytes) override {
     if (nbytes <= 0) nbytes = 1;
-    // No machine has 2^62 bytes; refusing here also keeps size_class's
-    // rounding from overflowing (found by fuzz/ops_fuzz: arange of 2^60 i64).
-    if (nbytes > (int64_t{1} << 62)) {
-      throw_error(absl::StatusCode::kResourceExhausted,
-                  absl::StrFormat("CPU allocator: out of memory allocating %d bytes", nbytes));
-    }
+    // Keeps size_class's rounding from overflowing (found by fuzz/ops_fuzz: arange of 2^60 i64).
+    refuse_beyond_max_allocation("CPU", nbytes);
     int64_t rounded = 0;
     const int cls = size_class(nbytes, &rounded);
     {
@@ -141,6 +137,14 @@ Allocator& default_allocator(Device device) {
   if (device.is_cpu()) return cpu_allocator();
   return cuda_runtime().allocator(device.index);
 }
+
+void refuse_beyond_max_allocation(std::string_view name, int64_t nbytes) {
+  if (nbytes <= kMaxAllocationBytes) return;
+  throw_error(absl::StatusCode::kResourceExhausted,
+              absl::StrFormat("%s allocator: out of memory allocating %d bytes (more than the 2^62 bytes any "
+                              "machine or device holds)", name, nbytes));
+}
+
 AllocatorStats allocator_stats(Device device) {
   if (device.is_cpu()) return cpu_allocator().stats();
   return cuda_runtime().allocator_stats(device.index);

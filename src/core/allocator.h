@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "encore/device.h"
 
@@ -24,6 +25,14 @@ class Allocator {
   // p came from allocate(nbytes) of this allocator.
   virtual void deallocate(void* p, int64_t nbytes) = 0;
 };
+
+// The largest request any allocator serves, in bytes: no machine or device
+// holds 2^62 bytes, and below it the allocators' roundings to their size
+// classes and segments stay inside int64.
+inline constexpr int64_t kMaxAllocationBytes = int64_t{1} << 62;
+// Throws encore::Error(kResourceExhausted), "<name> allocator: out of memory
+// allocating <nbytes> bytes ...", when nbytes > kMaxAllocationBytes.
+void refuse_beyond_max_allocation(std::string_view name, int64_t nbytes);
 
 // Byte counters of an allocator; "in use" counts the blocks handed out
 // (requests rounded up to the allocator's size classes).

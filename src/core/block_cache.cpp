@@ -30,14 +30,9 @@ BlockCache::~BlockCache() {
 }
 
 void* BlockCache::allocate(int64_t nbytes) {
-  // No device holds 2^62 bytes; refusing here also keeps the roundings below
-  // from overflowing int64 (within 2 MiB of 2^63 they wrapped to a negative
-  // size, which the small pool served with a 2 MiB block).
-  if (nbytes > kMaxRequest) {
-    throw_error(absl::StatusCode::kResourceExhausted,
-                absl::StrFormat("%s allocator: out of memory allocating %d bytes (more than the 2^62 bytes any "
-                                "device holds)", name_, nbytes));
-  }
+  // Keeps the roundings below from overflowing int64 (within 2 MiB of 2^63
+  // they wrapped to a negative size, which the small pool served with a 2 MiB block).
+  refuse_beyond_max_allocation(name_, nbytes);
   const int64_t size = round_up(nbytes <= 0 ? 1 : nbytes, kRound);
   const bool small = size <= kSmallLimit;
   std::lock_guard<std::mutex> lock(mu_);

@@ -50,7 +50,7 @@ class BlockCache {
   static constexpr int64_t kRound = 512;                     // bytes; also the blocks' alignment
   static constexpr int64_t kSmallLimit = int64_t{1} << 20;   // requests up to this come from the small pool
   static constexpr int64_t kSegment = int64_t{2} << 20;      // small segments; large ones round up to it
-  static constexpr int64_t kMaxRequest = int64_t{1} << 62;   // bytes; larger requests are out of memory at once
+  static constexpr int64_t kMaxRequest = kMaxAllocationBytes;   // bytes; larger requests are out of memory at once
 
   // `source` outlives the cache; `name` (a device such as "cuda:0") starts
   // its error messages.
