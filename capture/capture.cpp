@@ -429,14 +429,7 @@ Tensor arena_view(const Ref<Storage>& arena, const Tensor& out) {
   const int64_t esize = dtype_size(out.dtype());
   ENCORE_CHECK((p - base) % esize == 0, "capture: internal: output at arena byte %d is not aligned to its %s",
                p - base, dtype_name(out.dtype()));
-  auto impl = make_ref<TensorImpl>();
-  impl->storage = arena;
-  impl->offset = (p - base) / esize + out.storage_offset();
-  impl->shape = out.shape();
-  impl->strides = out.strides();
-  impl->dtype = out.dtype();
-  impl->compute_contiguous();
-  return Tensor(std::move(impl));
+  return capture_internal::view_at(arena, (p - base) / esize + out.storage_offset(), out);
 }
 
 // Runs the step once more with its allocations served from the planned arena
@@ -564,6 +557,17 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const Step& step, cons
 }  // namespace
 
 namespace capture_internal {
+
+Tensor view_at(const Ref<Storage>& storage, int64_t offset, const Tensor& like) {
+  auto impl = make_ref<TensorImpl>();
+  impl->storage = storage;
+  impl->offset = offset;
+  impl->shape = like.shape();
+  impl->strides = like.strides();
+  impl->dtype = like.dtype();
+  impl->compute_contiguous();
+  return Tensor(std::move(impl));
+}
 
 absl::StatusOr<std::unique_ptr<Graph::Impl>> record_and_plan(const Step& step, const CaptureOptions& options,
                                                              std::vector<Tensor>& outputs) {

@@ -64,6 +64,10 @@ struct HostCondition {
 bool condition_value(const HostCondition& c);
 void set_condition(const HostCondition& c, bool value);
 
+// A new handle on `storage` at element `offset`, with `like`'s shape,
+// strides and dtype (an output moved into an arena or a region).
+Tensor view_at(const Ref<Storage>& storage, int64_t offset, const Tensor& like);
+
 }  // namespace capture_internal
 
 // Members in destruction order, last first: the executable and the outputs

@@ -29,14 +29,7 @@ std::vector<Tensor> detached(std::vector<Tensor> outs) {
 // A fresh handle on `like`'s elements in `storage` (same offset, shape,
 // strides and dtype).
 Tensor view_on(const Ref<Storage>& storage, const Tensor& like) {
-  auto impl = make_ref<TensorImpl>();
-  impl->storage = storage;
-  impl->offset = like.storage_offset();
-  impl->shape = like.shape();
-  impl->strides = like.strides();
-  impl->dtype = like.dtype();
-  impl->compute_contiguous();
-  return Tensor(std::move(impl));
+  return capture_internal::view_at(storage, like.storage_offset(), like);
 }
 
 int64_t bytes_of(const std::vector<Tensor>& ts) {
