@@ -175,17 +175,20 @@ T Tensor::item() const {
     // As libtorch's item<T>(): a value T cannot hold is refused, never
     // wrapped (an i64 of 2^40 read as i32) or saturated (a float's 1e10).
     // Floats are truncated toward zero where the result fits.
+    // The value is read once and converted here, as to_vector<T> would.
     if (dtype() == kInt64 && !std::is_same_v<T, int64_t>) {
       const int64_t v = to_vector<int64_t>()[0];
       ENCORE_CHECK(v >= std::numeric_limits<T>::min() && v <= std::numeric_limits<T>::max(),
                    "item: value %d of the %s tensor does not fit %s", v, dtype_name(dtype()),
                    dtype_name(dtype_of<T>));
-    } else if (is_floating(dtype())) {
+      return static_cast<T>(v);
+    }
+    if (is_floating(dtype())) {
       const double v = to_vector<float>()[0];   // f16 and bf16 widen exactly
       const double lo = static_cast<double>(std::numeric_limits<T>::min());   // -2^31 or -2^63, exact
-      ENCORE_CHECK(std::trunc(v) >= lo && std::trunc(v) < -lo,
-                   "item: value %g of the %s tensor does not fit %s", v, dtype_name(dtype()),
-                   dtype_name(dtype_of<T>));   // NaN fails both comparisons
+      ENCORE_CHECK(std::trunc(v) >= lo && std::trunc(v) < -lo, "item: value %g of the %s tensor does not fit %s", v,
+                   dtype_name(dtype()), dtype_name(dtype_of<T>));   // NaN fails both comparisons
+      return static_cast<T>(v);   // toward zero
     }
   }
   return to_vector<T>()[0];
