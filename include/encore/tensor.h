@@ -115,7 +115,7 @@ class Tensor {
   Tensor view(Shape shape) const;            // -1 infers one dim; needs compatible strides
   Tensor reshape(Shape shape) const;         // view when possible, else a copy
   Tensor transpose(int64_t d0, int64_t d1) const;
-  Tensor t() const { return transpose(0, 1); }
+  Tensor t() const;                          // at most 2 dims, as torch.t; 0-D and 1-D: as is
   Tensor permute(Shape dims) const;
   Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
   Tensor select(int64_t dim, int64_t index) const;   // drops dim

@@ -115,6 +115,15 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   return out;
 }
 
+// torch.t: a matrix transposed; a 0-D or 1-D tensor comes back as is (a view).
+// More dims are refused rather than swapping the first two silently.
+Tensor Tensor::t() const {
+  ops::check_defined("t", *this, "input");
+  ENCORE_CHECK(dim() <= 2, "t: expects a tensor with at most 2 dims, got shape %s; use transpose(d0, d1)",
+               shape_str(shape()));
+  return dim() < 2 ? transpose(0, 0) : transpose(0, 1);
+}
+
 Tensor Tensor::permute(Shape dims) const {
   ops::check_defined("permute", *this, "input");
   ENCORE_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: %d dims given for a tensor of shape %s",
@@ -181,8 +190,10 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
 
 Tensor Tensor::expand(Shape target) const {
   ops::check_defined("expand", *this, "input");
-  ENCORE_CHECK(target.size() >= shape().size() && static_cast<int64_t>(target.size()) <= kMaxDims,
-               "expand: cannot expand shape %s to %s", shape_str(shape()), shape_str(target));
+  ENCORE_CHECK(target.size() >= shape().size(), "expand: cannot expand shape %s to %s, which has fewer dims",
+               shape_str(shape()), shape_str(target));
+  ENCORE_CHECK(static_cast<int64_t>(target.size()) <= kMaxDims, "expand: cannot expand shape %s to %s: more than %d dims",
+               shape_str(shape()), shape_str(target), kMaxDims);
   const int64_t lead = static_cast<int64_t>(target.size()) - dim();
   Shape strides(target.size(), 0);
   for (int64_t i = 0; i < static_cast<int64_t>(target.size()); ++i) {

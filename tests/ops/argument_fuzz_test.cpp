@@ -84,7 +84,7 @@ class Args {
     std::vector<float> v(n);
     for (float& x : v) x = static_cast<float>(static_cast<int>(g_() % 9) - 3) * (is_floating(dt) ? 0.37f : 1.0f);
     Tensor t = from_vector<float>(v, s).to(dt).to(device_);
-    if (s.size() >= 2 && pick(4) == 0) t = t.t().contiguous().t();          // transposed strides, same shape
+    if (s.size() >= 2 && pick(4) == 0) t = t.transpose(0, 1).contiguous().transpose(0, 1);          // transposed strides, same shape
     if (is_floating(dt) && pick(3) == 0) t.requires_grad_();
     if (s.size() >= 1 && s.back() > 1 && pick(5) == 0) t = t.slice(-1, 0, s.back(), 2);   // strided
     return t;

@@ -205,7 +205,23 @@ TEST(ViewTest, TransposeAndPermuteErrors) {
   expect_error([&] { (void)a.permute({0}); }, kInvalid, {"permute", "[2, 3]"});
   expect_error([&] { (void)a.permute({1, 1}); }, kInvalid, {"permute", "repeats"});
   expect_error([&] { (void)a.permute({0, 2}); }, kInvalid, {"permute", "dim 2"});
-  expect_error([&] { (void)zeros({3}).t(); }, kInvalid, {"transpose", "dim 1"});
+  expect_error([&] { (void)zeros({2, 3, 4}).t(); }, kInvalid, {"t:", "at most 2 dims", "[2, 3, 4]"});
+}
+
+// As torch.t: a matrix is transposed, a 0-D or 1-D tensor comes back as is
+// (a view of the same storage, with gradients flowing through).
+TEST(ViewTest, TTransposesMatricesAndLeavesVectorsAsTheyAre) {
+  Tensor m = random_tensor({2, 3}, 8);
+  EXPECT_EQ(m.t().shape(), (Shape{3, 2}));
+  EXPECT_EQ(m.t().strides(), (Shape{1, 3}));
+  for (const Shape& shape : {Shape{}, Shape{4}}) {
+    Tensor v = random_tensor(shape, 9).requires_grad_();
+    Tensor tv = v.t();
+    EXPECT_EQ(tv.shape(), shape);
+    EXPECT_EQ(tv.data_ptr(), v.data_ptr());
+    sum(tv * 3.0).backward();
+    for (double g : v.grad().reshape({-1}).to_vector<float>()) EXPECT_EQ(g, 3.0);
+  }
 }
 
 // ---- slice, select ----
@@ -399,10 +415,10 @@ TEST(ViewTest, IsContiguousAgreesWithShapeAndStrides) {
   };
   Tensor a = iota({4, 1, 6});
   const std::vector<Tensor> views = {
-      a, a.t(), a.transpose(0, 1), a.transpose(0, 2), a.permute({1, 0, 2}), a.slice(0, 1, 3), a.slice(2, 1, 3),
+      a, a.squeeze(1).t(), a.transpose(0, 1), a.transpose(0, 2), a.permute({1, 0, 2}), a.slice(0, 1, 3), a.slice(2, 1, 3),
       a.slice(0, 0, 4, 2), a.slice(0, 2, 2), a.select(0, 1), a.select(2, 0), a.squeeze(1), a.unsqueeze(3),
-      a.expand({2, 4, 3, 6}).select(0, 0).select(1, 0), a.view({24}), a.t().reshape({-1}), a.slice(1, 0, 0),
-      iota({1}).expand({5}), iota({3}).slice(0, 1, 2), a.select(0, 3).t(), a.detach(), a.t().detach(),
+      a.expand({2, 4, 3, 6}).select(0, 0).select(1, 0), a.view({24}), a.transpose(0, 1).reshape({-1}), a.slice(1, 0, 0),
+      iota({1}).expand({5}), iota({3}).slice(0, 1, 2), a.select(0, 3).t(), a.detach(), a.transpose(0, 1).detach(),
   };
   for (size_t i = 0; i < views.size(); ++i) {
     SCOPED_TRACE(::testing::Message() << "view " << i << " shape " << shape_str(views[i].shape()) << " strides "
