@@ -17,11 +17,18 @@ struct Device {
   int8_t index = 0;  // CUDA ordinal; always 0 for the CPU
 
   static constexpr Device cpu() { return {DeviceType::kCPU, 0}; }
-  static constexpr Device cuda(int index = 0) { return {DeviceType::kCUDA, static_cast<int8_t>(index)}; }
+  // index in [0, 127]; another throws encore::Error (it used to wrap: cuda(256) was cuda:0).
+  static constexpr Device cuda(int index = 0) {
+    if (index < 0 || index > INT8_MAX) refuse_cuda_index(index);
+    return {DeviceType::kCUDA, static_cast<int8_t>(index)};
+  }
   constexpr bool is_cpu() const { return type == DeviceType::kCPU; }
   constexpr bool is_cuda() const { return type == DeviceType::kCUDA; }
   std::string str() const;
   friend constexpr bool operator==(Device a, Device b) { return a.type == b.type && a.index == b.index; }
+
+ private:
+  [[noreturn]] static void refuse_cuda_index(int index);
 };
 
 inline constexpr Device kCPU = Device::cpu();

@@ -223,6 +223,9 @@ void check_view_bounds(const char* op, const Storage& storage, DType dtype, absl
 }
 
 Tensor make_view(const char* op, const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  // Kernels carry shapes inline (kMaxDims): a view is held to empty()'s limit.
+  ENCORE_CHECK(static_cast<int64_t>(shape.size()) <= kMaxDims, "%s: shape %s has more than %d dims", op,
+               shape_str(shape), kMaxDims);
   check_view_bounds(op, *base.storage(), base.dtype(), shape, strides, offset);
   auto impl = make_ref<TensorImpl>();
   impl->storage = base.impl()->storage;

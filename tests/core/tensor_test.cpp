@@ -54,6 +54,17 @@ TEST(TensorTest, NegativeShapeIsRejected) {
   expect_error([] { (void)zeros({2, -1}); }, absl::StatusCode::kInvalidArgument, {"[2, -1]"});
 }
 
+// A CUDA ordinal is stored in an int8_t: one outside [0, 127] used to wrap
+// (cuda(256) named cuda:0, cuda(-1) a device -1).
+TEST(DeviceTest, CudaIndicesOutsideTheStoredRangeAreRefused) {
+  EXPECT_EQ(Device::cuda(127).index, 127);
+  EXPECT_EQ(Device::cuda(3).str(), "cuda:3");
+  for (int index : {128, 256, -1}) {
+    expect_error([&] { (void)Device::cuda(index); }, absl::StatusCode::kInvalidArgument,
+                 {"Device::cuda", std::to_string(index), "[0, 127]"});
+  }
+}
+
 TEST(TensorTest, PrintingShowsValuesShapeAndDtype) {
   Tensor t = from_vector<int32_t>({1, 2, 3, 4}, {2, 2});
   EXPECT_EQ(t.to_string(), "tensor([[1, 2], [3, 4]], shape=[2, 2], dtype=i32, device=cpu)");
@@ -102,6 +113,19 @@ TEST(TensorTest, ShapesWhoseSizeOverflowsAreRefused) {
   expect_error([&] { (void)zeros({0}).view({-1, k2to32, k2to32}); }, absl::StatusCode::kInvalidArgument,
                {"view", "2^63 elements"});
   EXPECT_EQ(zeros({0, k2to62}).numel(), 0);   // an empty tensor of any width is fine
+}
+
+// empty() refuses more than kMaxDims dims; views are held to the same limit
+// (they used to pass, leaving the refusal to whichever kernel met them).
+TEST(TensorTest, ViewsWithMoreThanMaxDimsAreRefused) {
+  const Tensor full_rank = zeros(Shape(kMaxDims, 1));
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(full_rank.squeeze(0).unsqueeze(0).dim(), kMaxDims);
+  expect_error([&] { (void)zeros(Shape(kMaxDims + 1, 1)); }, kInvalid, {"zeros", "more than 8 dims"});
+  expect_error([&] { (void)full_rank.unsqueeze(0); }, kInvalid, {"unsqueeze", "more than 8 dims"});
+  expect_error([&] { (void)zeros({1}).view(Shape(kMaxDims + 1, 1)); }, kInvalid, {"view", "more than 8 dims"});
+  expect_error([&] { (void)full_rank.reshape(Shape(kMaxDims + 1, 1)); }, kInvalid, {"reshape", "more than 8 dims"});
+  expect_error([&] { (void)zeros({1}).expand(Shape(kMaxDims + 1, 1)); }, kInvalid, {"expand", "more than 8 dims"});
 }
 
 // NOTE [ Views stay inside their storage ]: make_view, which every view op
