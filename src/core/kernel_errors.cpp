@@ -8,10 +8,22 @@
 
 namespace encore {
 namespace {
-std::atomic<uint32_t> reported{0};
+// NOTE [ One word per launching thread ] in kernel_errors.h.
+thread_local std::atomic<uint32_t> own_word{0};
+thread_local std::atomic<uint32_t>* target_word = nullptr;   // null: own_word
 }  // namespace
 
-void report_kernel_error(KernelError e) { reported.fetch_or(static_cast<uint32_t>(e), std::memory_order_relaxed); }
+std::atomic<uint32_t>* KernelErrorWordScope::current() {
+  return target_word != nullptr ? target_word : &own_word;
+}
+
+KernelErrorWordScope::KernelErrorWordScope(std::atomic<uint32_t>* word) : saved_(target_word) { target_word = word; }
+
+KernelErrorWordScope::~KernelErrorWordScope() { target_word = saved_; }
+
+void report_kernel_error(KernelError e) {
+  KernelErrorWordScope::current()->fetch_or(static_cast<uint32_t>(e), std::memory_order_relaxed);
+}
 
 uint32_t take_kernel_errors(Device device, bool wait) {
   if (device.is_cuda()) {
@@ -19,7 +31,7 @@ uint32_t take_kernel_errors(Device device, bool wait) {
     if (wait) rt.synchronize(device.index);
     return rt.take_error_word(device.index);
   }
-  return reported.exchange(0, std::memory_order_relaxed);
+  return own_word.exchange(0, std::memory_order_relaxed);
 }
 
 std::string describe_kernel_errors(uint32_t bits) {

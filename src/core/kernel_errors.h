@@ -20,6 +20,7 @@
 // (NOTE [ Kernel error words ] in src/backends/cuda/runtime.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -36,16 +37,38 @@ enum class KernelError : uint32_t {
   kMultinomialProbs = 1u << 5, // multinomial: a row that is no distribution (negative, infinite, NaN, all 0)
 };
 
-// CPU kernels: thread-safe; cheap (one atomic or).
+// CPU kernels: thread-safe; cheap (one atomic or). The report goes to the
+// word of the thread that launched the kernel (NOTE [ One word per
+// launching thread ]), also from the threads running its parallel tasks.
 void report_kernel_error(KernelError e);
 // The errors reported on `device` since the last call, as a bit set; clears
-// them. CUDA: with `wait`, waits for encore's stream of the device first
+// them. CPU: the calling thread's reports only. CUDA: with `wait`, waits for encore's stream of the device first
 // (throws encore::Error if a kernel failed), so the set covers all work
 // queued so far; without, it holds what the kernels finished so far reported
 // (one read of pinned host memory).
 uint32_t take_kernel_errors(Device device, bool wait = true);
 // "cross_entropy met a target class ...; embedding met ..." for a bit set.
 std::string describe_kernel_errors(uint32_t bits);
+// NOTE [ One word per launching thread ]: each thread has its own CPU error
+// word, so that two threads replaying CPU graphs at once (or a data loader
+// beside a replay) neither take nor clear each other's reports: a shared word
+// let one replay's start clear the other's report, which then returned OK
+// over bad data. A CPU kernel runs on its launching thread and on the
+// threads of its parallel tasks; run_tasks (src/backends/cpu/workers.h)
+// points those threads at the launcher's word for the task with this scope.
+class KernelErrorWordScope {
+ public:
+  // The calling thread's current target: its own word, or the one a scope set.
+  static std::atomic<uint32_t>* current();
+  explicit KernelErrorWordScope(std::atomic<uint32_t>* word);
+  ~KernelErrorWordScope();
+  KernelErrorWordScope(const KernelErrorWordScope&) = delete;
+  KernelErrorWordScope& operator=(const KernelErrorWordScope&) = delete;
+
+ private:
+  std::atomic<uint32_t>* saved_;
+};
+
 // For a synchronization point: throws encore::Error (kInvalidArgument) naming
 // the ops of `bits` and `device` when bits != 0.
 void throw_kernel_errors(uint32_t bits, Device device);

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "src/backends/cpu/parallel.h"
 #include "src/backends/cpu/workers.h"
+#include "src/core/kernel_errors.h"
 
 namespace encore::cpu {
 namespace {
@@ -131,6 +132,41 @@ TEST_P(WorkersTest, ConcurrentCallersEachGetEveryTask) {
   a.join();
   b.join();
   EXPECT_EQ(bad.load(), 0);
+}
+
+// NOTE [ One word per launching thread ] (src/core/kernel_errors.h): a task
+// on a worker reports into its caller's word, and two callers at once each
+// take their own reports only. With one shared word, the second caller's
+// take cleared (or took) the first's report.
+TEST_P(WorkersTest, KernelErrorsGoToTheCallersWordFromEveryTask) {
+  Threads threads(3, spin());
+  (void)take_kernel_errors(kCPU);
+  std::vector<std::thread::id> ids(3);
+  run_tasks(3, [&](int t) {
+    ids[t] = std::this_thread::get_id();
+    if (t == 2) report_kernel_error(KernelError::kGatherIndex);
+  });
+  ASSERT_NE(ids[2], std::this_thread::get_id());   // the report came from another thread
+  EXPECT_EQ(take_kernel_errors(kCPU), static_cast<uint32_t>(KernelError::kGatherIndex));
+  EXPECT_EQ(take_kernel_errors(kCPU), 0u);
+
+  // A second thread's report, made while this one waits, stays its own.
+  std::atomic<bool> reported{false}, taken{false};
+  uint32_t other_took = 0;
+  std::thread other([&] {
+    omp_set_num_threads(3);
+    run_tasks(3, [&](int t) {
+      if (t == 1) report_kernel_error(KernelError::kScatterIndex);
+    });
+    reported = true;
+    while (!taken) std::this_thread::yield();
+    other_took = take_kernel_errors(kCPU);
+  });
+  while (!reported) std::this_thread::yield();
+  EXPECT_EQ(take_kernel_errors(kCPU), 0u);
+  taken = true;
+  other.join();
+  EXPECT_EQ(other_took, static_cast<uint32_t>(KernelError::kScatterIndex));
 }
 
 TEST_P(WorkersTest, AnExceptionOnTheCallerWaitsForTheWorkers) {

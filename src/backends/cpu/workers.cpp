@@ -56,6 +56,8 @@
 #include <thread>
 #include <vector>
 
+#include "src/core/kernel_errors.h"
+
 namespace encore::cpu {
 namespace {
 
@@ -315,14 +317,23 @@ int worker_threads() { return std::clamp(omp_get_max_threads(), 1, kMaxTasks); }
 
 void run_tasks(int tasks, absl::FunctionRef<void(int)> task) {
   if (tasks <= 0) return;
-  if (tasks == 1 || tls_in_task) {
+  const bool openmp = pool_setting().load(std::memory_order_relaxed) == WorkerPool::kOpenMp;
+  // Callers size by worker_threads(), which is at most kMaxTasks.
+  if (tasks == 1 || tls_in_task || (!openmp && tasks > kMaxTasks)) {
     run_inline(tasks, task);
-  } else if (pool_setting().load(std::memory_order_relaxed) == WorkerPool::kOpenMp) {
-    run_on_openmp(tasks, task);
-  } else if (tasks > kMaxTasks) {   // callers size by worker_threads(), which is at most kMaxTasks
-    run_inline(tasks, task);
+    return;
+  }
+  // Tasks on other threads report bad data into the caller's kernel error
+  // word (NOTE [ One word per launching thread ] in src/core/kernel_errors.h).
+  std::atomic<uint32_t>* const word = KernelErrorWordScope::current();
+  const auto reporting = [&](int t) {
+    KernelErrorWordScope scope(word);
+    task(t);
+  };
+  if (openmp) {
+    run_on_openmp(tasks, reporting);
   } else {
-    Workers::get().run(tasks, task);
+    Workers::get().run(tasks, reporting);
   }
 }
 
