@@ -62,6 +62,13 @@ class CpuCachingAllocator final : public Allocator {
       }
     }
     void* p = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));   // outside the lock
+    if (p == nullptr) {
+      // The blocks cached in other size classes may be what the system lacks
+      // (a limit on the address space, a container's memory cap): give them
+      // back and ask once more, as the CUDA block cache does.
+      empty_cache();
+      p = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
+    }
     std::lock_guard<SpinLock> lock(mu_);
     if (p == nullptr) {
       stats_.in_use_bytes -= rounded;

@@ -45,7 +45,8 @@ struct AllocatorStats {
 
 // The caching allocator of a device: exact size classes, free lists that keep
 // memory (and its touched pages) for reuse; nothing goes back to the system
-// until empty_cache().
+// until empty_cache(), or until the system refuses a request: then the free
+// lists are emptied and the request tried once more before it throws.
 Allocator& default_allocator(Device device);
 AllocatorStats allocator_stats(Device device);
 void reset_peak_stats(Device device);   // peak := current in-use
