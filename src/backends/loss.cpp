@@ -37,7 +37,10 @@ constexpr const char* kBceNames[] = {"binary_cross_entropy_with_logits", "binary
 
 void bce_logits(BceMode mode, const Tensor& out, const Tensor& x, const Tensor& t, const Tensor& pos_weight) {
   const char* name = kBceNames[static_cast<int>(mode)];
-  check_float(x.dtype(), name);
+  // The op computes f16 and bf16 inputs on their exact f32 upcasts (one
+  // rounding of the result), so the kernels exist for f32 only.
+  ENCORE_CHECK(x.dtype() == DType::kFloat32, "%s: the kernel runs on f32 (got %s; the op upcasts half types)", name,
+               dtype_name(x.dtype()));
   const bool has_pw = pos_weight.defined();
   const Tensor& pw = has_pw ? pos_weight : x;
   const BceLogitsArgs args{make_layout<4>(out, {&x, &t, &pw}), x.dtype(), mode, has_pw};

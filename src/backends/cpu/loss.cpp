@@ -79,16 +79,14 @@ KernelThunk bce_thunk(bool pw) {
   return pw ? thunk_of<&bce_logits_loop<T, kMode, true>>() : thunk_of<&bce_logits_loop<T, kMode, false>>();
 }
 
+// f32 only: backend::bce_logits checks it (the op upcasts half types).
 KernelThunk pick_bce_logits(const BceLogitsArgs& a) {
-  return dispatch_float(a.dtype, "binary_cross_entropy_with_logits", [&](auto tag) -> KernelThunk {
-    using T = typename decltype(tag)::type;
-    switch (a.mode) {
-      case BceMode::kLoss: return bce_thunk<T, BceMode::kLoss>(a.has_pos_weight);
-      case BceMode::kGradInput: return bce_thunk<T, BceMode::kGradInput>(a.has_pos_weight);
-      case BceMode::kGradTarget: break;
-    }
-    return bce_thunk<T, BceMode::kGradTarget>(a.has_pos_weight);
-  });
+  switch (a.mode) {
+    case BceMode::kLoss: return bce_thunk<float, BceMode::kLoss>(a.has_pos_weight);
+    case BceMode::kGradInput: return bce_thunk<float, BceMode::kGradInput>(a.has_pos_weight);
+    case BceMode::kGradTarget: break;
+  }
+  return bce_thunk<float, BceMode::kGradTarget>(a.has_pos_weight);
 }
 
 // ---- negative log likelihood ----

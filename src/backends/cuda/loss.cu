@@ -94,17 +94,15 @@ void bce_launch_mode(const BceLogitsArgs& a, const char* name) {
   else launch_elementwise(a.l, BceFn<T, kMode, false>{}, name);
 }
 
+// f32 only: backend::bce_logits checks it (the op upcasts half types).
 void bce_logits_launch(const BceLogitsArgs& a) {
-  with_float(a.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    switch (a.mode) {
-      case BceMode::kLoss: return bce_launch_mode<T, BceMode::kLoss>(a, "binary_cross_entropy_with_logits");
-      case BceMode::kGradInput:
-        return bce_launch_mode<T, BceMode::kGradInput>(a, "binary_cross_entropy_with_logits_backward");
-      case BceMode::kGradTarget:
-        return bce_launch_mode<T, BceMode::kGradTarget>(a, "binary_cross_entropy_with_logits_target_backward");
-    }
-  });
+  switch (a.mode) {
+    case BceMode::kLoss: return bce_launch_mode<float, BceMode::kLoss>(a, "binary_cross_entropy_with_logits");
+    case BceMode::kGradInput:
+      return bce_launch_mode<float, BceMode::kGradInput>(a, "binary_cross_entropy_with_logits_backward");
+    case BceMode::kGradTarget:
+      return bce_launch_mode<float, BceMode::kGradTarget>(a, "binary_cross_entropy_with_logits_target_backward");
+  }
 }
 
 void nll_launch(const NllArgs& a) {
