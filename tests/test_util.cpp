@@ -14,6 +14,14 @@ std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 double half_ulp(DType dtype) { return std::ldexp(1.0, dtype == kFloat16 ? -11 : dtype == kBFloat16 ? -8 : -24); }
 double half_subnormal(DType dtype) { return dtype == kFloat16 ? std::ldexp(1.0, -25) : 0.0; }
 
+void expect_f32_rounded_once(DType dtype, std::initializer_list<HalfAndF32> pairs) {
+  for (const HalfAndF32& p : pairs) {
+    SCOPED_TRACE(p.name);
+    EXPECT_EQ(p.half.dtype(), dtype);
+    expect_near(p.half, values(p.f32), half_subnormal(dtype), half_ulp(dtype));
+  }
+}
+
 Tensor non_contiguous(const Tensor& t) {
   NoGradGuard no_grad;
   Tensor out;

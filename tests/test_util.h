@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,16 @@ void expect_near(const Tensor& actual, const Tensor& expected, double atol = 1e-
 // contract of f16/bf16 ops (include/encore/ops.h).
 double half_ulp(DType dtype);
 double half_subnormal(DType dtype);
+
+// A tensor of dtype `dtype` (f16/bf16) beside its f32 twin, named for messages.
+struct HalfAndF32 {
+  const char* name;
+  Tensor half;
+  Tensor f32;
+};
+// Each `half` has dtype `dtype` and is its f32 twin rounded once (the
+// tolerances above): the f16/bf16 contract applied to a list of gradients.
+void expect_f32_rounded_once(DType dtype, std::initializer_list<HalfAndF32> pairs);
 
 // Index helpers for host references: the row-major multi-index of flat i.
 std::vector<int64_t> unravel(int64_t i, absl::Span<const int64_t> shape);

@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <limits>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "encore/encore.h"
@@ -19,6 +18,7 @@ namespace {
 using testing::broadcast_index;
 using testing::expect_error;
 using testing::expect_gradients_match;
+using testing::expect_f32_rounded_once;
 using testing::expect_near;
 using testing::half_subnormal;
 using testing::half_ulp;
@@ -85,11 +85,7 @@ TEST(LossTest, MseLossBackwardOfHalfDtypesIsTheF32GradientRounded) {
       const Tensor g = r == Reduction::kNone ? g0.to(dt) : scalar_tensor(0.7, dt);
       loss.backward(g);
       loss_f.backward(g.to(kFloat32));
-      for (auto [name, got, want] : {std::tuple{"input", x.grad(), xf.grad()}, std::tuple{"target", t.grad(), tf.grad()}}) {
-        SCOPED_TRACE(name);
-        EXPECT_EQ(got.dtype(), dt);
-        expect_near(got, values(want), half_subnormal(dt), half_ulp(dt));
-      }
+      expect_f32_rounded_once(dt, {{"input", x.grad(), xf.grad()}, {"target", t.grad(), tf.grad()}});
     }
   }
 }
@@ -220,12 +216,8 @@ TEST(LossTest, BceWithLogitsBackwardOfHalfDtypesIsTheF32GradientRounded) {
       const Tensor g = r == Reduction::kNone ? g0.to(dt) : scalar_tensor(0.7, dt);
       loss.backward(g);
       loss_f.backward(g.to(kFloat32));
-      for (auto [name, got, want] : {std::tuple{"input", x.grad(), xf.grad()}, std::tuple{"target", t.grad(), tf.grad()},
-                                     std::tuple{"weight", w.grad(), wf.grad()}}) {
-        SCOPED_TRACE(name);
-        EXPECT_EQ(got.dtype(), dt);
-        expect_near(got, values(want), half_subnormal(dt), half_ulp(dt));
-      }
+      expect_f32_rounded_once(dt, {{"input", x.grad(), xf.grad()}, {"target", t.grad(), tf.grad()},
+                                   {"weight", w.grad(), wf.grad()}});
     }
   }
 }
