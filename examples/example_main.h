@@ -10,7 +10,10 @@
 #pragma once
 
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "encore/encore.h"
@@ -27,6 +30,25 @@ inline absl::Status check_device_flag(const std::string& device) {
     return absl::InvalidArgumentError("--device=cuda but no usable GPU (or encore was built without CUDA)");
   }
   return absl::OkStatus();
+}
+
+// True when a and b have the same shape, dtype and bytes (read on the CPU):
+// an eager and a replayed run compared bit for bit.
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.to(kCPU).contiguous(), y = b.to(kCPU).contiguous();
+  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel() * dtype_size(x.dtype()))) == 0;
+}
+
+// The same for two lists of named tensors (a model's state_tensors(), an
+// optimizer's state()): the same names in the same order, each same_bits.
+inline bool same_bits(const std::vector<std::pair<std::string, Tensor>>& a,
+                      const std::vector<std::pair<std::string, Tensor>>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].first != b[i].first || !same_bits(a[i].second, b[i].second)) return false;
+  }
+  return true;
 }
 
 template <typename Check, typename Run>

@@ -99,12 +99,6 @@ double accuracy(nn::Sequential& net, const Digits& d, const std::vector<int64_t>
   return static_cast<double>(right) / static_cast<double>(idx.size());
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.to(kCPU).contiguous(), y = b.to(kCPU).contiguous();
-  return x.shape() == y.shape() && x.dtype() == y.dtype() &&
-         std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel() * dtype_size(x.dtype()))) == 0;
-}
-
 // The flags' ranges (tools/flags.h: one message, exit 2).
 absl::Status check_flags() {
   const std::string device = absl::GetFlag(FLAGS_device);
@@ -181,9 +175,7 @@ int run() {
     std::printf("epoch %lld  loss %.4f  held-out accuracy %.1f%%\n", static_cast<long long>(epoch), loss,
                 100 * accuracy(*graphed_copy.net, *digits, split.test, device));
   }
-  bool state_equal = true;
-  const nn::NamedTensors a = eager.net->state_tensors(), b = graphed_copy.net->state_tensors();
-  for (size_t i = 0; i < a.size(); ++i) state_equal = state_equal && same_bits(a[i].second, b[i].second);
+  const bool state_equal = examples::same_bits(eager.net->state_tensors(), graphed_copy.net->state_tensors());
   const double acc_eager = accuracy(*eager.net, *digits, split.test, device);
   const double acc = accuracy(*graphed_copy.net, *digits, split.test, device);
   const GraphedStats& s = graphed.stats();

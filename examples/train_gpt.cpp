@@ -44,6 +44,7 @@
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
+#include "examples/example_main.h"
 #include "tools/flags.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/dict/words", "Text file to train on (any bytes).");
@@ -323,6 +324,10 @@ int main(int argc, char** argv) {
         fig.bitwise_equal &= std::memcmp(&loss, &eager_loss, sizeof(float)) == 0;
         fig.replays_compared += graphed.stats().replays > before.replays;
       }
+      if (s == eager_steps) {   // the lockstep ends: the whole state too, not only the losses
+        fig.bitwise_equal &= examples::same_bits(eager.gpt.state_tensors(), run.gpt.state_tensors()) &&
+                             examples::same_bits(eager.opt.state(), run.opt.state());
+      }
       if (s == 1) fig.loss_first = loss;   // an eager call: the eager run's first loss, bit for bit
       fig.loss_last = loss;
       progress.update(s, loss, B * T);
@@ -378,7 +383,8 @@ int main(int argc, char** argv) {
     std::printf("check   none: no replayed step ran in lockstep with an eager one (--eager_steps=%lld)\n",
                 static_cast<long long>(eager_steps));
   } else {
-    std::printf("check   steps 1-%lld (%lld of them replayed) %s the eager steps bit for bit\n",
+    std::printf("check   steps 1-%lld (%lld of them replayed) %s the eager steps bit for bit (every loss, then "
+                "the weights and optimizer state)\n",
                 static_cast<long long>(eager_steps), static_cast<long long>(fig.replays_compared),
                 fig.bitwise_equal ? "match" : "DO NOT match");
   }
