@@ -138,10 +138,11 @@ class Embedding : public Module {
   Tensor weight;   // [num, dim]
 };
 
-// Zeroes elements with probability p while training.
+// Zeroes elements with probability p while training (and scales the others
+// by 1 / (1 - p)). p must be in [0, 1): refused (encore::Error) when built.
 class Dropout : public Module {
  public:
-  explicit Dropout(double p) : p_(p) {}
+  explicit Dropout(double p);
   Tensor forward(const Tensor& x) const override { return dropout(x, p_, is_training()); }
  private:
   double p_;

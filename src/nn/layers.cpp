@@ -1,4 +1,4 @@
-// Linear, LayerNorm, Embedding and Mlp.
+// Linear, LayerNorm, Embedding, Dropout and Mlp.
 #include <cmath>
 
 #include "encore/nn.h"
@@ -24,6 +24,10 @@ LayerNorm::LayerNorm(int64_t dim, double eps, Init init) : eps_(eps) {
 Embedding::Embedding(int64_t num, int64_t dim, Init init) {
   ENCORE_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got num=%d dim=%d", num, dim);
   weight = register_parameter("weight", randn({num, dim}, kFloat32, init.device, &generator_of(init)));
+}
+
+Dropout::Dropout(double p) : p_(p) {
+  ENCORE_CHECK(p >= 0.0 && p < 1.0, "Dropout: p must be in [0, 1), got %g", p);   // NaN fails too
 }
 
 Mlp::Mlp(std::vector<int64_t> widths, Activation act, Init init) : act_(act) {

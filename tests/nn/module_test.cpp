@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_format.h"
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "tests/backends/cuda_test_util.h"
@@ -105,6 +106,17 @@ TEST(ModuleTest, DropoutIsActiveOnlyInTraining) {
   for (auto& [n, p] : gpt.named_parameters()) (void)n;
   gpt.train();
   EXPECT_TRUE(gpt.is_training());
+}
+
+// A rate the dropout op would refuse is refused when the layer is built, not
+// at its first forward (in eval mode too).
+TEST(ModuleTest, DropoutRefusesARateOutsideZeroToOneWhenBuilt) {
+  for (double p : {-0.1, 1.0, 2.0, std::nan("")}) {
+    expect_error([&] { Dropout d(p); }, absl::StatusCode::kInvalidArgument,
+                 {"Dropout", "[0, 1)", absl::StrFormat("%g", p)});
+  }
+  EXPECT_NO_THROW(Dropout(0.0));
+  EXPECT_NO_THROW(Dropout(0.999));
 }
 
 TEST(ModuleTest, ToDTypeConvertsEveryParameterInPlaceAndKeepsTiesAndHandles) {
