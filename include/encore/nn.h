@@ -272,13 +272,17 @@ class Mlp : public Module {
   Activation act_;
 };
 
+// Gpt's (and its blocks') configuration. Checked when a Gpt,
+// TransformerBlock or CausalSelfAttention is built (encore::Error naming the
+// class and the field): every size positive, n_embd divisible by n_head,
+// dropout in [0, 1), and the tensors' element counts within int64.
 struct GptConfig {
   int64_t vocab_size = 65;
   int64_t block_size = 64;    // longest sequence (T <= block_size)
   int64_t n_layer = 2;
   int64_t n_head = 4;
   int64_t n_embd = 128;       // C; must divide by n_head
-  double dropout = 0.0;
+  double dropout = 0.0;       // on attention weights and after each residual branch
   bool tied_head = true;      // lm_head shares wte's weight
   uint64_t seed = 1337;       // initialisation seed
   Device device = kCPU;

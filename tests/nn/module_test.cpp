@@ -262,5 +262,37 @@ TEST(ModuleTest, BadConfigurationsAreRejected) {
                {"sequence length 9", "block_size 8"});
 }
 
+// Each field of a GptConfig is checked before anything is allocated, the
+// error naming the class built and the field with its value (before, an
+// n_embd of 0 surfaced as an Embedding error, a dropout of 2 was accepted,
+// and sizes whose tensors overflow int64 reached the allocator).
+TEST(ModuleTest, GptConfigIsCheckedFieldByField) {
+  struct Case {
+    void (*edit)(GptConfig&);
+    std::vector<std::string> parts;
+  };
+  const Case cases[] = {
+      {[](GptConfig& c) { c.vocab_size = 0; }, {"vocab_size", "got 0"}},
+      {[](GptConfig& c) { c.block_size = -1; }, {"block_size", "got -1"}},
+      {[](GptConfig& c) { c.n_layer = 0; }, {"n_layer", "got 0"}},
+      {[](GptConfig& c) { c.n_head = 0; }, {"n_head", "got 0"}},
+      {[](GptConfig& c) { c.n_embd = 0; }, {"n_embd", "got 0"}},
+      {[](GptConfig& c) { c.n_embd = -8; c.n_head = -2; }, {"n_head", "got -2"}},
+      {[](GptConfig& c) { c.dropout = 2.0; }, {"dropout", "[0, 1)", "got 2"}},
+      {[](GptConfig& c) { c.dropout = -0.5; }, {"dropout", "got -0.5"}},
+      {[](GptConfig& c) { c.block_size = int64_t{1} << 32; c.n_embd = int64_t{1} << 31; },
+       {"block_size 4294967296", "n_embd 2147483648", "2^63"}},
+  };
+  for (const Case& k : cases) {
+    GptConfig c = tiny();
+    k.edit(c);
+    std::vector<std::string> gpt_parts = k.parts, block_parts = k.parts;
+    gpt_parts.push_back("Gpt:");
+    block_parts.push_back("CausalSelfAttention:");
+    expect_error([&] { Gpt g(c); }, absl::StatusCode::kInvalidArgument, gpt_parts);
+    expect_error([&] { CausalSelfAttention a(c, nullptr); }, absl::StatusCode::kInvalidArgument, block_parts);
+  }
+}
+
 }  // namespace
 }  // namespace encore::nn
