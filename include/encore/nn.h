@@ -282,7 +282,7 @@ struct GptConfig {
   int64_t n_layer = 2;
   int64_t n_head = 4;
   int64_t n_embd = 128;       // C; must divide by n_head
-  double dropout = 0.0;       // on attention weights and after each residual branch
+  double dropout = 0.0;       // after the embeddings, on attention weights, after each residual branch
   bool tied_head = true;      // lm_head shares wte's weight
   uint64_t seed = 1337;       // initialisation seed
   Device device = kCPU;
@@ -315,7 +315,9 @@ class TransformerBlock : public Module {
   Dropout* drop_;
 };
 
-// A small GPT-2: token + position embeddings, n_layer blocks, final norm, head.
+// A small GPT-2: token + position embeddings (then dropout), n_layer blocks,
+// final norm, head. With GptConfig::dropout = p it drops where GPT-2 does
+// (embd_pdrop, attn_pdrop and resid_pdrop all p) while training.
 class Gpt : public Module {
  public:
   explicit Gpt(const GptConfig& cfg);
@@ -330,6 +332,7 @@ class Gpt : public Module {
   GptConfig cfg_;
   Embedding* wte_;   // [V, C]
   Embedding* wpe_;   // [block, C]
+  Dropout* drop_;    // on wte + wpe
   std::vector<TransformerBlock*> blocks_;
   LayerNorm* ln_f_;
   Linear* lm_head_;  // [V, C], nullptr when tied to wte

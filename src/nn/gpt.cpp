@@ -133,6 +133,7 @@ Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {
   const Init init{cfg.device, &gen};
   wte_ = &register_module("wte", std::make_unique<Embedding>(cfg.vocab_size, cfg.n_embd, init));   // [V, C]
   wpe_ = &register_module("wpe", std::make_unique<Embedding>(cfg.block_size, cfg.n_embd, init));   // [block, C]
+  drop_ = &register_module("drop", std::make_unique<Dropout>(cfg.dropout));   // GPT-2's embd_pdrop
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     blocks_.push_back(&register_module("blocks." + std::to_string(i), std::make_unique<TransformerBlock>(cfg, &gen)));
   }
@@ -147,7 +148,7 @@ Tensor Gpt::forward(const Tensor& ids) const {
   const int64_t T = ids.size(1);
   ENCORE_CHECK(T <= cfg_.block_size, "Gpt: sequence length %d exceeds block_size %d", T, cfg_.block_size);
   Tensor pos = arange(0, T, 1, kInt64, ids.device());                  // [T]
-  Tensor x = wte_->forward(ids) + wpe_->forward(pos);                  // [B, T, C]
+  Tensor x = drop_->forward(wte_->forward(ids) + wpe_->forward(pos));  // [B, T, C]
   for (const TransformerBlock* block : blocks_) x = block->forward(x); // [B, T, C]
   x = ln_f_->forward(x);                                               // [B, T, C]
   return lm_head_ != nullptr ? lm_head_->forward(x)                    // [B, T, V]
