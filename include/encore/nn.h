@@ -323,7 +323,8 @@ class Gpt : public Module {
   explicit Gpt(const GptConfig& cfg);
   // ids [B, T] (i32/i64) -> logits [B, T, V].
   Tensor forward(const Tensor& ids) const override;
-  // Mean cross-entropy of forward(ids) against targets [B, T].
+  // Mean cross-entropy of forward(ids) against targets [B, T] (ids' shape,
+  // else encore::Error; ignore_index -100 positions are not counted).
   Tensor loss(const Tensor& ids, const Tensor& targets) const;
   // The configuration it was built with; `device` stays the one it was built
   // on after to(Device) (ask a parameter for where it is now).

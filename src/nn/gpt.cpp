@@ -156,6 +156,10 @@ Tensor Gpt::forward(const Tensor& ids) const {
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) const {
+  ENCORE_CHECK(targets.defined() && ids.defined() && targets.shape() == ids.shape(),
+               "Gpt::loss: targets %s must be [B, T] like ids %s (the target of each position)",
+               targets.defined() ? shape_str(targets.shape()) : "(undefined)",
+               ids.defined() ? shape_str(ids.shape()) : "(undefined)");
   Tensor logits = forward(ids);                                        // [B, T, V]
   const int64_t V = logits.size(2);
   return cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));   // scalar

@@ -59,6 +59,18 @@ TEST(GptTest, LossStartsNearUniformGuess) {
   EXPECT_NEAR(loss, std::log(50.0), 0.3);   // small init: near-uniform predictions
 }
 
+// Targets shaped unlike ids were flattened and paired with the wrong
+// positions whenever the element counts agreed ([T, B] for [B, T]).
+TEST(GptTest, LossRefusesTargetsShapedUnlikeIds) {
+  Gpt gpt({.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 2, .n_embd = 8});
+  Tensor ids = from_vector<int64_t>({1, 2, 3, 4, 0, 6}, {2, 3});
+  for (const Shape& shape : {Shape{3, 2}, Shape{6}, Shape{1, 2, 3}}) {
+    testing::expect_error([&] { (void)gpt.loss(ids, zeros(shape, kInt64)); }, absl::StatusCode::kInvalidArgument,
+                          {"Gpt::loss", shape_str(shape), "[2, 3]"});
+  }
+  EXPECT_NO_THROW((void)gpt.loss(ids, zeros({2, 3}, kInt64)));
+}
+
 // GPT-2 drops out the sum of the embeddings (embd_pdrop) as well as inside
 // the blocks. With every block's residual branches zeroed the blocks are the
 // identity, so in eval mode the logits are ln_f(wte[ids] + wpe[pos]) wte^T,
