@@ -120,7 +120,7 @@ class Linear : public Module {
   Tensor bias;     // [out] or undefined
 };
 
-// Normalises the last dim. weight [dim] = 1, bias [dim] = 0.
+// Normalises the last dim. weight [dim] = 1, bias [dim] = 0; eps finite and >= 0.
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, Init init = {});
@@ -178,7 +178,9 @@ class Conv2d : public Module {
 // and num_batches_tracked (i64, 0-d), all saved in checkpoints. In training
 // mode forward() normalizes by the batch's statistics and updates the running
 // ones in place (inside a captured step too); in eval mode it normalizes by
-// the running ones. Without track_running_stats it always uses the batch's.
+// the running ones (running = (1 - momentum) running + momentum batch;
+// momentum in [0, 1], eps finite and >= 0, checked when built). Without
+// track_running_stats it always uses the batch's.
 //
 //   nn::BatchNorm1d bn(128);                        // after a Linear(.., 128)
 //   Tensor h = relu(bn.forward(fc.forward(x)));     // x [B, in] -> [B, 128]

@@ -30,6 +30,8 @@ BatchNormBase::BatchNormBase(const char* layer, int64_t min_dim, int64_t max_dim
     : layer_(layer), min_dim_(min_dim), max_dim_(max_dim), num_features_(num_features), eps_(eps),
       momentum_(momentum) {
   ENCORE_CHECK(num_features > 0, "%s: num_features must be positive, got %d", layer, num_features);
+  ENCORE_CHECK(std::isfinite(eps) && eps >= 0, "%s: eps must be finite and non-negative, got %g", layer, eps);
+  ENCORE_CHECK(momentum >= 0 && momentum <= 1, "%s: momentum must be in [0, 1], got %g", layer, momentum);
   if (affine) {
     weight = register_parameter("weight", ones({num_features}, kFloat32, init.device));
     bias = register_parameter("bias", zeros({num_features}, kFloat32, init.device));

@@ -17,6 +17,7 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias, Init init) {
 
 LayerNorm::LayerNorm(int64_t dim, double eps, Init init) : eps_(eps) {
   ENCORE_CHECK(dim > 0, "LayerNorm: dim must be positive, got %d", dim);
+  ENCORE_CHECK(std::isfinite(eps) && eps >= 0, "LayerNorm: eps must be finite and non-negative, got %g", eps);
   weight = register_parameter("weight", ones({dim}, kFloat32, init.device));
   bias = register_parameter("bias", zeros({dim}, kFloat32, init.device));
 }

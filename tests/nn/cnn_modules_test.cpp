@@ -98,6 +98,25 @@ TEST(BatchNormModules, RefuseAChannelCountOtherThanNumFeatures) {
   expect_error([&] { nn::BatchNorm1d bad(0); }, absl::StatusCode::kInvalidArgument, {"BatchNorm1d", "num_features"});
 }
 
+// eps and momentum were taken as given: momentum 5 made running statistics
+// diverge (running = -4 running + 5 batch) with no error, and a negative or
+// NaN eps failed only at the first forward (LayerNorm's: never). Refused
+// when built, naming the layer and the value.
+TEST(NormModules, RefuseABadEpsOrMomentumWhenBuilt) {
+  const double nan = std::nan("");
+  for (double eps : {-1e-5, nan, HUGE_VAL}) {
+    expect_error([&] { nn::BatchNorm2d bn(4, eps); }, absl::StatusCode::kInvalidArgument, {"BatchNorm2d", "eps"});
+    expect_error([&] { nn::LayerNorm ln(4, eps); }, absl::StatusCode::kInvalidArgument, {"LayerNorm", "eps"});
+  }
+  for (double momentum : {-0.1, 1.5, 5.0, nan}) {
+    expect_error([&] { nn::BatchNorm1d bn(4, 1e-5, momentum); }, absl::StatusCode::kInvalidArgument,
+                 {"BatchNorm1d", "momentum", "[0, 1]"});
+  }
+  EXPECT_NO_THROW(nn::BatchNorm1d(4, 0.0, 1.0));   // the ends are allowed
+  EXPECT_NO_THROW(nn::BatchNorm1d(4, 1e-5, 0.0));
+  EXPECT_NO_THROW(nn::LayerNorm(4, 0.0));
+}
+
 TEST(BatchNorm2dModule, RunningStatsAreSavedAndLoadedWithCheckpoints) {
   const std::string path = (std::filesystem::temp_directory_path() / "encore_bn_checkpoint.safetensors").string();
   nn::BatchNorm2d bn(2);
