@@ -88,8 +88,12 @@ class Module {
   Tensor register_buffer(std::string name, Tensor t, bool persistent = true);
   // Registers an already registered tensor of another module (weight tying).
   void register_shared_parameter(std::string name, const Tensor& t);
+  // Each name (not empty) is registered once per module, across parameters,
+  // buffers and children: a second registration throws encore::Error.
   template <typename M>
   M& register_module(std::string name, std::unique_ptr<M> m) {
+    ENCORE_CHECK(m != nullptr, "register_module: the module \"%s\" is null", name);
+    check_new_name(name, "module");
     M& ref = *m;
     children_.emplace_back(std::move(name), std::move(m));
     return ref;
@@ -97,6 +101,9 @@ class Module {
 
  private:
   enum class Kind { kParameters, kBuffers, kPersistentBuffers };
+  // Throws unless `name` is non-empty and unused by this module; `what` is
+  // "parameter", "buffer" or "module", for the message.
+  void check_new_name(const std::string& name, const char* what) const;
   void collect(const std::string& prefix, NamedTensors& out, Kind kind) const;
   NamedTensors params_;
   NamedTensors buffers_;

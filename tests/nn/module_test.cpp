@@ -241,6 +241,39 @@ class WithBuffers : public Module {
   Linear* child;
 };
 
+// A module that registers `name` twice, as the kinds given.
+class Twice : public Module {
+ public:
+  Twice(const std::string& name, int first, int second) {
+    add(name, first);
+    add(name, second);
+  }
+ private:
+  void add(const std::string& name, int kind) {
+    if (kind == 0) register_parameter(name, ones({2}));
+    if (kind == 1) register_buffer(name, zeros({2}));
+    if (kind == 2) register_module(name, std::make_unique<Linear>(2, 1));
+  }
+};
+
+// Two tensors of one dotted name were accepted: a checkpoint saved both
+// under that name and could not tell them apart. Each name is registered
+// once per module, across parameters, buffers and children.
+TEST(ModuleTest, ANameIsRegisteredOnce) {
+  const char* kinds[] = {"parameter", "buffer", "module"};
+  for (int first = 0; first < 3; ++first) {
+    for (int second = 0; second < 3; ++second) {
+      expect_error([&] { Twice m("w", first, second); }, absl::StatusCode::kInvalidArgument,
+                   {"Twice", std::string("register the ") + kinds[second] + " \"w\"",
+                    std::string("a ") + kinds[first] + " of that name"});
+    }
+  }
+  expect_error([] { Twice m("", 0, 0); }, absl::StatusCode::kInvalidArgument, {"Twice", "empty name"});
+  // The same name in two modules is fine: the dotted names differ.
+  Sequential net(std::make_unique<Linear>(2, 2), std::make_unique<Linear>(2, 2));
+  EXPECT_EQ(names(net), (std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias"}));
+}
+
 TEST(ModuleTest, StateTensorsArePersistentBuffersAfterParameters) {
   WithBuffers m;
   std::vector<std::string> state;
