@@ -14,10 +14,12 @@
 //   encore::Tensor y = net.forward(x);                        // each child's forward in order
 //
 // Parameters are leaf tensors that require grad, created on construction on
-// the module's device and initialised from a seeded generator (GPT-2 scheme:
-// N(0, 0.02) weights, residual projections N(0, 0.02 / sqrt(2 n_layer)), zero
-// biases, LayerNorm weight 1). A module owns its parameters; the Tensor
-// handles returned by parameters() share them.
+// the module's device (Init::device). The layers initialise them as PyTorch
+// does by default, each saying how, from Init::gen (or the device's default
+// generator); Gpt re-initialises its own from GptConfig::seed in the GPT-2
+// scheme: N(0, 0.02) weights, residual projections N(0, 0.02 / sqrt(2
+// n_layer)), zero biases, LayerNorm weight 1. A module owns its parameters;
+// the Tensor handles returned by parameters() share them.
 #pragma once
 
 #include <cstdint>
@@ -268,7 +270,7 @@ class Flatten : public Module {
   int64_t start_dim_, end_dim_;
 };
 
-enum class Activation { kRelu, kGelu, kTanh };
+enum class Activation { kRelu, kGelu, kTanh };   // kGelu: the tanh approximation (GPT-2's), not nn.GELU's default
 
 // Linear layers with an activation between them: widths {784, 128, 10} is
 // Linear(784, 128) -> act -> Linear(128, 10).
