@@ -18,7 +18,13 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Siz
   ENCORE_CHECK(groups > 0 && in_channels % groups == 0 && out_channels % groups == 0,
                "Conv2d: in_channels=%d and out_channels=%d must be divisible by groups=%d", in_channels,
                out_channels, groups);
-  const double fan_in = static_cast<double>(in_channels / groups * kernel_size.h * kernel_size.w);
+  int64_t fan_in_elements = 0, weight_elements = 0;   // in / groups * kh * kw, and times out
+  ENCORE_CHECK(!__builtin_mul_overflow(in_channels / groups, kernel_size.h, &fan_in_elements) &&
+                   !__builtin_mul_overflow(fan_in_elements, kernel_size.w, &fan_in_elements) &&
+                   !__builtin_mul_overflow(fan_in_elements, out_channels, &weight_elements),
+               "Conv2d: weight [%d, %d, %d, %d] has more than 2^63 elements", out_channels, in_channels / groups,
+               kernel_size.h, kernel_size.w);
+  const double fan_in = static_cast<double>(fan_in_elements);
   const double bound = 1.0 / std::sqrt(fan_in);
   weight = register_parameter("weight",
                               uniform({out_channels, in_channels / groups, kernel_size.h, kernel_size.w}, bound, init));

@@ -38,6 +38,17 @@ TEST(Conv2dModule, ShapesInitAndForward) {
                {"Conv2d", "in_channels=3", "groups=2"});
 }
 
+// The fan-in in / groups * kh * kw was an int64 product that could overflow
+// (undefined behaviour) before any size check; the weight's element count
+// is now checked first, naming the layer and the shape.
+TEST(Conv2dModule, RefusesAWeightOfMoreThan2To63Elements) {
+  const int64_t big = int64_t{1} << 31;
+  expect_error([&] { nn::Conv2d(big, 1, {big, big}); }, absl::StatusCode::kInvalidArgument,
+               {"Conv2d", "[1, 2147483648, 2147483648, 2147483648]", "2^63"});
+  expect_error([&] { nn::Conv2d(big, big, {big, 1}); }, absl::StatusCode::kInvalidArgument,
+               {"Conv2d", "[2147483648, 2147483648, 2147483648, 1]"});
+}
+
 TEST(BatchNorm2dModule, TrainUpdatesRunningStatsEvalUsesThem) {
   nn::BatchNorm2d bn(3, 1e-5, 0.25);
   NamedTensors buffers = bn.named_buffers();
