@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <tuple>
@@ -238,6 +239,9 @@ absl::StatusOr<Config> read_config(const std::string& config_json) {
     *field = j[key].get<int64_t>();
   }
   if (cfg.n_embd % cfg.n_head != 0) return bad("n_embd does not divide into n_head heads");
+  if (cfg.n_embd > std::numeric_limits<int64_t>::max() / 4) {   // the MLP is 4 * n_embd wide
+    return bad(absl::StrCat("n_embd is ", cfg.n_embd, ": too large (4 * n_embd does not fit in int64)"));
+  }
   // NOTE [ Config keys that change the arithmetic ]: GPT2Config keys whose
   // other values make transformers compute another function than encore's
   // Gpt (tanh GELU, LayerNorm eps 1e-5, an MLP 4 * n_embd wide, attention

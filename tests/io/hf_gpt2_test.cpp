@@ -127,6 +127,9 @@ TEST(HfGpt2Test, MismatchesAreRefusedNamingTheTensor) {
                             std::pair{R"({"vocab_size": 5, "n_layer": 1, "n_head": 1, "n_embd": 4})", "n_positions"},
                             std::pair{R"({"vocab_size": 5, "n_positions": 4, "n_layer": 1, "n_head": 1,
                                         "n_embd": 4, "layer_norm_epsilon": 1e-6})", "layer_norm_epsilon"},
+                            std::pair{R"({"vocab_size": 5, "n_positions": 4, "n_layer": 1, "n_head": 1,
+                                        "n_embd": 4611686018427387904, "n_inner": 16})",
+                                      "n_embd is 4611686018427387904: too large"},   // 4 * 2^62 overflowed
                             std::pair{"not json", "not a JSON object"}}) {
     std::ofstream(bad) << text;
     absl::StatusOr<nn::GptConfig> c = hf::read_gpt2_config(bad);
