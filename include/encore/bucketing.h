@@ -36,7 +36,7 @@ struct Padded {
 // buckets are not ascending positive lengths.
 int64_t bucket_for(int64_t length, const BucketOptions& options = {});
 
-// ids and targets [B, T] (integer dtypes, one device) padded along dim 1 to
+// ids and targets [B, T] (i32 or i64, one device) padded along dim 1 to
 // bucket_for(T): ids with pad_id, targets with ignore_index. A batch already
 // at its bucket is returned as it is (the same tensors).
 Padded pad_to_bucket(const Tensor& ids, const Tensor& targets, const BucketOptions& options = {});

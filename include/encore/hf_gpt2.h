@@ -5,7 +5,8 @@
 //   // A directory as save_pretrained writes it (or the hub's gpt2/ files):
 //   absl::StatusOr<std::unique_ptr<encore::nn::Gpt>> gpt = encore::hf::load_gpt2("gpt2/");
 //   if (!gpt.ok()) std::cerr << gpt.status() << "\n";       // names the file and the tensor
-//   encore::Tensor logits = (*gpt)->forward(ids);             // ids [B, T]: GPT-2 token ids
+//   encore::Tensor logits = (*gpt)->forward(ids);             // ids [B, T]: GPT-2 token ids (eval mode)
+//   (*gpt)->train();                                          // to fine-tune: dropout at config.json's rate
 //   absl::Status s = encore::hf::save_gpt2("finetuned/", **gpt);   // model.safetensors + config.json
 //
 // Token ids come from a GPT-2 tokenizer (tiktoken's or transformers' "gpt2"
@@ -43,8 +44,10 @@ namespace encore::hf {
 // scale_attn_weights false, scale_attn_by_inverse_layer_idx true,
 // reorder_and_upcast_attn true (and any of these three flags, or
 // tie_word_embeddings, that is not a JSON boolean). The dropout rates
-// (resid_pdrop, embd_pdrop, attn_pdrop) are not read: the model's dropout
-// is GptConfig::dropout. NotFound when the file cannot be read.
+// resid_pdrop, embd_pdrop and attn_pdrop (each 0.1 when absent, transformers'
+// default) become GptConfig::dropout, which the Gpt applies in those three
+// places: refused when they differ (the Gpt has one rate) or one is not a
+// number in [0, 1). NotFound when the file cannot be read.
 [[nodiscard]] absl::StatusOr<nn::GptConfig> read_gpt2_config(const std::string& config_json);
 
 // `path` is a directory holding model.safetensors and config.json, or a
@@ -58,6 +61,9 @@ namespace encore::hf {
 // saves, as a save interrupted between its renames leaves them: refused
 // (DataLoss), since the old config.json may describe another model around
 // weights of the same shapes.
+// The model is returned in eval mode, as transformers' from_pretrained
+// returns it: forward() is deterministic; call train() before fine-tuning
+// for dropout at config.json's rate (GptConfig::dropout).
 [[nodiscard]] absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Device device = kCPU);
 
 // Copies the weights of the safetensors file `file` into `model` in place

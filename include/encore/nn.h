@@ -14,10 +14,12 @@
 //   encore::Tensor y = net.forward(x);                        // each child's forward in order
 //
 // Parameters are leaf tensors that require grad, created on construction on
-// the module's device and initialised from a seeded generator (GPT-2 scheme:
-// N(0, 0.02) weights, residual projections N(0, 0.02 / sqrt(2 n_layer)), zero
-// biases, LayerNorm weight 1). A module owns its parameters; the Tensor
-// handles returned by parameters() share them.
+// the module's device (Init::device). The layers initialise them as PyTorch
+// does by default, each saying how, from Init::gen (or the device's default
+// generator); Gpt re-initialises its own from GptConfig::seed in the GPT-2
+// scheme: N(0, 0.02) weights, residual projections N(0, 0.02 / sqrt(2
+// n_layer)), zero biases, LayerNorm weight 1. A module owns its parameters;
+// the Tensor handles returned by parameters() share them.
 #pragma once
 
 #include <cstdint>
@@ -88,8 +90,12 @@ class Module {
   Tensor register_buffer(std::string name, Tensor t, bool persistent = true);
   // Registers an already registered tensor of another module (weight tying).
   void register_shared_parameter(std::string name, const Tensor& t);
+  // Each name (not empty) is registered once per module, across parameters,
+  // buffers and children: a second registration throws encore::Error.
   template <typename M>
   M& register_module(std::string name, std::unique_ptr<M> m) {
+    ENCORE_CHECK(m != nullptr, "register_module: the module \"%s\" is null", name);
+    check_new_name(name, "module");
     M& ref = *m;
     children_.emplace_back(std::move(name), std::move(m));
     return ref;
@@ -97,6 +103,9 @@ class Module {
 
  private:
   enum class Kind { kParameters, kBuffers, kPersistentBuffers };
+  // Throws unless `name` is non-empty and unused by this module; `what` is
+  // "parameter", "buffer" or "module", for the message.
+  void check_new_name(const std::string& name, const char* what) const;
   void collect(const std::string& prefix, NamedTensors& out, Kind kind) const;
   NamedTensors params_;
   NamedTensors buffers_;
@@ -120,7 +129,7 @@ class Linear : public Module {
   Tensor bias;     // [out] or undefined
 };
 
-// Normalises the last dim. weight [dim] = 1, bias [dim] = 0.
+// Normalises the last dim. weight [dim] = 1, bias [dim] = 0; eps finite and >= 0.
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(int64_t dim, double eps = 1e-5, Init init = {});
@@ -138,10 +147,11 @@ class Embedding : public Module {
   Tensor weight;   // [num, dim]
 };
 
-// Zeroes elements with probability p while training.
+// Zeroes elements with probability p while training (and scales the others
+// by 1 / (1 - p)). p must be in [0, 1): refused (encore::Error) when built.
 class Dropout : public Module {
  public:
-  explicit Dropout(double p) : p_(p) {}
+  explicit Dropout(double p);
   Tensor forward(const Tensor& x) const override { return dropout(x, p_, is_training()); }
  private:
   double p_;
@@ -177,7 +187,9 @@ class Conv2d : public Module {
 // and num_batches_tracked (i64, 0-d), all saved in checkpoints. In training
 // mode forward() normalizes by the batch's statistics and updates the running
 // ones in place (inside a captured step too); in eval mode it normalizes by
-// the running ones. Without track_running_stats it always uses the batch's.
+// the running ones (running = (1 - momentum) running + momentum batch;
+// momentum in [0, 1], eps finite and >= 0, checked when built). Without
+// track_running_stats it always uses the batch's.
 //
 //   nn::BatchNorm1d bn(128);                        // after a Linear(.., 128)
 //   Tensor h = relu(bn.forward(fc.forward(x)));     // x [B, in] -> [B, 128]
@@ -258,7 +270,7 @@ class Flatten : public Module {
   int64_t start_dim_, end_dim_;
 };
 
-enum class Activation { kRelu, kGelu, kTanh };
+enum class Activation { kRelu, kGelu, kTanh };   // kGelu: the tanh approximation (GPT-2's), not nn.GELU's default
 
 // Linear layers with an activation between them: widths {784, 128, 10} is
 // Linear(784, 128) -> act -> Linear(128, 10).
@@ -271,13 +283,17 @@ class Mlp : public Module {
   Activation act_;
 };
 
+// Gpt's (and its blocks') configuration. Checked when a Gpt,
+// TransformerBlock or CausalSelfAttention is built (encore::Error naming the
+// class and the field): every size positive, n_embd divisible by n_head,
+// dropout in [0, 1), and the tensors' element counts within int64.
 struct GptConfig {
   int64_t vocab_size = 65;
   int64_t block_size = 64;    // longest sequence (T <= block_size)
   int64_t n_layer = 2;
   int64_t n_head = 4;
   int64_t n_embd = 128;       // C; must divide by n_head
-  double dropout = 0.0;
+  double dropout = 0.0;       // after the embeddings, on attention weights, after each residual branch
   bool tied_head = true;      // lm_head shares wte's weight
   uint64_t seed = 1337;       // initialisation seed
   Device device = kCPU;
@@ -310,13 +326,16 @@ class TransformerBlock : public Module {
   Dropout* drop_;
 };
 
-// A small GPT-2: token + position embeddings, n_layer blocks, final norm, head.
+// A small GPT-2: token + position embeddings (then dropout), n_layer blocks,
+// final norm, head. With GptConfig::dropout = p it drops where GPT-2 does
+// (embd_pdrop, attn_pdrop and resid_pdrop all p) while training.
 class Gpt : public Module {
  public:
   explicit Gpt(const GptConfig& cfg);
   // ids [B, T] (i32/i64) -> logits [B, T, V].
   Tensor forward(const Tensor& ids) const override;
-  // Mean cross-entropy of forward(ids) against targets [B, T].
+  // Mean cross-entropy of forward(ids) against targets [B, T] (ids' shape,
+  // else encore::Error; ignore_index -100 positions are not counted).
   Tensor loss(const Tensor& ids, const Tensor& targets) const;
   // The configuration it was built with; `device` stays the one it was built
   // on after to(Device) (ask a parameter for where it is now).
@@ -325,6 +344,7 @@ class Gpt : public Module {
   GptConfig cfg_;
   Embedding* wte_;   // [V, C]
   Embedding* wpe_;   // [block, C]
+  Dropout* drop_;    // on wte + wpe
   std::vector<TransformerBlock*> blocks_;
   LayerNorm* ln_f_;
   Linear* lm_head_;  // [V, C], nullptr when tied to wte

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <tuple>
@@ -206,6 +207,9 @@ absl::Status load_listed(const std::string& file, const io::SafetensorsFile& wei
 // changed does not show in the weights' shapes.
 constexpr char kSaveIdKey[] = "encore_save_id";
 
+// transformers' GPT2Config default for resid_pdrop, embd_pdrop and attn_pdrop.
+constexpr double kDefaultPdrop = 0.1;
+
 // A config.json read: its GptConfig, and its save id ("" when it has none).
 struct Config {
   nn::GptConfig cfg;
@@ -235,6 +239,9 @@ absl::StatusOr<Config> read_config(const std::string& config_json) {
     *field = j[key].get<int64_t>();
   }
   if (cfg.n_embd % cfg.n_head != 0) return bad("n_embd does not divide into n_head heads");
+  if (cfg.n_embd > std::numeric_limits<int64_t>::max() / 4) {   // the MLP is 4 * n_embd wide
+    return bad(absl::StrCat("n_embd is ", cfg.n_embd, ": too large (4 * n_embd does not fit in int64)"));
+  }
   // NOTE [ Config keys that change the arithmetic ]: GPT2Config keys whose
   // other values make transformers compute another function than encore's
   // Gpt (tanh GELU, LayerNorm eps 1e-5, an MLP 4 * n_embd wide, attention
@@ -269,6 +276,32 @@ absl::StatusOr<Config> read_config(const std::string& config_json) {
     if (j[key] != value) {
       return bad(absl::StrCat(key, " is ", j[key].dump(), ": encore's Gpt computes GPT-2 with ", key, " ",
                               value ? "true" : "false", " only (", what, ")"));
+    }
+  }
+  // GPT-2 has a dropout rate per place (embeddings, attention weights,
+  // residual branches); encore's Gpt has one, GptConfig::dropout, used in
+  // the same three places. Equal rates load as that rate; rates that differ
+  // are refused, since no Gpt trains as that model would.
+  const char* first = nullptr;
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) {
+    double rate = kDefaultPdrop;
+    if (j.contains(key)) {
+      const Json& v = j[key];
+      if (!v.is_number() || !(v.get<double>() >= 0.0 && v.get<double>() < 1.0)) {
+        return bad(absl::StrCat(key, " is ", v.dump(), ": a dropout rate must be a number in [0, 1)"));
+      }
+      rate = v.get<double>();
+    }
+    if (first == nullptr) {
+      first = key;
+      cfg.dropout = rate;
+    } else if (rate != cfg.dropout) {
+      auto shown = [&](const char* k) {
+        return j.contains(k) ? j[k].dump() : absl::StrCat(kDefaultPdrop, " (absent: transformers' default)");
+      };
+      return bad(absl::StrCat(key, " is ", shown(key), " but ", first, " is ", shown(first),
+                              ": encore's Gpt has one dropout rate (GptConfig::dropout) for the embeddings, "
+                              "the attention weights and the residual branches"));
     }
   }
   if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_boolean()) {
@@ -328,6 +361,7 @@ absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Devi
   if (!s.ok()) return s;
   s = load_listed(file, *weights, *model);
   if (!s.ok()) return s;
+  model->eval();   // as transformers' from_pretrained: train() to fine-tune with dropout
   return model;
 }
 

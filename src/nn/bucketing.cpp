@@ -34,8 +34,9 @@ Padded pad_to_bucket(const Tensor& ids, const Tensor& targets, const BucketOptio
   ENCORE_CHECK(ids.dim() == 2 && targets.shape() == ids.shape(),
                "pad_to_bucket: ids %s and targets %s must both be [B, T]", shape_str(ids.shape()),
                shape_str(targets.shape()));
-  ENCORE_CHECK(!is_floating(ids.dtype()) && !is_floating(targets.dtype()) && ids.device() == targets.device(),
-               "pad_to_bucket: ids (%s on %s) and targets (%s on %s) must be integer tensors on one device",
+  auto is_index = [](DType t) { return t == kInt32 || t == kInt64; };   // what embedding and cross_entropy take
+  ENCORE_CHECK(is_index(ids.dtype()) && is_index(targets.dtype()) && ids.device() == targets.device(),
+               "pad_to_bucket: ids (%s on %s) and targets (%s on %s) must be i32 or i64 tensors on one device",
                dtype_name(ids.dtype()), ids.device().str(), dtype_name(targets.dtype()), targets.device().str());
   const int64_t B = ids.size(0), T = ids.size(1);
   const int64_t bucket = bucket_for(T, options);

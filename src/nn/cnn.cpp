@@ -18,7 +18,13 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Siz
   ENCORE_CHECK(groups > 0 && in_channels % groups == 0 && out_channels % groups == 0,
                "Conv2d: in_channels=%d and out_channels=%d must be divisible by groups=%d", in_channels,
                out_channels, groups);
-  const double fan_in = static_cast<double>(in_channels / groups * kernel_size.h * kernel_size.w);
+  int64_t fan_in_elements = 0, weight_elements = 0;   // in / groups * kh * kw, and times out
+  ENCORE_CHECK(!__builtin_mul_overflow(in_channels / groups, kernel_size.h, &fan_in_elements) &&
+                   !__builtin_mul_overflow(fan_in_elements, kernel_size.w, &fan_in_elements) &&
+                   !__builtin_mul_overflow(fan_in_elements, out_channels, &weight_elements),
+               "Conv2d: weight [%d, %d, %d, %d] has more than 2^63 elements", out_channels, in_channels / groups,
+               kernel_size.h, kernel_size.w);
+  const double fan_in = static_cast<double>(fan_in_elements);
   const double bound = 1.0 / std::sqrt(fan_in);
   weight = register_parameter("weight",
                               uniform({out_channels, in_channels / groups, kernel_size.h, kernel_size.w}, bound, init));
@@ -30,6 +36,8 @@ BatchNormBase::BatchNormBase(const char* layer, int64_t min_dim, int64_t max_dim
     : layer_(layer), min_dim_(min_dim), max_dim_(max_dim), num_features_(num_features), eps_(eps),
       momentum_(momentum) {
   ENCORE_CHECK(num_features > 0, "%s: num_features must be positive, got %d", layer, num_features);
+  ENCORE_CHECK(std::isfinite(eps) && eps >= 0, "%s: eps must be finite and non-negative, got %g", layer, eps);
+  ENCORE_CHECK(momentum >= 0 && momentum <= 1, "%s: momentum must be in [0, 1], got %g", layer, momentum);
   if (affine) {
     weight = register_parameter("weight", ones({num_features}, kFloat32, init.device));
     bias = register_parameter("bias", zeros({num_features}, kFloat32, init.device));

@@ -7,19 +7,51 @@
 //
 // The backward pass is autograd's: every op below recorded its own backward
 // formula (src/ops/), and loss.backward() runs them in reverse order.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "encore/autograd.h"
 #include "encore/nn.h"
 
 namespace encore::nn {
+namespace {
+
+// a * b without overflow (both positive).
+bool product_fits(int64_t a, int64_t b) {
+  int64_t product = 0;
+  return !__builtin_mul_overflow(a, b, &product);
+}
+
+// Every field of a GptConfig, before anything is allocated: errors name
+// `who` (the class being built) and the field. The largest tensors are the
+// MLP's [4C, C], the embeddings [V, C] and [block, C] and each block's mask
+// [block, block]; their element counts must fit in int64.
+void check_gpt_config(const char* who, const GptConfig& cfg) {
+  for (auto [field, value] : {std::pair{"vocab_size", cfg.vocab_size}, std::pair{"block_size", cfg.block_size},
+                              std::pair{"n_layer", cfg.n_layer}, std::pair{"n_head", cfg.n_head},
+                              std::pair{"n_embd", cfg.n_embd}}) {
+    ENCORE_CHECK(value > 0, "%s: GptConfig::%s must be positive, got %d", who, field, value);
+  }
+  ENCORE_CHECK(cfg.n_embd % cfg.n_head == 0, "%s: n_embd %d must divide into n_head %d heads", who, cfg.n_embd,
+               cfg.n_head);
+  ENCORE_CHECK(cfg.dropout >= 0.0 && cfg.dropout < 1.0, "%s: GptConfig::dropout must be in [0, 1), got %g", who,
+               cfg.dropout);
+  ENCORE_CHECK(product_fits(cfg.block_size, cfg.block_size) && cfg.n_embd <= std::numeric_limits<int64_t>::max() / 4 &&
+                   product_fits(4 * cfg.n_embd, cfg.n_embd) &&
+                   product_fits(std::max(cfg.vocab_size, cfg.block_size), cfg.n_embd),
+               "%s: GptConfig sizes vocab_size %d, block_size %d, n_embd %d make tensors of more than 2^63 "
+               "elements",
+               who, cfg.vocab_size, cfg.block_size, cfg.n_embd);
+}
+
+}  // namespace
 
 // ---- attention ----
 
 CausalSelfAttention::CausalSelfAttention(const GptConfig& cfg, Generator* gen) : n_head_(cfg.n_head) {
-  ENCORE_CHECK(cfg.n_head > 0 && cfg.n_embd % cfg.n_head == 0,
-               "CausalSelfAttention: n_embd %d must divide into n_head %d heads", cfg.n_embd, cfg.n_head);
+  check_gpt_config("CausalSelfAttention", cfg);
   const Init init{cfg.device, gen};
   qkv_ = &register_module("qkv", std::make_unique<Linear>(cfg.n_embd, 3 * cfg.n_embd, true, init));  // [3C, C]
   proj_ = &register_module("proj", std::make_unique<Linear>(cfg.n_embd, cfg.n_embd, true, init));    // [C, C]
@@ -53,6 +85,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) const {
 // ---- block ----
 
 TransformerBlock::TransformerBlock(const GptConfig& cfg, Generator* gen) {
+  check_gpt_config("TransformerBlock", cfg);
   const Init init{cfg.device, gen};
   ln1_ = &register_module("ln1", std::make_unique<LayerNorm>(cfg.n_embd, 1e-5, init));
   attn_ = &register_module("attn", std::make_unique<CausalSelfAttention>(cfg, gen));
@@ -95,13 +128,12 @@ void init_gpt2(const NamedTensors& params, int64_t n_layer, Generator& gen) {
 }  // namespace
 
 Gpt::Gpt(const GptConfig& cfg) : cfg_(cfg) {
-  ENCORE_CHECK(cfg.vocab_size > 0 && cfg.block_size > 0 && cfg.n_layer > 0,
-               "Gpt: vocab_size %d, block_size %d and n_layer %d must be positive", cfg.vocab_size, cfg.block_size,
-               cfg.n_layer);
+  check_gpt_config("Gpt", cfg);
   Generator gen(cfg.seed, cfg.device);
   const Init init{cfg.device, &gen};
   wte_ = &register_module("wte", std::make_unique<Embedding>(cfg.vocab_size, cfg.n_embd, init));   // [V, C]
   wpe_ = &register_module("wpe", std::make_unique<Embedding>(cfg.block_size, cfg.n_embd, init));   // [block, C]
+  drop_ = &register_module("drop", std::make_unique<Dropout>(cfg.dropout));   // GPT-2's embd_pdrop
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     blocks_.push_back(&register_module("blocks." + std::to_string(i), std::make_unique<TransformerBlock>(cfg, &gen)));
   }
@@ -116,7 +148,7 @@ Tensor Gpt::forward(const Tensor& ids) const {
   const int64_t T = ids.size(1);
   ENCORE_CHECK(T <= cfg_.block_size, "Gpt: sequence length %d exceeds block_size %d", T, cfg_.block_size);
   Tensor pos = arange(0, T, 1, kInt64, ids.device());                  // [T]
-  Tensor x = wte_->forward(ids) + wpe_->forward(pos);                  // [B, T, C]
+  Tensor x = drop_->forward(wte_->forward(ids) + wpe_->forward(pos));  // [B, T, C]
   for (const TransformerBlock* block : blocks_) x = block->forward(x); // [B, T, C]
   x = ln_f_->forward(x);                                               // [B, T, C]
   return lm_head_ != nullptr ? lm_head_->forward(x)                    // [B, T, V]
@@ -124,6 +156,10 @@ Tensor Gpt::forward(const Tensor& ids) const {
 }
 
 Tensor Gpt::loss(const Tensor& ids, const Tensor& targets) const {
+  ENCORE_CHECK(targets.defined() && ids.defined() && targets.shape() == ids.shape(),
+               "Gpt::loss: targets %s must be [B, T] like ids %s (the target of each position)",
+               targets.defined() ? shape_str(targets.shape()) : "(undefined)",
+               ids.defined() ? shape_str(ids.shape()) : "(undefined)");
   Tensor logits = forward(ids);                                        // [B, T, V]
   const int64_t V = logits.size(2);
   return cross_entropy(logits.reshape({-1, V}), targets.reshape({-1}));   // scalar

@@ -1,4 +1,4 @@
-// Linear, LayerNorm, Embedding and Mlp.
+// Linear, LayerNorm, Embedding, Dropout and Mlp.
 #include <cmath>
 
 #include "encore/nn.h"
@@ -17,6 +17,7 @@ Linear::Linear(int64_t in, int64_t out, bool with_bias, Init init) {
 
 LayerNorm::LayerNorm(int64_t dim, double eps, Init init) : eps_(eps) {
   ENCORE_CHECK(dim > 0, "LayerNorm: dim must be positive, got %d", dim);
+  ENCORE_CHECK(std::isfinite(eps) && eps >= 0, "LayerNorm: eps must be finite and non-negative, got %g", eps);
   weight = register_parameter("weight", ones({dim}, kFloat32, init.device));
   bias = register_parameter("bias", zeros({dim}, kFloat32, init.device));
 }
@@ -24,6 +25,10 @@ LayerNorm::LayerNorm(int64_t dim, double eps, Init init) : eps_(eps) {
 Embedding::Embedding(int64_t num, int64_t dim, Init init) {
   ENCORE_CHECK(num > 0 && dim > 0, "Embedding: sizes must be positive, got num=%d dim=%d", num, dim);
   weight = register_parameter("weight", randn({num, dim}, kFloat32, init.device, &generator_of(init)));
+}
+
+Dropout::Dropout(double p) : p_(p) {
+  ENCORE_CHECK(p >= 0.0 && p < 1.0, "Dropout: p must be in [0, 1), got %g", p);   // NaN fails too
 }
 
 Mlp::Mlp(std::vector<int64_t> widths, Activation act, Init init) : act_(act) {

@@ -23,8 +23,38 @@ Module::~Module() = default;
 
 bool Module::is_training() const { return read_host_flag(*training_); }
 
+namespace {
+// The dynamic type of m, demangled ("encore::nn::Linear"), for messages.
+std::string type_name(const Module& m) {
+  int status = 0;
+  char* name = abi::__cxa_demangle(typeid(m).name(), nullptr, nullptr, &status);
+  const std::string type = status == 0 && name != nullptr ? name : typeid(m).name();
+  std::free(name);
+  return type;
+}
+}  // namespace
+
+// One name per parameter, buffer or child of a module: a second would give
+// two state tensors one dotted name (which a checkpoint could not tell apart).
+void Module::check_new_name(const std::string& name, const char* what) const {
+  ENCORE_CHECK(!name.empty(), "%s: cannot register a %s with an empty name", type_name(*this), what);
+  const char* taken = nullptr;
+  for (const auto& entry : params_) {
+    if (entry.first == name) taken = "parameter";
+  }
+  for (const auto& entry : buffers_) {
+    if (entry.first == name) taken = "buffer";
+  }
+  for (const auto& entry : children_) {
+    if (entry.first == name) taken = "module";
+  }
+  ENCORE_CHECK(taken == nullptr, "%s: cannot register the %s \"%s\": a %s of that name is already registered",
+               type_name(*this), what, name, taken == nullptr ? "" : taken);
+}
+
 Tensor Module::register_parameter(std::string name, Tensor t) {
   ENCORE_CHECK(t.defined(), "register_parameter: %s is undefined", name);
+  check_new_name(name, "parameter");
   t = t.detach();
   t.requires_grad_(true);
   params_.emplace_back(std::move(name), t);
@@ -33,11 +63,13 @@ Tensor Module::register_parameter(std::string name, Tensor t) {
 
 void Module::register_shared_parameter(std::string name, const Tensor& t) {
   ENCORE_CHECK(t.defined() && t.requires_grad(), "register_shared_parameter: %s is not a parameter", name);
+  check_new_name(name, "parameter");
   params_.emplace_back(std::move(name), t);
 }
 
 Tensor Module::register_buffer(std::string name, Tensor t, bool persistent) {
   ENCORE_CHECK(t.defined(), "register_buffer: %s is undefined", name);
+  check_new_name(name, "buffer");
   buffers_.emplace_back(std::move(name), t);
   persistent_.push_back(persistent);
   return t;
@@ -67,13 +99,9 @@ NamedTensors Module::state_tensors() const {
 }
 
 Tensor Module::forward(const Tensor&) const {
-  int status = 0;
-  char* name = abi::__cxa_demangle(typeid(*this).name(), nullptr, nullptr, &status);
-  const std::string type = status == 0 && name != nullptr ? name : typeid(*this).name();
-  std::free(name);
   throw_error(absl::StatusCode::kUnimplemented,
               absl::StrFormat("%s has no one-tensor forward(); call its own methods instead "
-                              "(Sequential holds only modules that have one)", type));
+                              "(Sequential holds only modules that have one)", type_name(*this)));
 }
 
 NamedTensors Module::named_persistent_buffers() const {

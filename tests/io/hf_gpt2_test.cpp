@@ -127,6 +127,9 @@ TEST(HfGpt2Test, MismatchesAreRefusedNamingTheTensor) {
                             std::pair{R"({"vocab_size": 5, "n_layer": 1, "n_head": 1, "n_embd": 4})", "n_positions"},
                             std::pair{R"({"vocab_size": 5, "n_positions": 4, "n_layer": 1, "n_head": 1,
                                         "n_embd": 4, "layer_norm_epsilon": 1e-6})", "layer_norm_epsilon"},
+                            std::pair{R"({"vocab_size": 5, "n_positions": 4, "n_layer": 1, "n_head": 1,
+                                        "n_embd": 4611686018427387904, "n_inner": 16})",
+                                      "n_embd is 4611686018427387904: too large"},   // 4 * 2^62 overflowed
                             std::pair{"not json", "not a JSON object"}}) {
     std::ofstream(bad) << text;
     absl::StatusOr<nn::GptConfig> c = hf::read_gpt2_config(bad);
@@ -189,6 +192,68 @@ TEST(HfGpt2Test, ConfigKeysThatChangeTheArithmeticAreRefused) {
     std::ofstream(dir + "/config.json", std::ios::trunc) << edited.dump();
     EXPECT_EQ(hf::load_gpt2(dir).status().code(), absl::StatusCode::kInvalidArgument);
   }
+}
+
+// GPT-2's three dropout rates become GptConfig::dropout (before, they were
+// not read and every loaded model had dropout 0): equal rates are that
+// rate, absent ones transformers' default 0.1; rates that differ (encore's
+// Gpt has one) or are not in [0, 1) are refused, naming the key and value.
+TEST(HfGpt2Test, DropoutRatesAreReadOrRefused) {
+  const std::string path = ::testing::TempDir() + "/dropout_config.json";
+  const nlohmann::json base = {{"model_type", "gpt2"}, {"vocab_size", 5}, {"n_positions", 4},
+                               {"n_layer", 1},         {"n_head", 2},     {"n_embd", 4}};
+  auto read = [&](const nlohmann::json& config) {
+    std::ofstream(path, std::ios::trunc) << config.dump();
+    return hf::read_gpt2_config(path);
+  };
+  absl::StatusOr<nn::GptConfig> cfg = read(base);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->dropout, 0.1);   // transformers' default for all three
+  nlohmann::json rates = base;
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) rates[key] = 0.25;
+  cfg = read(rates);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->dropout, 0.25);
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) rates[key] = 0;
+  cfg = read(rates);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  EXPECT_EQ(cfg->dropout, 0.0);
+  for (auto [key, value, parts] : std::vector<std::tuple<std::string, nlohmann::json, std::vector<std::string>>>{
+           {"attn_pdrop", 0.5, {"attn_pdrop is 0.5 but resid_pdrop is 0", "one dropout rate"}},
+           {"resid_pdrop", 0.5, {"embd_pdrop is 0 but resid_pdrop is 0.5", "one dropout rate"}},
+           {"embd_pdrop", 1.0, {"embd_pdrop is 1.0", "[0, 1)"}},
+           {"resid_pdrop", -0.1, {"resid_pdrop is -0.1", "[0, 1)"}},
+           {"attn_pdrop", "0.1", {"attn_pdrop is \"0.1\"", "[0, 1)"}}}) {
+    SCOPED_TRACE(key + " " + value.dump());
+    nlohmann::json edited = rates;
+    edited[key] = value;
+    const absl::Status s = read(edited).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    parts.push_back(path);
+    for (const std::string& part : parts) EXPECT_NE(s.message().find(part), absl::string_view::npos) << s << "\n" << part;
+  }
+  nlohmann::json one_absent = base;   // the absent two are 0.1
+  one_absent["attn_pdrop"] = 0.0;
+  EXPECT_NE(read(one_absent).status().message().find("resid_pdrop is 0.1 (absent"), absl::string_view::npos)
+      << read(one_absent).status();
+}
+
+// A Gpt trained with dropout saves its rate (resid_pdrop, embd_pdrop,
+// attn_pdrop) and loads back with it, in eval mode as from_pretrained
+// returns a model: its logits are the saved model's in eval mode.
+TEST(HfGpt2Test, DropoutSurvivesASaveAndTheLoadedModelIsInEvalMode) {
+  const std::string dir = ::testing::TempDir() + "/hf_gpt2_dropout";
+  nn::Gpt gpt({.vocab_size = 13, .block_size = 6, .n_layer = 2, .n_head = 2, .n_embd = 8, .dropout = 0.25, .seed = 7});
+  ASSERT_TRUE(hf::save_gpt2(dir, gpt).ok());
+  absl::StatusOr<std::unique_ptr<nn::Gpt>> back = hf::load_gpt2(dir);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ((*back)->config().dropout, 0.25);
+  EXPECT_FALSE((*back)->is_training());
+  Tensor ids = from_vector<int64_t>({1, 2, 3, 12, 0, 5}, {1, 6});
+  gpt.eval();
+  EXPECT_EQ(values((*back)->forward(ids)), values(gpt.forward(ids)));
+  (*back)->train();                                     // fine-tuning: dropout acts
+  EXPECT_NE(values((*back)->forward(ids)), values(gpt.forward(ids)));
 }
 
 void write_config(const std::string& dir, const nlohmann::json& config) {

@@ -13,6 +13,7 @@
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
+#include "tests/test_util.h"
 
 namespace encore::nn {
 namespace {
@@ -37,6 +38,18 @@ TEST(BucketingTest, PadsIdsAndTargets) {
   EXPECT_EQ(p.ids.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, 9, 4, 5, 6, 9}));
   EXPECT_EQ(p.targets.to_vector<int64_t>(), (std::vector<int64_t>{1, 2, 3, -100, 4, 5, 6, -100}));
   EXPECT_THROW(pad_to_bucket(ids, ids.reshape({6})), Error);
+}
+
+// Bool ids and targets passed the "not floating" check and were padded with
+// pad_id and ignore_index cast to bool. Only i32 and i64 are ids.
+TEST(BucketingTest, RefusesIdsThatAreNotI32OrI64) {
+  const Tensor ids = from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3});
+  const Tensor flags = zeros({2, 3}, kBool), floats = zeros({2, 3});
+  for (auto [a, b] : {std::pair{flags, flags}, std::pair{ids, flags}, std::pair{floats, ids}}) {
+    testing::expect_error([&] { (void)pad_to_bucket(a, b); }, absl::StatusCode::kInvalidArgument,
+                          {"pad_to_bucket", std::string(dtype_name(a.dtype())), std::string(dtype_name(b.dtype())), "i32 or i64"});
+  }
+  EXPECT_EQ(pad_to_bucket(ids.to(kInt32), ids).bucket, 4);
 }
 
 TEST(BucketingTest, PadsSequencesOfVaryingLengthIntoANextTokenBatch) {

@@ -38,6 +38,17 @@ TEST(Conv2dModule, ShapesInitAndForward) {
                {"Conv2d", "in_channels=3", "groups=2"});
 }
 
+// The fan-in in / groups * kh * kw was an int64 product that could overflow
+// (undefined behaviour) before any size check; the weight's element count
+// is now checked first, naming the layer and the shape.
+TEST(Conv2dModule, RefusesAWeightOfMoreThan2To63Elements) {
+  const int64_t big = int64_t{1} << 31;
+  expect_error([&] { nn::Conv2d(big, 1, {big, big}); }, absl::StatusCode::kInvalidArgument,
+               {"Conv2d", "[1, 2147483648, 2147483648, 2147483648]", "2^63"});
+  expect_error([&] { nn::Conv2d(big, big, {big, 1}); }, absl::StatusCode::kInvalidArgument,
+               {"Conv2d", "[2147483648, 2147483648, 2147483648, 1]"});
+}
+
 TEST(BatchNorm2dModule, TrainUpdatesRunningStatsEvalUsesThem) {
   nn::BatchNorm2d bn(3, 1e-5, 0.25);
   NamedTensors buffers = bn.named_buffers();
@@ -96,6 +107,25 @@ TEST(BatchNormModules, RefuseAChannelCountOtherThanNumFeatures) {
   expect_error([&] { bn2.forward(random_tensor({2, 3, 2, 2}, 1)); }, absl::StatusCode::kInvalidArgument,
                {"BatchNorm2d", "expected 4 channels"});
   expect_error([&] { nn::BatchNorm1d bad(0); }, absl::StatusCode::kInvalidArgument, {"BatchNorm1d", "num_features"});
+}
+
+// eps and momentum were taken as given: momentum 5 made running statistics
+// diverge (running = -4 running + 5 batch) with no error, and a negative or
+// NaN eps failed only at the first forward (LayerNorm's: never). Refused
+// when built, naming the layer and the value.
+TEST(NormModules, RefuseABadEpsOrMomentumWhenBuilt) {
+  const double nan = std::nan("");
+  for (double eps : {-1e-5, nan, HUGE_VAL}) {
+    expect_error([&] { nn::BatchNorm2d bn(4, eps); }, absl::StatusCode::kInvalidArgument, {"BatchNorm2d", "eps"});
+    expect_error([&] { nn::LayerNorm ln(4, eps); }, absl::StatusCode::kInvalidArgument, {"LayerNorm", "eps"});
+  }
+  for (double momentum : {-0.1, 1.5, 5.0, nan}) {
+    expect_error([&] { nn::BatchNorm1d bn(4, 1e-5, momentum); }, absl::StatusCode::kInvalidArgument,
+                 {"BatchNorm1d", "momentum", "[0, 1]"});
+  }
+  EXPECT_NO_THROW(nn::BatchNorm1d(4, 0.0, 1.0));   // the ends are allowed
+  EXPECT_NO_THROW(nn::BatchNorm1d(4, 1e-5, 0.0));
+  EXPECT_NO_THROW(nn::LayerNorm(4, 0.0));
 }
 
 TEST(BatchNorm2dModule, RunningStatsAreSavedAndLoadedWithCheckpoints) {

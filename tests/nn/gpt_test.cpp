@@ -59,5 +59,47 @@ TEST(GptTest, LossStartsNearUniformGuess) {
   EXPECT_NEAR(loss, std::log(50.0), 0.3);   // small init: near-uniform predictions
 }
 
+// Targets shaped unlike ids were flattened and paired with the wrong
+// positions whenever the element counts agreed ([T, B] for [B, T]).
+TEST(GptTest, LossRefusesTargetsShapedUnlikeIds) {
+  Gpt gpt({.vocab_size = 7, .block_size = 4, .n_layer = 1, .n_head = 2, .n_embd = 8});
+  Tensor ids = from_vector<int64_t>({1, 2, 3, 4, 0, 6}, {2, 3});
+  for (const Shape& shape : {Shape{3, 2}, Shape{6}, Shape{1, 2, 3}}) {
+    testing::expect_error([&] { (void)gpt.loss(ids, zeros(shape, kInt64)); }, absl::StatusCode::kInvalidArgument,
+                          {"Gpt::loss", shape_str(shape), "[2, 3]"});
+  }
+  EXPECT_NO_THROW((void)gpt.loss(ids, zeros({2, 3}, kInt64)));
+}
+
+// GPT-2 drops out the sum of the embeddings (embd_pdrop) as well as inside
+// the blocks. With every block's residual branches zeroed the blocks are the
+// identity, so in eval mode the logits are ln_f(wte[ids] + wpe[pos]) wte^T,
+// and in training mode only the embeddings' dropout can change them.
+TEST(GptTest, DropoutAppliesToTheEmbeddingsWhileTraining) {
+  GptConfig cfg{.vocab_size = 7, .block_size = 4, .n_layer = 2, .n_head = 2, .n_embd = 8, .dropout = 0.5};
+  Gpt gpt(cfg);
+  {
+    NoGradGuard no_grad;
+    for (auto& [name, p] : gpt.named_parameters()) {
+      if (name.find("attn.proj.") != std::string::npos || name.find("mlp.layers.1.") != std::string::npos) {
+        Tensor(p).zero_();
+      }
+    }
+  }
+  Tensor ids = from_vector<int64_t>({1, 2, 3, 4, 0, 6, 5, 1}, {2, 4});
+  const NamedTensors params = gpt.named_parameters();
+  auto param = [&](const std::string& n) {
+    for (const auto& [name, p] : params) if (name == n) return p;
+    return Tensor();
+  };
+  NoGradGuard no_grad;
+  Tensor x = embedding(param("wte.weight"), ids) + embedding(param("wpe.weight"), arange(0, 4, 1, kInt64));
+  Tensor expected = linear(layer_norm(x, {8}, param("ln_f.weight"), param("ln_f.bias"), 1e-5), param("wte.weight"));
+  gpt.eval();
+  testing::expect_near(gpt.forward(ids), expected, 1e-5, 1e-5);   // the blocks are the identity
+  gpt.train();
+  EXPECT_NE(values(gpt.forward(ids)), values(expected));          // only the embeddings' dropout acts
+}
+
 }  // namespace
 }  // namespace encore::nn

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_format.h"
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "tests/backends/cuda_test_util.h"
@@ -105,6 +106,17 @@ TEST(ModuleTest, DropoutIsActiveOnlyInTraining) {
   for (auto& [n, p] : gpt.named_parameters()) (void)n;
   gpt.train();
   EXPECT_TRUE(gpt.is_training());
+}
+
+// A rate the dropout op would refuse is refused when the layer is built, not
+// at its first forward (in eval mode too).
+TEST(ModuleTest, DropoutRefusesARateOutsideZeroToOneWhenBuilt) {
+  for (double p : {-0.1, 1.0, 2.0, std::nan("")}) {
+    expect_error([&] { Dropout d(p); }, absl::StatusCode::kInvalidArgument,
+                 {"Dropout", "[0, 1)", absl::StrFormat("%g", p)});
+  }
+  EXPECT_NO_THROW(Dropout(0.0));
+  EXPECT_NO_THROW(Dropout(0.999));
 }
 
 TEST(ModuleTest, ToDTypeConvertsEveryParameterInPlaceAndKeepsTiesAndHandles) {
@@ -229,6 +241,39 @@ class WithBuffers : public Module {
   Linear* child;
 };
 
+// A module that registers `name` twice, as the kinds given.
+class Twice : public Module {
+ public:
+  Twice(const std::string& name, int first, int second) {
+    add(name, first);
+    add(name, second);
+  }
+ private:
+  void add(const std::string& name, int kind) {
+    if (kind == 0) register_parameter(name, ones({2}));
+    if (kind == 1) register_buffer(name, zeros({2}));
+    if (kind == 2) register_module(name, std::make_unique<Linear>(2, 1));
+  }
+};
+
+// Two tensors of one dotted name were accepted: a checkpoint saved both
+// under that name and could not tell them apart. Each name is registered
+// once per module, across parameters, buffers and children.
+TEST(ModuleTest, ANameIsRegisteredOnce) {
+  const char* kinds[] = {"parameter", "buffer", "module"};
+  for (int first = 0; first < 3; ++first) {
+    for (int second = 0; second < 3; ++second) {
+      expect_error([&] { Twice m("w", first, second); }, absl::StatusCode::kInvalidArgument,
+                   {"Twice", std::string("register the ") + kinds[second] + " \"w\"",
+                    std::string("a ") + kinds[first] + " of that name"});
+    }
+  }
+  expect_error([] { Twice m("", 0, 0); }, absl::StatusCode::kInvalidArgument, {"Twice", "empty name"});
+  // The same name in two modules is fine: the dotted names differ.
+  Sequential net(std::make_unique<Linear>(2, 2), std::make_unique<Linear>(2, 2));
+  EXPECT_EQ(names(net), (std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias"}));
+}
+
 TEST(ModuleTest, StateTensorsArePersistentBuffersAfterParameters) {
   WithBuffers m;
   std::vector<std::string> state;
@@ -248,6 +293,38 @@ TEST(ModuleTest, BadConfigurationsAreRejected) {
   Gpt g(tiny());
   expect_error([&] { (void)g.forward(zeros({1, 9}, kInt64)); }, absl::StatusCode::kInvalidArgument,
                {"sequence length 9", "block_size 8"});
+}
+
+// Each field of a GptConfig is checked before anything is allocated, the
+// error naming the class built and the field with its value (before, an
+// n_embd of 0 surfaced as an Embedding error, a dropout of 2 was accepted,
+// and sizes whose tensors overflow int64 reached the allocator).
+TEST(ModuleTest, GptConfigIsCheckedFieldByField) {
+  struct Case {
+    void (*edit)(GptConfig&);
+    std::vector<std::string> parts;
+  };
+  const Case cases[] = {
+      {[](GptConfig& c) { c.vocab_size = 0; }, {"vocab_size", "got 0"}},
+      {[](GptConfig& c) { c.block_size = -1; }, {"block_size", "got -1"}},
+      {[](GptConfig& c) { c.n_layer = 0; }, {"n_layer", "got 0"}},
+      {[](GptConfig& c) { c.n_head = 0; }, {"n_head", "got 0"}},
+      {[](GptConfig& c) { c.n_embd = 0; }, {"n_embd", "got 0"}},
+      {[](GptConfig& c) { c.n_embd = -8; c.n_head = -2; }, {"n_head", "got -2"}},
+      {[](GptConfig& c) { c.dropout = 2.0; }, {"dropout", "[0, 1)", "got 2"}},
+      {[](GptConfig& c) { c.dropout = -0.5; }, {"dropout", "got -0.5"}},
+      {[](GptConfig& c) { c.block_size = int64_t{1} << 32; c.n_embd = int64_t{1} << 31; },
+       {"block_size 4294967296", "n_embd 2147483648", "2^63"}},
+  };
+  for (const Case& k : cases) {
+    GptConfig c = tiny();
+    k.edit(c);
+    std::vector<std::string> gpt_parts = k.parts, block_parts = k.parts;
+    gpt_parts.push_back("Gpt:");
+    block_parts.push_back("CausalSelfAttention:");
+    expect_error([&] { Gpt g(c); }, absl::StatusCode::kInvalidArgument, gpt_parts);
+    expect_error([&] { CausalSelfAttention a(c, nullptr); }, absl::StatusCode::kInvalidArgument, block_parts);
+  }
 }
 
 }  // namespace
