@@ -22,9 +22,11 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
 #include "encore/encore.h"
 #include "encore/hf_gpt2.h"
 #include "examples/example_main.h"
@@ -101,6 +103,7 @@ int run() {
     return 1;
   }
   nn::Gpt& gpt = **loaded;
+  gpt.train();   // loaded in eval mode (as from_pretrained): fine-tune with config.json's dropout
   const nn::GptConfig& cfg = gpt.config();
   const int64_t B = absl::GetFlag(FLAGS_batch), T = std::min(absl::GetFlag(FLAGS_seq), cfg.block_size);
   const auto bad_id = std::find_if(ids->begin(), ids->end(), [&](int64_t id) { return id < 0 || id >= cfg.vocab_size; });
@@ -149,9 +152,12 @@ int run() {
     progress.update(step, last, B * T);
   }
   const GraphedStats& s = train.stats();
-  std::printf("loss %.4f -> %.4f; %lld replays (%.2f ms/step), %lld eager calls, %lld fallbacks\n", first, last,
-              static_cast<long long>(s.replays), steps > 3 ? replay_ms / static_cast<double>(steps - 3) : 0.0,
-              static_cast<long long>(s.eager_calls), static_cast<long long>(s.eager_fallbacks));
+  // Steps 1-2 run eagerly and step 3 captures: with 3 steps or fewer no replay was timed.
+  const std::string per_step =
+      steps > 3 ? absl::StrFormat("%.2f ms/step", replay_ms / static_cast<double>(steps - 3)) : std::string("n/a");
+  std::printf("loss %.4f -> %.4f; %lld replays (%s), %lld eager calls, %lld fallbacks\n", first, last,
+              static_cast<long long>(s.replays), per_step.c_str(), static_cast<long long>(s.eager_calls),
+              static_cast<long long>(s.eager_fallbacks));
   if (const std::string out = absl::GetFlag(FLAGS_out); !out.empty()) {
     absl::Status saved = hf::save_gpt2(out, gpt);
     if (!saved.ok()) {
