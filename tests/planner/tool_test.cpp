@@ -56,6 +56,17 @@ TEST(EncorePlanToolTest, BadCsv) {
   expect_one_line_error(run_tool(path), "line 3");
 }
 
+// A misspelt or made-up flag is a bad flag like any other: exit 2 and one
+// line naming it, not Abseil's exit 1 (which here means bad input).
+TEST(EncorePlanToolTest, UnknownFlagsAreFlagErrors) {
+  const std::string csv = write_temp("flags.csv", kExample);
+  expect_one_line_error(run_tool("--capacty=12 " + csv), "encore-plan: unknown flag '--capacty' (see --help)", 2);
+  expect_one_line_error(run_tool("--nocapacity " + csv), "--nocapacity: only a true/false flag has a --no form", 2);
+  // --undefok, Abseil's own, still lets a listed unknown flag through.
+  EXPECT_EQ(run_tool("--undefok=capacty --capacty=12 " + csv).exit_code, 0);
+  EXPECT_THAT(run_tool("--help").out + run_tool("--help").err, ::testing::Not(HasSubstr("unknown flag")));
+}
+
 TEST(EncorePlanToolTest, NoInputFile) { expect_one_line_error(run_tool(""), "expected one input CSV file", 2); }
 
 // Hostile flag values: one line, exit 2 (issue #17).

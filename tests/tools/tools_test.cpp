@@ -144,6 +144,10 @@ TEST(EncoreProfTest, FlagErrors) {
   expect_flag_error(prof("--runs=0"), "--runs must be in 1..100000, got 0");
   expect_flag_error(prof("--model=mlp --hidden=0"), "--hidden must be in 1..65536, got 0");
   expect_flag_error(prof("stray"), "unexpected argument 'stray'");
+  // Unknown flags and --no forms that do not apply: exit 2 like any bad flag, not Abseil's exit 1.
+  expect_flag_error(prof("--modle=gpt"), "encore-prof: unknown flag '--modle' (see --help)");
+  expect_flag_error(prof("--noruns"), "--noruns: only a true/false flag has a --no form (--runs takes a value)");
+  expect_flag_error(prof("--noeager=true"), "--noeager takes no value (write --eager=false)");
   // A config the model refuses (width not divisible by heads) is a flag error with the model's message.
   expect_flag_error(prof("--model=gpt --n_embd=10 --n_head=4"), "n_head");
   expect_flag_error(prof("--model=block --n_embd=10 --n_head=4"), "--n_embd (10) must divide by --n_head (4)");
@@ -323,6 +327,7 @@ TEST(EncoreLaunchTest, FlagErrors) {
   expect_flag_error(launch("--variants=chain,deep"), "unknown variant 'deep'");
   expect_flag_error(launch("--reps=0"), "--reps must be in 1..10000, got 0");
   expect_flag_error(launch("--backends=cpu,tpu"), "unknown backend 'tpu'");
+  expect_flag_error(launch("--rep=3"), "encore-launch: unknown flag '--rep' (see --help)");
 }
 
 // Hostile values of the flags that size something (issue #17): one line,
