@@ -305,6 +305,13 @@ absl::StatusOr<std::vector<int64_t>> parse_counts() {
 }
 
 absl::Status check_flags(const std::vector<int64_t>& counts) {
+  // An empty list ("--variants=") would measure nothing and exit 0 as if it had.
+  if (absl::GetFlag(FLAGS_backends).empty()) {
+    return absl::InvalidArgumentError("--backends: give at least one backend (cpu, cuda, auto)");
+  }
+  if (absl::GetFlag(FLAGS_variants).empty()) {
+    return absl::InvalidArgumentError("--variants: give at least one variant (chain, wide, mlp)");
+  }
   if (absl::StatusOr<std::vector<encore::Device>> d = chosen_devices(); !d.ok()) return d.status();
   for (const std::string& v : absl::GetFlag(FLAGS_variants)) {
     if (v != "chain" && v != "wide" && v != "mlp") {

@@ -327,6 +327,9 @@ TEST(EncoreLaunchTest, FlagErrors) {
   expect_flag_error(launch("--variants=chain,deep"), "unknown variant 'deep'");
   expect_flag_error(launch("--reps=0"), "--reps must be in 1..10000, got 0");
   expect_flag_error(launch("--backends=cpu,tpu"), "unknown backend 'tpu'");
+  // An empty list measured nothing and exited 0.
+  expect_flag_error(launch("--variants="), "--variants: give at least one variant");
+  expect_flag_error(launch("--backends="), "--backends: give at least one backend");
   expect_flag_error(launch("--rep=3"), "encore-launch: unknown flag '--rep' (see --help)");
 }
 
