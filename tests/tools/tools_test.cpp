@@ -231,6 +231,8 @@ TEST(EncoreProfTest, WriteFailuresAreReported) {
 
 TEST(EncoreProfTest, HelpDescribesEveryFlag) {
   const ToolRun run = prof("--help");
+  // The usage line names every model --model accepts.
+  EXPECT_THAT(run.out + run.err, HasSubstr("[--model=mlp|gpt|cnn|block]"));
   for (const char* flag : {"--device", "--model", "--batch", "--hidden", "--seq", "--n_layer", "--n_head", "--n_embd", "--vocab",
                            "--blocks", "--channels", "--dropout", "--lr", "--seed", "--runs", "--warmup_runs", "--eager", "--top", "--trace",
                            "--dot"}) {
