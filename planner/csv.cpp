@@ -1,8 +1,10 @@
 // CSV in MiniMalloc's format: id,lower,upper,size[,alignment][,offset].
 #include <array>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -135,12 +137,45 @@ absl::StatusOr<CsvProblem> parse_csv(absl::string_view text) {
   return problem;
 }
 
+// NOTE [ Reading a CSV file ]
+// The file is read whole and parsed from memory. A directory opens as a
+// file on Linux and reads as nothing, which parsed as "line 1: missing
+// header"; it is named as a directory instead. Files past kMaxCsvBytes are
+// refused before they are read (by their size) or as soon as the read passes
+// it (a pipe), so a hostile or mistaken path (/dev/zero, a disk image) ends
+// with a message, not with memory exhausted. 1 GiB is 30 times a problem of
+// 10^6 buffers, and keeps the line counter far from the limit of an int.
+constexpr int64_t kMaxCsvBytes = int64_t{1} << 30;
+
 absl::StatusOr<CsvProblem> read_csv(const std::string& path) {
+  auto too_large = [&path] {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": larger than ", kMaxCsvBytes, " bytes (1 GiB), the most a CSV problem may hold"));
+  };
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (std::filesystem::is_directory(status)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is a directory, not a CSV file"));
+  }
+  if (std::filesystem::is_regular_file(status)) {
+    const uintmax_t size = std::filesystem::file_size(path, error);
+    if (!error && size > static_cast<uintmax_t>(kMaxCsvBytes)) return too_large();
+  }
+  errno = 0;
   std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::stringstream contents;
-  contents << file.rdbuf();
-  absl::StatusOr<CsvProblem> problem = parse_csv(contents.str());
+  if (!file) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open '", path, "'", errno != 0 ? absl::StrCat(": ", std::strerror(errno)) : ""));
+  }
+  std::string contents;
+  std::vector<char> chunk(size_t{1} << 16);
+  while (file) {
+    file.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    if (static_cast<int64_t>(contents.size()) + file.gcount() > kMaxCsvBytes) return too_large();
+    contents.append(chunk.data(), static_cast<size_t>(file.gcount()));
+  }
+  if (file.bad()) return absl::DataLossError(absl::StrCat("error while reading '", path, "'"));
+  absl::StatusOr<CsvProblem> problem = parse_csv(contents);
   if (!problem.ok()) {
     return absl::Status(problem.status().code(), absl::StrCat(path, ": ", problem.status().message()));
   }

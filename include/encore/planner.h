@@ -160,7 +160,8 @@ struct CsvProblem {
 };
 
 [[nodiscard]] absl::StatusOr<CsvProblem> parse_csv(absl::string_view text);
-// Reads and parses a file; NotFound if it cannot be opened.
+// Reads and parses a file; NotFound if it cannot be opened (with the cause),
+// InvalidArgument for a directory, ResourceExhausted past 1 GiB.
 [[nodiscard]] absl::StatusOr<CsvProblem> read_csv(const std::string& path);
 
 // Writes id,lower,upper,size[,alignment] and, when `plan` is not null, offset.

@@ -1,4 +1,7 @@
 // CSV parsing (every kind of bad input) and the write/read round trip.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -103,6 +106,30 @@ TEST(CsvTest, ReadMissingFileIsNotFound) {
   absl::StatusOr<CsvProblem> problem = read_csv("/nonexistent/encore/problem.csv");
   EXPECT_EQ(problem.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(problem.status().message(), HasSubstr("/nonexistent/encore/problem.csv"));
+}
+
+// A directory opens as a file on Linux and reads as nothing: it was
+// reported as "line 1: missing header".
+TEST(CsvTest, ReadDirectoryIsNamedAsOne) {
+  absl::StatusOr<CsvProblem> problem = read_csv(::testing::TempDir());
+  EXPECT_EQ(problem.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(problem.status().message(), HasSubstr("is a directory, not a CSV file"));
+}
+
+// A file past 1 GiB is refused by its size, before it is read (a sparse
+// file: no disk used); a pipe as soon as the read passes the limit.
+TEST(CsvTest, ReadRefusesFilesOver1GiB) {
+  const std::string path = ::testing::TempDir() + "/encore_csv_huge.csv";
+  std::ofstream(path) << "id,lower,upper,size\n";
+  std::filesystem::resize_file(path, (uint64_t{1} << 30) + 1);
+  absl::StatusOr<CsvProblem> problem = read_csv(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(problem.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(problem.status().message(), HasSubstr("larger than 1073741824 bytes"));
+}
+
+TEST(CsvTest, ReadMissingFileNamesTheCause) {
+  EXPECT_THAT(read_csv("/nonexistent/encore/problem.csv").status().message(), HasSubstr("No such file or directory"));
 }
 
 TEST(CsvTest, RoundTripKeepsBuffersAndOffsets) {
