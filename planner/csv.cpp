@@ -197,12 +197,17 @@ std::string format_csv(absl::Span<const Buffer> buffers, const Plan* plan, bool 
   return out;
 }
 
+// The messages end with the cause errno gives ("No such file or directory",
+// "No space left on device"), or EIO's when a stream failed without one.
 absl::Status write_file(const std::string& path, absl::string_view contents) {
+  auto cause = [] { return std::strerror(errno != 0 ? errno : EIO); };
+  errno = 0;
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
+  if (!file) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "': ", cause()));
+  errno = 0;   // so a failed write names its own cause
   file.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-  file.close();
-  if (!file) return absl::DataLossError(absl::StrCat("error while writing '", path, "'"));
+  file.close();   // a full disk shows at the last flush
+  if (!file) return absl::DataLossError(absl::StrCat("error while writing '", path, "': ", cause()));
   return absl::OkStatus();
 }
 

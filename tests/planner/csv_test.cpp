@@ -132,6 +132,18 @@ TEST(CsvTest, ReadMissingFileNamesTheCause) {
   EXPECT_THAT(read_csv("/nonexistent/encore/problem.csv").status().message(), HasSubstr("No such file or directory"));
 }
 
+// The README promises every write failure with its cause.
+TEST(CsvTest, WriteFailuresNameTheCause) {
+  absl::Status missing = write_file("/nonexistent/encore/plan.csv", "x");
+  EXPECT_THAT(missing.message(), AllOf(HasSubstr("cannot write '/nonexistent/encore/plan.csv'"),
+                                       HasSubstr("No such file or directory")));
+  EXPECT_THAT(write_file(::testing::TempDir(), "x").message(), HasSubstr("Is a directory"));
+  if (std::ifstream("/dev/full").good()) {
+    EXPECT_THAT(write_file("/dev/full", "x").message(),
+                AllOf(HasSubstr("error while writing '/dev/full'"), HasSubstr("No space left on device")));
+  }
+}
+
 TEST(CsvTest, RoundTripKeepsBuffersAndOffsets) {
   const std::vector<Buffer> buffers = training_step_trace({.num_buffers = 300, .seed = 5, .alignment = 64});
   absl::StatusOr<Plan> plan = plan_buffers(buffers, {.algorithm = Algorithm::kGreedy});

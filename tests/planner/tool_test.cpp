@@ -91,11 +91,11 @@ TEST(EncorePlanToolTest, WriteFailuresAreReported) {
     if (std::ifstream("/dev/full").good()) {
       const ToolRun run = run_tool(std::string("--algorithm=greedy ") + flag + "=/dev/full " + csv);
       EXPECT_EQ(run.exit_code, 1) << flag;
-      expect_one_line_error(run, "error while writing '/dev/full'");
+      expect_one_line_error(run, "error while writing '/dev/full': No space left on device");
     }
     const ToolRun run = run_tool(std::string("--algorithm=greedy ") + flag + "=/nonexistent/dir/p " + csv);
     EXPECT_EQ(run.exit_code, 1) << flag;
-    expect_one_line_error(run, "cannot write '/nonexistent/dir/p'");
+    expect_one_line_error(run, "cannot write '/nonexistent/dir/p': No such file or directory");
   }
 }
 
