@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,10 @@ absl::StatusOr<int64_t> parse_int(absl::string_view field, Column column, int li
 absl::Status check_row(const Buffer& b, int64_t offset, bool has_offset, int line) {
   std::string problem = internal::buffer_problem(b);
   if (problem.empty() && has_offset && offset < 0) problem = absl::StrCat("negative offset ", offset);
+  // Whoever reads the plan computes offset + size (the peak, validate()).
+  if (problem.empty() && has_offset && offset > std::numeric_limits<int64_t>::max() - b.size) {
+    problem = absl::StrCat("offset ", offset, " + size ", b.size, " does not fit in int64");
+  }
   if (problem.empty()) return absl::OkStatus();
   return line_error(line, absl::StrCat("buffer '", b.id, "': ", problem));
 }
