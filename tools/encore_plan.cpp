@@ -114,10 +114,8 @@ absl::Status run(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --help lists this file's flags (Abseil matches files by program name, and ours has a dash).
-  absl::SetFlagsUsageConfig(
-      {.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "encore_plan.cpp"); }});
-  absl::SetProgramUsageMessage(
+  encore::tools::set_usage(
+      "encore-plan", "encore_plan.cpp",
       "Plans the buffers of a MiniMalloc-format CSV (id,lower,upper,size[,alignment]) into one arena\n"
       "and prints, per algorithm, the peak, the lower bound, their ratio, the planning time and what is\n"
       "proven (optimal, or the floor proven; with --capacity: fits, infeasible or unknown).\n"

@@ -29,13 +29,34 @@
 #include "absl/flags/commandlineflag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 
+// tools/meson.build defines it from the project's version.
+#ifndef ENCORE_VERSION
+#define ENCORE_VERSION "(unknown version)"
+#endif
+
 namespace encore::tools {
+
+// Sets what --help and --version print: --help the flags of `source` (the
+// tool's .cpp; Abseil matches files by program name, and ours have a dash)
+// under `usage`; --version "<tool> <encore's version>" (Abseil's own line
+// adds "Debug build (NDEBUG not #defined)" whenever the system's Abseil was
+// built so, which says nothing of the tool).
+inline void set_usage(const char* tool, const char* source, const char* usage) {
+  absl::SetFlagsUsageConfig(
+      {.contains_help_flags = [source](absl::string_view file) { return absl::StrContains(file, source); },
+       .version_string = [tool] { return absl::StrCat(tool, " ", ENCORE_VERSION, "\n"); }});
+  absl::SetProgramUsageMessage(usage);
+}
 
 // Prints "<tool>: <message>" and returns 2, the exit status of a bad flag.
 inline int flag_error(const char* tool, const absl::Status& s) {

@@ -67,6 +67,13 @@ TEST(EncorePlanToolTest, UnknownFlagsAreFlagErrors) {
   EXPECT_THAT(run_tool("--help").out + run_tool("--help").err, ::testing::Not(HasSubstr("unknown flag")));
 }
 
+// --version names the tool and encore's version, not how Abseil was built.
+TEST(EncorePlanToolTest, VersionNamesTheTool) {
+  const ToolRun run = run_tool("--version");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.out, ::testing::MatchesRegex("encore-plan [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+}
+
 TEST(EncorePlanToolTest, NoInputFile) { expect_one_line_error(run_tool(""), "expected one input CSV file", 2); }
 
 // Hostile flag values: one line, exit 2 (issue #17).

@@ -370,6 +370,16 @@ TEST(EncoreLaunchTest, WriteFailuresAreReported) {
   }
 }
 
+// --version names the tool and encore's version, not how the system's
+// Abseil was built ("Debug build (NDEBUG not #defined)" in a release build).
+TEST(EncoreToolsTest, VersionNamesTheToolAndEncoresVersion) {
+  for (const ToolRun& run : {prof("--version"), launch("--version")}) {
+    EXPECT_EQ(run.exit_code, 0);
+    EXPECT_THAT(run.out, ::testing::MatchesRegex("encore-(prof|launch) [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+    EXPECT_THAT(run.out + run.err, ::testing::Not(HasSubstr("Debug build")));
+  }
+}
+
 TEST(EncoreLaunchTest, HelpDescribesEveryFlag) {
   const ToolRun run = launch("--help");
   for (const char* flag : {"--n", "--variants", "--backends", "--elements", "--reps", "--capture_reps", "--min_rep_ms",
