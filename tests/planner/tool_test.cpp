@@ -103,7 +103,31 @@ TEST(EncorePlanToolTest, WriteFailuresAreReported) {
     const ToolRun run = run_tool(std::string("--algorithm=greedy ") + flag + "=/nonexistent/dir/p " + csv);
     EXPECT_EQ(run.exit_code, 1) << flag;
     expect_one_line_error(run, "cannot write '/nonexistent/dir/p': No such file or directory");
+    // Refused before planning (up to --time_limit_s an algorithm): no table printed.
+    EXPECT_EQ(run.out, "") << flag;
+    const ToolRun directory = run_tool(std::string("--algorithm=greedy ") + flag + "=" + ::testing::TempDir() + " " + csv);
+    expect_one_line_error(directory, "Is a directory");
+    EXPECT_EQ(directory.out, "") << flag;
   }
+}
+
+// The probe of an output path neither empties an existing file nor leaves
+// one behind when the plan fails.
+TEST(EncorePlanToolTest, OutputProbeLeavesFilesAlone) {
+  const std::string out = temp_path("kept.csv");
+  std::ofstream(out) << "old";
+  const std::string bad = write_temp("bad_rows.csv", "id,lower,upper,size\nb1,0,3,4\nb2,5,1,4\n");
+  EXPECT_EQ(run_tool("--out=" + out + " " + bad).exit_code, 1);
+  EXPECT_EQ(slurp(out), "old");
+  // 2^14 + 1 buffers of 2^48 bytes: refused by plan_buffers (above 2^62 bytes), after the probe.
+  std::string huge = "id,lower,upper,size\n";
+  for (int i = 0; i <= (1 << 14); ++i) huge += "b" + std::to_string(i) + ",0,1,281474976710656\n";
+  const std::string fresh = temp_path("fresh.csv");
+  std::remove(fresh.c_str());
+  const ToolRun failed = run_tool("--algorithm=naive --out=" + fresh + " " + write_temp("huge.csv", huge));
+  EXPECT_EQ(failed.exit_code, 1);
+  EXPECT_THAT(failed.err, HasSubstr("above 2^62"));
+  EXPECT_FALSE(std::ifstream(fresh).good()) << "the probe left " << fresh;
 }
 
 TEST(EncorePlanToolTest, PrintsOneRowPerAlgorithm) {
