@@ -1,8 +1,11 @@
 // CSV in MiniMalloc's format: id,lower,upper,size[,alignment][,offset].
 #include <array>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
-#include <sstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -67,6 +70,10 @@ absl::StatusOr<int64_t> parse_int(absl::string_view field, Column column, int li
 absl::Status check_row(const Buffer& b, int64_t offset, bool has_offset, int line) {
   std::string problem = internal::buffer_problem(b);
   if (problem.empty() && has_offset && offset < 0) problem = absl::StrCat("negative offset ", offset);
+  // Whoever reads the plan computes offset + size (the peak, validate()).
+  if (problem.empty() && has_offset && offset > std::numeric_limits<int64_t>::max() - b.size) {
+    problem = absl::StrCat("offset ", offset, " + size ", b.size, " does not fit in int64");
+  }
   if (problem.empty()) return absl::OkStatus();
   return line_error(line, absl::StrCat("buffer '", b.id, "': ", problem));
 }
@@ -135,12 +142,45 @@ absl::StatusOr<CsvProblem> parse_csv(absl::string_view text) {
   return problem;
 }
 
+// NOTE [ Reading a CSV file ]
+// The file is read whole and parsed from memory. A directory opens as a
+// file on Linux and reads as nothing, which parsed as "line 1: missing
+// header"; it is named as a directory instead. Files past kMaxCsvBytes are
+// refused before they are read (by their size) or as soon as the read passes
+// it (a pipe), so a hostile or mistaken path (/dev/zero, a disk image) ends
+// with a message, not with memory exhausted. 1 GiB is 30 times a problem of
+// 10^6 buffers, and keeps the line counter far from the limit of an int.
+constexpr int64_t kMaxCsvBytes = int64_t{1} << 30;
+
 absl::StatusOr<CsvProblem> read_csv(const std::string& path) {
+  auto too_large = [&path] {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(path, ": larger than ", kMaxCsvBytes, " bytes (1 GiB), the most a CSV problem may hold"));
+  };
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (std::filesystem::is_directory(status)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "' is a directory, not a CSV file"));
+  }
+  if (std::filesystem::is_regular_file(status)) {
+    const uintmax_t size = std::filesystem::file_size(path, error);
+    if (!error && size > static_cast<uintmax_t>(kMaxCsvBytes)) return too_large();
+  }
+  errno = 0;
   std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
-  std::stringstream contents;
-  contents << file.rdbuf();
-  absl::StatusOr<CsvProblem> problem = parse_csv(contents.str());
+  if (!file) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot open '", path, "'", errno != 0 ? absl::StrCat(": ", std::strerror(errno)) : ""));
+  }
+  std::string contents;
+  std::vector<char> chunk(size_t{1} << 16);
+  while (file) {
+    file.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    if (static_cast<int64_t>(contents.size()) + file.gcount() > kMaxCsvBytes) return too_large();
+    contents.append(chunk.data(), static_cast<size_t>(file.gcount()));
+  }
+  if (file.bad()) return absl::DataLossError(absl::StrCat("error while reading '", path, "'"));
+  absl::StatusOr<CsvProblem> problem = parse_csv(contents);
   if (!problem.ok()) {
     return absl::Status(problem.status().code(), absl::StrCat(path, ": ", problem.status().message()));
   }
@@ -162,12 +202,17 @@ std::string format_csv(absl::Span<const Buffer> buffers, const Plan* plan, bool 
   return out;
 }
 
+// The messages end with the cause errno gives ("No such file or directory",
+// "No space left on device"), or EIO's when a stream failed without one.
 absl::Status write_file(const std::string& path, absl::string_view contents) {
+  auto cause = [] { return std::strerror(errno != 0 ? errno : EIO); };
+  errno = 0;
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "'"));
+  if (!file) return absl::PermissionDeniedError(absl::StrCat("cannot write '", path, "': ", cause()));
+  errno = 0;   // so a failed write names its own cause
   file.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-  file.close();
-  if (!file) return absl::DataLossError(absl::StrCat("error while writing '", path, "'"));
+  file.close();   // a full disk shows at the last flush
+  if (!file) return absl::DataLossError(absl::StrCat("error while writing '", path, "': ", cause()));
   return absl::OkStatus();
 }
 

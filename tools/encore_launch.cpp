@@ -305,6 +305,13 @@ absl::StatusOr<std::vector<int64_t>> parse_counts() {
 }
 
 absl::Status check_flags(const std::vector<int64_t>& counts) {
+  // An empty list ("--variants=") would measure nothing and exit 0 as if it had.
+  if (absl::GetFlag(FLAGS_backends).empty()) {
+    return absl::InvalidArgumentError("--backends: give at least one backend (cpu, cuda, auto)");
+  }
+  if (absl::GetFlag(FLAGS_variants).empty()) {
+    return absl::InvalidArgumentError("--variants: give at least one variant (chain, wide, mlp)");
+  }
   if (absl::StatusOr<std::vector<encore::Device>> d = chosen_devices(); !d.ok()) return d.status();
   for (const std::string& v : absl::GetFlag(FLAGS_variants)) {
     if (v != "chain" && v != "wide" && v != "mlp") {
@@ -628,10 +635,8 @@ absl::Status run(const std::vector<int64_t>& counts, const std::vector<encore::D
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --help lists this file's flags (Abseil matches files by program name, and ours has a dash).
-  absl::SetFlagsUsageConfig(
-      {.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "encore_launch.cpp"); }});
-  absl::SetProgramUsageMessage(
+  encore::tools::set_usage(
+      "encore-launch", "encore_launch.cpp",
       "The launch-overhead lab: N tiny kernels eager vs captured and replayed; eager cost per kernel,\n"
       "capture cost and replay cost per kernel as N grows (CPU; CUDA when built and captured).\n"
       "Usage: encore-launch [--n=1,10,100,1000,10000] [--variants=chain,wide,mlp] [--json=FILE] [--svg=FILE]");

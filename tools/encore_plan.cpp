@@ -10,14 +10,19 @@
 // with --capacity they decide that one capacity (MiniMalloc's question) and
 // say "fits", "infeasible" (proven) or "unknown" (out of time). --out and
 // --svg use the last algorithm run (the chosen one, or `best` when all run).
-// Exits 1 with a one-line message on bad input or a failed write, 2 on bad
+// Exits 1 with a one-line message on bad input or a failed write (an --out
+// or --svg path that cannot be opened is refused before planning), 2 on bad
 // flags (a value that does not parse or is out of range, an unknown
 // algorithm, a missing or extra file argument). A row ends "(time limit cut the first plan: N buffers
 // stacked)" when the limit ran out before the first plan was made whole
 // (Plan::stacked_by_limit).
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -70,6 +75,23 @@ absl::Status write_outputs(const encore::planner::CsvProblem& problem, const Pla
   return absl::OkStatus();
 }
 
+// --out and --svg are probed before planning, which may take up to
+// --time_limit_s per algorithm: a path that cannot be written is refused at
+// once, with write_file's message. The probe opens for appending (an
+// existing file keeps its contents) and removes a file it created.
+absl::Status check_writable(const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  std::error_code error;
+  const bool existed = std::filesystem::exists(path, error);
+  errno = 0;
+  if (!std::ofstream(path, std::ios::app | std::ios::binary)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write '", path, "': ", std::strerror(errno != 0 ? errno : EIO)));
+  }
+  if (!existed) std::filesystem::remove(path, error);
+  return absl::OkStatus();
+}
+
 // What a plan proves, for the last column.
 std::string proven(const Plan& plan, int64_t capacity, bool searched) {
   if (capacity > 0 && searched) {
@@ -86,6 +108,9 @@ absl::Status run(const std::string& path) {
   absl::StatusOr<encore::planner::CsvProblem> problem = encore::planner::read_csv(path);
   if (!problem.ok()) return problem.status();
   if (absl::Status status = encore::planner::check_buffers(problem->buffers); !status.ok()) return status;
+  for (const std::string& output : {absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_svg)}) {
+    if (absl::Status status = check_writable(output); !status.ok()) return status;
+  }
   const int64_t bound = encore::planner::lower_bound(problem->buffers);
   const int64_t capacity = absl::GetFlag(FLAGS_capacity);
   absl::PrintF("%-12s %14s %14s %10s %12s  %s\n", "algorithm", "peak_bytes", "lower_bound", "ratio", "time_ms",
@@ -114,10 +139,8 @@ absl::Status run(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --help lists this file's flags (Abseil matches files by program name, and ours has a dash).
-  absl::SetFlagsUsageConfig(
-      {.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "encore_plan.cpp"); }});
-  absl::SetProgramUsageMessage(
+  encore::tools::set_usage(
+      "encore-plan", "encore_plan.cpp",
       "Plans the buffers of a MiniMalloc-format CSV (id,lower,upper,size[,alignment]) into one arena\n"
       "and prints, per algorithm, the peak, the lower bound, their ratio, the planning time and what is\n"
       "proven (optimal, or the floor proven; with --capacity: fits, infeasible or unknown).\n"

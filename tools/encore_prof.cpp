@@ -243,14 +243,12 @@ absl::Status run(Workload& w) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // --help lists this file's flags (Abseil matches files by program name, and ours has a dash).
-  absl::SetFlagsUsageConfig(
-      {.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "encore_prof.cpp"); }});
-  absl::SetProgramUsageMessage(
+  encore::tools::set_usage(
+      "encore-prof", "encore_prof.cpp",
       "Profiles a built-in model's training step eagerly and captured + replayed, on the CPU or a GPU: per-kernel\n"
       "times mapped to ops and phases (forward, backward, optimizer), a summary, a Chrome trace and a DOT graph.\n"
-      "Usage: encore-prof [--device=cpu|cuda|auto] [--model=mlp|gpt|cnn] [model flags] [--runs=N] [--trace=FILE.json]\n"
-      "       [--dot=FILE.dot]");
+      "Usage: encore-prof [--device=cpu|cuda|auto] [--model=mlp|gpt|cnn|block] [model flags] [--runs=N]\n"
+      "       [--trace=FILE.json] [--dot=FILE.dot]");
   std::vector<char*> args = encore::tools::parse_flags(argc, argv, "encore-prof");
   if (args.size() != 1) {
     std::fprintf(stderr, "encore-prof: unexpected argument '%s' (see --help)\n", args[1]);

@@ -160,12 +160,14 @@ struct CsvProblem {
 };
 
 [[nodiscard]] absl::StatusOr<CsvProblem> parse_csv(absl::string_view text);
-// Reads and parses a file; NotFound if it cannot be opened.
+// Reads and parses a file; NotFound if it cannot be opened (with the cause),
+// InvalidArgument for a directory, ResourceExhausted past 1 GiB.
 [[nodiscard]] absl::StatusOr<CsvProblem> read_csv(const std::string& path);
 
 // Writes id,lower,upper,size[,alignment] and, when `plan` is not null, offset.
 [[nodiscard]] std::string format_csv(absl::Span<const Buffer> buffers, const Plan* plan,
                                      bool with_alignment);
+// Writes `contents` to `path` (replacing it); errors name the path and the cause.
 [[nodiscard]] absl::Status write_file(const std::string& path, absl::string_view contents);
 
 // An SVG picture of a plan: time across, address up, one rectangle per buffer,

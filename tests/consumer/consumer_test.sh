@@ -34,6 +34,19 @@ case "$mode" in
     run g++ -std=c++20 -O1 "${san_flags[@]}" "$consumer/consumer.cpp" -o "$tmp/consumer_static" \
         $(pkg-config --static --cflags --libs encore)
     run "$tmp/consumer_static"
+    # consumer.cpp pulls only the objects it calls; every object of each
+    # installed library must link with the flags its .pc gives too (a
+    # program calling encore::dist or the profiler needs no flag of its own).
+    libdir=$(dirname "$(dirname "$pc")")
+    echo 'int main() { return 0; }' > "$tmp/main.cpp"
+    for pair in encore:libencore.a encore-profile:libencore_profile.a; do
+      module=${pair%%:*} lib=$libdir/${pair#*:}
+      [ -f "$lib" ] || { echo "meson install put no $lib in the prefix"; exit 1; }
+      for static in "" --static; do
+        run g++ -std=c++20 "${san_flags[@]}" "$tmp/main.cpp" -o "$tmp/whole_archive" \
+            -Wl,--whole-archive "$lib" -Wl,--no-whole-archive $(pkg-config $static --cflags --libs "$module")
+      done
+    done
     run meson setup "$tmp/build" "$consumer" --wrap-mode=nofallback "${san_meson[@]}" >/dev/null
     run ninja -C "$tmp/build" >/dev/null
     run "$tmp/build/consumer"

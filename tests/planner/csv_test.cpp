@@ -1,4 +1,7 @@
 // CSV parsing (every kind of bad input) and the write/read round trip.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -89,6 +92,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"AlignmentNotPowerOfTwo", "id,lower,upper,size,alignment\nb1,0,3,4,12\n", "line 2:",
                  "alignment 12 is not a power of two"},
         BadInput{"NegativeOffset", "id,lower,upper,size,offset\nb1,0,3,4,-1\n", "line 2:", "negative offset"},
+        BadInput{"OffsetPlusSizeOverflows", "id,lower,upper,size,offset\nb1,0,3,4,9223372036854775804\n", "line 2:",
+                 "offset 9223372036854775804 + size 4 does not fit in int64"},
+        BadInput{"IntegerOverflows", "id,lower,upper,size\nb1,0,9223372036854775808,4\n", "line 2:",
+                 "'9223372036854775808' is not an integer"},
         BadInput{"TooFewFields", "id,lower,upper,size\nb1,0,3\n", "line 2:", "expected 4 fields, found 3"},
         BadInput{"TooManyFields", "id,lower,upper,size\nb1,0,3,4,5\n", "line 2:", "expected 4 fields, found 5"},
         BadInput{"EmptyId", "id,lower,upper,size\n,0,3,4\n", "line 2:", "empty id"},
@@ -103,6 +110,42 @@ TEST(CsvTest, ReadMissingFileIsNotFound) {
   absl::StatusOr<CsvProblem> problem = read_csv("/nonexistent/encore/problem.csv");
   EXPECT_EQ(problem.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(problem.status().message(), HasSubstr("/nonexistent/encore/problem.csv"));
+}
+
+// A directory opens as a file on Linux and reads as nothing: it was
+// reported as "line 1: missing header".
+TEST(CsvTest, ReadDirectoryIsNamedAsOne) {
+  absl::StatusOr<CsvProblem> problem = read_csv(::testing::TempDir());
+  EXPECT_EQ(problem.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(problem.status().message(), HasSubstr("is a directory, not a CSV file"));
+}
+
+// A file past 1 GiB is refused by its size, before it is read (a sparse
+// file: no disk used); a pipe as soon as the read passes the limit.
+TEST(CsvTest, ReadRefusesFilesOver1GiB) {
+  const std::string path = ::testing::TempDir() + "/encore_csv_huge.csv";
+  std::ofstream(path) << "id,lower,upper,size\n";
+  std::filesystem::resize_file(path, (uint64_t{1} << 30) + 1);
+  absl::StatusOr<CsvProblem> problem = read_csv(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(problem.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(problem.status().message(), HasSubstr("larger than 1073741824 bytes"));
+}
+
+TEST(CsvTest, ReadMissingFileNamesTheCause) {
+  EXPECT_THAT(read_csv("/nonexistent/encore/problem.csv").status().message(), HasSubstr("No such file or directory"));
+}
+
+// The README promises every write failure with its cause.
+TEST(CsvTest, WriteFailuresNameTheCause) {
+  absl::Status missing = write_file("/nonexistent/encore/plan.csv", "x");
+  EXPECT_THAT(missing.message(), AllOf(HasSubstr("cannot write '/nonexistent/encore/plan.csv'"),
+                                       HasSubstr("No such file or directory")));
+  EXPECT_THAT(write_file(::testing::TempDir(), "x").message(), HasSubstr("Is a directory"));
+  if (std::ifstream("/dev/full").good()) {
+    EXPECT_THAT(write_file("/dev/full", "x").message(),
+                AllOf(HasSubstr("error while writing '/dev/full'"), HasSubstr("No space left on device")));
+  }
 }
 
 TEST(CsvTest, RoundTripKeepsBuffersAndOffsets) {

@@ -56,6 +56,24 @@ TEST(EncorePlanToolTest, BadCsv) {
   expect_one_line_error(run_tool(path), "line 3");
 }
 
+// A misspelt or made-up flag is a bad flag like any other: exit 2 and one
+// line naming it, not Abseil's exit 1 (which here means bad input).
+TEST(EncorePlanToolTest, UnknownFlagsAreFlagErrors) {
+  const std::string csv = write_temp("flags.csv", kExample);
+  expect_one_line_error(run_tool("--capacty=12 " + csv), "encore-plan: unknown flag '--capacty' (see --help)", 2);
+  expect_one_line_error(run_tool("--nocapacity " + csv), "--nocapacity: only a true/false flag has a --no form", 2);
+  // --undefok, Abseil's own, still lets a listed unknown flag through.
+  EXPECT_EQ(run_tool("--undefok=capacty --capacty=12 " + csv).exit_code, 0);
+  EXPECT_THAT(run_tool("--help").out + run_tool("--help").err, ::testing::Not(HasSubstr("unknown flag")));
+}
+
+// --version names the tool and encore's version, not how Abseil was built.
+TEST(EncorePlanToolTest, VersionNamesTheTool) {
+  const ToolRun run = run_tool("--version");
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_THAT(run.out, ::testing::MatchesRegex("encore-plan [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+}
+
 TEST(EncorePlanToolTest, NoInputFile) { expect_one_line_error(run_tool(""), "expected one input CSV file", 2); }
 
 // Hostile flag values: one line, exit 2 (issue #17).
@@ -80,12 +98,36 @@ TEST(EncorePlanToolTest, WriteFailuresAreReported) {
     if (std::ifstream("/dev/full").good()) {
       const ToolRun run = run_tool(std::string("--algorithm=greedy ") + flag + "=/dev/full " + csv);
       EXPECT_EQ(run.exit_code, 1) << flag;
-      expect_one_line_error(run, "error while writing '/dev/full'");
+      expect_one_line_error(run, "error while writing '/dev/full': No space left on device");
     }
     const ToolRun run = run_tool(std::string("--algorithm=greedy ") + flag + "=/nonexistent/dir/p " + csv);
     EXPECT_EQ(run.exit_code, 1) << flag;
-    expect_one_line_error(run, "cannot write '/nonexistent/dir/p'");
+    expect_one_line_error(run, "cannot write '/nonexistent/dir/p': No such file or directory");
+    // Refused before planning (up to --time_limit_s an algorithm): no table printed.
+    EXPECT_EQ(run.out, "") << flag;
+    const ToolRun directory = run_tool(std::string("--algorithm=greedy ") + flag + "=" + ::testing::TempDir() + " " + csv);
+    expect_one_line_error(directory, "Is a directory");
+    EXPECT_EQ(directory.out, "") << flag;
   }
+}
+
+// The probe of an output path neither empties an existing file nor leaves
+// one behind when the plan fails.
+TEST(EncorePlanToolTest, OutputProbeLeavesFilesAlone) {
+  const std::string out = temp_path("kept.csv");
+  std::ofstream(out) << "old";
+  const std::string bad = write_temp("bad_rows.csv", "id,lower,upper,size\nb1,0,3,4\nb2,5,1,4\n");
+  EXPECT_EQ(run_tool("--out=" + out + " " + bad).exit_code, 1);
+  EXPECT_EQ(slurp(out), "old");
+  // 2^14 + 1 buffers of 2^48 bytes: refused by plan_buffers (above 2^62 bytes), after the probe.
+  std::string huge = "id,lower,upper,size\n";
+  for (int i = 0; i <= (1 << 14); ++i) huge += "b" + std::to_string(i) + ",0,1,281474976710656\n";
+  const std::string fresh = temp_path("fresh.csv");
+  std::remove(fresh.c_str());
+  const ToolRun failed = run_tool("--algorithm=naive --out=" + fresh + " " + write_temp("huge.csv", huge));
+  EXPECT_EQ(failed.exit_code, 1);
+  EXPECT_THAT(failed.err, HasSubstr("above 2^62"));
+  EXPECT_FALSE(std::ifstream(fresh).good()) << "the probe left " << fresh;
 }
 
 TEST(EncorePlanToolTest, PrintsOneRowPerAlgorithm) {

@@ -144,6 +144,10 @@ TEST(EncoreProfTest, FlagErrors) {
   expect_flag_error(prof("--runs=0"), "--runs must be in 1..100000, got 0");
   expect_flag_error(prof("--model=mlp --hidden=0"), "--hidden must be in 1..65536, got 0");
   expect_flag_error(prof("stray"), "unexpected argument 'stray'");
+  // Unknown flags and --no forms that do not apply: exit 2 like any bad flag, not Abseil's exit 1.
+  expect_flag_error(prof("--modle=gpt"), "encore-prof: unknown flag '--modle' (see --help)");
+  expect_flag_error(prof("--noruns"), "--noruns: only a true/false flag has a --no form (--runs takes a value)");
+  expect_flag_error(prof("--noeager=true"), "--noeager takes no value (write --eager=false)");
   // A config the model refuses (width not divisible by heads) is a flag error with the model's message.
   expect_flag_error(prof("--model=gpt --n_embd=10 --n_head=4"), "n_head");
   expect_flag_error(prof("--model=block --n_embd=10 --n_head=4"), "--n_embd (10) must divide by --n_head (4)");
@@ -227,6 +231,8 @@ TEST(EncoreProfTest, WriteFailuresAreReported) {
 
 TEST(EncoreProfTest, HelpDescribesEveryFlag) {
   const ToolRun run = prof("--help");
+  // The usage line names every model --model accepts.
+  EXPECT_THAT(run.out + run.err, HasSubstr("[--model=mlp|gpt|cnn|block]"));
   for (const char* flag : {"--device", "--model", "--batch", "--hidden", "--seq", "--n_layer", "--n_head", "--n_embd", "--vocab",
                            "--blocks", "--channels", "--dropout", "--lr", "--seed", "--runs", "--warmup_runs", "--eager", "--top", "--trace",
                            "--dot"}) {
@@ -323,6 +329,10 @@ TEST(EncoreLaunchTest, FlagErrors) {
   expect_flag_error(launch("--variants=chain,deep"), "unknown variant 'deep'");
   expect_flag_error(launch("--reps=0"), "--reps must be in 1..10000, got 0");
   expect_flag_error(launch("--backends=cpu,tpu"), "unknown backend 'tpu'");
+  // An empty list measured nothing and exited 0.
+  expect_flag_error(launch("--variants="), "--variants: give at least one variant");
+  expect_flag_error(launch("--backends="), "--backends: give at least one backend");
+  expect_flag_error(launch("--rep=3"), "encore-launch: unknown flag '--rep' (see --help)");
 }
 
 // Hostile values of the flags that size something (issue #17): one line,
@@ -357,6 +367,16 @@ TEST(EncoreLaunchTest, WriteFailuresAreReported) {
     const ToolRun run = launch(small + flag + "=/nonexistent/dir/out");
     EXPECT_EQ(run.exit_code, 1) << run.err;
     EXPECT_THAT(run.err, HasSubstr("cannot open /nonexistent/dir/out for writing: No such file")) << flag;
+  }
+}
+
+// --version names the tool and encore's version, not how the system's
+// Abseil was built ("Debug build (NDEBUG not #defined)" in a release build).
+TEST(EncoreToolsTest, VersionNamesTheToolAndEncoresVersion) {
+  for (const ToolRun& run : {prof("--version"), launch("--version")}) {
+    EXPECT_EQ(run.exit_code, 0);
+    EXPECT_THAT(run.out, ::testing::MatchesRegex("encore-(prof|launch) [0-9]+\\.[0-9]+\\.[0-9]+\n"));
+    EXPECT_THAT(run.out + run.err, ::testing::Not(HasSubstr("Debug build")));
   }
 }
 
