@@ -24,6 +24,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -113,8 +114,13 @@ absl::Status run(const std::string& path) {
   }
   const int64_t bound = encore::planner::lower_bound(problem->buffers);
   const int64_t capacity = absl::GetFlag(FLAGS_capacity);
-  absl::PrintF("%-12s %14s %14s %10s %12s  %s\n", "algorithm", "peak_bytes", "lower_bound", "ratio", "time_ms",
-               capacity > 0 ? absl::StrCat("capacity ", capacity) : std::string("proven"));
+  // The header comes with the first row: a problem plan_buffers refuses
+  // leaves stdout empty (the error is on stderr).
+  auto print_header = [&, printed = false]() mutable {
+    if (std::exchange(printed, true)) return;
+    absl::PrintF("%-12s %14s %14s %10s %12s  %s\n", "algorithm", "peak_bytes", "lower_bound", "ratio", "time_ms",
+                 capacity > 0 ? absl::StrCat("capacity ", capacity) : std::string("proven"));
+  };
   Plan plan;
   for (Algorithm algorithm : *algorithms) {
     const auto start = std::chrono::steady_clock::now();
@@ -129,6 +135,7 @@ absl::Status run(const std::string& path) {
                                 ? absl::StrCat(" (time limit cut the first plan: ", plan.stacked_by_limit,
                                                " buffers stacked)")
                                 : std::string();
+    print_header();
     absl::PrintF("%-12s %14d %14d %10.4f %12.2f  %s%s\n", encore::planner::algorithm_name(algorithm), plan.peak,
                  bound, bound > 0 ? double(plan.peak) / double(bound) : 1.0, ms, proven(plan, capacity, searched),
                  cut);

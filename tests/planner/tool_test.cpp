@@ -56,6 +56,17 @@ TEST(EncorePlanToolTest, BadCsv) {
   expect_one_line_error(run_tool(path), "line 3");
 }
 
+// A problem the planner refuses (2^14 + 1 buffers of 2^48 bytes, the CSV's
+// largest size: more than 2^62 in all) is one line on stderr and exit 1,
+// with nothing on stdout: the table's header used to come out first, bare.
+TEST(EncorePlanToolTest, ARefusedProblemPrintsNoTable) {
+  std::string csv = "id,lower,upper,size\n";
+  for (int i = 0; i <= 1 << 14; ++i) csv += "b" + std::to_string(i) + ",0,3,281474976710656\n";
+  const ToolRun run = run_tool(write_temp("huge.csv", csv));
+  expect_one_line_error(run, "above 2^62");
+  EXPECT_EQ(run.out, "");
+}
+
 // A misspelt or made-up flag is a bad flag like any other: exit 2 and one
 // line naming it, not Abseil's exit 1 (which here means bad input).
 TEST(EncorePlanToolTest, UnknownFlagsAreFlagErrors) {
