@@ -69,7 +69,13 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (const bool replay : {false, true}) {
-      const std::function<void()> step = replay ? std::function<void()>([&] { (void)g->replay(); })
+      // A refused replay runs nothing and would time as a very fast step: stop there.
+      const std::function<void()> step = replay ? std::function<void()>([&] {
+        if (absl::Status s = g->replay(); !s.ok()) {
+          std::fprintf(stderr, "%s: replay refused: %s\n", row.name.c_str(), s.ToString().c_str());
+          std::exit(1);
+        }
+      })
                                                 : std::function<void()>([&] { (void)w.step(); });
       std::vector<double> omp, ours;
       for (int r = 0; r < rounds; ++r) {

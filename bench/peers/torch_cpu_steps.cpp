@@ -144,11 +144,17 @@ void run_row(const std::string& name, int threads, double budget_ms) {
   absl::StatusOr<Graph> graph = capture([&] { return step(); });
   if (!graph.ok()) {
     std::printf("%s: capture failed: %s\n", name.c_str(), std::string(graph.status().message()).c_str());
-    return;
+    std::exit(1);
   }
+  // A refused replay runs nothing and would time as a very fast step: the
+  // row fails instead (no ROW line: the driver reports the child failed).
+  absl::Status refused;
+  const auto replay = [&] {
+    if (absl::Status s = graph->replay(); !s.ok() && refused.ok()) refused = s;
+  };
   for (int i = 0; i < 3; ++i) {
     torch_step();
-    (void)graph->replay();
+    replay();
   }
   std::vector<double> tt, te, tr;
   auto time = [](auto&& fn, std::vector<double>& out) {
@@ -173,8 +179,12 @@ void run_row(const std::string& name, int threads, double budget_ms) {
     quiesce();
     step();
     for (int i = 0; i < kRun; ++i) time([&] { step(); }, te);
-    (void)graph->replay();
-    for (int i = 0; i < kRun; ++i) time([&] { (void)graph->replay(); }, tr);
+    replay();
+    for (int i = 0; i < kRun; ++i) time(replay, tr);
+  }
+  if (!refused.ok()) {
+    std::printf("%s: replay refused: %s\n", name.c_str(), refused.ToString().c_str());
+    std::exit(1);
   }
   const double mt = median(tt), me = median(te), mr = median(tr);
   if (machine_lines) {
