@@ -296,8 +296,16 @@ int main(int argc, char** argv) {
       }
     } else if (arg.rfind("--threads=", 0) == 0) {
       only_threads = std::atoi(arg.c_str() + 10);
+      if (arg.substr(10) != "1" && arg.substr(10) != "2") {   // the rows run at 1 and 2 threads only
+        std::fprintf(stderr, "--threads takes 1 or 2, not %s\n", arg.c_str() + 10);
+        return 2;
+      }
     } else if (arg.rfind("--procs=", 0) == 0) {
-      procs = std::max(1, std::atoi(arg.c_str() + 8));
+      procs = std::atoi(arg.c_str() + 8);
+      if (procs < 1 || procs > 1000 || arg.substr(8) != std::to_string(procs)) {
+        std::fprintf(stderr, "--procs takes a count in 1..1000, not %s\n", arg.c_str() + 8);
+        return 2;
+      }
     } else if (arg == "--help" || arg == "-h") {
       std::printf("usage: %s [--quick] [--procs=N] [--malloc=default|keep [--threads=N]] [WORKLOAD...]\n"
                   "workloads (all when none is named):\n",
