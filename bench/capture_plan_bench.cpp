@@ -59,7 +59,10 @@ int main() {
       absl::StatusOr<encore::planner::Plan> plan = encore::planner::plan_buffers(graph->buffers());
       planner_ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - plan_start).count());
-      if (!plan.ok()) return 1;
+      if (!plan.ok()) {
+        std::fprintf(stderr, "capture_plan_bench: plan_buffers: %s\n", plan.status().ToString().c_str());
+        return 1;
+      }
     }
     const double total = median(total_ms), plan = median(plan_ms);
     std::printf("%-26s %8lld %12.2f %10.3f %7.2f%% %11.3f %14lld %14lld %8.4f\n", m.name,

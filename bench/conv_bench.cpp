@@ -5,9 +5,10 @@
 // column buffer allocated once outside the timed loop), on realistic shapes:
 // batch 32, a CIFAR-size 3x32x32 network's layers (16/32/64 channels, 3x3)
 // and a digits-size 8x8 network's. Forward, backward data and backward
-// weights (with bias), f32, one thread: both run in the same process, so
-// each pair's ratio (the "gemm/dnnl" counter of the im2col rows) is measured
-// against a baseline of the same run.
+// weights (with bias), f32, one thread: both run in the same process, each
+// pair back to back, so each pair's ratio (im2col time / oneDNN time, read
+// from the two rows: the program prints no ratio itself) is measured against
+// a baseline of the same run.
 //
 //   OMP_WAIT_POLICY=passive build/bench/conv_bench --benchmark_repetitions=5
 //     --benchmark_report_aggregates_only=true

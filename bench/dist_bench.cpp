@@ -29,6 +29,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_format.h"
 #include "encore/capture.h"
 #include "encore/dist.h"
 #include "encore/encore.h"
@@ -60,6 +61,11 @@ double median_ms(int reps, int steps, const std::function<void()>& fn) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_steps) < 1 || absl::GetFlag(FLAGS_reps) < 1 || absl::GetFlag(FLAGS_batch) < 1 ||
+      absl::GetFlag(FLAGS_width) < 1 || absl::GetFlag(FLAGS_bucket_mb) < 1 || absl::GetFlag(FLAGS_bucket_mb) > 4096) {
+    std::fprintf(stderr, "dist_bench: --steps, --reps, --batch and --width must be >= 1, --bucket_mb in 1..4096\n");
+    return 2;
+  }
   auto made = dist::ProcessGroup::create();
   if (!made.ok()) {
     std::fprintf(stderr, "dist_bench: %s\n", std::string(made.status().message()).c_str());
@@ -147,13 +153,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "\n");
   }
   if (pg->rank() == 0) {
-    const double hidden = in_flight_s > 0 ? 1.0 - blocked_s / in_flight_s : 0.0;
+    // No all-reduce time in flight (one rank): nothing to hide, null rather than 0.
+    const std::string hidden = in_flight_s > 0 ? absl::StrFormat("%.2f", 1.0 - blocked_s / in_flight_s) : "null";
     std::printf(
         "{\"ranks\": %d, \"batch_per_rank\": %lld, \"width\": %lld, \"buckets\": %zu, \"eager_ms\": %.3f, "
-        "\"local_ms\": %.3f, \"comm_ms\": %.3f, \"replay_ms\": %.3f, \"hidden\": %.2f, \"steps_per_s\": %.1f, "
+        "\"local_ms\": %.3f, \"comm_ms\": %.3f, \"replay_ms\": %.3f, \"hidden\": %s, \"steps_per_s\": %.1f, "
         "\"samples_per_s\": %.0f, \"replay_speedup\": %.2f, \"exposed_ms\": %.3f}\n",
         pg->world_size(), static_cast<long long>(batch), static_cast<long long>(width), buffers.size(), e, l, c, r,
-        hidden, 1000.0 / e, 1000.0 / e * batch * pg->world_size(), e / r, e - l);
+        hidden.c_str(), 1000.0 / e, 1000.0 / e * batch * pg->world_size(), e / r, e - l);
   }
   return 0;
 }

@@ -26,7 +26,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,6 +109,8 @@ struct Operands {
   std::vector<float> a, b, c;
 };
 
+std::string shape_name(const Gemm& g);
+
 // One call of library `lib` on g (one of its `count` batched products).
 void call(Lib lib, const Blis& blis, const Gemm& g, Operands& o) {
   const int64_t lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n, ldc = g.n;
@@ -117,8 +121,14 @@ void call(Lib lib, const Blis& blis, const Gemm& g, Operands& o) {
                   static_cast<int>(lda), o.b.data(), static_cast<int>(ldb), 0.0f, o.c.data(), static_cast<int>(ldc));
       break;
     case kOneDnn:
-      dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f, o.a.data(), lda, o.b.data(), ldb, 0.0f,
-                 o.c.data(), ldc);
+      // A refused call computes nothing and would time as a very fast one.
+      if (const dnnl_status_t st = dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f, o.a.data(), lda,
+                                              o.b.data(), ldb, 0.0f, o.c.data(), ldc);
+          st != dnnl_success) {
+        std::fprintf(stderr, "gemm_libs_bench: dnnl_sgemm refused %s: status %d\n", shape_name(g).c_str(),
+                     static_cast<int>(st));
+        std::exit(1);
+      }
       break;
     case kBlis: {
       const float one = 1.0f, zero = 0.0f;
@@ -157,7 +167,11 @@ std::string shape_name(const Gemm& g) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  if (argc > 2 || (argc == 2 && std::strcmp(argv[1], "--quick") != 0)) {
+    std::fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
+    return 2;
+  }
+  const bool quick = argc == 2;
   const double budget_ms = quick ? 60.0 : 300.0;   // per shape, all libraries together
   const Blis blis = open_blis();
   const int libs = blis.sgemm != nullptr ? kLibs : kBlis;
@@ -189,12 +203,22 @@ int main(int argc, char** argv) {
         std::vector<float> ref;
         double diff[kLibs] = {};
         for (int l = 0; l < libs; ++l) {   // warm-up, and the check against OpenBLAS
+          // C starts as NaN for every library: one that leaves it unwritten
+          // cannot pass the check on OpenBLAS's result left in the buffer.
+          std::fill(o.c.begin(), o.c.end(), std::numeric_limits<float>::quiet_NaN());
           call(static_cast<Lib>(l), blis, g, o);
           if (l == kOpenBlas) ref = o.c;
           double dmax = 0, vmax = 0;
+          bool finite = true;
           for (size_t i = 0; i < ref.size(); ++i) {
+            finite = finite && std::isfinite(o.c[i]);
             dmax = std::max(dmax, static_cast<double>(std::abs(o.c[i] - ref[i])));
             vmax = std::max(vmax, static_cast<double>(std::abs(ref[i])));
+          }
+          if (!finite) {
+            std::fprintf(stderr, "gemm_libs_bench: %s left %s with values that are not finite\n", kLibNames[l],
+                         shape_name(g).c_str());
+            return 1;
           }
           diff[l] = vmax > 0 ? dmax / vmax : dmax;
         }

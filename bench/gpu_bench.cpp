@@ -235,6 +235,16 @@ class GpuActivity {
 
 // ---- launch overhead ----
 
+// A replay inside a timed batch that keeps the first refusal: a refused
+// replay launches nothing and would make the step look free.
+struct Replays {
+  absl::Status refused;
+  void operator()(Graph& g) {
+    absl::Status s = g.replay();
+    if (!s.ok() && refused.ok()) refused = s;
+  }
+};
+
 void launch_chain(benchmark::State& state) {
   const int64_t n = state.range(0);
   Tensor x0 = zeros({256}, kFloat32, kGpu);
@@ -252,7 +262,9 @@ void launch_chain(benchmark::State& state) {
   absl::StatusOr<Graph> g = capture(chain);
   const double capture_ms = now_ms() - t0;
   if (!g.ok()) return state.SkipWithError(("capture: " + g.status().ToString()).c_str());
-  const double replay_ms = median_ms([&] { (void)g->replay(); sync(); });
+  Replays replay;
+  const double replay_ms = median_ms([&] { replay(*g); sync(); });
+  if (!replay.refused.ok()) return state.SkipWithError(("replay: " + replay.refused.ToString()).c_str());
   // The replayed chain must have added 1 n times to zeros: a wrong graph fails here.
   const float got = g->output(0).to_vector<float>()[0];
   if (got != static_cast<float>(n)) {
@@ -262,16 +274,19 @@ void launch_chain(benchmark::State& state) {
   // while the one before it finishes. Checked the same way.
   absl::StatusOr<Graph> pdl = capture(chain, {.programmatic_launch = true});
   if (!pdl.ok()) return state.SkipWithError(("capture (programmatic launch): " + pdl.status().ToString()).c_str());
-  const double pdl_ms = median_ms([&] { (void)pdl->replay(); sync(); });
+  const double pdl_ms = median_ms([&] { replay(*pdl); sync(); });
+  if (!replay.refused.ok()) {
+    return state.SkipWithError(("replay (programmatic launch): " + replay.refused.ToString()).c_str());
+  }
   const float pdl_got = pdl->output(0).to_vector<float>()[0];
   if (pdl_got != static_cast<float>(n)) {
     return state.SkipWithError(absl::StrFormat("programmatic-launch chain gave %g, expected %d", pdl_got, n).c_str());
   }
   for (auto _ : state) {
-    absl::Status s = g->replay();
+    replay(*g);
     sync();
-    if (!s.ok()) return state.SkipWithError(s.ToString().c_str());
   }
+  if (!replay.refused.ok()) return state.SkipWithError(("replay: " + replay.refused.ToString()).c_str());
   state.counters["eager_us_per_kernel"] = eager_ms * 1e3 / n;
   state.counters["replay_us_per_kernel"] = replay_ms * 1e3 / n;
   state.counters["pdl_us_per_kernel"] = pdl_ms * 1e3 / n;
@@ -317,16 +332,6 @@ double ms_per_step(F&& step) {
          kStepsPerBatch;
 }
 
-// A replay inside a timed batch that keeps the first refusal: a refused
-// replay launches nothing and would make the step look free.
-struct Replays {
-  absl::Status refused;
-  void operator()(Graph& g) {
-    absl::Status s = g.replay();
-    if (!s.ok() && refused.ok()) refused = s;
-  }
-};
-
 void train_step(benchmark::State& state, const MakeWorkload& make) {
   std::unique_ptr<tools::Workload> w = on_gpu_bf16(make());
   const double eager_ms = ms_per_step([&] { w->step(); });
@@ -336,6 +341,7 @@ void train_step(benchmark::State& state, const MakeWorkload& make) {
   if (!g.ok()) return state.SkipWithError(("capture: " + g.status().ToString()).c_str());
   Replays replay;
   const double replay_ms = ms_per_step([&] { replay(*g); });
+  if (!replay.refused.ok()) return state.SkipWithError(("replay: " + replay.refused.ToString()).c_str());
   const float loss = g->output(0).item<float>();
   if (!std::isfinite(loss)) return state.SkipWithError(absl::StrFormat("replayed loss is %g", loss).c_str());
   // The same step captured with programmatic dependent launch, timed right after.

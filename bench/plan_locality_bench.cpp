@@ -11,8 +11,10 @@
 //
 // Process CPU time (bench/cpu_time.h); ROUNDS defaults to 40.
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -51,8 +53,14 @@ double time_ms(const std::function<void()>& fn) {
 
 int main(int argc, char** argv) {
   using namespace encore;
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 40;
-  if (rounds < 1 || rounds > 100000) {
+  int rounds = 40;
+  bool parsed = argc <= 2;
+  if (argc == 2) {
+    const char* end = argv[1] + std::strlen(argv[1]);
+    const auto [ptr, ec] = std::from_chars(argv[1], end, rounds);
+    parsed = ec == std::errc() && ptr == end;
+  }
+  if (!parsed || rounds < 1 || rounds > 100000) {
     std::fprintf(stderr, "usage: plan_locality_bench [ROUNDS in 1..100000]\n");
     return 2;
   }

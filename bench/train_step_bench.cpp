@@ -217,7 +217,16 @@ void BM_Replay(benchmark::State& state, MakeWorkload make, planner::Algorithm al
   absl::StatusOr<Graph> g = capture([&] { return w->step(); }, {.planner = algorithm});
   if (!g.ok()) { state.SkipWithError(std::string(g.status().message()).c_str()); return; }
   const Baselines b = baselines(make);
-  timed_loop(state, [&] { (void)g->replay(); }, b);
+  // A refused replay runs nothing and would time as a very fast step: keep
+  // the first refusal and report it instead of the figures.
+  absl::Status refused;
+  timed_loop(state, [&] {
+    if (absl::Status s = g->replay(); !s.ok() && refused.ok()) refused = s;
+  }, b);
+  if (!refused.ok()) {
+    state.SkipWithError(("replay: " + refused.ToString()).c_str());
+    return;
+  }
   auto e = make();
   const double eager = eager_ms(*e);
   state.counters["eager_ms"] = eager;

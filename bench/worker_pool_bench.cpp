@@ -17,8 +17,10 @@
 // ratio encore / OpenMP. THREADS (default: OpenMP's count) is both pools'.
 #include <omp.h>
 
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -36,11 +38,28 @@ using encore::bench::median_wall_ms;
 using encore::cpu::WorkerPool;
 using encore::tools::Workload;
 
+// argv[i] as an integer in [lo, hi], or `fallback` when absent; exits 2 otherwise.
+int int_arg(int argc, char** argv, int i, int fallback, int lo, int hi, const char* what) {
+  if (argc <= i) return fallback;
+  int v = 0;
+  const char* end = argv[i] + std::strlen(argv[i]);
+  if (const auto [ptr, ec] = std::from_chars(argv[i], end, v); ec != std::errc() || ptr != end || v < lo || v > hi) {
+    std::fprintf(stderr, "usage: %s [ROUNDS] [THREADS]; %s must be an integer in %d..%d, not '%s'\n", argv[0], what, lo,
+                 hi, argv[i]);
+    std::exit(2);
+  }
+  return v;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rounds = argc > 1 ? std::atoi(argv[1]) : 11;
-  if (argc > 2) omp_set_num_threads(std::atoi(argv[2]));
+  if (argc > 3) {
+    std::fprintf(stderr, "usage: %s [ROUNDS] [THREADS]\n", argv[0]);
+    return 2;
+  }
+  const int rounds = int_arg(argc, argv, 1, 11, 1, 100000, "ROUNDS");
+  if (argc > 2) omp_set_num_threads(int_arg(argc, argv, 2, 0, 1, 1024, "THREADS"));
   struct Row {
     std::string name;
     std::unique_ptr<Workload> w;
@@ -69,7 +88,13 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (const bool replay : {false, true}) {
-      const std::function<void()> step = replay ? std::function<void()>([&] { (void)g->replay(); })
+      // A refused replay runs nothing and would time as a very fast step: stop there.
+      const std::function<void()> step = replay ? std::function<void()>([&] {
+        if (absl::Status s = g->replay(); !s.ok()) {
+          std::fprintf(stderr, "%s: replay refused: %s\n", row.name.c_str(), s.ToString().c_str());
+          std::exit(1);
+        }
+      })
                                                 : std::function<void()>([&] { (void)w.step(); });
       std::vector<double> omp, ours;
       for (int r = 0; r < rounds; ++r) {

@@ -144,11 +144,17 @@ void run_row(const std::string& name, int threads, double budget_ms) {
   absl::StatusOr<Graph> graph = capture([&] { return step(); });
   if (!graph.ok()) {
     std::printf("%s: capture failed: %s\n", name.c_str(), std::string(graph.status().message()).c_str());
-    return;
+    std::exit(1);
   }
+  // A refused replay runs nothing and would time as a very fast step: the
+  // row fails instead (no ROW line: the driver reports the child failed).
+  absl::Status refused;
+  const auto replay = [&] {
+    if (absl::Status s = graph->replay(); !s.ok() && refused.ok()) refused = s;
+  };
   for (int i = 0; i < 3; ++i) {
     torch_step();
-    (void)graph->replay();
+    replay();
   }
   std::vector<double> tt, te, tr;
   auto time = [](auto&& fn, std::vector<double>& out) {
@@ -173,8 +179,12 @@ void run_row(const std::string& name, int threads, double budget_ms) {
     quiesce();
     step();
     for (int i = 0; i < kRun; ++i) time([&] { step(); }, te);
-    (void)graph->replay();
-    for (int i = 0; i < kRun; ++i) time([&] { (void)graph->replay(); }, tr);
+    replay();
+    for (int i = 0; i < kRun; ++i) time(replay, tr);
+  }
+  if (!refused.ok()) {
+    std::printf("%s: replay refused: %s\n", name.c_str(), refused.ToString().c_str());
+    std::exit(1);
   }
   const double mt = median(tt), me = median(te), mr = median(tr);
   if (machine_lines) {
@@ -286,8 +296,16 @@ int main(int argc, char** argv) {
       }
     } else if (arg.rfind("--threads=", 0) == 0) {
       only_threads = std::atoi(arg.c_str() + 10);
+      if (arg.substr(10) != "1" && arg.substr(10) != "2") {   // the rows run at 1 and 2 threads only
+        std::fprintf(stderr, "--threads takes 1 or 2, not %s\n", arg.c_str() + 10);
+        return 2;
+      }
     } else if (arg.rfind("--procs=", 0) == 0) {
-      procs = std::max(1, std::atoi(arg.c_str() + 8));
+      procs = std::atoi(arg.c_str() + 8);
+      if (procs < 1 || procs > 1000 || arg.substr(8) != std::to_string(procs)) {
+        std::fprintf(stderr, "--procs takes a count in 1..1000, not %s\n", arg.c_str() + 8);
+        return 2;
+      }
     } else if (arg == "--help" || arg == "-h") {
       std::printf("usage: %s [--quick] [--procs=N] [--malloc=default|keep [--threads=N]] [WORKLOAD...]\n"
                   "workloads (all when none is named):\n",

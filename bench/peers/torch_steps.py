@@ -314,10 +314,17 @@ def run(args):
     return 1 if failed else 0
 
 
+def positive_int(text):
+    n = int(text)
+    if n < 1:   # a chain of 0 kernels would divide by zero
+        raise argparse.ArgumentTypeError(f"{text} is not a positive kernel count")
+    return n
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("--chain", type=int, nargs="*", default=[1000], help="launch-chain lengths (default 1000)")
+    p.add_argument("--chain", type=positive_int, nargs="*", default=[1000], help="launch-chain lengths (default 1000)")
     p.add_argument("--only", default="", help="run only the models whose name contains this")
     return run(p.parse_args())
 

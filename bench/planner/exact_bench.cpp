@@ -130,12 +130,34 @@ void measure(const std::string& name, const std::vector<Buffer>& buffers, Family
 
 int main_(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_seeds) < 0 || absl::GetFlag(FLAGS_like_seeds) < 0 ||
+      !(absl::GetFlag(FLAGS_time_limit_s) >= 0)) {
+    absl::FPrintF(stderr, "exact_bench: --seeds, --like_seeds and --time_limit_s must be >= 0\n");
+    return 2;
+  }
+  std::vector<int> grid_sizes;
+  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_grid_sizes), ',', absl::SkipEmpty())) {
+    int size = 0;
+    if (!absl::SimpleAtoi(text, &size) || size < 1) {
+      absl::FPrintF(stderr, "exact_bench: --grid_sizes: '%s' is not a buffer count\n", text);
+      return 2;
+    }
+    grid_sizes.push_back(size);
+  }
   std::string dir = absl::GetFlag(FLAGS_dir);
+  if (!dir.empty() && !std::filesystem::is_directory(dir)) {   // asked for by name: it must be there
+    absl::FPrintF(stderr, "exact_bench: --dir=%s is not a folder\n", dir);
+    return 2;
+  }
   if (dir.empty() && std::getenv("ENCORE_SHARED_DIR") != nullptr) {
     dir = std::string(std::getenv("ENCORE_SHARED_DIR")) + "/data/minimalloc";
+    if (!std::filesystem::is_directory(dir)) {
+      absl::FPrintF(stderr, "exact_bench: no folder %s: the MiniMalloc files are left out\n", dir);
+      dir.clear();
+    }
   }
   std::vector<Family> families;
-  if (!dir.empty() && std::filesystem::is_directory(dir)) {
+  if (!dir.empty()) {
     std::vector<std::string> files;
     for (const auto& entry : std::filesystem::directory_iterator(dir)) {
       if (absl::EndsWith(entry.path().string(), ".1048576.csv")) files.push_back(entry.path().string());
@@ -144,7 +166,10 @@ int main_(int argc, char** argv) {
     Family& family = families.emplace_back(Family{.name = "minimalloc " + dir});
     for (const std::string& file : files) {
       absl::StatusOr<CsvProblem> problem = read_csv(file);
-      if (!problem.ok()) continue;
+      if (!problem.ok()) {   // a problem left out silently would change the family's counts
+        absl::FPrintF(stderr, "exact_bench: %s: %s\n", file, problem.status().ToString());
+        return 1;
+      }
       measure(std::filesystem::path(file).filename().string(), problem->buffers, family);
     }
   }
@@ -162,9 +187,7 @@ int main_(int argc, char** argv) {
       measure(absl::StrCat("like #", seed), minimalloc_like_problem(static_cast<uint64_t>(seed)), family);
     }
   }
-  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_grid_sizes), ',', absl::SkipEmpty())) {
-    int size = 0;
-    if (!absl::SimpleAtoi(text, &size)) continue;
+  for (const int size : grid_sizes) {
     Family& family = families.emplace_back(Family{.name = absl::StrCat("grid n=", size)});
     for (int drop : {0, 15, 30}) {
       for (int shrink : {0, 30, 60}) {
