@@ -22,6 +22,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -257,6 +258,15 @@ inline Tensor ones(Shape shape, Device device) { return ones(std::move(shape), k
 // [start, end) in steps of step; i64 unless dtype says otherwise.
 Tensor arange(int64_t start, int64_t end, int64_t step = 1, DType dtype = kInt64, Device device = kCPU);
 inline Tensor arange(int64_t end) { return arange(0, end); }
+// Integers only: arange(0, 1, 0.1) or arange(0.5, 3.5) would truncate their
+// arguments to integers silently, so they do not compile. For a float range,
+// scale an integer one: arange(0, 10, 1, kFloat32) * 0.1.
+template <typename A, typename B, typename C = int64_t>
+  requires(std::is_floating_point_v<A> || std::is_floating_point_v<B> || std::is_floating_point_v<C>)
+Tensor arange(A start, B end, C step = 1, DType dtype = kInt64, Device device = kCPU) = delete;
+template <typename A>
+  requires std::is_floating_point_v<A>
+Tensor arange(A end) = delete;
 // Copies host values into a tensor of `shape` (an empty shape {} with one
 // value makes a 0-d tensor).
 template <typename T>

@@ -38,6 +38,16 @@ TEST(TensorTest, FullOnesAndArangeInEveryDtype) {
   EXPECT_EQ(arange(3, 3).numel(), 0);
 }
 
+// arange takes integers: a float argument used to be truncated silently
+// (arange(0.5, 3.5) gave [0, 1, 2], arange(0, 1, 0.1) refused "step 0"),
+// so such calls no longer compile; integer calls of every form still do.
+template <typename... Args>
+constexpr bool arange_compiles = requires(Args... args) { arange(args...); };
+static_assert(arange_compiles<int, int> && arange_compiles<int64_t, int64_t, int64_t> && arange_compiles<int>);
+static_assert(arange_compiles<int, int, int, DType, Device> && arange_compiles<long, unsigned>);
+static_assert(!arange_compiles<double> && !arange_compiles<double, int> && !arange_compiles<int, float>);
+static_assert(!arange_compiles<int, int, double> && !arange_compiles<int, int, double, DType>);
+
 TEST(TensorTest, FromVectorItemAndToVector) {
   Tensor t = from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   EXPECT_EQ(t.shape(), Shape({2, 3}));
