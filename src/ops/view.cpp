@@ -227,6 +227,9 @@ Tensor Tensor::squeeze(int64_t d) const {
 
 Tensor Tensor::unsqueeze(int64_t d) const {
   ops::check_defined("unsqueeze", *this, "input");
+  // The new dim may go anywhere in [0, dim()]: name the tensor's own rank.
+  ENCORE_CHECK(d >= -(dim() + 1) && d <= dim(), "unsqueeze: dim %d out of range for a %d-d tensor (valid: [%d, %d])",
+               d, dim(), -(dim() + 1), dim());
   d = ops::normalize_dim("unsqueeze", d, dim() + 1);
   Shape shape = this->shape(), strides = this->strides();
   // The new dim's stride never moves (its size is 1); it is the one a

@@ -379,6 +379,10 @@ TEST(ViewTest, SqueezeUnsqueezeFlatten) {
   expect_near(f, values(t), 0, 0);
   expect_error([&] { (void)a.squeeze(3); }, kInvalid, {"squeeze", "dim 3"});
   expect_error([&] { (void)a.unsqueeze(5); }, kInvalid, {"unsqueeze", "dim 5"});
+  // The message names the tensor's rank, not the rank it would have.
+  expect_error([&] { (void)zeros({2, 3}).unsqueeze(3); }, kInvalid, {"unsqueeze", "dim 3", "2-d tensor", "[-3, 2]"});
+  expect_error([&] { (void)zeros({2, 3}).unsqueeze(-4); }, kInvalid, {"unsqueeze", "dim -4", "[-3, 2]"});
+  EXPECT_EQ(zeros({2, 3}).unsqueeze(-3).shape(), Shape({1, 2, 3}));
 }
 
 TEST(ViewTest, ContiguousCopiesOnlyWhenNeeded) {
