@@ -42,8 +42,9 @@ class NoGradGuard {
 };
 
 namespace autograd {
-// Back-propagates from several roots at once; grads[i] may be undefined for a
-// scalar root (then 1 is used).
+// Back-propagates from several roots at once. grads is empty (every root a
+// scalar) or holds one gradient per root; grads[i] may be undefined for a
+// scalar root (then 1 is used). Any other number of gradients is refused.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
               bool retain_graph = false);
 // Zeroes t.grad() in place, lazily (NOTE [ Lazy zero_grad ] in tensor.h): the

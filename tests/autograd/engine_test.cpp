@@ -409,6 +409,21 @@ TEST(EngineTest, DeepGraphsBackwardAndDestroyOnASmallStack) {
   expect_near(x.grad(), {3.0});
 }
 
+// autograd::backward takes no gradients or one per root (review finding: a
+// longer list was silently cut to the roots, a shorter one padded with
+// undefined gradients).
+TEST(EngineTest, BackwardRefusesAGradientCountOtherThanTheRoots) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor a = (x * 2.0).sum(), b = (x * x).sum();
+  expect_error([&] { autograd::backward({a}, {Tensor(), ones({})}); }, absl::StatusCode::kInvalidArgument,
+               {"backward", "2 gradients", "1 roots"});
+  expect_error([&] { autograd::backward({a, b}, {ones({})}); }, absl::StatusCode::kInvalidArgument,
+               {"backward", "1 gradients", "2 roots"});
+  EXPECT_FALSE(x.grad().defined());            // refused before anything ran
+  autograd::backward({a, b});                  // none: every root is a scalar
+  expect_near(x.grad(), {4, 6});
+}
+
 // Two roots that share a subgraph: the shared part runs once, with the sum
 // of both roots' gradients; a leaf that is itself a root, after zero_grad,
 // gets its seed plus what flows into it (NOTE [ Gradients written in place ]).
