@@ -22,6 +22,12 @@
 // momentum, weight decay) are plain kernel arguments: changing them needs a
 // new optimizer (and a new capture).
 //
+// The kernels compute in f32, so the constructors and set_lr refuse
+// (encore::Error, InvalidArgument, naming the optimizer, the option and the
+// value) a learning rate, momentum, weight decay or eps that is negative, NaN
+// or past the f32 range (which would become inf in the kernels), as well as
+// betas outside [0, 1).
+//
 // Dtypes: parameters may be f32, f16 or bf16; updates are computed in f32 and
 // optimizer state (momentum, exp_avg, exp_avg_sq) is always f32.
 #pragma once

@@ -496,6 +496,33 @@ TEST(OptimTest, RejectsBadOptions) {
   expect_error([&] { opt.set_lr(INFINITY); }, kInvalid, {"AdamW", "lr", "inf"});
 }
 
+// The kernels read lr, momentum, weight decay and eps as f32: a value past
+// the f32 range used to be accepted and became inf there (review finding:
+// SGD at lr 1e39 turned every parameter into -inf or NaN at its first step).
+TEST(OptimTest, RejectsHyperParametersPastTheF32Range) {
+  Tensor p = make_param({2}, 1);
+  p.set_grad(ones({2}));
+  expect_error([&] { SGD({p}, {.lr = 1e39}); }, kInvalid, {"SGD", "lr", "f32", "1e+39"});
+  expect_error([&] { SGD({p}, {.lr = 0.1, .momentum = 1e39}); }, kInvalid, {"SGD", "momentum", "f32", "1e+39"});
+  expect_error([&] { SGD({p}, {.lr = 0.1, .weight_decay = 1e39}); }, kInvalid,
+               {"SGD", "weight_decay", "f32", "1e+39"});
+  expect_error([&] { SGD({p}, {.lr = 0.1, .momentum = NAN}); }, kInvalid, {"SGD", "momentum", "nan"});
+  expect_error([&] { AdamW({p}, {.weight_decay = 1e39}); }, kInvalid, {"AdamW", "weight_decay", "f32", "1e+39"});
+  expect_error([&] { AdamW({p}, {.weight_decay = -0.1}); }, kInvalid, {"AdamW", "weight_decay", "-0.1"});
+  for (double eps : {1e39, -1e39, double{INFINITY}}) {
+    expect_error([&] { AdamW({p}, {.eps = eps}); }, kInvalid, {"AdamW", "eps", "f32"});
+  }
+  expect_error([&] { AdamW({p}, {.beta1 = NAN}); }, kInvalid, {"AdamW", "beta1", "nan"});
+  SGD opt({p}, {.lr = 0.5});
+  expect_error([&] { opt.set_lr(1e39); }, kInvalid, {"SGD", "lr", "1e+39"});
+  expect_error([&] { opt.set_lr(NAN); }, kInvalid, {"SGD", "lr", "nan"});
+  EXPECT_EQ(opt.get_lr(), 0.5);                // a refused rate leaves the old one
+  expect_error([&] { WarmupCosine(opt, {.base_lr = 1e39, .warmup_steps = 1000, .total_steps = 2000}); },
+               kInvalid, {"WarmupCosine", "base_lr", "f32", "1e+39"});
+  opt.step();
+  for (float v : p.to_vector<float>()) EXPECT_TRUE(std::isfinite(v));   // no refused value took effect
+}
+
 // ---- clip_grad_norm ----
 
 // The global L2 norm of the defined gradients, in double.
