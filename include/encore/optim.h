@@ -173,7 +173,8 @@ class AdamW : public Optimizer {
 };
 
 // Scales all existing gradients of params together so that their global L2
-// norm is at most max_norm (>= 0):
+// norm is at most max_norm (>= 0); a parameter listed twice (or two sharing
+// one gradient tensor) is refused, as the optimizers refuse it:
 //   norm = sqrt(sum over grads of sum(g^2));  g *= min(1, max_norm / (norm + 1e-6))
 // Everything runs in kernels (no host read), so it can be captured; gradients
 // are left untouched when the scale is 1. Returns the norm before clipping as

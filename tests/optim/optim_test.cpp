@@ -650,6 +650,24 @@ TEST(ClipTest, RejectsBadArguments) {
                {"clip_grad_norm", "parameter 0", "[3]", "broadcast"});
 }
 
+// A parameter listed twice, or two sharing one gradient tensor, used to be
+// counted twice in the norm and scaled twice (review finding: [3, 4] listed
+// twice came back as [0.06, 0.08] with a norm of 7.07 instead of [0.6, 0.8]
+// and 5). The optimizers refuse such a list; clip_grad_norm does too.
+TEST(ClipTest, RefusesAGradientListedTwice) {
+  Tensor p = make_param({2}, 1), q = make_param({2}, 2), r = make_param({3}, 3);
+  p.set_grad(from_vector<float>({3, 4}));
+  expect_error([&] { optim::clip_grad_norm({p, r, p}, 1.0); }, kInvalid,
+               {"clip_grad_norm", "parameter 2", "[2]", "parameter 0", "twice"});
+  q.set_grad(p.grad());
+  expect_error([&] { optim::clip_grad_norm({p, q}, 1.0); }, kInvalid,
+               {"clip_grad_norm", "parameter 1", "parameter 0", "twice"});
+  expect_near(p.grad(), {3, 4});               // refused before any kernel ran
+  Tensor norm = optim::clip_grad_norm({p, r, r}, 1.0);   // r has no gradient: nothing to count twice
+  EXPECT_NEAR(norm.item<float>(), 5.0, 1e-6);
+  expect_near(p.grad(), {3 / (5 + 1e-6), 4 / (5 + 1e-6)});
+}
+
 // ---- WarmupCosine ----
 
 // The schedule's formula, written out independently of the implementation.
