@@ -29,15 +29,17 @@ WarmupCosine::WarmupCosine(Optimizer& opt, WarmupCosineOptions options) : opt_(o
   opt_.set_lr(lr_at(0));
 }
 
+// The counter moves only once the optimizer took the new rate: a refused
+// write (set_lr inside a captured step) leaves the schedule where it was.
 void WarmupCosine::step() {
+  opt_.set_lr(lr_at(step_ + 1));
   ++step_;
-  opt_.set_lr(lr_at(step_));
 }
 
 void WarmupCosine::set_step(int64_t step) {
   ENCORE_CHECK(step >= 0, "WarmupCosine: set_step needs step >= 0, got %d", step);
+  opt_.set_lr(lr_at(step));
   step_ = step;
-  opt_.set_lr(lr_at(step_));
 }
 
 double WarmupCosine::lr_at(int64_t step) const {

@@ -735,6 +735,36 @@ TEST(ScheduleTest, StepWritesIntoTheLrTensor) {
   expect_near(p, ref.p);
 }
 
+// An observer that refuses host transfers, as capture() does inside a step.
+class RefusesHostWrites : public StepObserver {
+ public:
+  bool on_launch(const LaunchRecord&) override { return true; }
+  void on_host_access(const char* op) override {
+    throw_error(absl::StatusCode::kFailedPrecondition, absl::StrCat(op, ": refused inside the step"));
+  }
+
+ private:
+  StepObserverScope observe_{this};
+};
+
+// A schedule step whose lr write is refused (inside a captured step) leaves
+// the schedule where it was (review finding: the counter moved anyway, so
+// the next step() skipped one rate of the schedule).
+TEST(ScheduleTest, ARefusedLrWriteLeavesTheStepCounter) {
+  Tensor p = make_param({2}, 1);
+  SGD opt({p}, {.lr = 1.0});
+  WarmupCosine sched(opt, {.base_lr = 0.4, .min_lr = 0.0, .warmup_steps = 4, .total_steps = 8});
+  {
+    RefusesHostWrites refuse;
+    expect_error([&] { sched.step(); }, absl::StatusCode::kFailedPrecondition, {"set_lr", "refused"});
+    expect_error([&] { sched.set_step(5); }, absl::StatusCode::kFailedPrecondition, {"set_lr", "refused"});
+  }
+  EXPECT_EQ(sched.current_step(), 0);
+  sched.step();
+  EXPECT_EQ(sched.current_step(), 1);
+  EXPECT_DOUBLE_EQ(opt.get_lr(), f32(0.2));    // lr(1) = 0.4 * 2 / 4
+}
+
 TEST(ScheduleTest, RejectsBadOptions) {
   Tensor p = make_param({2}, 1);
   SGD opt({p}, {.lr = 1.0});
