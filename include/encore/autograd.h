@@ -13,6 +13,11 @@
 // Backward formulas run with grad mode off: encore has no double backward.
 // Saved tensors are freed after backward() unless retain_graph is set; a
 // second backward through the freed graph throws encore::Error.
+//
+// Threads: grad mode is per thread, and a new thread starts with it on (as
+// in PyTorch). Nothing in autograd takes a lock: a graph, and the leaves
+// whose .grad() it accumulates into, must be used by one thread at a time
+// (PyTorch locks each leaf's accumulation; encore does not).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +34,8 @@ class GradMode {
   static void set_enabled(bool enabled);
 };
 
-// Disables grad recording for its scope (restores the previous mode).
+// Disables grad recording on this thread for its scope; restores the previous
+// mode when the scope ends, by an exception too.
 class NoGradGuard {
  public:
   NoGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
