@@ -145,6 +145,10 @@ TEST(EngineTest, ErrorsNameTheProblem) {
   expect_error([&] { x.add_(ones({2})); }, absl::StatusCode::kInvalidArgument, {"add_", "NoGradGuard"});
   expect_error([&] { x.set_grad(ones({3})); }, absl::StatusCode::kInvalidArgument, {"set_grad", "[3]", "[2]"});
   expect_error([&] { x.set_grad(ones({2}, kBFloat16)); }, absl::StatusCode::kInvalidArgument, {"set_grad", "bf16"});
+  // backward adds into .grad() in place: a broadcast gradient used to be taken
+  // here and refused later by an add_ the caller never wrote.
+  expect_error([&] { x.set_grad(zeros({1}).expand({2})); }, absl::StatusCode::kInvalidArgument,
+               {"set_grad", "[2]", "broadcast"});
   expect_error([&] { (x * 2.0).backward(ones({2}, kInt32)); }, absl::StatusCode::kInvalidArgument,
                {"backward", "i32", "float"});
   if (cuda_available()) {   // a gradient on another device than its tensor (the optimizers would read it there)
