@@ -13,6 +13,11 @@
 // Backward formulas run with grad mode off: encore has no double backward.
 // Saved tensors are freed after backward() unless retain_graph is set; a
 // second backward through the freed graph throws encore::Error.
+//
+// Threads: grad mode is per thread, and a new thread starts with it on (as
+// in PyTorch). Nothing in autograd takes a lock: a graph, and the leaves
+// whose .grad() it accumulates into, must be used by one thread at a time
+// (PyTorch locks each leaf's accumulation; encore does not).
 #pragma once
 
 #include <cstdint>
@@ -29,7 +34,8 @@ class GradMode {
   static void set_enabled(bool enabled);
 };
 
-// Disables grad recording for its scope (restores the previous mode).
+// Disables grad recording on this thread for its scope; restores the previous
+// mode when the scope ends, by an exception too.
 class NoGradGuard {
  public:
   NoGradGuard() : prev_(GradMode::is_enabled()) { GradMode::set_enabled(false); }
@@ -42,8 +48,9 @@ class NoGradGuard {
 };
 
 namespace autograd {
-// Back-propagates from several roots at once; grads[i] may be undefined for a
-// scalar root (then 1 is used).
+// Back-propagates from several roots at once. grads is empty (every root a
+// scalar) or holds one gradient per root; grads[i] may be undefined for a
+// scalar root (then 1 is used). Any other number of gradients is refused.
 void backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& grads = {},
               bool retain_graph = false);
 // Zeroes t.grad() in place, lazily (NOTE [ Lazy zero_grad ] in tensor.h): the

@@ -22,6 +22,12 @@
 // momentum, weight decay) are plain kernel arguments: changing them needs a
 // new optimizer (and a new capture).
 //
+// The kernels compute in f32, so the constructors and set_lr refuse
+// (encore::Error, InvalidArgument, naming the optimizer, the option and the
+// value) a learning rate, momentum, weight decay or eps that is negative, NaN
+// or past the f32 range (which would become inf in the kernels), as well as
+// betas outside [0, 1).
+//
 // Dtypes: parameters may be f32, f16 or bf16; updates are computed in f32 and
 // optimizer state (momentum, exp_avg, exp_avg_sq) is always f32.
 #pragma once
@@ -167,7 +173,8 @@ class AdamW : public Optimizer {
 };
 
 // Scales all existing gradients of params together so that their global L2
-// norm is at most max_norm (>= 0):
+// norm is at most max_norm (>= 0); a parameter listed twice (or two sharing
+// one gradient tensor) is refused, as the optimizers refuse it:
 //   norm = sqrt(sum over grads of sum(g^2));  g *= min(1, max_norm / (norm + 1e-6))
 // Everything runs in kernels (no host read), so it can be captured; gradients
 // are left untouched when the scale is 1. Returns the norm before clipping as

@@ -205,6 +205,9 @@ void run_backward(const std::vector<Tensor>& roots, const std::vector<Tensor>& g
   PendingMap pending;
   std::vector<Node*> root_nodes;
   std::vector<std::pair<Edge, Tensor>> seeds;
+  ENCORE_CHECK(grads.empty() || grads.size() == roots.size(),
+               "backward: got %d gradients for %d roots; pass one per root (undefined for a scalar root) or none",
+               grads.size(), roots.size());
   for (size_t i = 0; i < roots.size(); ++i) {
     const Tensor& r = roots[i];
     ENCORE_CHECK(r.defined() && r.requires_grad(),

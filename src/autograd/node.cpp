@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "encore/autograd.h"
 #include "encore/ops.h"
@@ -15,6 +16,30 @@ thread_local uint64_t next_sequence_nr = 0;
 
 Node::Node(const char* name, int num_outputs)
     : name_(name), num_outputs_(num_outputs), sequence_nr_(next_sequence_nr++) {}
+
+// NOTE [ Destroying deep graphs ]: a node owns its next nodes through
+// next_edges(), so dropping the last tensor of a chain of a million ops
+// would destroy a million nodes one inside the other and overflow the
+// stack. Instead, the first node destroyed takes every next node it holds
+// the last reference to, and their next nodes in turn, into a local list,
+// and releases each with its edges already emptied: the depth of the
+// destructor calls stays one, whatever the depth of the graph (as PyTorch's
+// deleteNode). A next node someone else still holds is left alone.
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> dying;
+  auto take_sole_owned = [&dying](absl::InlinedVector<Edge, 2>& edges) {
+    for (Edge& e : edges) {
+      if (e.fn && e.fn.use_count() == 1) dying.push_back(std::move(e.fn));
+    }
+    edges.clear();
+  };
+  take_sole_owned(next_edges_);
+  while (!dying.empty()) {
+    std::shared_ptr<Node> n = std::move(dying.back());
+    dying.pop_back();
+    take_sole_owned(n->next_edges_);
+  }   // n is destroyed here, with no edges left to recurse into
+}
 
 void throw_freed_graph(const char* name) {
   throw_error(absl::StatusCode::kFailedPrecondition,

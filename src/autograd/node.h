@@ -36,7 +36,7 @@ struct InputMeta {
 class Node {
  public:
   Node(const char* name, int num_outputs);
-  virtual ~Node() = default;
+  virtual ~Node();   // NOTE [ Destroying deep graphs ] in node.cpp
 
  protected:
   void run_first() { sequence_nr_ |= uint64_t{1} << 63; }   // NOTE [ Accumulate first ]

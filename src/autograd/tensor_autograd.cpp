@@ -44,6 +44,15 @@ void Tensor::set_grad(const Tensor& g) {
                "set_grad: gradient %s (%s on %s) does not match tensor %s (%s on %s)",
                g.defined() ? shape_str(g.shape()) : "undefined", g.defined() ? dtype_name(g.dtype()) : "-",
                g.defined() ? g.device().str() : "-", shape_str(shape()), dtype_name(dtype()), device().str());
+  // backward() adds into .grad() in place and clip_grad_norm scales it in
+  // place: a broadcast view would fail there, far from this call. (An empty
+  // gradient is never written, whatever its strides.)
+  for (int64_t d = 0; g.defined() && g.numel() > 0 && d < g.dim(); ++d) {
+    ENCORE_CHECK(g.strides()[d] != 0 || g.shape()[d] <= 1,
+                 "set_grad: gradient %s (%s) is a broadcast (expanded) view, which backward cannot add into in "
+                 "place; pass a contiguous tensor (e.g. .contiguous())",
+                 shape_str(g.shape()), dtype_name(g.dtype()));
+  }
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
   impl_->autograd->grad = g;
   write_grad_zero_pending(*impl_, false);

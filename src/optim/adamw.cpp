@@ -3,6 +3,7 @@
 // kernel per parameter (backend::adamw_update; the element: src/backends/optim_math.h).
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "encore/autograd.h"
@@ -13,16 +14,19 @@
 namespace encore::optim {
 namespace {
 
+// The kernels take eps and weight_decay as f32 arguments: a value past the
+// f32 range would become inf there.
 AdamWOptions checked(AdamWOptions o) {
+  constexpr double kMax = std::numeric_limits<float>::max();
   ENCORE_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, "AdamW: beta1 must be in [0, 1), got %g", o.beta1);
   ENCORE_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, "AdamW: beta2 must be in [0, 1), got %g", o.beta2);
   // eps = 0 turns every element whose gradient has been 0 so far into 0/0 =
   // NaN at the first step; the kernels add eps in f32, where below ~1.4e-45
   // it is 0 too.
-  ENCORE_CHECK(std::isfinite(o.eps) && static_cast<float>(o.eps) > 0.0f,
+  ENCORE_CHECK(o.eps > 0.0 && o.eps <= kMax && static_cast<float>(o.eps) > 0.0f,
                "AdamW: eps must be finite and > 0 in f32 (e.g. 1e-8), got %g", o.eps);
-  ENCORE_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0,
-               "AdamW: weight_decay must be finite and >= 0, got %g", o.weight_decay);
+  ENCORE_CHECK(o.weight_decay >= 0.0 && o.weight_decay <= kMax,
+               "AdamW: weight_decay must be finite and >= 0 (as an f32: at most %g), got %g", kMax, o.weight_decay);
   return o;
 }
 

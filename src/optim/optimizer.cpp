@@ -1,5 +1,6 @@
 // Optimizer: parameter checks, the learning-rate tensor and zero_grad().
 #include <cmath>
+#include <limits>
 
 #include "absl/container/flat_hash_set.h"
 #include "encore/autograd.h"
@@ -35,8 +36,11 @@ void check_params(const char* name, const std::vector<Tensor>& params) {
   }
 }
 
+// lr lives in an f32 tensor: a value past the f32 range would become inf there.
 void check_lr(const char* name, double lr) {
-  ENCORE_CHECK(std::isfinite(lr) && lr >= 0.0, "%s: lr must be finite and >= 0, got %g", name, lr);
+  ENCORE_CHECK(lr >= 0.0 && lr <= std::numeric_limits<float>::max(),
+               "%s: lr must be finite and >= 0 (as an f32: at most %g), got %g", name,
+               double{std::numeric_limits<float>::max()}, lr);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // WarmupCosine: linear warm-up then cosine decay, written into an
 // optimizer's lr tensor between steps.
 #include <cmath>
+#include <limits>
 #include <numbers>
 
 #include "encore/optim.h"
@@ -9,8 +10,10 @@ namespace encore::optim {
 namespace {
 
 WarmupCosineOptions checked(WarmupCosineOptions o) {
-  ENCORE_CHECK(std::isfinite(o.base_lr) && o.base_lr > 0.0, "WarmupCosine: base_lr must be finite and > 0, got %g",
-               o.base_lr);
+  // Every lr(s) is written into the optimizer's f32 lr tensor (set_lr).
+  ENCORE_CHECK(o.base_lr > 0.0 && o.base_lr <= std::numeric_limits<float>::max(),
+               "WarmupCosine: base_lr must be finite and > 0 (as an f32: at most %g), got %g",
+               double{std::numeric_limits<float>::max()}, o.base_lr);
   ENCORE_CHECK(o.min_lr >= 0.0 && o.min_lr <= o.base_lr,
                "WarmupCosine: min_lr (%g) must be in [0, base_lr] with base_lr %g", o.min_lr, o.base_lr);
   ENCORE_CHECK(o.total_steps > 0, "WarmupCosine: total_steps must be > 0, got %d", o.total_steps);
@@ -26,15 +29,17 @@ WarmupCosine::WarmupCosine(Optimizer& opt, WarmupCosineOptions options) : opt_(o
   opt_.set_lr(lr_at(0));
 }
 
+// The counter moves only once the optimizer took the new rate: a refused
+// write (set_lr inside a captured step) leaves the schedule where it was.
 void WarmupCosine::step() {
+  opt_.set_lr(lr_at(step_ + 1));
   ++step_;
-  opt_.set_lr(lr_at(step_));
 }
 
 void WarmupCosine::set_step(int64_t step) {
   ENCORE_CHECK(step >= 0, "WarmupCosine: set_step needs step >= 0, got %d", step);
+  opt_.set_lr(lr_at(step));
   step_ = step;
-  opt_.set_lr(lr_at(step_));
 }
 
 double WarmupCosine::lr_at(int64_t step) const {

@@ -1,5 +1,6 @@
 // SGD with momentum, Nesterov momentum and L2 weight decay (PyTorch semantics).
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "encore/optim.h"
@@ -9,11 +10,14 @@
 namespace encore::optim {
 namespace {
 
+// The kernels take momentum and weight_decay as f32 arguments: a value past
+// the f32 range would become inf there.
 SgdOptions checked(SgdOptions o) {
-  ENCORE_CHECK(std::isfinite(o.momentum) && o.momentum >= 0.0, "SGD: momentum must be finite and >= 0, got %g",
-               o.momentum);
-  ENCORE_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0.0,
-               "SGD: weight_decay must be finite and >= 0, got %g", o.weight_decay);
+  constexpr double kMax = std::numeric_limits<float>::max();
+  ENCORE_CHECK(o.momentum >= 0.0 && o.momentum <= kMax,
+               "SGD: momentum must be finite and >= 0 (as an f32: at most %g), got %g", kMax, o.momentum);
+  ENCORE_CHECK(o.weight_decay >= 0.0 && o.weight_decay <= kMax,
+               "SGD: weight_decay must be finite and >= 0 (as an f32: at most %g), got %g", kMax, o.weight_decay);
   ENCORE_CHECK(!o.nesterov || o.momentum > 0.0, "SGD: nesterov needs momentum > 0, got momentum %g", o.momentum);
   return o;
 }

@@ -1,6 +1,9 @@
 // The backward engine: accumulation into leaves, graph order, grad mode,
 // freed graphs, version checks and the errors users meet.
 #include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <functional>
 
 #include "encore/encore.h"
 #include "src/autograd/backward_observer.h"
@@ -142,6 +145,10 @@ TEST(EngineTest, ErrorsNameTheProblem) {
   expect_error([&] { x.add_(ones({2})); }, absl::StatusCode::kInvalidArgument, {"add_", "NoGradGuard"});
   expect_error([&] { x.set_grad(ones({3})); }, absl::StatusCode::kInvalidArgument, {"set_grad", "[3]", "[2]"});
   expect_error([&] { x.set_grad(ones({2}, kBFloat16)); }, absl::StatusCode::kInvalidArgument, {"set_grad", "bf16"});
+  // backward adds into .grad() in place: a broadcast gradient used to be taken
+  // here and refused later by an add_ the caller never wrote.
+  expect_error([&] { x.set_grad(zeros({1}).expand({2})); }, absl::StatusCode::kInvalidArgument,
+               {"set_grad", "[2]", "broadcast"});
   expect_error([&] { (x * 2.0).backward(ones({2}, kInt32)); }, absl::StatusCode::kInvalidArgument,
                {"backward", "i32", "float"});
   if (cuda_available()) {   // a gradient on another device than its tensor (the optimizers would read it there)
@@ -350,6 +357,102 @@ TEST(EngineTest, BackwardObserversSeeEachOutermostBackward) {
   events.clear();
   (w * 3.0).sum().backward();
   EXPECT_TRUE(events.empty());
+}
+
+// Runs fn on a thread with a 1 MiB stack (8 MiB is the usual main thread's)
+// and waits for it; an exception it throws fails the test.
+void run_on_small_stack(const std::function<void()>& fn) {
+  struct Call {
+    const std::function<void()>* fn;
+    std::string error;
+  } call{&fn, {}};
+  pthread_attr_t attr;
+  ASSERT_EQ(pthread_attr_init(&attr), 0);
+  ASSERT_EQ(pthread_attr_setstacksize(&attr, size_t{1} << 20), 0);
+  pthread_t thread;
+  auto body = [](void* arg) -> void* {
+    auto* c = static_cast<Call*>(arg);
+    try {
+      (*c->fn)();
+    } catch (const std::exception& e) {
+      c->error = e.what();
+    }
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, body, &call), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+  EXPECT_EQ(call.error, "");
+}
+
+// NOTE [ Destroying deep graphs ] (src/autograd/node.cpp): a chain of 200k
+// ops is back-propagated and destroyed, retained or not, without a call
+// depth that grows with it (review finding: the last tensor's destructor
+// used to free the nodes one inside the other and overflowed the stack,
+// even an 8 MiB one at 1M nodes).
+TEST(EngineTest, DeepGraphsBackwardAndDestroyOnASmallStack) {
+  constexpr int kDepth = 200000;
+  run_on_small_stack([] {
+    Tensor x = vec({0.5f}).requires_grad_();
+    Tensor y = x;
+    for (int i = 0; i < kDepth; ++i) y = y * 1.0;
+    y.sum().backward(Tensor(), /*retain_graph=*/true);
+    expect_near(x.grad(), {1.0});
+    y = Tensor();                              // the whole retained graph goes at once
+    Tensor z = x;
+    for (int i = 0; i < kDepth; ++i) z = z + 1.0;
+    z = Tensor();                              // never back-propagated
+  });
+  // A node someone still holds survives the teardown of what follows it.
+  Tensor x = vec({2.0f}).requires_grad_();
+  Tensor mid = x * 3.0;
+  Tensor y = mid;
+  for (int i = 0; i < 1000; ++i) y = y * 1.0;
+  y = Tensor();
+  mid.sum().backward();
+  expect_near(x.grad(), {3.0});
+}
+
+// autograd::backward takes no gradients or one per root (review finding: a
+// longer list was silently cut to the roots, a shorter one padded with
+// undefined gradients).
+TEST(EngineTest, BackwardRefusesAGradientCountOtherThanTheRoots) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor a = (x * 2.0).sum(), b = (x * x).sum();
+  expect_error([&] { autograd::backward({a}, {Tensor(), ones({})}); }, absl::StatusCode::kInvalidArgument,
+               {"backward", "2 gradients", "1 roots"});
+  expect_error([&] { autograd::backward({a, b}, {ones({})}); }, absl::StatusCode::kInvalidArgument,
+               {"backward", "1 gradients", "2 roots"});
+  EXPECT_FALSE(x.grad().defined());            // refused before anything ran
+  autograd::backward({a, b});                  // none: every root is a scalar
+  expect_near(x.grad(), {4, 6});
+}
+
+// Two roots that share a subgraph: the shared part runs once, with the sum
+// of both roots' gradients; a leaf that is itself a root, after zero_grad,
+// gets its seed plus what flows into it (NOTE [ Gradients written in place ]).
+TEST(EngineTest, RootsSharingASubgraphAndALeafRoot) {
+  Tensor x = vec({1, 2}).requires_grad_();
+  Tensor h = x * x;
+  autograd::backward({(h * 2.0).sum(), (h * 3.0).sum()});
+  expect_near(x.grad(), {10, 20});
+  autograd::zero_grad(x);
+  Tensor rows = from_vector<float>({1, 1, 1, 1}, {2, 2});
+  Tensor y = matmul(rows, x.reshape({2, 1})).sum();   // dy/dx = 2
+  autograd::backward({y, x}, {Tensor(), vec({10, 20})});
+  expect_near(x.grad(), {12, 22});
+}
+
+// A saved output changed in place through a view, under NoGradGuard, is
+// caught by the version counter its storage shares with every view.
+TEST(EngineTest, InPlaceChangeOfASavedOutputThroughAViewIsRefused) {
+  Tensor x = vec({1, 2, 3, 4}).requires_grad_();
+  Tensor y = exp(x);                          // saves its output
+  {
+    NoGradGuard no_grad;
+    y.reshape({2, 2}).select(0, 1).mul_(2.0);
+  }
+  expect_error([&] { y.sum().backward(); }, absl::StatusCode::kFailedPrecondition, {"modified in place"});
 }
 
 }  // namespace

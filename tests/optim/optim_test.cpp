@@ -496,6 +496,33 @@ TEST(OptimTest, RejectsBadOptions) {
   expect_error([&] { opt.set_lr(INFINITY); }, kInvalid, {"AdamW", "lr", "inf"});
 }
 
+// The kernels read lr, momentum, weight decay and eps as f32: a value past
+// the f32 range used to be accepted and became inf there (review finding:
+// SGD at lr 1e39 turned every parameter into -inf or NaN at its first step).
+TEST(OptimTest, RejectsHyperParametersPastTheF32Range) {
+  Tensor p = make_param({2}, 1);
+  p.set_grad(ones({2}));
+  expect_error([&] { SGD({p}, {.lr = 1e39}); }, kInvalid, {"SGD", "lr", "f32", "1e+39"});
+  expect_error([&] { SGD({p}, {.lr = 0.1, .momentum = 1e39}); }, kInvalid, {"SGD", "momentum", "f32", "1e+39"});
+  expect_error([&] { SGD({p}, {.lr = 0.1, .weight_decay = 1e39}); }, kInvalid,
+               {"SGD", "weight_decay", "f32", "1e+39"});
+  expect_error([&] { SGD({p}, {.lr = 0.1, .momentum = NAN}); }, kInvalid, {"SGD", "momentum", "nan"});
+  expect_error([&] { AdamW({p}, {.weight_decay = 1e39}); }, kInvalid, {"AdamW", "weight_decay", "f32", "1e+39"});
+  expect_error([&] { AdamW({p}, {.weight_decay = -0.1}); }, kInvalid, {"AdamW", "weight_decay", "-0.1"});
+  for (double eps : {1e39, -1e39, double{INFINITY}}) {
+    expect_error([&] { AdamW({p}, {.eps = eps}); }, kInvalid, {"AdamW", "eps", "f32"});
+  }
+  expect_error([&] { AdamW({p}, {.beta1 = NAN}); }, kInvalid, {"AdamW", "beta1", "nan"});
+  SGD opt({p}, {.lr = 0.5});
+  expect_error([&] { opt.set_lr(1e39); }, kInvalid, {"SGD", "lr", "1e+39"});
+  expect_error([&] { opt.set_lr(NAN); }, kInvalid, {"SGD", "lr", "nan"});
+  EXPECT_EQ(opt.get_lr(), 0.5);                // a refused rate leaves the old one
+  expect_error([&] { WarmupCosine(opt, {.base_lr = 1e39, .warmup_steps = 1000, .total_steps = 2000}); },
+               kInvalid, {"WarmupCosine", "base_lr", "f32", "1e+39"});
+  opt.step();
+  for (float v : p.to_vector<float>()) EXPECT_TRUE(std::isfinite(v));   // no refused value took effect
+}
+
 // ---- clip_grad_norm ----
 
 // The global L2 norm of the defined gradients, in double.
@@ -618,9 +645,26 @@ TEST(ClipTest, RejectsBadArguments) {
   p.set_grad(ones({3}));
   expect_error([&] { optim::clip_grad_norm({p}, -1.0); }, kInvalid, {"clip_grad_norm", "max_norm", "-1"});
   expect_error([&] { optim::clip_grad_norm({p}, NAN); }, kInvalid, {"clip_grad_norm", "max_norm"});
-  p.set_grad(ones({1}).expand({3}));
-  expect_error([&] { optim::clip_grad_norm({p}, 1.0); }, kInvalid,
-               {"clip_grad_norm", "parameter 0", "[3]", "broadcast"});
+  // A broadcast gradient, which could not be scaled in place, is refused when it is set.
+  expect_error([&] { p.set_grad(ones({1}).expand({3})); }, kInvalid, {"set_grad", "[3]", "broadcast"});
+}
+
+// A parameter listed twice, or two sharing one gradient tensor, used to be
+// counted twice in the norm and scaled twice (review finding: [3, 4] listed
+// twice came back as [0.06, 0.08] with a norm of 7.07 instead of [0.6, 0.8]
+// and 5). The optimizers refuse such a list; clip_grad_norm does too.
+TEST(ClipTest, RefusesAGradientListedTwice) {
+  Tensor p = make_param({2}, 1), q = make_param({2}, 2), r = make_param({3}, 3);
+  p.set_grad(from_vector<float>({3, 4}));
+  expect_error([&] { optim::clip_grad_norm({p, r, p}, 1.0); }, kInvalid,
+               {"clip_grad_norm", "parameter 2", "[2]", "parameter 0", "twice"});
+  q.set_grad(p.grad());
+  expect_error([&] { optim::clip_grad_norm({p, q}, 1.0); }, kInvalid,
+               {"clip_grad_norm", "parameter 1", "parameter 0", "twice"});
+  expect_near(p.grad(), {3, 4});               // refused before any kernel ran
+  Tensor norm = optim::clip_grad_norm({p, r, r}, 1.0);   // r has no gradient: nothing to count twice
+  EXPECT_NEAR(norm.item<float>(), 5.0, 1e-6);
+  expect_near(p.grad(), {3 / (5 + 1e-6), 4 / (5 + 1e-6)});
 }
 
 // ---- WarmupCosine ----
@@ -688,6 +732,36 @@ TEST(ScheduleTest, StepWritesIntoTheLrTensor) {
   }
   EXPECT_EQ(opt.lr().data_ptr(), lr_storage);
   expect_near(p, ref.p);
+}
+
+// An observer that refuses host transfers, as capture() does inside a step.
+class RefusesHostWrites : public StepObserver {
+ public:
+  bool on_launch(const LaunchRecord&) override { return true; }
+  void on_host_access(const char* op) override {
+    throw_error(absl::StatusCode::kFailedPrecondition, absl::StrCat(op, ": refused inside the step"));
+  }
+
+ private:
+  StepObserverScope observe_{this};
+};
+
+// A schedule step whose lr write is refused (inside a captured step) leaves
+// the schedule where it was (review finding: the counter moved anyway, so
+// the next step() skipped one rate of the schedule).
+TEST(ScheduleTest, ARefusedLrWriteLeavesTheStepCounter) {
+  Tensor p = make_param({2}, 1);
+  SGD opt({p}, {.lr = 1.0});
+  WarmupCosine sched(opt, {.base_lr = 0.4, .min_lr = 0.0, .warmup_steps = 4, .total_steps = 8});
+  {
+    RefusesHostWrites refuse;
+    expect_error([&] { sched.step(); }, absl::StatusCode::kFailedPrecondition, {"set_lr", "refused"});
+    expect_error([&] { sched.set_step(5); }, absl::StatusCode::kFailedPrecondition, {"set_lr", "refused"});
+  }
+  EXPECT_EQ(sched.current_step(), 0);
+  sched.step();
+  EXPECT_EQ(sched.current_step(), 1);
+  EXPECT_DOUBLE_EQ(opt.get_lr(), f32(0.2));    // lr(1) = 0.4 * 2 / 4
 }
 
 TEST(ScheduleTest, RejectsBadOptions) {
