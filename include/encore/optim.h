@@ -176,6 +176,7 @@ class AdamW : public Optimizer {
 // norm is at most max_norm (>= 0); a parameter listed twice (or two sharing
 // one gradient tensor) is refused, as the optimizers refuse it:
 //   norm = sqrt(sum over grads of sum(g^2));  g *= min(1, max_norm / (norm + 1e-6))
+// (sums in double: any norm f32 holds is finite, though its square is not)
 // Everything runs in kernels (no host read), so it can be captured; gradients
 // are left untouched when the scale is 1. Returns the norm before clipping as
 // an f32 0-d tensor on the gradients' device (0 when no gradient exists); read

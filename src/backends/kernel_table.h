@@ -732,21 +732,23 @@ struct IncrementArgs {
   }
 };
 
-// *out = sum of x^2 over x (operand 0, float of `dtype`), accumulated in
-// double in an order that depends on the number of elements only.
+// *out = sqrt(sum of x^2 over x) (operand 0, float of `dtype`): x's L2 norm,
+// the sum accumulated in double in an order that depends on the number of
+// elements only, its root rounded once to f32. The root, not the sum: the
+// sum overflows f32 from norms of 1.8e19, which f32 holds.
 struct SumSquaresArgs {
   Layout<1> l;
   DType dtype;
   double* scratch;             // `blocks` doubles (an encore temporary); null when blocks == 0
   int blocks;                  // from OptimKernels::sum_of_squares_blocks; 0 without it
-  float* out;                  // one f32 slot of the partial sums
+  float* out;                  // one f32 slot of the partial norms
   template <typename V>
   void fields(V& v) const {
     v("l", l); v("dtype", dtype); v("scratch", scratch); v("blocks", blocks); v("out", out);
   }
 };
 
-// norm = sqrt(sum(partial)); scale = min(1, max_norm / (norm + 1e-6)), NaN kept.
+// norm = sqrt(sum(partial^2)) in double; scale = min(1, max_norm / (norm + 1e-6)), NaN kept.
 struct ClipCoefArgs {
   const float* partial;        // [n] f32, contiguous
   int64_t n;

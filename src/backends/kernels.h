@@ -328,13 +328,15 @@ void adamw_update_many(const Tensor& table, int64_t count, int64_t total, DType 
 // counter += 1 (i64, one element).
 void increment(const Tensor& counter);
 
-// partial[slot] = sum of x^2 (x float, any strides; partial f32 contiguous,
-// on x's device). Summed in double in an order fixed by x's size, so the
-// result does not depend on the number of threads.
+// partial[slot] = sqrt(sum of x^2), x's L2 norm (x float, any strides;
+// partial f32 contiguous, on x's device). Summed in double in an order fixed
+// by x's size, so the result does not depend on the number of threads; the
+// root is what goes to f32 (the sum itself would overflow f32 from norms of
+// 1.8e19 on).
 void sum_of_squares(const Tensor& x, const Tensor& partial, int64_t slot);
 
-// norm = sqrt(sum(partial)); scale = min(1, max_norm / (norm + 1e-6)).
-// partial: f32 [P]; norm and scale: f32 with one element.
+// norm = sqrt(sum(partial^2)) (in double); scale = min(1, max_norm / (norm + 1e-6)).
+// partial: f32 [P] of norms (sum_of_squares); norm and scale: f32 with one element.
 void clip_coefficient(const Tensor& partial, const Tensor& norm, const Tensor& scale, double max_norm);
 
 // x *= scale[0] in place (x float, any strides, no broadcast dims); writes

@@ -62,7 +62,7 @@ Tensor clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
                  device.str(), g.device().str());
   }
   const int64_t n = static_cast<int64_t>(grads.size());
-  Tensor partial = empty({n}, kFloat32, device);   // slot k: sum of squares of grads[k]
+  Tensor partial = empty({n}, kFloat32, device);   // slot k: the L2 norm of grads[k]
   Tensor norm = empty({}, kFloat32, device);
   Tensor scale = empty({}, kFloat32, device);
   for (int64_t k = 0; k < n; ++k) backend::sum_of_squares(grads[k], partial, k);

@@ -611,7 +611,8 @@ TEST(ClipTest, FloatSumOfSquaresIsTheLaneOrderBitForBitAtOneAndTwoThreads) {
     for (double l : lane) s += l;
     total += s;
   }
-  const float want = static_cast<float>(std::sqrt(static_cast<double>(static_cast<float>(total))));
+  // The gradient's norm, its root rounded once (the sum of one exact f32 square is that f32 again).
+  const float want = static_cast<float>(std::sqrt(total));
   for (int threads : {1, 2}) {
     const int before = omp_get_max_threads();
     omp_set_num_threads(threads);
@@ -621,6 +622,20 @@ TEST(ClipTest, FloatSumOfSquaresIsTheLaneOrderBitForBitAtOneAndTwoThreads) {
     omp_set_num_threads(before);
     EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << threads << " threads: " << got << " vs " << want;
   }
+}
+
+// A norm f32 holds is finite though its square is not: each gradient's sum
+// of squares (in double) goes to f32 as its root. Gradients of 2e19 used to
+// give an infinite norm (the sum 8e38 rounded to f32) and were zeroed.
+TEST(ClipTest, NormsWhoseSquareOverflowsF32AreFinite) {
+  std::vector<Tensor> params = {make_param({2}, 1), make_param({2}, 2)};
+  params[0].set_grad(full({2}, 2e19));
+  params[1].set_grad(full({2}, 1e19));
+  const double norm = std::sqrt(2 * 4e38 + 2 * 1e38);   // sqrt(1e39) = 3.16e19
+  const float total = optim::clip_grad_norm(params, 1.0).item<float>();
+  EXPECT_NEAR(total, norm, 1e-6 * norm);
+  expect_near(params[0].grad(), {2e19 / norm, 2e19 / norm}, 1e-6, 1e-6);
+  expect_near(params[1].grad(), {1e19 / norm, 1e19 / norm}, 1e-6, 1e-6);
 }
 
 TEST(ClipTest, NoGradsGiveZeroAndNoHostReadsInside) {

@@ -338,12 +338,12 @@ void sum_of_squares_loop(const SumSquaresArgs& a) {
   });
   double total = 0.0;
   for (int64_t c = 0; c < chunks; ++c) total += partial[c];
-  *a.out = static_cast<float>(total);
+  *a.out = static_cast<float>(std::sqrt(total));   // the root fits f32 where the sum may not
 }
 
 void clip_coefficient_kernel(const ClipCoefArgs& a) {
   double total = 0.0;
-  for (int64_t i = 0; i < a.n; ++i) total += a.partial[i];
+  for (int64_t i = 0; i < a.n; ++i) total += static_cast<double>(a.partial[i]) * a.partial[i];
   const double norm = std::sqrt(total);
   *a.norm = static_cast<float>(norm);
   // Same epsilon as PyTorch's clip_grad_norm_; NaN stays NaN (no write later).

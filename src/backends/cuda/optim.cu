@@ -133,13 +133,13 @@ __global__ void sum_squares_final_kernel(const double* scratch, int blocks, floa
   kernel_prologue();
   double total = 0.0;
   for (int b = 0; b < blocks; ++b) total += scratch[b];
-  *out = static_cast<float>(total);
+  *out = static_cast<float>(sqrt(total));   // the root fits f32 where the sum may not
 }
 
 __global__ void clip_coefficient_kernel(ClipCoefArgs a) {
   kernel_prologue();
   double total = 0.0;
-  for (int64_t i = 0; i < a.n; ++i) total += a.partial[i];
+  for (int64_t i = 0; i < a.n; ++i) total += static_cast<double>(a.partial[i]) * a.partial[i];
   const double norm = sqrt(total);
   *a.norm = static_cast<float>(norm);
   const double coef = a.max_norm / (norm + 1e-6);   // PyTorch's epsilon; NaN stays NaN
