@@ -14,15 +14,13 @@
 // threads. THREADS (default: OpenMP's count) is the thread count of both.
 #include <omp.h>
 
-#include <charconv>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bench/cpu_time.h"
+#include "bench/rounds_threads.h"
 #include "encore/encore.h"
 #include "src/backends/cpu/gemm_threading.h"
 #include "tools/workloads.h"
@@ -34,28 +32,10 @@ using encore::bench::median_wall_ms;
 using encore::cpu::GemmThreading;
 using encore::tools::Workload;
 
-// argv[i] as an integer in [lo, hi], or `fallback` when absent; exits 2 otherwise.
-int int_arg(int argc, char** argv, int i, int fallback, int lo, int hi, const char* what) {
-  if (argc <= i) return fallback;
-  int v = 0;
-  const char* end = argv[i] + std::strlen(argv[i]);
-  if (const auto [ptr, ec] = std::from_chars(argv[i], end, v); ec != std::errc() || ptr != end || v < lo || v > hi) {
-    std::fprintf(stderr, "usage: %s [ROUNDS] [THREADS]; %s must be an integer in %d..%d, not '%s'\n", argv[0], what, lo,
-                 hi, argv[i]);
-    std::exit(2);
-  }
-  return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 3) {
-    std::fprintf(stderr, "usage: %s [ROUNDS] [THREADS]\n", argv[0]);
-    return 2;
-  }
-  const int rounds = int_arg(argc, argv, 1, 15, 1, 100000, "ROUNDS");
-  if (argc > 2) omp_set_num_threads(int_arg(argc, argv, 2, 0, 1, 1024, "THREADS"));
+  const int rounds = encore::bench::rounds_and_threads(argc, argv, 15);
   struct Row {
     std::string name;
     std::unique_ptr<Workload> w;
