@@ -180,7 +180,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);
 // logits [N, C] (or [N, C] flattened from [.., C]); target [N] of class ids
-// (i32/i64). Mean over the targets that are not ignore_index; 0 if none.
+// (i32/i64). Mean over the targets that are not ignore_index; NaN if none
+// (0 / 0, as PyTorch; the gradient is then 0).
 // -inf logits as in log_softmax: probability and gradient exactly 0; a
 // counted row whose target logit is -inf makes the loss +inf (its gradient
 // stays finite); a counted row of all -inf logits makes the loss NaN (and

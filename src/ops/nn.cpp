@@ -140,7 +140,7 @@ Tensor softmax(const Tensor& a, int64_t dim) { return softmax_impl("softmax", a,
 
 Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_impl("log_softmax", a, dim, true); }
 
-// All targets ignored gives 0 (and a zero gradient); PyTorch gives NaN there.
+// All targets ignored gives NaN (0 / 0, as PyTorch and nll_loss) and a zero gradient.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index) {
   constexpr const char* kOp = "cross_entropy";
   check_cross_entropy_args(logits, target);

@@ -58,7 +58,7 @@ std::vector<double> softmax_ref(const Tensor& x, int64_t dim, bool log) {
   return out;
 }
 
-// Mean over counted rows of logsumexp - logit[target] (0 if none), and its
+// Mean over counted rows of logsumexp - logit[target] (NaN if none), and its
 // gradient for an upstream gradient of 1.
 struct CrossEntropyRef { double loss = 0; std::vector<double> grad; };
 CrossEntropyRef cross_entropy_ref(const Tensor& logits, const std::vector<int64_t>& target, int64_t ignore) {
@@ -79,6 +79,7 @@ CrossEntropyRef cross_entropy_ref(const Tensor& logits, const std::vector<int64_
       r.grad[i * c + k] = (std::exp(x[i * c + k] - lse) - (k == target[i] ? 1.0 : 0.0)) / count;
     }
   }
+  if (count == 0) r.loss = std::nan("");
   return r;
 }
 
@@ -323,13 +324,15 @@ TEST(NnOpsTest, CrossEntropyIgnoresTargets) {
               1e-5, 1e-5);
 }
 
-TEST(NnOpsTest, CrossEntropyAllIgnoredIsZeroWithZeroGradient) {
+// As PyTorch (and nll_loss): 0 / 0 = NaN, while the gradient stays 0.
+TEST(NnOpsTest, CrossEntropyAllIgnoredIsNanWithZeroGradient) {
   Tensor x = random_tensor({3, 4}, 12).requires_grad_();
   Tensor loss = cross_entropy(x, from_vector<int32_t>({-100, -100, -100}));
-  expect_near(loss, {0.0});
+  EXPECT_TRUE(std::isnan(values(loss)[0]));
   loss.backward();
   expect_near(x.grad(), std::vector<double>(12, 0.0));
-  expect_near(cross_entropy(zeros({0, 4}), zeros({0}, kInt64)), {0.0});
+  EXPECT_TRUE(std::isnan(values(cross_entropy(zeros({0, 4}), zeros({0}, kInt64)))[0]));
+  EXPECT_TRUE(std::isnan(values(cross_entropy(x.to(kBFloat16), from_vector<int64_t>({-100, -100, -100})))[0]));
 }
 
 TEST(NnOpsTest, CrossEntropyOfHigherRankAndNonContiguousLogits) {

@@ -337,7 +337,7 @@ void cross_entropy_kernel(const TypedCrossEntropyArgs<T, I>& a) {
     ++count;
   }
   a.stats[a.rows] = static_cast<float>(count);
-  a.loss[0] = T(count > 0 ? static_cast<float>(total / static_cast<double>(count)) : 0.0f);
+  a.loss[0] = T(static_cast<float>(total / static_cast<double>(count)));   // 0 / 0 = NaN when none counted
 }
 
 // exp_softmax(z[i]) * scale over a flat block: one long loop that

@@ -212,7 +212,7 @@ __global__ void row_logsumexp_kernel(const T* __restrict__ x, float* __restrict_
 }
 
 // One block of kReduceThreads: the mean over counted rows of lse - x[target],
-// summed in f64 in a fixed order; stats[rows] = count, loss = mean (0 if none).
+// summed in f64 in a fixed order; stats[rows] = count, loss = mean (NaN if none).
 template <typename T, typename I>
 __global__ void cross_entropy_mean_kernel(const T* __restrict__ x, const I* __restrict__ target,
                                           float* __restrict__ stats, T* __restrict__ loss, int64_t rows,
@@ -236,7 +236,7 @@ __global__ void cross_entropy_mean_kernel(const T* __restrict__ x, const I* __re
   count = block_reduce(count, 0LL, shm_count, SumOp{});
   if (threadIdx.x == 0) {
     stats[rows] = static_cast<float>(count);
-    loss[0] = convert<T>(count > 0 ? static_cast<float>(total / static_cast<double>(count)) : 0.0f);
+    loss[0] = convert<T>(static_cast<float>(total / static_cast<double>(count)));   // NaN when none counted
   }
 }
 
