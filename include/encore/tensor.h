@@ -149,7 +149,7 @@ class Tensor {
 
   // ---- autograd ----
   bool requires_grad() const;
-  Tensor& requires_grad_(bool on = true);   // leaves only
+  Tensor& requires_grad_(bool on = true);   // leaves only; true on a non-leaf is a no-op
   bool is_leaf() const;
   Tensor grad() const;                       // undefined until backward() reaches it
   void set_grad(const Tensor& g);

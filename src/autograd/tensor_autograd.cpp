@@ -11,6 +11,8 @@ AutogradMeta::~AutogradMeta() {
 
 Tensor& Tensor::requires_grad_(bool on) {
   checked_impl("requires_grad_()");
+  // A non-leaf already requires grad: asking for it again is a no-op, as in PyTorch.
+  if (!is_leaf() && on) return *this;
   ENCORE_CHECK(is_leaf(), "requires_grad_: only leaf tensors can change requires_grad (shape %s); "
                "use detach() first", shape_str(shape()));
   ENCORE_CHECK(!on || is_floating(dtype()),

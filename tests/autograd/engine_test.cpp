@@ -142,6 +142,13 @@ TEST(EngineTest, ErrorsNameTheProblem) {
   expect_error([] { vec({1}).backward(); }, absl::StatusCode::kInvalidArgument, {"does not require grad"});
   expect_error([] { arange(3).requires_grad_(); }, absl::StatusCode::kInvalidArgument, {"float", "i64"});
   expect_error([&] { (x * 2.0).requires_grad_(false); }, absl::StatusCode::kInvalidArgument, {"leaf"});
+  // requires_grad_(true) on a non-leaf is a no-op (as PyTorch): its history stays.
+  Tensor y = x * 2.0;
+  y.requires_grad_();
+  EXPECT_FALSE(y.is_leaf());
+  y.sum().backward();
+  expect_near(x.grad(), {2, 2});
+  x.set_grad(Tensor());
   expect_error([&] { x.add_(ones({2})); }, absl::StatusCode::kInvalidArgument, {"add_", "NoGradGuard"});
   expect_error([&] { x.set_grad(ones({3})); }, absl::StatusCode::kInvalidArgument, {"set_grad", "[3]", "[2]"});
   expect_error([&] { x.set_grad(ones({2}, kBFloat16)); }, absl::StatusCode::kInvalidArgument, {"set_grad", "bf16"});
