@@ -152,6 +152,8 @@ class Tensor {
   Tensor& requires_grad_(bool on = true);   // leaves only; true on a non-leaf is a no-op
   bool is_leaf() const;
   Tensor grad() const;                       // undefined until backward() reaches it
+  // g: this tensor's shape, dtype and device, not broadcast, and not already
+  // another tensor's .grad() (NOTE [ One leaf per gradient ]); undefined clears.
   void set_grad(const Tensor& g);
   std::shared_ptr<autograd::Node> grad_fn() const;
   // Back-propagates from this tensor. A scalar needs no gradient; otherwise
@@ -209,6 +211,9 @@ struct TensorImpl : RefCounted {
   Shape strides;        // in elements; stride 0 = broadcast
   DType dtype = kFloat32;
   bool contiguous = true;   // cached: row-major dense (size-1 dims ignored); see compute_contiguous
+  // This tensor is some leaf's .grad(): set_grad refuses to give it to a
+  // second leaf (NOTE [ Lazy zero_grad ] writes a gradient in place).
+  bool is_leaf_grad = false;
   std::unique_ptr<AutogradMeta> autograd;
 
   // Recomputes `contiguous` after shape or strides change.

@@ -7,6 +7,7 @@ namespace encore {
 
 AutogradMeta::~AutogradMeta() {
   if (grad_accumulator) grad_accumulator->detach_leaf();
+  if (grad.defined()) grad.impl()->is_leaf_grad = false;
 }
 
 Tensor& Tensor::requires_grad_(bool on) {
@@ -55,8 +56,22 @@ void Tensor::set_grad(const Tensor& g) {
                  "place; pass a contiguous tensor (e.g. .contiguous())",
                  shape_str(g.shape()), dtype_name(g.dtype()));
   }
+  // NOTE [ One leaf per gradient ]: zero_grad is lazy and backward writes a
+  // pending gradient by overwriting it (NOTE [ Lazy zero_grad ]), per leaf.
+  // Were one tensor the .grad of two leaves, the second leaf's overwrite
+  // would drop the first one's gradient, and reading the second's .grad()
+  // would zero the first's: refused. (Disjoint views of one buffer, as DDP's
+  // buckets, are fine.)
+  const bool same = impl_->autograd && g.defined() && impl_->autograd->grad.impl() == g.impl();
+  ENCORE_CHECK(!g.defined() || same || !g.impl()->is_leaf_grad,
+               "set_grad: gradient %s (%s) is already the .grad() of another tensor; two tensors cannot share "
+               "one gradient, since backward writes each leaf's gradient in place; pass a copy (.clone())",
+               shape_str(g.shape()), dtype_name(g.dtype()));
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
-  impl_->autograd->grad = g;
+  Tensor& grad = impl_->autograd->grad;
+  if (grad.defined()) grad.impl()->is_leaf_grad = false;
+  grad = g;
+  if (grad.defined()) grad.impl()->is_leaf_grad = true;
   write_grad_zero_pending(*impl_, false);
 }
 

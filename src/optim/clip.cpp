@@ -16,20 +16,21 @@ namespace encore::optim {
 namespace {
 
 // The defined gradients of params, checked: float, one device, each listed
-// once (a parameter given twice, or two sharing one gradient tensor, would
-// count it twice in the norm and scale it twice), and writable in place (no
+// once (a parameter given twice, or two whose gradients view the same memory,
+// would count it twice in the norm and scale it twice), and writable in place (no
 // broadcast dims, which would scale one element several times).
 std::vector<Tensor> grads_to_clip(const std::vector<Tensor>& params) {
   std::vector<Tensor> grads;
-  absl::flat_hash_map<const TensorImpl*, size_t> first_with;   // gradient -> index of its first parameter
+  // Where a gradient starts (its storage and offset) -> index of its first parameter.
+  absl::flat_hash_map<std::pair<const Storage*, int64_t>, size_t> first_with;
   for (size_t i = 0; i < params.size(); ++i) {
     ENCORE_CHECK(params[i].defined(), "clip_grad_norm: parameter %d is an undefined tensor", i);
     Tensor g = params[i].grad();
     if (!g.defined()) continue;
-    const auto [first, inserted] = first_with.try_emplace(g.impl(), i);
+    const auto [first, inserted] = first_with.try_emplace(std::pair(g.storage(), g.storage_offset()), i);
     ENCORE_CHECK(inserted,
                  "clip_grad_norm: parameter %d (shape %s) has the gradient of parameter %d (the same parameter "
-                 "listed twice, or one gradient set on both): it would be counted and scaled twice; list each "
+                 "listed twice, or two gradients viewing the same memory): it would be counted and scaled twice; list each "
                  "parameter once",
                  i, shape_str(params[i].shape()), first->second);
     ENCORE_CHECK(is_floating(g.dtype()), "clip_grad_norm: gradient of parameter %d (shape %s, %s) is not float", i,

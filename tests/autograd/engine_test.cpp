@@ -220,6 +220,41 @@ TEST(EngineTest, LazyZeroGradOverwritesInPlaceAndReadsAsZeros) {
   EXPECT_FALSE(fresh.grad().defined());
 }
 
+// NOTE [ One leaf per gradient ]: with one tensor as the .grad() of two
+// leaves, lazy zero_grad lost a gradient (b's overwrite dropped a's, and
+// reading b.grad() zeroed a's); now the second set_grad is refused.
+TEST(EngineTest, OneTensorIsTheGradientOfOneLeafOnly) {
+  Tensor a = from_vector<float>({1, 2}).requires_grad_();
+  Tensor b = from_vector<float>({3, 4}).requires_grad_();
+  (a * 2.0).sum().backward();
+  const Tensor g = a.grad();
+  expect_error([&] { b.set_grad(g); }, absl::StatusCode::kInvalidArgument, {"set_grad", "already", ".clone()"});
+  EXPECT_FALSE(b.grad().defined());
+  a.set_grad(g);                                   // the same leaf again: fine
+  b.set_grad(g.clone());                           // a copy: fine
+  autograd::zero_grad(a);
+  autograd::zero_grad(b);
+  (a * 3.0 + b * 5.0).sum().backward();
+  expect_near(a.grad(), {3, 3}, 0, 0);
+  expect_near(b.grad(), {5, 5}, 0, 0);
+  // Once a lets it go (another gradient, or a destroyed), g may be b's.
+  a.set_grad(Tensor());
+  b.set_grad(g);
+  EXPECT_EQ(b.grad().data_ptr(), g.data_ptr());
+  {
+    Tensor c = from_vector<float>({0, 0}).requires_grad_();
+    const Tensor h = zeros({2});
+    c.set_grad(h);
+    expect_error([&] { a.set_grad(h); }, absl::StatusCode::kInvalidArgument, {"already"});
+  }
+  Tensor h2 = zeros({2});
+  {
+    Tensor c = from_vector<float>({0, 0}).requires_grad_();
+    c.set_grad(h2);
+  }
+  a.set_grad(h2);                                  // c is gone: h2 is free again
+}
+
 // NOTE [ Gradients written in place ]: after zero_grad, linear's backward
 // writes dW and db into the leaves' .grad() buffers; values equal a fresh
 // backward, storages stay, and a second contribution (a weight used twice)
