@@ -45,7 +45,7 @@ class Allocator;
 // allocator it came from when the last one goes.
 class Storage : public RefCounted {
  public:
-  // Allocates nbytes through the device's current allocator (see allocator.h).
+  // Allocates nbytes through the device's current allocator (src/core/allocator.h).
   static Ref<Storage> allocate(int64_t nbytes, Device device);
   ~Storage();
   // Storage and TensorImpl objects come from a per-thread free list: eager
