@@ -284,6 +284,14 @@ struct GraphedStep::Impl {
       ENCORE_CHECK(inputs[i].defined(), "graphed step: input %d is an undefined tensor", i);
     }
     const std::string sig = signature(inputs, key);
+    // NOTE [ Nested captures ] (capture/capture.cpp): inside a step that
+    // capture() records or captures, a replay or capture run of ours would
+    // hide its kernels from the outer one; an eager call shows them all.
+    if (capture_internal::inside_capture()) {
+      fallback(sig, "called inside a step that capture() is recording or capturing: the enclosing capture "
+                    "must see this step's kernels");
+      return eager(inputs);
+    }
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].requires_grad()) {
         fallback(sig, absl::StrFormat("input %d requires grad: a graph's static inputs pass no gradient back to "

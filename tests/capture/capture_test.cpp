@@ -500,6 +500,39 @@ TEST(CaptureTest, CaptureInsideACapturedStepIsRefused) {
   EXPECT_TRUE(graph->replay().ok());
 }
 
+// NOTE [ Nested captures ]: a Graph's replay runs its kernels without the
+// stream, so inside a recorded or captured step neither the recorder nor the
+// capture run would see them: the outer graph used to be captured without
+// the inner graph's work (and the capture run, which computes nothing, ran
+// it for real). The replay is refused there, and so is the outer capture,
+// even when the step drops the replay's Status.
+TEST(CaptureTest, AGraphReplayedInsideACapturedStepIsRefused) {
+  Tensor a = full({4}, 1.0), b = zeros({4}), c = zeros({4});
+  absl::StatusOr<Graph> inner = capture([&] {
+    b.add_(a);
+    return std::vector<Tensor>{};
+  });
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  std::vector<absl::Status> nested;
+  absl::StatusOr<Graph> outer = capture([&] {
+    nested.push_back(inner->replay());   // a step that only collects the Status
+    c.add_(b);
+    return std::vector<Tensor>{};
+  });
+  ASSERT_FALSE(outer.ok());
+  EXPECT_EQ(outer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(outer.status().message().find("replays a Graph"), absl::string_view::npos) << outer.status();
+  ASSERT_EQ(nested.size(), 2u);   // the first warm-up, then the recorded one
+  EXPECT_TRUE(nested[0].ok()) << nested[0];   // the first warm-up is not watched
+  EXPECT_EQ(nested[1].code(), absl::StatusCode::kFailedPrecondition) << nested[1];
+  EXPECT_NE(nested[1].message().find("inside a step that capture() is recording or capturing"),
+            absl::string_view::npos) << nested[1];
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(4, 3.f));   // two inner warm-ups and one eager replay
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
+  EXPECT_TRUE(inner->replay().ok());   // outside any step it replays as before
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(4, 4.f));
+}
+
 TEST(CaptureTest, TensorEscapingTheStepFailsCapture) {
   std::unique_ptr<TrainRig> rig = mlp_setup();
   TrainRig& s = *rig;

@@ -461,6 +461,38 @@ TEST(GraphedStepTest, InputsThatRequireGradRunEagerlyAndGetTheirGradients) {
   EXPECT_NE(graphed.last_fallback().find("input 0 requires grad"), std::string::npos) << graphed.last_fallback();
 }
 
+// NOTE [ Nested captures ] (capture/capture.cpp): a graphed step called
+// inside a step that capture() records or captures runs eagerly, so the
+// enclosing graph holds its kernels; its own replay there would have been
+// invisible to the outer capture, whose replays then left its work out.
+TEST(GraphedStepTest, AGraphedStepInsideACapturedStepRunsInTheOuterGraph) {
+  Tensor b = zeros({4}), c = zeros({4});
+  GraphedStep inner(
+      [&](const std::vector<Tensor>& in) {
+        b.add_(in[0]);
+        return std::vector<Tensor>{};
+      },
+      {.log = false});
+  const Tensor one = full({4}, 1.0);
+  for (int i = 0; i < 3; ++i) inner({one});   // warm-up, recorded call, capture and first replay
+  ASSERT_EQ(inner.stats().replays, 1);
+  absl::StatusOr<Graph> outer = capture([&] {
+    inner({one});
+    c.add_(b);
+    return std::vector<Tensor>{};
+  });
+  ASSERT_TRUE(outer.ok()) << outer.status();
+  // Eagerly: b = 3 + 2 warm-ups = 5 (the capture run computes nothing), c = 4 + 5 = 9.
+  ASSERT_EQ(b.to_vector<float>(), std::vector<float>(4, 5.f));
+  ASSERT_EQ(c.to_vector<float>(), std::vector<float>(4, 9.f));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(outer->replay().ok());
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(4, 8.f));
+  EXPECT_EQ(c.to_vector<float>(), std::vector<float>(4, 9.f + 6.f + 7.f + 8.f));
+  EXPECT_EQ(inner.stats().replays, 2);   // and once in the outer first warm-up, which nothing watches
+  EXPECT_NE(inner.last_fallback().find("inside a step that capture() is recording or capturing"),
+            std::string::npos) << inner.last_fallback();
+}
+
 // CaptureOptions::verify_every applies to a GraphedStep's graphs: a step
 // that depends on a host counter capture cannot see is caught at the first
 // verified replay (thrown, as the graphed step's errors are).
