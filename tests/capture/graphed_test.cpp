@@ -493,6 +493,38 @@ TEST(GraphedStepTest, AGraphedStepInsideACapturedStepRunsInTheOuterGraph) {
             std::string::npos) << inner.last_fallback();
 }
 
+// NOTE [ Outputs over the static inputs ] (capture/graphed.cpp): a step
+// that returns its input (labels handed back beside the loss, a view of the
+// batch) gives the caller its own tensor, as an eager call does. Graphed,
+// such outputs used to be the signature's static input, which the next
+// call overwrote: every kept one read the last batch. A transposed input
+// (not laid out as its contiguous static copy) comes back as a copy.
+TEST(GraphedStepTest, InputsTheStepReturnsKeepTheirCallsValues) {
+  const GraphedStep::Fn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0].sum(), in[1], in[0].select(0, 1), mul(in[0], 2.0)};
+  };
+  GraphedStep graphed(fn, {.log = false});
+  std::vector<std::vector<Tensor>> eager_kept, graphed_kept;
+  std::vector<Tensor> graphed_inputs;
+  for (int i = 0; i < 6; ++i) {
+    const std::vector<Tensor> in = batch(4, i);
+    // Every other call passes the features transposed back from a [12, 4] tensor.
+    const Tensor x = i % 2 == 0 ? in[0].clone() : in[0].t().clone().t();
+    eager_kept.push_back(fn({x.clone(), in[1].clone()}));
+    graphed_inputs = {x, in[1].clone()};
+    graphed_kept.push_back(graphed(graphed_inputs));
+    if (i == 4) {
+      EXPECT_EQ(graphed_kept.back()[1].storage(), graphed_inputs[1].storage()) << "the caller's own labels";
+    }
+  }
+  EXPECT_EQ(graphed.stats().replays, 4);
+  for (size_t i = 0; i < eager_kept.size(); ++i) {
+    for (size_t j = 0; j < eager_kept[i].size(); ++j) {
+      EXPECT_EQ(bits(graphed_kept[i][j]), bits(eager_kept[i][j])) << "call " << i << ", output " << j;
+    }
+  }
+}
+
 // CaptureOptions::verify_every applies to a GraphedStep's graphs: a step
 // that depends on a host counter capture cannot see is caught at the first
 // verified replay (thrown, as the graphed step's errors are).
