@@ -261,6 +261,7 @@ struct GraphedStep::Impl {
   // a contiguous clone of it), or as a copy where the caller's tensor is
   // laid out otherwise. Other outputs are returned as they are.
   static Tensor over_caller_input(const Entry& e, const Tensor& out, const std::vector<Tensor>& inputs) {
+    if (!out.defined()) return out;
     for (size_t i = 0; i < e.static_inputs.size(); ++i) {
       const Tensor& in = e.static_inputs[i];
       if (out.storage() != in.storage()) continue;
@@ -389,15 +390,22 @@ struct GraphedStep::Impl {
     std::vector<uint32_t> versions;
     for (const Tensor& t : e.static_inputs) versions.push_back(t.version());
     bool completed = false;
+    // What the step returned, as an eager call returns it: a refused
+    // recording may not have handed it on (an undefined output is refused
+    // before the outputs are).
+    std::vector<Tensor> returned;
     auto step = [&] {
       std::vector<Tensor> outs = fn(e.static_inputs);
       completed = true;
+      returned = detached(outs);
       return outs;
     };
     std::vector<Tensor> outs;
     absl::StatusOr<std::unique_ptr<Graph::Impl>> recorded =
         capture_internal::record_and_plan(step, capture_options(), outs);
     if (!completed) throw Error(recorded.status());   // the step itself failed, as it would eagerly
+    if (!recorded.ok()) outs = std::move(returned);
+    returned.clear();
     e.written.clear();
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (e.static_inputs[i].version() != versions[i]) e.written.push_back(i);

@@ -525,6 +525,22 @@ TEST(GraphedStepTest, InputsTheStepReturnsKeepTheirCallsValues) {
   }
 }
 
+// A step returning an undefined tensor cannot be captured, so its
+// signature runs eagerly; the recorded call, refused for it, used to return
+// no outputs at all where the eager call returns both.
+TEST(GraphedStepTest, AStepReturningAnUndefinedTensorReturnsItOnEveryCall) {
+  const GraphedStep::Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0].sum(), Tensor()}; };
+  GraphedStep graphed(fn, {.log = false});
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<Tensor> out = graphed({full({3}, static_cast<double>(i))});
+    ASSERT_EQ(out.size(), 2u) << "call " << i;
+    EXPECT_EQ(out[0].to_vector<float>(), std::vector<float>{3.f * i}) << "call " << i;
+    EXPECT_FALSE(out[1].defined()) << "call " << i;
+  }
+  EXPECT_EQ(graphed.stats().replays, 0);
+  EXPECT_NE(graphed.last_fallback().find("undefined tensor"), std::string::npos) << graphed.last_fallback();
+}
+
 // CaptureOptions::verify_every applies to a GraphedStep's graphs: a step
 // that depends on a host counter capture cannot see is caught at the first
 // verified replay (thrown, as the graphed step's errors are).
