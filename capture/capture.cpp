@@ -241,7 +241,13 @@ absl::Status record(const Step& step, const CaptureOptions& options, int eager_r
   // CUDA reports of earlier eager steps (the warm-ups above) surface here as
   // an error, not in the recorded run (NOTE [ Kernel error words ]).
   if (gpu.has_value()) current_stream(*gpu).synchronize();
-  const absl::Status recorded = recorded_run(step, options, gpu, rec, outs);
+  // A step that throws is refused like any other recording: it must not
+  // skip the agreement below, which the other ranks are waiting in.
+  absl::Status recorded;
+  if (absl::Status thrown = status_of([&] { recorded = recorded_run(step, options, gpu, rec, outs); });
+      !thrown.ok()) {
+    recorded = thrown;
+  }
   // Every rank takes part in the agreement, also one whose recording was
   // refused (fingerprint 0), so that no rank waits for it in vain.
   const absl::Status agreed = agree_on_step(recorded.ok() ? step_fingerprint(rec.trace()) : 0,

@@ -29,6 +29,7 @@
 #include "encore/nn.h"
 #include "encore/optim.h"
 #include "src/core/allocator.h"
+#include "src/core/process_agreement.h"
 #include "src/core/step_observer.h"
 #include "src/core/stream.h"
 #include "tests/backends/cuda_test_util.h"
@@ -531,6 +532,35 @@ TEST(CaptureTest, AGraphReplayedInsideACapturedStepIsRefused) {
   EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
   EXPECT_TRUE(inner->replay().ok());   // outside any step it replays as before
   EXPECT_EQ(b.to_vector<float>(), std::vector<float>(4, 4.f));
+}
+
+// NOTE [ Same step on every rank ]: a rank whose recorded run is refused
+// still takes part in the agreement (fingerprint 0), so that the others
+// learn at once instead of waiting for it until their timeout. A step that
+// threw in the recorded run (a bad batch on one rank) used to skip it.
+std::vector<uint64_t> agreed_fingerprints;
+
+TEST(CaptureTest, AStepThrowingInTheRecordedRunStillTakesPartInTheAgreement) {
+  agreed_fingerprints.clear();
+  set_step_agreement([](uint64_t fingerprint, int64_t) {
+    agreed_fingerprints.push_back(fingerprint);
+    return absl::OkStatus();
+  });
+  const Tensor a = full({4}, 1.0);
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    if (++calls == 2) throw Error(absl::InvalidArgumentError("this rank's batch is bad"));   // the recorded run
+    return std::vector<Tensor>{mul(a, 2.0)};
+  });
+  absl::StatusOr<Graph> good = capture([&] { return std::vector<Tensor>{mul(a, 2.0)}; });
+  set_step_agreement(nullptr);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("this rank's batch is bad"), absl::string_view::npos) << graph.status();
+  ASSERT_TRUE(good.ok()) << good.status();
+  ASSERT_EQ(agreed_fingerprints.size(), 2u);
+  EXPECT_EQ(agreed_fingerprints[0], 0u);
+  EXPECT_NE(agreed_fingerprints[1], 0u);
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
 }
 
 TEST(CaptureTest, TensorEscapingTheStepFailsCapture) {
