@@ -370,6 +370,7 @@ struct GraphedStep::Impl {
       absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), *e.recorded, pool->arena);
       if (!s.ok()) {
         e.recorded.reset();
+        e.static_inputs.clear();   // an eager-only signature needs none (nor counts them against max_bytes)
         e.eager_only = true;
         fallback(e.signature, absl::StrCat("capture refused: ", s.message()));
         return eager(inputs);
@@ -413,6 +414,7 @@ struct GraphedStep::Impl {
     copy_back(e, inputs);
     for (Tensor& t : outs) t = over_caller_input(e, t, inputs);   // NOTE [ Outputs over the static inputs ]
     if (!recorded.ok()) {
+      e.static_inputs.clear();   // an eager-only signature needs none (nor counts them against max_bytes)
       e.eager_only = true;
       fallback(e.signature, absl::StrCat("capture refused: ", recorded.status().message()));
       return outs;

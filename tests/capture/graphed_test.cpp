@@ -362,6 +362,42 @@ TEST(GraphedStepTest, ARefusedCaptureRunsEagerlyAndNamesTheSignature) {
       << step.last_fallback();
 }
 
+// A signature whose recording or capture run was refused runs eagerly from
+// then on and needs no static inputs. It used to keep them: counted in
+// stats().input_bytes and against max_bytes, where they pushed the graphs
+// that do replay out (released as least recently used).
+TEST(GraphedStepTest, ARefusedSignatureKeepsNoStaticInputs) {
+  int calls = 0;
+  GraphedStep step(
+      [&](const std::vector<Tensor>& in) {
+        if (in[0].dim() == 1) (void)in[0].sum().item<float>();   // [n]: a host read refuses the recording
+        // [2, n]: a host number that changes per call refuses the capture run
+        return std::vector<Tensor>{mul(in[0], in[0].dim() == 2 ? static_cast<double>(++calls) : 1.0).sum()};
+      },
+      {.log = false});
+  for (int i = 0; i < 4; ++i) {
+    step({full({3}, 1.0)});
+    step({full({2, 5}, 1.0)});
+  }
+  EXPECT_EQ(step.stats().graphs, 0);
+  EXPECT_EQ(step.stats().input_bytes, 0);
+  // Within a cap that holds one graph and its inputs, the refused
+  // signatures leave that graph alone.
+  GraphedStep capped(
+      [&](const std::vector<Tensor>& in) {
+        if (in[0].numel() == 4096) (void)in[0].sum().item<float>();   // refused
+        return std::vector<Tensor>{in[0].sum()};
+      },
+      {.max_bytes = 4096, .log = false});
+  for (int i = 0; i < 4; ++i) {
+    capped({full({4096}, 1.0)});   // 16 KiB of static input, were it kept
+    capped({full({8}, 1.0)});
+  }
+  EXPECT_EQ(capped.stats().graphs, 1);
+  EXPECT_EQ(capped.stats().released, 0);
+  EXPECT_EQ(capped.stats().replays, 2);
+}
+
 TEST(GraphedStepTest, AReplayRefusedForItsPreconditionsRunsEagerly) {
   // zero_grad() between calls of a forward+backward step: the graph was
   // captured accumulating, so its replays are refused and the calls run
