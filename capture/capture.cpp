@@ -176,6 +176,7 @@ absl::Status recorded_run(const Step& step, const CaptureOptions& options, const
                                                    "; check the batch in the static inputs"));
   }
   for (const Tensor& t : outs) rec.mark_output(t.storage());
+  if (!rec.refusal().empty()) return absl::FailedPreconditionError(rec.refusal());
   if (rec.first_host_access() != nullptr) {
     const int64_t k = rec.kernels_before_host_access();
     absl::Status s =
@@ -240,7 +241,13 @@ absl::Status record(const Step& step, const CaptureOptions& options, int eager_r
   // CUDA reports of earlier eager steps (the warm-ups above) surface here as
   // an error, not in the recorded run (NOTE [ Kernel error words ]).
   if (gpu.has_value()) current_stream(*gpu).synchronize();
-  const absl::Status recorded = recorded_run(step, options, gpu, rec, outs);
+  // A step that throws is refused like any other recording: it must not
+  // skip the agreement below, which the other ranks are waiting in.
+  absl::Status recorded;
+  if (absl::Status thrown = status_of([&] { recorded = recorded_run(step, options, gpu, rec, outs); });
+      !thrown.ok()) {
+    recorded = thrown;
+  }
   // Every rank takes part in the agreement, also one whose recording was
   // refused (fingerprint 0), so that no rank waits for it in vain.
   const absl::Status agreed = agree_on_step(recorded.ok() ? step_fingerprint(rec.trace()) : 0,
@@ -387,6 +394,7 @@ class CaptureObserver final : public StepObserver {
   }
 
   size_t launches() const { return launches_; }
+  std::string refusal;         // why the step cannot be captured, found outside a launch (a nested replay)
   std::vector<Guard> guards;   // every persistent storage the run touched, once
   std::vector<capture_internal::HostCondition> conditions;   // every host state the run used, once
 
@@ -470,6 +478,7 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
   });
   for (const capture_internal::HostCondition& c : cap.conditions) capture_internal::set_condition(c, c.before);
   if (!executable.ok()) return executable.status();
+  if (!cap.refusal.empty()) return absl::FailedPreconditionError(cap.refusal);
   if (cap.launches() != g.trace.kernels.size() || arena.next != static_cast<int64_t>(arena.sizes.size())) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "capture: the capture run issued %d kernels and %d allocations, the recorded warm-up %d and %d; the step "
@@ -520,12 +529,20 @@ absl::Status bind(const Step& step, const CaptureOptions& options, Graph::Impl& 
 // must only take. So it is refused (the outer capture goes on). Profiling
 // inside a captured step is refused the same way (profile_eager); a capture
 // inside a profiled step works: its scopes hand back to the profiler.
-bool inside_capture() {
+// A Graph replayed inside a recorded or captured step is refused, and so is
+// the outer capture: the replay's kernels never pass the stream, so the
+// recorder would not see them and the outer graph would not hold them
+// (Graph::replay, refuse_replay_inside_capture). A GraphedStep called there
+// runs its step eagerly, where the outer capture sees every kernel.
+
+// The Recorder or CaptureObserver watching this thread's step, or nullptr.
+StepObserver* capture_observer_here() {
   const Stream& cpu = current_stream(kCPU);   // every StepObserverScope installs on it
-  if (!cpu.observed_here()) return false;
-  const StepObserver* o = cpu.observer();
-  return dynamic_cast<const Recorder*>(o) != nullptr || dynamic_cast<const CaptureObserver*>(o) != nullptr;
+  if (!cpu.observed_here()) return nullptr;
+  StepObserver* o = cpu.observer();
+  return dynamic_cast<Recorder*>(o) != nullptr || dynamic_cast<CaptureObserver*>(o) != nullptr ? o : nullptr;
 }
+
 
 absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const Step& step, const CaptureOptions& options) {
   if (options.warmup < 1) return absl::InvalidArgumentError("capture: warmup must be at least 1 (the recorded run)");
@@ -540,7 +557,7 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const Step& step, cons
           i, options.inputs[i] == nullptr ? "null" : "an undefined tensor"));
     }
   }
-  if (inside_capture()) {
+  if (capture_observer_here() != nullptr) {
     return absl::FailedPreconditionError(
         "capture: called inside a step that another capture() is recording or capturing; a captured step cannot "
         "capture a step itself: capture each step on its own, outside the other's step");
@@ -571,7 +588,7 @@ Tensor view_at(const Ref<Storage>& storage, int64_t offset, const Tensor& like) 
 
 absl::StatusOr<std::unique_ptr<Graph::Impl>> record_and_plan(const Step& step, const CaptureOptions& options,
                                                              std::vector<Tensor>& outputs) {
-  if (inside_capture()) {
+  if (capture_observer_here() != nullptr) {
     return absl::FailedPreconditionError(
         "capture: a graphed step called inside a step that capture() is recording or capturing; call it outside");
   }
@@ -583,6 +600,26 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> record_and_plan(const Step& step, c
   });
   if (!s.ok()) return s;
   return g;
+}
+
+bool inside_capture() { return capture_observer_here() != nullptr; }
+
+absl::Status refuse_replay_inside_capture() {
+  StepObserver* o = capture_observer_here();
+  if (o == nullptr) return absl::OkStatus();
+  // Refused in the enclosing capture too, so that a step that drops this
+  // Status is not captured without the inner graph's work.
+  const std::string why =
+      "capture: the step replays a Graph; a replay runs its kernels without the stream, so neither the recorded "
+      "warm-up nor the captured graph would hold them. Write the inner step's code into the step (it is captured "
+      "with the rest), or replay the graphs one after the other outside any step";
+  if (auto* rec = dynamic_cast<Recorder*>(o)) {
+    rec->refuse(why);
+  } else if (auto* cap = dynamic_cast<CaptureObserver*>(o); cap->refusal.empty()) {
+    cap->refusal = why;
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("replay: called inside a step that capture() is recording or capturing; ", why.substr(9)));
 }
 
 absl::Status capture_into(const Step& step, const CaptureOptions& options, Graph::Impl& g,

@@ -23,6 +23,7 @@ absl::Status Graph::replay() {
 }
 
 absl::Status Graph::replay(absl::Span<const Tensor> data) {
+  if (absl::Status s = capture_internal::refuse_replay_inside_capture(); !s.ok()) return s;   // before any copy
   const std::vector<Tensor>& inputs = impl_->inputs;
   if (data.size() != inputs.size()) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -285,6 +286,7 @@ absl::Status Graph::Impl::replay_verified() {
 }
 
 absl::Status Graph::Impl::replay_once() {
+  if (absl::Status s = capture_internal::refuse_replay_inside_capture(); !s.ok()) return s;
   if (absl::Status s = check_guards(); !s.ok()) return s;
   if (verify_every > 0 && (replays + 1) % verify_every == 0) {
     ++replays;
@@ -356,6 +358,7 @@ absl::Status Graph::Impl::check_guards() const {
 }
 
 absl::Status Graph::Impl::replay_timed(std::vector<int64_t>& stamps) {
+  if (absl::Status s = capture_internal::refuse_replay_inside_capture(); !s.ok()) return s;
   if (absl::Status s = check_guards(); !s.ok()) return s;
   absl::Status s = executable->replay_timed(stamps);
   if (s.ok()) {

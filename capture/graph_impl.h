@@ -64,6 +64,12 @@ struct HostCondition {
 bool condition_value(const HostCondition& c);
 void set_condition(const HostCondition& c, bool value);
 
+// FailedPrecondition when this thread runs a step that capture() is
+// recording or capturing, which is then refused too: a replay's kernels
+// bypass the stream, so the enclosing capture would leave them out (NOTE
+// [ Nested captures ] in capture/capture.cpp). OK otherwise.
+absl::Status refuse_replay_inside_capture();
+
 // A new handle on `storage` at element `offset`, with `like`'s shape,
 // strides and dtype (an output moved into an arena or a region).
 Tensor view_at(const Ref<Storage>& storage, int64_t offset, const Tensor& like);

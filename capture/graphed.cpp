@@ -233,20 +233,43 @@ struct GraphedStep::Impl {
     copy_back(e, inputs);
     ++stats.replays;
     ++e.replays;
-    return hand_out(e);
+    return hand_out(e, inputs);
   }
 
   // The replay's outputs as the caller gets them: fresh handles on the
-  // output region (a persistent tensor the step returned, as it is).
-  std::vector<Tensor> hand_out(Entry& e) {
+  // output region (a persistent tensor the step returned, as it is; one
+  // over a static input, over the caller's input).
+  std::vector<Tensor> hand_out(Entry& e, const std::vector<Tensor>& inputs) {
     Graph::Impl& g = e.graph->internals();
     e.returned.clear();
     for (const capture_internal::HeldTensor& held : g.outputs) {
       const Tensor& t = held.get();
-      e.returned.push_back(g.output_arena && t.storage() == g.output_arena.get() ? view_on(g.output_arena, t) : t);
+      e.returned.push_back(g.output_arena && t.storage() == g.output_arena.get() ? view_on(g.output_arena, t)
+                                                                               : over_caller_input(e, t, inputs));
     }
     e.region_refs = g.output_arena ? g.output_arena->use_count() : 0;
     return e.returned;
+  }
+
+  // NOTE [ Outputs over the static inputs ]: an eager call returns what the
+  // step returned, so an input it returns (or a view of one) is the
+  // caller's own tensor. A graphed step returns its static input instead,
+  // which the signature's next call overwrites with that call's inputs:
+  // kept outputs (labels gathered for an epoch's accuracy) would all read
+  // the last batch. So such an output is handed out over the caller's
+  // tensor, which copy_back() has brought up to date (the static input is
+  // a contiguous clone of it), or as a copy where the caller's tensor is
+  // laid out otherwise. Other outputs are returned as they are.
+  static Tensor over_caller_input(const Entry& e, const Tensor& out, const std::vector<Tensor>& inputs) {
+    if (!out.defined()) return out;
+    for (size_t i = 0; i < e.static_inputs.size(); ++i) {
+      const Tensor& in = e.static_inputs[i];
+      if (out.storage() != in.storage()) continue;
+      if (!inputs[i].is_contiguous() || !in.is_contiguous() || in.storage_offset() != 0) return out.clone();
+      return capture_internal::view_at(inputs[i].impl()->storage, inputs[i].storage_offset() + out.storage_offset(),
+                                       out);
+    }
+    return out;
   }
 
   // NOTE [ Outputs the caller keeps ]: an eager call returns new tensors,
@@ -284,6 +307,14 @@ struct GraphedStep::Impl {
       ENCORE_CHECK(inputs[i].defined(), "graphed step: input %d is an undefined tensor", i);
     }
     const std::string sig = signature(inputs, key);
+    // NOTE [ Nested captures ] (capture/capture.cpp): inside a step that
+    // capture() records or captures, a replay or capture run of ours would
+    // hide its kernels from the outer one; an eager call shows them all.
+    if (capture_internal::inside_capture()) {
+      fallback(sig, "called inside a step that capture() is recording or capturing: the enclosing capture "
+                    "must see this step's kernels");
+      return eager(inputs);
+    }
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].requires_grad()) {
         fallback(sig, absl::StrFormat("input %d requires grad: a graph's static inputs pass no gradient back to "
@@ -339,6 +370,7 @@ struct GraphedStep::Impl {
       absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), *e.recorded, pool->arena);
       if (!s.ok()) {
         e.recorded.reset();
+        e.static_inputs.clear();   // an eager-only signature needs none (nor counts them against max_bytes)
         e.eager_only = true;
         fallback(e.signature, absl::StrCat("capture refused: ", s.message()));
         return eager(inputs);
@@ -359,21 +391,30 @@ struct GraphedStep::Impl {
     std::vector<uint32_t> versions;
     for (const Tensor& t : e.static_inputs) versions.push_back(t.version());
     bool completed = false;
+    // What the step returned, as an eager call returns it: a refused
+    // recording may not have handed it on (an undefined output is refused
+    // before the outputs are).
+    std::vector<Tensor> returned;
     auto step = [&] {
       std::vector<Tensor> outs = fn(e.static_inputs);
       completed = true;
+      returned = detached(outs);
       return outs;
     };
     std::vector<Tensor> outs;
     absl::StatusOr<std::unique_ptr<Graph::Impl>> recorded =
         capture_internal::record_and_plan(step, capture_options(), outs);
     if (!completed) throw Error(recorded.status());   // the step itself failed, as it would eagerly
+    if (!recorded.ok()) outs = std::move(returned);
+    returned.clear();
     e.written.clear();
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (e.static_inputs[i].version() != versions[i]) e.written.push_back(i);
     }
     copy_back(e, inputs);
+    for (Tensor& t : outs) t = over_caller_input(e, t, inputs);   // NOTE [ Outputs over the static inputs ]
     if (!recorded.ok()) {
+      e.static_inputs.clear();   // an eager-only signature needs none (nor counts them against max_bytes)
       e.eager_only = true;
       fallback(e.signature, absl::StrCat("capture refused: ", recorded.status().message()));
       return outs;

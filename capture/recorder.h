@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -29,6 +30,12 @@ class Recorder final : public StepObserver {
   void on_allocate(const Storage& storage) override;
   void on_free(const Storage& storage) override;
 
+  // Refuses the step for a reason found outside its launches (a Graph
+  // replayed inside it); the first reason is kept.
+  void refuse(std::string why) {
+    if (refusal_.empty()) refusal_ = std::move(why);
+  }
+  const std::string& refusal() const { return refusal_; }
   // Marks the temporary behind `storage` (if any) as a step output.
   void mark_output(const Storage* storage);
   // The temporaries still alive that are not outputs (they escaped the step).
@@ -49,6 +56,7 @@ class Recorder final : public StepObserver {
   const char* first_host_access_ = nullptr;
   int64_t kernels_before_host_access_ = 0;
   Phase host_access_phase_ = Phase::kForward;
+  std::string refusal_;
   absl::flat_hash_map<uint64_t, int32_t> live_;   // Storage::id() -> temporary id
 };
 

@@ -36,4 +36,8 @@ absl::StatusOr<std::unique_ptr<Graph::Impl>> record_and_plan(const std::function
 absl::Status capture_into(const std::function<std::vector<Tensor>()>& step, const CaptureOptions& options,
                           Graph::Impl& g, const Ref<Storage>& shared);
 
+// Whether this thread runs a step that capture() (or a GraphedStep) is
+// recording or capturing (NOTE [ Nested captures ] in capture/capture.cpp).
+bool inside_capture();
+
 }  // namespace encore::capture_internal

@@ -72,7 +72,9 @@
 // outlives it without being an output, or an exception thrown by the step
 // make capture() return a Status; the model and optimizer stay usable. So
 // does a capture() called inside a step that another capture() records or
-// captures (a profiler's eager run around capture() is fine).
+// captures, or a Graph replayed there (its kernels bypass the stream, so the
+// outer graph would leave them out; a GraphedStep called there runs its step
+// eagerly instead); a profiler's eager run around capture() is fine.
 #pragma once
 
 #include <functional>
@@ -166,8 +168,9 @@ class Graph {
   // Runs the captured step once. Refuses (FailedPrecondition) when a tensor the
   // graph reads or writes was freed since capture (no handle left but
   // graphs', this one's or others': a static input dropped, a tensor
-  // replaced whose old one nothing else holds; see "Not seen" above), or a
-  // check of the contract above fails. Returns InvalidArgument,
+  // replaced whose old one nothing else holds; see "Not seen" above), when
+  // called inside a step that capture() records or captures (that capture
+  // is refused too), or when a check of the contract above fails. Returns InvalidArgument,
   // naming the op, when a kernel met bad data the host could not check first
   // (a class id or embedding index out of range: src/core/kernel_errors.h);
   // the step has then run with those rows left out. On CUDA replay() only

@@ -40,7 +40,9 @@
 // call's would, however long the caller keeps them: a replay whose
 // previous outputs (or views of them) the caller still holds first moves
 // those to a copy of their own (stats().kept_outputs counts it; a caller that
-// reads the loss and drops it pays nothing). When a graph needs a larger arena than the
+// reads the loss and drops it pays nothing). An input the step returns (or
+// a view of one) is the caller's own tensor, as eagerly (a copy where the
+// caller's tensor is not contiguous). When a graph needs a larger arena than the
 // shared one, a larger one is made and the older graphs move into it at
 // their next call (a capture run, counted in stats().recaptures).
 //

@@ -29,6 +29,7 @@
 #include "encore/nn.h"
 #include "encore/optim.h"
 #include "src/core/allocator.h"
+#include "src/core/process_agreement.h"
 #include "src/core/step_observer.h"
 #include "src/core/stream.h"
 #include "tests/backends/cuda_test_util.h"
@@ -498,6 +499,68 @@ TEST(CaptureTest, CaptureInsideACapturedStepIsRefused) {
   EXPECT_EQ(graph->stats().kernels, alone->stats().kernels);
   EXPECT_EQ(graph->stats().temporaries, alone->stats().temporaries);
   EXPECT_TRUE(graph->replay().ok());
+}
+
+// NOTE [ Nested captures ]: a Graph's replay runs its kernels without the
+// stream, so inside a recorded or captured step neither the recorder nor the
+// capture run would see them: the outer graph used to be captured without
+// the inner graph's work (and the capture run, which computes nothing, ran
+// it for real). The replay is refused there, and so is the outer capture,
+// even when the step drops the replay's Status.
+TEST(CaptureTest, AGraphReplayedInsideACapturedStepIsRefused) {
+  Tensor a = full({4}, 1.0), b = zeros({4}), c = zeros({4});
+  absl::StatusOr<Graph> inner = capture([&] {
+    b.add_(a);
+    return std::vector<Tensor>{};
+  });
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  std::vector<absl::Status> nested;
+  absl::StatusOr<Graph> outer = capture([&] {
+    nested.push_back(inner->replay());   // a step that only collects the Status
+    c.add_(b);
+    return std::vector<Tensor>{};
+  });
+  ASSERT_FALSE(outer.ok());
+  EXPECT_EQ(outer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(outer.status().message().find("replays a Graph"), absl::string_view::npos) << outer.status();
+  ASSERT_EQ(nested.size(), 2u);   // the first warm-up, then the recorded one
+  EXPECT_TRUE(nested[0].ok()) << nested[0];   // the first warm-up is not watched
+  EXPECT_EQ(nested[1].code(), absl::StatusCode::kFailedPrecondition) << nested[1];
+  EXPECT_NE(nested[1].message().find("inside a step that capture() is recording or capturing"),
+            absl::string_view::npos) << nested[1];
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(4, 3.f));   // two inner warm-ups and one eager replay
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
+  EXPECT_TRUE(inner->replay().ok());   // outside any step it replays as before
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(4, 4.f));
+}
+
+// NOTE [ Same step on every rank ]: a rank whose recorded run is refused
+// still takes part in the agreement (fingerprint 0), so that the others
+// learn at once instead of waiting for it until their timeout. A step that
+// threw in the recorded run (a bad batch on one rank) used to skip it.
+std::vector<uint64_t> agreed_fingerprints;
+
+TEST(CaptureTest, AStepThrowingInTheRecordedRunStillTakesPartInTheAgreement) {
+  agreed_fingerprints.clear();
+  set_step_agreement([](uint64_t fingerprint, int64_t) {
+    agreed_fingerprints.push_back(fingerprint);
+    return absl::OkStatus();
+  });
+  const Tensor a = full({4}, 1.0);
+  int calls = 0;
+  absl::StatusOr<Graph> graph = capture([&] {
+    if (++calls == 2) throw Error(absl::InvalidArgumentError("this rank's batch is bad"));   // the recorded run
+    return std::vector<Tensor>{mul(a, 2.0)};
+  });
+  absl::StatusOr<Graph> good = capture([&] { return std::vector<Tensor>{mul(a, 2.0)}; });
+  set_step_agreement(nullptr);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("this rank's batch is bad"), absl::string_view::npos) << graph.status();
+  ASSERT_TRUE(good.ok()) << good.status();
+  ASSERT_EQ(agreed_fingerprints.size(), 2u);
+  EXPECT_EQ(agreed_fingerprints[0], 0u);
+  EXPECT_NE(agreed_fingerprints[1], 0u);
+  EXPECT_EQ(current_stream(kCPU).observer(), nullptr);
 }
 
 TEST(CaptureTest, TensorEscapingTheStepFailsCapture) {

@@ -362,6 +362,42 @@ TEST(GraphedStepTest, ARefusedCaptureRunsEagerlyAndNamesTheSignature) {
       << step.last_fallback();
 }
 
+// A signature whose recording or capture run was refused runs eagerly from
+// then on and needs no static inputs. It used to keep them: counted in
+// stats().input_bytes and against max_bytes, where they pushed the graphs
+// that do replay out (released as least recently used).
+TEST(GraphedStepTest, ARefusedSignatureKeepsNoStaticInputs) {
+  int calls = 0;
+  GraphedStep step(
+      [&](const std::vector<Tensor>& in) {
+        if (in[0].dim() == 1) (void)in[0].sum().item<float>();   // [n]: a host read refuses the recording
+        // [2, n]: a host number that changes per call refuses the capture run
+        return std::vector<Tensor>{mul(in[0], in[0].dim() == 2 ? static_cast<double>(++calls) : 1.0).sum()};
+      },
+      {.log = false});
+  for (int i = 0; i < 4; ++i) {
+    step({full({3}, 1.0)});
+    step({full({2, 5}, 1.0)});
+  }
+  EXPECT_EQ(step.stats().graphs, 0);
+  EXPECT_EQ(step.stats().input_bytes, 0);
+  // Within a cap that holds one graph and its inputs, the refused
+  // signatures leave that graph alone.
+  GraphedStep capped(
+      [&](const std::vector<Tensor>& in) {
+        if (in[0].numel() == 4096) (void)in[0].sum().item<float>();   // refused
+        return std::vector<Tensor>{in[0].sum()};
+      },
+      {.max_bytes = 4096, .log = false});
+  for (int i = 0; i < 4; ++i) {
+    capped({full({4096}, 1.0)});   // 16 KiB of static input, were it kept
+    capped({full({8}, 1.0)});
+  }
+  EXPECT_EQ(capped.stats().graphs, 1);
+  EXPECT_EQ(capped.stats().released, 0);
+  EXPECT_EQ(capped.stats().replays, 2);
+}
+
 TEST(GraphedStepTest, AReplayRefusedForItsPreconditionsRunsEagerly) {
   // zero_grad() between calls of a forward+backward step: the graph was
   // captured accumulating, so its replays are refused and the calls run
@@ -459,6 +495,86 @@ TEST(GraphedStepTest, InputsThatRequireGradRunEagerlyAndGetTheirGradients) {
   EXPECT_EQ(bits(graphed_x.grad()), bits(eager_x.grad()));
   EXPECT_EQ(graphed.stats().replays, 0);
   EXPECT_NE(graphed.last_fallback().find("input 0 requires grad"), std::string::npos) << graphed.last_fallback();
+}
+
+// NOTE [ Nested captures ] (capture/capture.cpp): a graphed step called
+// inside a step that capture() records or captures runs eagerly, so the
+// enclosing graph holds its kernels; its own replay there would have been
+// invisible to the outer capture, whose replays then left its work out.
+TEST(GraphedStepTest, AGraphedStepInsideACapturedStepRunsInTheOuterGraph) {
+  Tensor b = zeros({4}), c = zeros({4});
+  GraphedStep inner(
+      [&](const std::vector<Tensor>& in) {
+        b.add_(in[0]);
+        return std::vector<Tensor>{};
+      },
+      {.log = false});
+  const Tensor one = full({4}, 1.0);
+  for (int i = 0; i < 3; ++i) inner({one});   // warm-up, recorded call, capture and first replay
+  ASSERT_EQ(inner.stats().replays, 1);
+  absl::StatusOr<Graph> outer = capture([&] {
+    inner({one});
+    c.add_(b);
+    return std::vector<Tensor>{};
+  });
+  ASSERT_TRUE(outer.ok()) << outer.status();
+  // Eagerly: b = 3 + 2 warm-ups = 5 (the capture run computes nothing), c = 4 + 5 = 9.
+  ASSERT_EQ(b.to_vector<float>(), std::vector<float>(4, 5.f));
+  ASSERT_EQ(c.to_vector<float>(), std::vector<float>(4, 9.f));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(outer->replay().ok());
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(4, 8.f));
+  EXPECT_EQ(c.to_vector<float>(), std::vector<float>(4, 9.f + 6.f + 7.f + 8.f));
+  EXPECT_EQ(inner.stats().replays, 2);   // and once in the outer first warm-up, which nothing watches
+  EXPECT_NE(inner.last_fallback().find("inside a step that capture() is recording or capturing"),
+            std::string::npos) << inner.last_fallback();
+}
+
+// NOTE [ Outputs over the static inputs ] (capture/graphed.cpp): a step
+// that returns its input (labels handed back beside the loss, a view of the
+// batch) gives the caller its own tensor, as an eager call does. Graphed,
+// such outputs used to be the signature's static input, which the next
+// call overwrote: every kept one read the last batch. A transposed input
+// (not laid out as its contiguous static copy) comes back as a copy.
+TEST(GraphedStepTest, InputsTheStepReturnsKeepTheirCallsValues) {
+  const GraphedStep::Fn fn = [](const std::vector<Tensor>& in) {
+    return std::vector<Tensor>{in[0].sum(), in[1], in[0].select(0, 1), mul(in[0], 2.0)};
+  };
+  GraphedStep graphed(fn, {.log = false});
+  std::vector<std::vector<Tensor>> eager_kept, graphed_kept;
+  std::vector<Tensor> graphed_inputs;
+  for (int i = 0; i < 6; ++i) {
+    const std::vector<Tensor> in = batch(4, i);
+    // Every other call passes the features transposed back from a [12, 4] tensor.
+    const Tensor x = i % 2 == 0 ? in[0].clone() : in[0].t().clone().t();
+    eager_kept.push_back(fn({x.clone(), in[1].clone()}));
+    graphed_inputs = {x, in[1].clone()};
+    graphed_kept.push_back(graphed(graphed_inputs));
+    if (i == 4) {
+      EXPECT_EQ(graphed_kept.back()[1].storage(), graphed_inputs[1].storage()) << "the caller's own labels";
+    }
+  }
+  EXPECT_EQ(graphed.stats().replays, 4);
+  for (size_t i = 0; i < eager_kept.size(); ++i) {
+    for (size_t j = 0; j < eager_kept[i].size(); ++j) {
+      EXPECT_EQ(bits(graphed_kept[i][j]), bits(eager_kept[i][j])) << "call " << i << ", output " << j;
+    }
+  }
+}
+
+// A step returning an undefined tensor cannot be captured, so its
+// signature runs eagerly; the recorded call, refused for it, used to return
+// no outputs at all where the eager call returns both.
+TEST(GraphedStepTest, AStepReturningAnUndefinedTensorReturnsItOnEveryCall) {
+  const GraphedStep::Fn fn = [](const std::vector<Tensor>& in) { return std::vector<Tensor>{in[0].sum(), Tensor()}; };
+  GraphedStep graphed(fn, {.log = false});
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<Tensor> out = graphed({full({3}, static_cast<double>(i))});
+    ASSERT_EQ(out.size(), 2u) << "call " << i;
+    EXPECT_EQ(out[0].to_vector<float>(), std::vector<float>{3.f * i}) << "call " << i;
+    EXPECT_FALSE(out[1].defined()) << "call " << i;
+  }
+  EXPECT_EQ(graphed.stats().replays, 0);
+  EXPECT_NE(graphed.last_fallback().find("undefined tensor"), std::string::npos) << graphed.last_fallback();
 }
 
 // CaptureOptions::verify_every applies to a GraphedStep's graphs: a step
