@@ -148,7 +148,8 @@ class Embedding : public Module {
 };
 
 // Zeroes elements with probability p while training (and scales the others
-// by 1 / (1 - p)). p must be in [0, 1): refused (encore::Error) when built.
+// by 1 / (1 - p)). p must be in [0, 1] (1: zeros, as PyTorch): refused
+// (encore::Error) when built.
 class Dropout : public Module {
  public:
   explicit Dropout(double p);
@@ -286,7 +287,7 @@ class Mlp : public Module {
 // Gpt's (and its blocks') configuration. Checked when a Gpt,
 // TransformerBlock or CausalSelfAttention is built (encore::Error naming the
 // class and the field): every size positive, n_embd divisible by n_head,
-// dropout in [0, 1), and the tensors' element counts within int64.
+// dropout in [0, 1], and the tensors' element counts within int64.
 struct GptConfig {
   int64_t vocab_size = 65;
   int64_t block_size = 64;    // longest sequence (T <= block_size)

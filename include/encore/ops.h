@@ -193,7 +193,8 @@ Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight 
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // weight [V, D], indices (i32/i64) of any shape -> [..., D].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
-// Zeroes each element with probability p and scales the rest by 1/(1-p).
+// Zeroes each element with probability p in [0, 1] and scales the rest by
+// 1/(1-p); p = 1 gives zeros (and a zero gradient) without drawing.
 // The mask comes from gen's Philox stream (seed and offset live in gen's
 // state tensor and the offset advances inside the kernel), so a step is
 // reproducible from the seed. training=false returns a.

@@ -287,8 +287,8 @@ absl::StatusOr<Config> read_config(const std::string& config_json) {
     double rate = kDefaultPdrop;
     if (j.contains(key)) {
       const Json& v = j[key];
-      if (!v.is_number() || !(v.get<double>() >= 0.0 && v.get<double>() < 1.0)) {
-        return bad(absl::StrCat(key, " is ", v.dump(), ": a dropout rate must be a number in [0, 1)"));
+      if (!v.is_number() || !(v.get<double>() >= 0.0 && v.get<double>() <= 1.0)) {
+        return bad(absl::StrCat(key, " is ", v.dump(), ": a dropout rate must be a number in [0, 1]"));
       }
       rate = v.get<double>();
     }

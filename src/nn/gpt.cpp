@@ -36,7 +36,7 @@ void check_gpt_config(const char* who, const GptConfig& cfg) {
   }
   ENCORE_CHECK(cfg.n_embd % cfg.n_head == 0, "%s: n_embd %d must divide into n_head %d heads", who, cfg.n_embd,
                cfg.n_head);
-  ENCORE_CHECK(cfg.dropout >= 0.0 && cfg.dropout < 1.0, "%s: GptConfig::dropout must be in [0, 1), got %g", who,
+  ENCORE_CHECK(cfg.dropout >= 0.0 && cfg.dropout <= 1.0, "%s: GptConfig::dropout must be in [0, 1], got %g", who,
                cfg.dropout);
   ENCORE_CHECK(product_fits(cfg.block_size, cfg.block_size) && cfg.n_embd <= std::numeric_limits<int64_t>::max() / 4 &&
                    product_fits(4 * cfg.n_embd, cfg.n_embd) &&

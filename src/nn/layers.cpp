@@ -28,7 +28,7 @@ Embedding::Embedding(int64_t num, int64_t dim, Init init) {
 }
 
 Dropout::Dropout(double p) : p_(p) {
-  ENCORE_CHECK(p >= 0.0 && p < 1.0, "Dropout: p must be in [0, 1), got %g", p);   // NaN fails too
+  ENCORE_CHECK(p >= 0.0 && p <= 1.0, "Dropout: p must be in [0, 1], got %g", p);   // NaN fails too
 }
 
 Mlp::Mlp(std::vector<int64_t> widths, Activation act, Init init) : act_(act) {

@@ -234,9 +234,16 @@ Tensor dropout(const Tensor& a, double p, bool training, Generator* gen) {
   constexpr const char* kOp = "dropout";
   ops::check_defined(kOp, a, "input");
   ops::check_float(kOp, a);
-  ENCORE_CHECK(p >= 0.0 && p < 1.0, "dropout: p must be in [0, 1), got %g (input %s %s)", p,
+  ENCORE_CHECK(p >= 0.0 && p <= 1.0, "dropout: p must be in [0, 1], got %g (input %s %s)", p,
                shape_str(a.shape()), dtype_name(a.dtype()));
   if (!training || p == 0.0) return a;
+  if (p == 1.0) {   // as PyTorch: every element dropped (NaN too), gradient 0, nothing drawn
+    Tensor out = zeros(a.shape(), a.dtype(), a.device());
+    if (autograd::any_requires_grad(a)) {
+      autograd::record(kOp, {a}, out, [](const Tensor& grad) -> Grads { return {zeros(grad.shape(), grad.dtype(), grad.device())}; });
+    }
+    return out;
+  }
   Generator& g = gen != nullptr ? *gen : default_generator(a.device());
   ENCORE_CHECK(g.device() == a.device(), "dropout: generator on %s cannot draw for input %s on %s",
                g.device().str(), shape_str(a.shape()), a.device().str());

@@ -197,7 +197,7 @@ TEST(HfGpt2Test, ConfigKeysThatChangeTheArithmeticAreRefused) {
 // GPT-2's three dropout rates become GptConfig::dropout (before, they were
 // not read and every loaded model had dropout 0): equal rates are that
 // rate, absent ones transformers' default 0.1; rates that differ (encore's
-// Gpt has one) or are not in [0, 1) are refused, naming the key and value.
+// Gpt has one) or are not in [0, 1] are refused, naming the key and value.
 TEST(HfGpt2Test, DropoutRatesAreReadOrRefused) {
   const std::string path = ::testing::TempDir() + "/dropout_config.json";
   const nlohmann::json base = {{"model_type", "gpt2"}, {"vocab_size", 5}, {"n_positions", 4},
@@ -221,9 +221,9 @@ TEST(HfGpt2Test, DropoutRatesAreReadOrRefused) {
   for (auto [key, value, parts] : std::vector<std::tuple<std::string, nlohmann::json, std::vector<std::string>>>{
            {"attn_pdrop", 0.5, {"attn_pdrop is 0.5 but resid_pdrop is 0", "one dropout rate"}},
            {"resid_pdrop", 0.5, {"embd_pdrop is 0 but resid_pdrop is 0.5", "one dropout rate"}},
-           {"embd_pdrop", 1.0, {"embd_pdrop is 1.0", "[0, 1)"}},
-           {"resid_pdrop", -0.1, {"resid_pdrop is -0.1", "[0, 1)"}},
-           {"attn_pdrop", "0.1", {"attn_pdrop is \"0.1\"", "[0, 1)"}}}) {
+           {"embd_pdrop", 1.5, {"embd_pdrop is 1.5", "[0, 1]"}},
+           {"resid_pdrop", -0.1, {"resid_pdrop is -0.1", "[0, 1]"}},
+           {"attn_pdrop", "0.1", {"attn_pdrop is \"0.1\"", "[0, 1]"}}}) {
     SCOPED_TRACE(key + " " + value.dump());
     nlohmann::json edited = rates;
     edited[key] = value;

@@ -829,10 +829,24 @@ TEST(NnOpsTest, DropoutBackwardOfHalfDtypesIsTheF32GradientRounded) {
   }
 }
 
+// p = 1 drops everything, as PyTorch (it used to be refused): zeros, NaN
+// included, a zero gradient, and the generator does not advance.
+TEST(NnOpsTest, DropoutOfOneGivesZeros) {
+  Tensor x = from_vector<float>({1, std::nanf(""), -3, INFINITY}).requires_grad_();
+  Generator gen(7);
+  const std::vector<double> state = values(gen.state());
+  Tensor y = dropout(x, 1.0, true, &gen);
+  expect_near(y, {0, 0, 0, 0}, 0, 0);
+  (y * 3.0).sum().backward();
+  expect_near(x.grad(), {0, 0, 0, 0}, 0, 0);
+  EXPECT_EQ(values(gen.state()), state);
+  expect_near(dropout(x, 1.0, false), values(x), 0, 0);   // eval: the input
+}
+
 TEST(NnOpsTest, DropoutErrors) {
   Tensor x = zeros({2, 3});
-  for (double p : {1.0, -0.1, 1.5, std::nan("")}) {
-    expect_error([&] { (void)dropout(x, p); }, kInvalid, {"dropout", "[0, 1)", "[2, 3]"});
+  for (double p : {-0.1, 1.5, std::nan("")}) {
+    expect_error([&] { (void)dropout(x, p); }, kInvalid, {"dropout", "[0, 1]", "[2, 3]"});
   }
   expect_error([] { (void)dropout(zeros({2}, kInt32), 0.5); }, kInvalid, {"dropout", "[2]", "i32"});
 }
