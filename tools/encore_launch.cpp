@@ -16,7 +16,8 @@
 // --backends names and the machine can run: the CPU, and CUDA when built and
 // a GPU answers (each repetition then ends with a synchronize; compare wall
 // times). Otherwise it prints why CUDA was not measured (--backends=cuda on a
-// machine without a GPU measures nothing, says so, and exits 0).
+// machine without a GPU measures nothing there, says so, writes its files and
+// exits 1: a script that asked for CUDA figures must not take none as a pass).
 // CUDA graph update cost when only a pointer changes: for each CUDA chain
 // row, the median ns of one cudaGraphExecKernelNodeSetParams that points the
 // chain's first kernel (which reads x) at another buffer of the same size,
@@ -628,6 +629,10 @@ absl::Status run(const std::vector<int64_t>& counts, const std::vector<encore::D
     const std::string title = absl::StrCat("encore-launch: ns per kernel (median; CPU backend: thread CPU time, ",
                                            "CUDA: wall), eager vs replayed (", machine, ")");
     if (absl::Status s = write_file(path, render_svg(rows, title)); !s.ok()) return s;
+  }
+  if (failed.ok() && cuda_requested() && !cuda_measured) {
+    return absl::FailedPreconditionError(
+        "--backends=cuda asked for CUDA figures, but this build or machine has no usable GPU: none measured");
   }
   return failed;
 }

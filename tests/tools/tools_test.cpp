@@ -297,16 +297,18 @@ TEST(EncoreLaunchTest, SmallRunWritesJsonAndSvg) {
   EXPECT_EQ(points, 2 * static_cast<int>(results.size()));   // each result eager and replayed
 }
 
-// --backends=cuda: without a GPU, nothing measured, said so, exit 0; with
-// one, only CUDA rows, and the graph update cost of the chain.
+// --backends=cuda: without a GPU, nothing measured, said so, the JSON still
+// written, exit 1 (CUDA figures were asked for); with one, only CUDA rows,
+// and the graph update cost of the chain.
 TEST(EncoreLaunchTest, CudaBackendAlone) {
   const std::string json = temp_path("launch_cuda.json");
   const ToolRun run = launch("--backends=cuda --n=1,10 --reps=3 --capture_reps=1 --min_rep_ms=0 --json=" + json);
-  ASSERT_EQ(run.exit_code, 0) << run.err;
   const nlohmann::json j = nlohmann::json::parse(slurp(json));
   const nlohmann::json& cuda = j.at("cuda");
   if (j.at("machine").at("gpu") == "none") {
     if (gpu_required()) FAIL() << "ENCORE_REQUIRE_GPU=1 but encore-launch found no GPU";
+    EXPECT_EQ(run.exit_code, 1) << run.out;
+    EXPECT_THAT(run.err, HasSubstr("--backends=cuda asked for CUDA figures"));
     EXPECT_THAT(cuda.at("status").get<std::string>(), HasSubstr("not measured"));
     EXPECT_THAT(cuda.at("status").get<std::string>(), HasSubstr("--backends=cuda asked for it"));
     EXPECT_THAT(run.out, HasSubstr("cuda graph update (one pointer changed, cudaGraphExecKernelNodeSetParams): "
@@ -315,6 +317,7 @@ TEST(EncoreLaunchTest, CudaBackendAlone) {
     EXPECT_TRUE(cuda.at("graph_update_ns").is_null());
     return;
   }
+  ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(cuda.at("status").get<std::string>(), HasSubstr("cuda: measured"));
   ASSERT_EQ(j.at("results").size(), 5u);
   for (const nlohmann::json& r : j.at("results")) EXPECT_EQ(r.at("backend"), "cuda:0");
