@@ -1,4 +1,5 @@
-// CSV in MiniMalloc's format: id,lower,upper,size[,alignment][,offset].
+// CSV in MiniMalloc's format: id,lower,upper,size[,alignment][,offset], and
+// the older benchmarks' names of the first three columns.
 #include <array>
 #include <cerrno>
 #include <cstdint>
@@ -37,16 +38,40 @@ absl::Status line_error(int line, absl::string_view what) {
 // Where each known column sits in a row; -1 when absent.
 using ColumnIndex = std::array<int, kNumColumns>;
 
-absl::StatusOr<ColumnIndex> parse_header(absl::string_view header, int line) {
+// NOTE [ Older MiniMalloc columns ]: MiniMalloc's reader (src/converter.cc)
+// also takes the names of its older benchmark files: buffer or buffer_id for
+// id, start or begin for lower, and end for upper. An `end` is inclusive
+// (MiniMalloc adds 1 to it), so a buffer read from it has upper = end + 1.
+struct ColumnAlias {
+  absl::string_view name;
+  Column column;
+};
+constexpr std::array<ColumnAlias, 5> kAliases = {{{"buffer", kId},
+                                                  {"buffer_id", kId},
+                                                  {"start", kLower},
+                                                  {"begin", kLower},
+                                                  {"end", kUpper}}};
+
+// *end_inclusive: upper came from an `end` column.
+absl::StatusOr<ColumnIndex> parse_header(absl::string_view header, int line, bool* end_inclusive) {
   ColumnIndex index;
   index.fill(-1);
+  *end_inclusive = false;
   int position = 0;
   for (absl::string_view name : absl::StrSplit(header, ',')) {
     name = absl::StripAsciiWhitespace(name);
     int column = 0;
     while (column < kNumColumns && kColumnNames[column] != name) ++column;
+    for (const ColumnAlias& alias : kAliases) {
+      if (column == kNumColumns && alias.name == name) {
+        column = alias.column;
+        *end_inclusive = *end_inclusive || name == "end";
+      }
+    }
     if (column == kNumColumns) return line_error(line, absl::StrCat("unknown column '", name, "'"));
-    if (index[column] != -1) return line_error(line, absl::StrCat("column '", name, "' appears twice"));
+    if (index[column] != -1) {
+      return line_error(line, absl::StrCat("column '", name, "' appears twice (as '", kColumnNames[column], "')"));
+    }
     index[column] = position++;
   }
   for (int column = 0; column < kNumColumns; ++column) {
@@ -78,7 +103,8 @@ absl::Status check_row(const Buffer& b, int64_t offset, bool has_offset, int lin
   return line_error(line, absl::StrCat("buffer '", b.id, "': ", problem));
 }
 
-absl::Status parse_row(absl::string_view text, const ColumnIndex& index, int line, CsvProblem* out) {
+absl::Status parse_row(absl::string_view text, const ColumnIndex& index, bool end_inclusive, int line,
+                       CsvProblem* out) {
   std::vector<absl::string_view> fields = absl::StrSplit(text, ',');
   int expected = 0;
   for (int position : index) expected += position != -1;
@@ -104,6 +130,12 @@ absl::Status parse_row(absl::string_view text, const ColumnIndex& index, int lin
     if (!value.ok()) return value.status();
     *targets[column] = *value;
   }
+  if (end_inclusive) {   // NOTE [ Older MiniMalloc columns ]
+    if (b.upper == std::numeric_limits<int64_t>::max()) {
+      return line_error(line, absl::StrCat("buffer '", b.id, "': end ", b.upper, " + 1 does not fit in int64"));
+    }
+    ++b.upper;
+  }
   if (absl::Status status = check_row(b, offset, index[kOffset] != -1, line); !status.ok()) return status;
   out->buffers.push_back(std::move(b));
   if (index[kOffset] != -1) out->offsets.push_back(offset);
@@ -116,6 +148,7 @@ absl::StatusOr<CsvProblem> parse_csv(absl::string_view text) {
   CsvProblem problem;
   ColumnIndex index;
   index.fill(-1);
+  bool end_inclusive = false;
   bool have_header = false;
   absl::flat_hash_map<std::string, int> first_line;  // id -> line it first appeared on
   int line = 0;
@@ -125,14 +158,14 @@ absl::StatusOr<CsvProblem> parse_csv(absl::string_view text) {
     row = absl::StripAsciiWhitespace(row);
     if (row.empty()) continue;
     if (!have_header) {
-      absl::StatusOr<ColumnIndex> header = parse_header(row, line);
+      absl::StatusOr<ColumnIndex> header = parse_header(row, line, &end_inclusive);
       if (!header.ok()) return header.status();
       index = *header;
       have_header = true;
       problem.has_alignment = index[kAlignment] != -1;
       continue;
     }
-    if (absl::Status status = parse_row(row, index, line, &problem); !status.ok()) return status;
+    if (absl::Status status = parse_row(row, index, end_inclusive, line, &problem); !status.ok()) return status;
     auto [it, inserted] = first_line.emplace(problem.buffers.back().id, line);
     if (!inserted) {
       return line_error(line, absl::StrCat("duplicate id '", it->first, "' (first on line ", it->second, ")"));

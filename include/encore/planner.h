@@ -150,6 +150,8 @@ struct PlanOptions {
 // A header row naming the columns, then one buffer a row:
 //   id,lower,upper,size[,alignment][,offset]     (columns in any order)
 // `id` is any string without commas or control bytes; the rest are integers.
+// MiniMalloc's older names are read too: buffer or buffer_id for id, start or
+// begin for lower, and end (inclusive: upper = end + 1) for upper.
 // Blank lines and a UTF-8 byte order mark at the start are ignored. Errors
 // are InvalidArgument and name the line: "line 7: ...".
 

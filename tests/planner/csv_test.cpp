@@ -51,6 +51,23 @@ TEST(CsvTest, AcceptsAnyColumnOrderOptionalColumnsBlankLinesAndCrlf) {
   EXPECT_EQ(problem->offsets, (std::vector<int64_t>{64, 0}));
 }
 
+// NOTE [ Older MiniMalloc columns ]: the names of MiniMalloc's older
+// benchmark files read as its reader does, an inclusive `end` as upper - 1.
+TEST(CsvTest, ReadsMiniMallocsOlderColumnNames) {
+  for (const char* header : {"buffer,start,end,size", "buffer_id,begin,end,size"}) {
+    absl::StatusOr<CsvProblem> problem = parse_csv(absl::StrCat(header, "\nb1,0,2,4\nb2,3,8,4\n"));
+    ASSERT_TRUE(problem.ok()) << header << ": " << problem.status();
+    ASSERT_EQ(problem->buffers.size(), 2u);
+    EXPECT_EQ(problem->buffers[1].id, "b2");
+    EXPECT_EQ(problem->buffers[1].lower, 3);
+    EXPECT_EQ(problem->buffers[1].upper, 9);   // end 8 is the last time it lives
+    EXPECT_EQ(problem->buffers[0].upper, 3);
+  }
+  absl::StatusOr<CsvProblem> exclusive = parse_csv("buffer,begin,upper,size\nb1,0,3,4\n");
+  ASSERT_TRUE(exclusive.ok()) << exclusive.status();
+  EXPECT_EQ(exclusive->buffers[0].upper, 3);   // `upper` stays exclusive whatever names the others have
+}
+
 // A UTF-8 byte order mark (as some editors write) before the header is skipped.
 TEST(CsvTest, SkipsAByteOrderMark) {
   absl::StatusOr<CsvProblem> problem = parse_csv("\xEF\xBB\xBFid,lower,upper,size\nb1,0,3,4\n");
@@ -81,6 +98,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"MissingColumn", "id,lower,upper\nb1,0,3\n", "line 1:", "missing column 'size'"},
         BadInput{"UnknownColumn", "id,lower,upper,size,colour\nb1,0,3,4,red\n", "line 1:", "unknown column"},
         BadInput{"RepeatedColumn", "id,lower,upper,size,size\n", "line 1:", "appears twice"},
+        BadInput{"ColumnAndItsOlderName", "id,lower,start,upper,size\n", "line 1:",
+                 "column 'start' appears twice (as 'lower')"},
+        BadInput{"EndAtTheLimit", "id,lower,end,size\nb1,0,9223372036854775807,4\n", "line 2:",
+                 "end 9223372036854775807 + 1 does not fit in int64"},
         BadInput{"Empty", "\n\n", "line 1:", "missing header"},
         BadInput{"NotAnInteger", "id,lower,upper,size\nb1,0,3,4\nb2,0,3,4.5\n", "line 3:", "'4.5' is not an integer"},
         BadInput{"NotANumber", "id,lower,upper,size\nb1,zero,3,4\n", "line 2:", "column 'lower'"},
