@@ -79,21 +79,21 @@ absl::Status host_read_error(const char* op, int64_t kernels_before, const char*
 // ---- 1. Warm-up, the last run recorded ----
 
 // The caching allocators' in-use peak from construction on, above what was
-// in use at construction (the CPU's, and the GPU's when there is one).
+// in use at construction (the CPU's, and the GPU's when there is one),
+// measured without lowering the peak users read (src/core/allocator.h).
 class EagerPeak {
  public:
-  explicit EagerPeak(const std::optional<Device>& gpu)
-      : cpu_before_(allocator_stats(kCPU).in_use_bytes),
-        gpu_before_(gpu.has_value() ? allocator_stats(*gpu).in_use_bytes : 0) {
-    reset_peak_stats(kCPU);
-    if (gpu.has_value()) reset_peak_stats(*gpu);
+  explicit EagerPeak(const std::optional<Device>& gpu) : cpu_(kCPU) {
+    if (gpu.has_value()) gpu_.emplace(*gpu);
   }
   int64_t above_start(Device device) const {
-    return allocator_stats(device).peak_in_use_bytes - (device.is_cpu() ? cpu_before_ : gpu_before_);
+    if (device.is_cpu()) return cpu_.peak_above_start();
+    return gpu_.has_value() ? gpu_->peak_above_start() : 0;
   }
 
  private:
-  int64_t cpu_before_, gpu_before_;   // bytes
+  PeakMeasurement cpu_;
+  std::optional<PeakMeasurement> gpu_;
 };
 
 // NOTE [ Lazily created state ]: gradients appear in the first backward(),

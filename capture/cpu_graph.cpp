@@ -36,25 +36,33 @@ void CpuGraph::replay_timed(int64_t* stamps) const {
 
 namespace {
 
+// InvalidArgument naming the ops whose kernels reported bad data during the
+// replay that just ran on this thread, or OK.
+absl::Status kernel_errors_status() {
+  const uint32_t errors = take_kernel_errors(kCPU);
+  if (errors == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "replay: ", describe_kernel_errors(errors),
+      "; the step ran with those rows skipped, so this replay's outputs, gradients and parameter updates left "
+      "them out: check the batch copied into the static inputs"));
+}
+
 class CpuExecutable final : public Executable {
  public:
   explicit CpuExecutable(CpuGraph graph) : graph_(std::move(graph)) {}
 
-  absl::Status replay() override {
+  // Bad data met by a kernel is reported after the whole list ran (the
+  // kernels skip the bad rows): ran, with an error (NOTE [ A replay that ran ]).
+  ReplayResult replay() override {
     (void)take_kernel_errors(kCPU);   // reports from before this replay are not its own
     graph_.replay();
-    if (const uint32_t errors = take_kernel_errors(kCPU); errors != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "replay: ", describe_kernel_errors(errors),
-          "; this replay's outputs, gradients and parameter updates used bad data: check the batch copied into the "
-          "static inputs"));
-    }
-    return absl::OkStatus();
+    return {kernel_errors_status(), /*ran=*/true};
   }
-  absl::Status replay_timed(std::vector<int64_t>& stamps) override {
+  ReplayResult replay_timed(std::vector<int64_t>& stamps) override {
     stamps.resize(graph_.size() + 1);
+    (void)take_kernel_errors(kCPU);
     graph_.replay_timed(stamps.data());
-    return absl::OkStatus();
+    return {kernel_errors_status(), /*ran=*/true};
   }
   absl::Status dump_dot(const std::string& path, const Trace& trace) const override {
     return write_trace_dot(trace, path);

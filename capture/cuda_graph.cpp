@@ -476,21 +476,27 @@ class CudaExecutable final : public Executable {
  public:
   explicit CudaExecutable(std::unique_ptr<CudaGraph> graph) : graph_(std::move(graph)) {}
 
-  absl::Status replay() override {
-    // Asynchronous: this replay's reports arrive at the next synchronization,
-    // or here at the next replay if it has finished by then.
+  // Every error here means not launched: the graph is asynchronous, so its
+  // own bad-data reports arrive later (NOTE [ A replay that ran ]).
+  ReplayResult replay() override {
+    // This replay's reports arrive at the next synchronization, or here at
+    // the next replay if it has finished by then.
     if (const uint32_t errors = take_kernel_errors(graph_->device(), /*wait=*/false); errors != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "replay: an earlier replay or step on ", graph_->device().str(), " met bad data: ",
-          describe_kernel_errors(errors),
-          "; its outputs, gradients and parameter updates used it: check the batches copied into the static "
-          "inputs. This replay was not launched"));
+      return {absl::InvalidArgumentError(absl::StrCat(
+                  "replay: an earlier replay or step on ", graph_->device().str(), " met bad data: ",
+                  describe_kernel_errors(errors),
+                  "; its outputs, gradients and parameter updates used it: check the batches copied into the "
+                  "static inputs. This replay was not launched")),
+              /*ran=*/false};
     }
-    return graph_->replay();
+    absl::Status launched = graph_->replay();
+    const bool ran = launched.ok();
+    return {std::move(launched), ran};
   }
-  absl::Status replay_timed(std::vector<int64_t>&) override {
-    return absl::UnimplementedError("replay_timed: per-node host timing is for CPU graphs; time CUDA graphs with "
-                                    "CUPTI or events");
+  ReplayResult replay_timed(std::vector<int64_t>&) override {
+    return {absl::UnimplementedError("replay_timed: per-node host timing is for CPU graphs; time CUDA graphs "
+                                     "with CUPTI or events"),
+            /*ran=*/false};
   }
   absl::Status dump_dot(const std::string& path, const Trace&) const override { return graph_->dump_dot(path); }
   const CudaGraph* cuda_graph() const override { return graph_.get(); }

@@ -8,7 +8,7 @@
 //   absl::StatusOr<std::unique_ptr<Executable>> exe = c->capture([&] { step(); });
 //       // cudaStreamBeginCapture (thread-local mode), the step's kernels go into the
 //       // graph, not to the GPU; c->take(launch) marks each encore launch; end capture
-//   absl::Status s = (*exe)->replay();                   // one cudaGraphLaunch, asynchronous
+//   ReplayResult r = (*exe)->replay();                   // one cudaGraphLaunch, asynchronous
 //   const CudaGraph* g = (*exe)->cuda_graph();            // for profilers and tools
 //
 // NOTE [ CUDA graph nodes and encore launches ]: one encore launch can add

@@ -8,7 +8,7 @@
 //   // While the capture run goes, the capture observer hands every launch
 //   // that matched the recorded warm-up to c->take(launch).
 //   absl::StatusOr<std::unique_ptr<Executable>> exe = c->capture([&] { outputs = run_step(step); });
-//   absl::Status s = (*exe)->replay();
+//   ReplayResult r = (*exe)->replay();   // r.status; r.ran: whether the kernels ran
 #pragma once
 
 #include <cstdint>
@@ -26,18 +26,36 @@ namespace encore::capture_internal {
 
 class CudaGraph;   // capture/cuda_graph.h
 
+// NOTE [ A replay that ran ]: what one replay did. A replay's error means
+// one of two things, which its Graph handles apart:
+//  - ran: the kernels ran, and status says they met bad data (CPU: a class
+//    id or index out of range, src/core/kernel_errors.h). The step has run
+//    with those rows skipped: it wrote everything it writes (outputs,
+//    gradients, parameters, optimizer state), so the host state is left as
+//    after any replay (the postconditions, the outputs readable, a graphed
+//    step's inputs written back), and the error is still returned.
+//  - not ran: nothing was launched (CUDA: an earlier replay's bad data found
+//    before launching, or cudaGraphLaunch failed; both devices: timing not
+//    available), so nothing changes.
+// OK implies ran.
+struct [[nodiscard]] ReplayResult {
+  absl::Status status;
+  bool ran = false;
+};
+
 // A captured step, ready to replay; owns its kernel list or CUDA graph (not
 // the arena, which its Graph owns and which must outlive it).
 class Executable {
  public:
   virtual ~Executable() = default;
-  // Runs the step once (Graph::replay() documents the errors).
-  [[nodiscard]] virtual absl::Status replay() = 0;
+  // Runs the step once (Graph::replay() documents the errors), and says
+  // whether its kernels ran (NOTE [ A replay that ran ]).
+  virtual ReplayResult replay() = 0;
   // replay() that also timestamps every node (profilers): stamps gets
   // launches + 1 values, stamps[i + 1] - stamps[i] = node i's wall time in
-  // ns (steady_clock). Unimplemented where nodes are timed otherwise (CUDA:
-  // CUPTI, profile/cuda_profile.h).
-  [[nodiscard]] virtual absl::Status replay_timed(std::vector<int64_t>& stamps) = 0;
+  // ns (steady_clock). Unimplemented, not run, where nodes are timed
+  // otherwise (CUDA: CUPTI, profile/cuda_profile.h).
+  virtual ReplayResult replay_timed(std::vector<int64_t>& stamps) = 0;
   // Graphviz DOT of the step; `trace` is the recorded warm-up it was captured from.
   [[nodiscard]] virtual absl::Status dump_dot(const std::string& path, const Trace& trace) const = 0;
   // The CUDA graph behind a CUDA executable (profilers, tools); nullptr otherwise.

@@ -19,7 +19,7 @@ Graph::~Graph() = default;
 
 absl::Status Graph::replay() {
   if (absl::Status s = impl_->check_inputs(); !s.ok()) return s;
-  return impl_->replay_once();
+  return impl_->replay_once().status;
 }
 
 absl::Status Graph::replay(absl::Span<const Tensor> data) {
@@ -49,7 +49,7 @@ absl::Status Graph::replay(absl::Span<const Tensor> data) {
     }
   });
   if (!copied.ok()) return copied;
-  return impl_->replay_once();
+  return impl_->replay_once().status;
 }
 
 std::vector<FrozenValue> Graph::frozen() const {
@@ -201,16 +201,15 @@ void set_condition(const HostCondition& c, bool value) {
 
 using capture_internal::condition_value;
 
-absl::Status Graph::Impl::replay_verified() {
+capture_internal::ReplayResult Graph::Impl::replay_verified() {
   // The state before.
   std::vector<std::vector<unsigned char>> before;
   for (const capture_internal::Guard& g : guards) before.push_back(read_bytes(byte_view(g.storage.ref())));
   std::vector<bool> flags_before;
   for (const capture_internal::HostCondition& c : conditions) flags_before.push_back(condition_value(c));
-  // The replay, and its results.
-  if (absl::Status s = executable->replay(); !s.ok()) return s;
-  replayed = true;
-  apply_postconditions();
+  // The replay, and its results. One that met bad data is not compared: the
+  // eager step refuses that data on the host (NOTE [ Index checks ]).
+  if (capture_internal::ReplayResult r = run_executable(); !r.status.ok()) return r;
   std::vector<std::vector<unsigned char>> replayed_state, replayed_outputs;
   for (const capture_internal::Guard& g : guards) replayed_state.push_back(read_bytes(byte_view(g.storage.ref())));
   for (const capture_internal::HeldTensor& t : outputs) replayed_outputs.push_back(read_bytes(t.get()));
@@ -221,7 +220,8 @@ absl::Status Graph::Impl::replay_verified() {
   for (size_t i = 0; i < conditions.size(); ++i) capture_internal::set_condition(conditions[i], flags_before[i]);
   std::vector<Tensor> eager;
   if (absl::Status s = status_of([&] { eager = step(); }); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("replay verification: the eager step failed: ", s.message()));
+    return {absl::Status(s.code(), absl::StrCat("replay verification: the eager step failed: ", s.message())),
+            /*ran=*/true};
   }
   // Compare: outputs, then the persistent state, then the flags.
   std::string diff;
@@ -278,27 +278,38 @@ absl::Status Graph::Impl::replay_verified() {
       out.copy_(eager[i].detach());
     }
   }
-  if (diff.empty()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(
-      absl::StrFormat("replay verification (replay #%d): ", replays), diff,
-      ". The state is now the eager step's. The step depends on something capture() cannot see (host state "
-      "that is not a tensor, such as a counter or a file), or encore replayed it wrongly: please report it"));
+  if (diff.empty()) return {absl::OkStatus(), /*ran=*/true};
+  return {absl::InternalError(absl::StrCat(
+              absl::StrFormat("replay verification (replay #%d): ", replays), diff,
+              ". The state is now the eager step's. The step depends on something capture() cannot see (host "
+              "state that is not a tensor, such as a counter or a file), or encore replayed it wrongly: please "
+              "report it")),
+          /*ran=*/true};
 }
 
-absl::Status Graph::Impl::replay_once() {
-  if (absl::Status s = capture_internal::refuse_replay_inside_capture(); !s.ok()) return s;
-  if (absl::Status s = check_guards(); !s.ok()) return s;
-  if (verify_every > 0 && (replays + 1) % verify_every == 0) {
+capture_internal::ReplayResult Graph::Impl::replay_once() {
+  if (absl::Status s = capture_internal::refuse_replay_inside_capture(); !s.ok()) return {s, /*ran=*/false};
+  if (absl::Status s = check_guards(); !s.ok()) return {s, /*ran=*/false};
+  if (verify_every > 0 && (replays + 1) % verify_every == 0) return replay_verified();
+  return run_executable();
+}
+
+capture_internal::ReplayResult Graph::Impl::run_executable() {
+  capture_internal::ReplayResult r = executable->replay();
+  if (r.ran) {
     ++replays;
-    return replay_verified();
+    finish_replay();
   }
-  absl::Status s = executable->replay();
-  if (s.ok()) {
-    ++replays;
-    replayed = true;
-    apply_postconditions();
-  }
-  return s;
+  return r;
+}
+
+// NOTE [ A replay that ran ] (capture/executable.h): also after bad data, a
+// replay whose kernels ran leaves the host as the step does; otherwise
+// output() would deny a value the arena holds and the next replay's
+// preconditions would see the state from before a step that happened.
+void Graph::Impl::finish_replay() {
+  replayed = true;
+  apply_postconditions();
 }
 
 absl::Status Graph::Impl::check_inputs() const {
@@ -360,12 +371,9 @@ absl::Status Graph::Impl::check_guards() const {
 absl::Status Graph::Impl::replay_timed(std::vector<int64_t>& stamps) {
   if (absl::Status s = capture_internal::refuse_replay_inside_capture(); !s.ok()) return s;
   if (absl::Status s = check_guards(); !s.ok()) return s;
-  absl::Status s = executable->replay_timed(stamps);
-  if (s.ok()) {
-    replayed = true;
-    apply_postconditions();
-  }
-  return s;
+  capture_internal::ReplayResult r = executable->replay_timed(stamps);
+  if (r.ran) finish_replay();
+  return r.status;
 }
 
 const char* Graph::Impl::node_op(size_t i) const { return trace.kernels.at(i).op; }

@@ -95,7 +95,8 @@ struct Graph::Impl {
   std::vector<bool> in_output_region;
   capture_internal::Trace trace;                         // the recorded warm-up
   CaptureStats stats;
-  bool replayed = false;                                 // a replay ran: the outputs hold its values
+  bool replayed = false;                                 // a replay ran (also over bad data): the outputs
+                                                         // hold its values
   // CaptureOptions::inputs: the variables, and the tensors they held at capture.
   std::vector<Tensor*> input_vars;
   std::vector<Tensor> inputs;
@@ -106,7 +107,8 @@ struct Graph::Impl {
     int64_t offset;   // elements from the storage's start
   };
   absl::flat_hash_map<uint64_t, Named> names;
-  // Shadow verification (CaptureOptions::verify_every): the step, and replays so far.
+  // Shadow verification (CaptureOptions::verify_every): the step, and
+  // replays so far (those whose kernels ran, bad data included).
   std::function<std::vector<Tensor>()> step;
   int verify_every = 0;
   int64_t replays = 0;
@@ -116,17 +118,26 @@ struct Graph::Impl {
   [[nodiscard]] absl::Status check_guards() const;
   // Leaves the host state as the step would (after a replay ran).
   void apply_postconditions() const;
-  // check_guards(), then one replay (verified every verify_every-th), then
-  // the postconditions.
-  [[nodiscard]] absl::Status replay_once();
+  // check_guards(), then one replay (verified every verify_every-th), then,
+  // when its kernels ran (also over bad data: NOTE [ A replay that ran ] in
+  // capture/executable.h), the step's host-side effects: replays counted,
+  // the outputs readable, the postconditions set.
+  capture_internal::ReplayResult replay_once();
   // FailedPrecondition naming the first input variable rebound since capture.
   [[nodiscard]] absl::Status check_inputs() const;
   // One replay, then the same step run eagerly from the state before it, and
-  // the two compared (NOTE [ Shadow verification ] in graph.cpp).
-  [[nodiscard]] absl::Status replay_verified();
+  // the two compared (NOTE [ Shadow verification ] in graph.cpp); a replay
+  // that met bad data is returned as it is, not compared.
+  capture_internal::ReplayResult replay_verified();
+  // Executable::replay, then the host-side effects of a replay that ran.
+  capture_internal::ReplayResult run_executable();
+  // The host-side effects of a replay whose kernels ran: the outputs hold
+  // its values, the postconditions are set.
+  void finish_replay();
   // "parameter 'fc1.weight'" or "a 256-byte tensor first used by 'gemm'".
   std::string describe(const Storage& s, const char* first_op) const;
-  // Executable::replay_timed after check_guards().
+  // Executable::replay_timed after check_guards(), then finish_replay()
+  // when it ran (not counted in replays: verify_every counts plain ones).
   [[nodiscard]] absl::Status replay_timed(std::vector<int64_t>& stamps);
   // The CUDA graph of a step captured on a GPU (owned by the executable); nullptr on CPU.
   const capture_internal::CudaGraph* cuda_graph() const { return executable->cuda_graph(); }

@@ -224,15 +224,20 @@ struct GraphedStep::Impl {
       if (g.internals().stats.updated) ++stats.updates;
     }
     keep_held_outputs(e);
-    absl::Status s = g.replay();
-    if (s.code() == absl::StatusCode::kFailedPrecondition) {   // nothing ran
-      fallback(e.signature, absl::StrCat("replay refused: ", s.message()));
+    // NOTE [ A replay that ran ] (capture/executable.h): graph.replay()'s
+    // Status alone cannot say whether the step happened.
+    const capture_internal::ReplayResult r = g.internals().replay_once();
+    if (!r.ran && r.status.code() == absl::StatusCode::kFailedPrecondition) {
+      fallback(e.signature, absl::StrCat("replay refused: ", r.status.message()));
       return eager(inputs);
     }
-    if (!s.ok()) throw Error(s);   // bad data met by a kernel, as the eager step would have thrown
+    if (!r.ran) throw Error(r.status);   // not launched (CUDA: an earlier call's bad data): nothing changed
     copy_back(e, inputs);
     ++stats.replays;
     ++e.replays;
+    // Bad data met by a kernel: the step ran with those rows skipped and its
+    // effects stay (above); thrown as the eager step would have thrown.
+    if (!r.status.ok()) throw Error(r.status);
     return hand_out(e, inputs);
   }
 

@@ -170,18 +170,31 @@ class Graph {
   // graphs', this one's or others': a static input dropped, a tensor
   // replaced whose old one nothing else holds; see "Not seen" above), when
   // called inside a step that capture() records or captures (that capture
-  // is refused too), or when a check of the contract above fails. Returns InvalidArgument,
-  // naming the op, when a kernel met bad data the host could not check first
-  // (a class id or embedding index out of range: src/core/kernel_errors.h);
-  // the step has then run with those rows left out. On CUDA replay() only
-  // enqueues the graph: its bad-data reports show at the next synchronizing
-  // read (loss.item(), encore::synchronize(device): encore::Error naming the
-  // op), or as this InvalidArgument from the next replay() when the bad one
-  // has finished by then (that replay is then not launched).
+  // is refused too), or when a check of the contract above fails; a refused
+  // replay runs nothing and changes nothing.
+  //
+  // Returns InvalidArgument, naming the op, when a kernel met bad data the
+  // host could not check first (a class id or embedding index out of range:
+  // src/core/kernel_errors.h). On CPU the step has then run in full with
+  // those rows skipped (a bad class id counts as ignore_index; a bad
+  // embedding, gather or scatter index reads and writes nothing): its
+  // outputs, gradients, parameters and optimizer state were all written,
+  // exactly as a replay whose batch held ignore_index there, and the host
+  // state is left as after any replay: output(i) holds this replay's values,
+  // the lazy zero_grad flags and training modes are as the step leaves them,
+  // and it counts as a replay (verify_every; it is not verified, since the
+  // eager step refuses that data). Refill good data and replay on.
+  //
+  // On CUDA replay() only enqueues the graph: its bad-data reports show at
+  // the next synchronizing read (loss.item(), encore::synchronize(device):
+  // encore::Error naming the op), or as this InvalidArgument from the next
+  // replay() when the bad one has finished by then. That next replay is then
+  // not launched and changes nothing (the bad one had run, as on CPU).
   [[nodiscard]] absl::Status replay();
   // Copies data[i] into the tensor of CaptureOptions::inputs[i] (the one the
-  // variable held at capture), then replays. InvalidArgument, with nothing
-  // run, when the count, a shape, dtype or device does not match.
+  // variable held at capture), then replays (errors as replay()).
+  // InvalidArgument, with nothing copied or run, when the count, a shape,
+  // dtype or device does not match.
   [[nodiscard]] absl::Status replay(absl::Span<const Tensor> data);
   [[nodiscard]] absl::Status replay(std::initializer_list<Tensor> data) {
     return replay(absl::MakeConstSpan(data.begin(), data.size()));
@@ -196,8 +209,9 @@ class Graph {
   // persistent tensor) holding the last replay's value; the next replay()
   // overwrites it, clone() keeps one. The handle keeps the arena's memory
   // alive, so a kept output stays readable (the last replay's value) after
-  // the Graph is destroyed. Before the first successful replay() there is
-  // no value: output() throws encore::Error (FailedPrecondition) saying so.
+  // the Graph is destroyed. Before the first replay() that ran (OK, or
+  // InvalidArgument for bad data on CPU) there is no value: output() throws
+  // encore::Error (FailedPrecondition) saying so.
   // Throws InvalidArgument for i >= num_outputs().
   const Tensor& output(size_t i) const;
   size_t num_outputs() const;

@@ -68,7 +68,13 @@
 // options.log is false.
 //
 // Errors the eager step would raise (an exception from the step, bad class
-// ids found by a replayed kernel) are thrown as encore::Error.
+// ids found by a replayed kernel) are thrown as encore::Error. A replay that
+// met bad data on CPU has run with the bad rows skipped (Graph::replay()):
+// its parameter and optimizer updates stay, what it wrote into its inputs is
+// copied back into the caller's tensors and it counts in stats().replays,
+// as for any replay; only its outputs are not returned. On CUDA the bad
+// call's report surfaces at a later synchronizing read, or is thrown by the
+// signature's next call, which then runs nothing.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "src/core/allocator.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <atomic>
 #include <mutex>
@@ -93,9 +94,12 @@ class CpuCachingAllocator final : public Allocator {
     std::lock_guard<SpinLock> lock(mu_);
     return stats_;
   }
-  void reset_peak() {
+  // Returns the peak it replaced.
+  int64_t reset_peak() {
     std::lock_guard<SpinLock> lock(mu_);
+    const int64_t old = stats_.peak_in_use_bytes;
     stats_.peak_in_use_bytes = stats_.in_use_bytes;
+    return old;
   }
   void empty_cache() {
     std::lock_guard<SpinLock> lock(mu_);
@@ -137,6 +141,54 @@ thread_local int tls_cuda_override_index = 0;   // the CUDA device tls_cuda_over
 
 Allocator*& override_slot(Device device) { return device.is_cpu() ? tls_cpu_override : tls_cuda_override; }
 
+// NOTE [ Measured peaks ]: a PeakMeasurement needs the allocator's peak to
+// restart at its start, but the peak is also what users read to track their
+// own high-water mark. So the measurement resets the allocator's peak and
+// keeps the one it replaced as a floor: allocator_stats() reports the larger
+// of the two, which is the high-water mark since the user's last reset.
+// reset_peak_stats() clears the floor. (CUDA: an allocation on another thread
+// between reading the peak and resetting it can raise a peak the floor then
+// misses; the CPU does both under its lock.)
+struct PeakFloors {
+  std::mutex mu;
+  std::vector<int64_t> bytes;   // by device: CPU at 0, cuda:i at i + 1
+};
+
+PeakFloors& peak_floors() {
+  static auto* f = new PeakFloors();   // never destroyed, as the allocators
+  return *f;
+}
+
+size_t floor_slot(Device device) { return device.is_cpu() ? 0 : static_cast<size_t>(device.index) + 1; }
+
+int64_t peak_floor(Device device) {
+  PeakFloors& f = peak_floors();
+  std::lock_guard<std::mutex> lock(f.mu);
+  const size_t i = floor_slot(device);
+  return i < f.bytes.size() ? f.bytes[i] : 0;
+}
+
+// floor := max(floor, bytes).
+void raise_peak_floor(Device device, int64_t bytes) {
+  PeakFloors& f = peak_floors();
+  std::lock_guard<std::mutex> lock(f.mu);
+  const size_t i = floor_slot(device);
+  if (i >= f.bytes.size()) f.bytes.resize(i + 1, 0);
+  f.bytes[i] = std::max(f.bytes[i], bytes);
+}
+
+void clear_peak_floor(Device device) {
+  PeakFloors& f = peak_floors();
+  std::lock_guard<std::mutex> lock(f.mu);
+  if (const size_t i = floor_slot(device); i < f.bytes.size()) f.bytes[i] = 0;
+}
+
+// The allocator's own peak: since its last reset (by a measurement or a user).
+int64_t raw_peak(Device device) {
+  if (device.is_cpu()) return cpu_allocator().stats().peak_in_use_bytes;
+  return cuda_runtime().allocator_stats(device.index).peak_in_use_bytes;
+}
+
 
 }  // namespace
 
@@ -153,13 +205,34 @@ void refuse_beyond_max_allocation(std::string_view name, int64_t nbytes) {
 }
 
 AllocatorStats allocator_stats(Device device) {
-  if (device.is_cpu()) return cpu_allocator().stats();
-  return cuda_runtime().allocator_stats(device.index);
+  AllocatorStats s = device.is_cpu() ? cpu_allocator().stats() : cuda_runtime().allocator_stats(device.index);
+  s.peak_in_use_bytes = std::max(s.peak_in_use_bytes, peak_floor(device));   // NOTE [ Measured peaks ]
+  return s;
 }
 void reset_peak_stats(Device device) {
-  if (device.is_cpu()) return cpu_allocator().reset_peak();
-  cuda_runtime().reset_peak(device.index);
+  clear_peak_floor(device);
+  if (device.is_cpu()) {
+    (void)cpu_allocator().reset_peak();
+  } else {
+    cuda_runtime().reset_peak(device.index);
+  }
 }
+
+PeakMeasurement::PeakMeasurement(Device device) : device_(device) {
+  // NOTE [ Measured peaks ]: the reported peak (floor included) becomes the floor.
+  int64_t replaced = 0;
+  if (device.is_cpu()) {
+    replaced = cpu_allocator().reset_peak();
+  } else {
+    replaced = cuda_runtime().allocator_stats(device.index).peak_in_use_bytes;
+    cuda_runtime().reset_peak(device.index);
+  }
+  raise_peak_floor(device, replaced);
+  in_use_at_start_ = allocator_stats(device).in_use_bytes;
+}
+
+int64_t PeakMeasurement::peak_above_start() const { return raw_peak(device_) - in_use_at_start_; }
+
 void empty_cache(Device device) {
   if (device.is_cpu()) return cpu_allocator().empty_cache();
   cuda_runtime().empty_cache(device.index);

@@ -48,9 +48,32 @@ struct AllocatorStats {
 // until empty_cache(), or until the system refuses a request: then the free
 // lists are emptied and the request tried once more before it throws.
 Allocator& default_allocator(Device device);
+// peak_in_use_bytes: the high-water mark since the last reset_peak_stats()
+// (or the start of the process); a PeakMeasurement never lowers it.
 AllocatorStats allocator_stats(Device device);
 void reset_peak_stats(Device device);   // peak := current in-use
 void empty_cache(Device device);
+
+// Measures one device's in-use peak from construction on, for encore's own
+// reports (capture()'s eager_peak_bytes), without changing the peak that
+// allocator_stats() reports (NOTE [ Measured peaks ] in allocator.cpp): a
+// user tracking the peak of a training loop sees the same high-water mark
+// before, during and after. One measurement per device at a time: a later
+// one (or a reset_peak_stats()) restarts the earlier one's count.
+//
+//   PeakMeasurement m(kCPU);
+//   run();
+//   int64_t grew = m.peak_above_start();   // bytes
+class PeakMeasurement {
+ public:
+  explicit PeakMeasurement(Device device);
+  // Bytes: the in-use peak since construction minus what was in use then.
+  int64_t peak_above_start() const;
+
+ private:
+  Device device_;
+  int64_t in_use_at_start_;   // bytes
+};
 
 // The allocator that Storage::allocate uses on this thread for `device`:
 // an override if one is installed, else default_allocator(device). Throws

@@ -193,6 +193,27 @@ void expect_sound_plans(Device dev) {
 
 TEST(CaptureTest, ArenaPlanIsSoundForTheRecordedKernelOrder) { expect_sound_plans(kCPU); }
 
+// capture() measures its recorded warm-up's peak (eager_peak_bytes) without
+// lowering the allocator peak a user tracks across it, say the peak memory
+// of a training loop (src/core/allocator.h, PeakMeasurement).
+TEST(CaptureTest, CaptureKeepsThePeakTheUserTracks) {
+  reset_peak_stats(kCPU);
+  { Tensor big = empty({16 << 20}); }   // 64 MiB, freed: the loop's high-water mark so far
+  const int64_t peak = allocator_stats(kCPU).peak_in_use_bytes;
+  Tensor w = testing::random_tensor({64, 64}, 3).requires_grad_();
+  Tensor x = testing::random_tensor({8, 64}, 4);
+  auto step = [&] {
+    Tensor loss = sum(matmul(x, w));
+    loss.backward();
+    return std::vector<Tensor>{loss};
+  };
+  absl::StatusOr<Graph> graph = capture(step);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_GT(graph->stats().eager_peak_bytes, 0);
+  EXPECT_LT(graph->stats().eager_peak_bytes, 1 << 20) << "the warm-up's own peak, not the loop's";
+  EXPECT_EQ(allocator_stats(kCPU).peak_in_use_bytes, peak) << "capture() lowered the user's peak";
+}
+
 // The learning rate lives in a tensor the kernels read: a change between
 // replays takes effect (lr 0 leaves the parameters as they are).
 void expect_learning_rate_changes_take_effect(Device dev) {

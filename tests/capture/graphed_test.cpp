@@ -462,6 +462,52 @@ TEST(GraphedStepTest, AnInputWrittenInPlaceComesBackToTheCaller) {
   EXPECT_EQ(graphed.stats().eager_fallbacks, 0);
 }
 
+// A replay over a class id out of range (NOTE [ Index checks ]) runs the
+// step with that row skipped and throws naming the op; what it did stays, as
+// for any replay (NOTE [ A replay that ran ] in capture/executable.h): the
+// parameters are those of the eager step over the batch with that row
+// ignored (ignore_index), the counter it carries in its input is copied
+// back to the caller, and it counts as a replay. Later calls match eager.
+TEST(GraphedStepTest, AReplayOverABadClassIdThrowsAndKeepsWhatTheStepDid) {
+  Trainer eager, graphed;
+  auto counting = [](Trainer& t) {
+    return [&t](const std::vector<Tensor>& in) {
+      Tensor counter = in[2];
+      counter.add_(full({3}, 1.0));   // carried from call to call
+      return t.train(in);
+    };
+  };
+  const GraphedStep::Fn eager_fn = counting(eager);
+  GraphedStep step(counting(graphed), {.log = false});
+  Tensor eager_counter = zeros({3}), graphed_counter = zeros({3});
+  for (int i = 0; i < 6; ++i) {
+    const std::vector<Tensor> in = batch(8, i);
+    Tensor eager_y = in[1].clone(), graphed_y = in[1].clone();
+    const bool bad = i == 3;   // a replay (calls 1-2: eager, call 3: capture and replay)
+    if (bad) {
+      eager_y.slice(0, 2, 3).fill_(-100.0);   // ignore_index
+      graphed_y.slice(0, 2, 3).fill_(9.0);    // 5 classes
+    }
+    const std::vector<Tensor> want = eager_fn({in[0], eager_y, eager_counter});
+    if (bad) {
+      try {
+        (void)step({in[0], graphed_y, graphed_counter});
+        FAIL() << "call " << i << ": a bad class id was not reported";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
+        EXPECT_NE(e.status().message().find("cross_entropy"), std::string::npos) << e.status();
+      }
+    } else {
+      const std::vector<Tensor> got = step({in[0], graphed_y, graphed_counter});
+      ASSERT_EQ(bits(got[0]), bits(want[0])) << "call " << i;
+    }
+    ASSERT_EQ(bits(graphed_counter), bits(eager_counter)) << "call " << i << ": the counter was not copied back";
+    expect_same_params(eager, graphed, i);
+    EXPECT_EQ(step.stats().replays, std::max(0, i - 1)) << "call " << i;
+  }
+  EXPECT_EQ(step.stats().eager_fallbacks, 0);
+}
+
 TEST(GraphedStepTest, InputsSharingMemoryRunEagerly) {
   const GraphedStep::Fn fn = [](const std::vector<Tensor>& in) {
     Tensor a = in[0];

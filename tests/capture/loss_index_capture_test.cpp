@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "capture/graph_impl.h"
 #include "encore/capture.h"
 #include "encore/encore.h"
 #include "encore/optim.h"
@@ -166,6 +167,31 @@ void expect_replays_report_bad_indices(Device dev) {
 }
 
 TEST(LossIndexCaptureTest, ReplayReportsBadIndices) { expect_replays_report_bad_indices(kCPU); }
+
+// A timed replay (the profiler's) reports bad data as replay() does, and
+// its kernels ran: the output holds its value.
+TEST(LossIndexCaptureTest, TimedReplayReportsBadIndices) {
+  Tensor x = testing::random_tensor({4, 3}, 5).requires_grad_();
+  Tensor t = from_vector<int64_t>({1, 1, 1, 1});
+  auto step = [&] {
+    Tensor loss = nll_loss(log_softmax(x, 1), t);
+    loss.backward();
+    return std::vector<Tensor>{loss};
+  };
+  step();
+  absl::StatusOr<Graph> graph = capture(step);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  {
+    NoGradGuard no_grad;
+    t.copy_(from_vector<int64_t>({0, 5, 1, 2}));
+  }
+  std::vector<int64_t> stamps;
+  const absl::Status st = graph->internals().replay_timed(stamps);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("nll_loss"), absl::string_view::npos) << st;
+  EXPECT_EQ(stamps.size(), graph->stats().kernels + 1);
+  EXPECT_NO_THROW((void)graph->output(0).item<float>());
+}
 
 TEST(LossIndexCaptureTest, CudaReplayReportsBadIndices) {
   ENCORE_SKIP_WITHOUT_GPU();

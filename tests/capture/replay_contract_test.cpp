@@ -276,6 +276,57 @@ TEST(ReplayContractTest, ARefusedReplayChangesNothing) {
   expect_same_state(*twin, *cap, 0);
 }
 
+// A batch with a class id out of range (NOTE [ Index checks ]): the CPU
+// replay runs the whole step with that row skipped and returns
+// InvalidArgument naming the op, and leaves the host as after a step that
+// ran (NOTE [ A replay that ran ] in capture/executable.h): the output holds
+// its loss, the lazy zero_grad flags are the step's, it counts as a replay.
+// Its eager twin is the step over the batch with that row ignored
+// (ignore_index), which the kernels do to a bad id bit for bit; the replays
+// after it, over good batches, go on matching the twin.
+void expect_bad_class_id_replays_run_as_ignored_rows(const CaptureOptions& options) {
+  std::unique_ptr<Rig> eager = make_rig(), cap = make_rig();
+  run_eagerly([&] { return whole_step(*eager); }, kWarmup);
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*cap); }, options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto set_label = [](Rig& r, int64_t row, int64_t label) {
+    NoGradGuard no_grad;
+    r.y.slice(0, row, row + 1).fill_(static_cast<double>(label));
+  };
+  for (int i = 1; i <= 6; ++i) {
+    const bool bad = i == 1 || i == 4;   // the first replay: no earlier one filled the outputs
+    eager->fill(i);
+    cap->fill(i);
+    if (bad) {
+      set_label(*eager, 1, -100);   // ignore_index
+      set_label(*cap, 1, 7);        // 5 classes
+    }
+    // zero_grad() before each step too (whole_step zeroes first, so a
+    // pending flag is allowed): the step leaves none pending.
+    eager->opt->zero_grad();
+    cap->opt->zero_grad();
+    const std::vector<Tensor> outs = whole_step(*eager);
+    const absl::Status s = graph->replay();
+    if (bad) {
+      ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "step " << i << ": " << s;
+      EXPECT_NE(s.message().find("cross_entropy"), absl::string_view::npos) << s;
+    } else {
+      ASSERT_TRUE(s.ok()) << "step " << i << ": " << s;
+    }
+    EXPECT_EQ(graph->internals().replays, i);
+    ASSERT_EQ(bits(outs[0]), bits(graph->output(0))) << "step " << i << ": loss differs from eager";
+    expect_same_state(*eager, *cap, i);
+  }
+}
+
+TEST(ReplayContractTest, AReplayOverABadClassIdRunsTheStepWithoutThatRowAndSaysSo) {
+  expect_bad_class_id_replays_run_as_ignored_rows({});
+}
+
+TEST(ReplayContractTest, AVerifiedReplayOverABadClassIdRunsTheStepWithoutThatRowAndSaysSo) {
+  expect_bad_class_id_replays_run_as_ignored_rows({.verify_every = 1});
+}
+
 // ---- 2. Host values a step computes: scalars, tensor choices, fills ----
 
 TEST(ReplayContractTest, AHostScalarThatChangesPerCallIsRefusedNamingTheOpAndArgument) {

@@ -66,6 +66,28 @@ TEST(AllocatorTest, PeakTracksTheHighWaterMark) {
   EXPECT_EQ(s.peak_in_use_bytes - base, 2 * (4 << 20));
 }
 
+// NOTE [ Measured peaks ]: a measurement (capture()'s warm-up peak) counts
+// from its start, while the peak users read stays their high-water mark.
+TEST(AllocatorTest, APeakMeasurementNeverLowersTheReportedPeak) {
+  reset_peak_stats(kCPU);
+  const int64_t base = allocator_stats(kCPU).in_use_bytes;
+  { Tensor big = empty({1 << 20}); }   // 4 MiB: the user's high-water mark
+  const int64_t user_peak = allocator_stats(kCPU).peak_in_use_bytes;
+  ASSERT_EQ(user_peak - base, 4 << 20);
+  PeakMeasurement m(kCPU);
+  EXPECT_EQ(allocator_stats(kCPU).peak_in_use_bytes, user_peak);
+  { Tensor small = empty({1 << 10}); }   // 4 KiB
+  EXPECT_EQ(m.peak_above_start(), 4 << 10);
+  EXPECT_EQ(allocator_stats(kCPU).peak_in_use_bytes, user_peak);
+  {
+    Tensor a = empty({1 << 20}), b = empty({1 << 20});   // 8 MiB: above the user's mark
+  }
+  EXPECT_EQ(m.peak_above_start(), 8 << 20);
+  EXPECT_EQ(allocator_stats(kCPU).peak_in_use_bytes, base + (8 << 20));
+  reset_peak_stats(kCPU);   // the user's reset starts over from what is in use
+  EXPECT_EQ(allocator_stats(kCPU).peak_in_use_bytes, allocator_stats(kCPU).in_use_bytes);
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 #define ENCORE_TEST_ASAN 1
 #elif defined(__has_feature)
