@@ -240,7 +240,9 @@ Tensor dropout(const Tensor& a, double p, bool training, Generator* gen) {
   if (p == 1.0) {   // as PyTorch: every element dropped (NaN too), gradient 0, nothing drawn
     Tensor out = zeros(a.shape(), a.dtype(), a.device());
     if (autograd::any_requires_grad(a)) {
-      autograd::record(kOp, {a}, out, [](const Tensor& grad) -> Grads { return {zeros(grad.shape(), grad.dtype(), grad.device())}; });
+      autograd::record(kOp, {a}, out, [](const Tensor& grad) -> Grads {
+        return {zeros(grad.shape(), grad.dtype(), grad.device())};
+      });
     }
     return out;
   }

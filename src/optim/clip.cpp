@@ -30,8 +30,8 @@ std::vector<Tensor> grads_to_clip(const std::vector<Tensor>& params) {
     const auto [first, inserted] = first_with.try_emplace(std::pair(g.storage(), g.storage_offset()), i);
     ENCORE_CHECK(inserted,
                  "clip_grad_norm: parameter %d (shape %s) has the gradient of parameter %d (the same parameter "
-                 "listed twice, or two gradients viewing the same memory): it would be counted and scaled twice; list each "
-                 "parameter once",
+                 "listed twice, or two gradients viewing the same memory): it would be counted and scaled twice; "
+                 "list each parameter once",
                  i, shape_str(params[i].shape()), first->second);
     ENCORE_CHECK(is_floating(g.dtype()), "clip_grad_norm: gradient of parameter %d (shape %s, %s) is not float", i,
                  shape_str(g.shape()), dtype_name(g.dtype()));
