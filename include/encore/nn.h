@@ -71,6 +71,8 @@ class Module {
   // with one input overrides it. The default throws encore::Error naming the
   // module's type (a Gpt block list, a ModuleList: no single forward).
   virtual Tensor forward(const Tensor& x) const;
+  // model(x) is model.forward(x), as in PyTorch.
+  Tensor operator()(const Tensor& x) const { return forward(x); }
   // Moves every parameter and buffer to `device` in place: handles held
   // elsewhere see the move.
   void to(Device device);

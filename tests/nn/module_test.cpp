@@ -15,6 +15,7 @@ namespace {
 
 using encore::testing::expect_error;
 using encore::testing::expect_near;
+using encore::testing::random_tensor;
 using encore::testing::values;
 
 GptConfig tiny(bool tied = true) {
@@ -36,6 +37,18 @@ TEST(ModuleTest, MlpRegistersLayersInOrder) {
   EXPECT_EQ(p[0].shape(), Shape({3, 4}));
   EXPECT_EQ(p[3].shape(), Shape({2}));
   for (const Tensor& t : p) EXPECT_TRUE(t.requires_grad() && t.is_leaf());
+}
+
+// model(x) calls the one-tensor forward, as PyTorch's __call__ (DESIGN.md's
+// example writes it so); a module without one refuses it the same way.
+TEST(ModuleTest, CallingAModuleRunsItsForward) {
+  Mlp mlp({3, 4, 2});
+  const Tensor x = random_tensor({5, 3}, 1);
+  expect_near(mlp(x), values(mlp.forward(x)), 0, 0);
+  const Module& base = mlp;
+  expect_near(base(x), values(mlp.forward(x)), 0, 0);
+  ModuleList list;
+  expect_error([&] { (void)list(x); }, absl::StatusCode::kUnimplemented, {"ModuleList", "no one-tensor forward"});
 }
 
 TEST(ModuleTest, GptNamesFollowTheDottedScheme) {
