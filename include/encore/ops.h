@@ -109,7 +109,9 @@ Tensor tanh(const Tensor& a);
 Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
 enum class GeluApprox { kNone, kTanh };      // kNone: exact erf form
-Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::kTanh);
+// Defaults to the exact form, as torch.nn.functional.gelu (approximate="none");
+// GPT-2's tanh form is GeluApprox::kTanh.
+Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::kNone);
 Tensor silu(const Tensor& a);
 Tensor clamp(const Tensor& a, double min, double max);
 // Consuming forms (see Conventions).
@@ -122,7 +124,7 @@ Tensor abs(Tensor&& a);
 Tensor tanh(Tensor&& a);
 Tensor sigmoid(Tensor&& a);
 Tensor relu(Tensor&& a);
-Tensor gelu(Tensor&& a, GeluApprox approx = GeluApprox::kTanh);
+Tensor gelu(Tensor&& a, GeluApprox approx = GeluApprox::kNone);
 Tensor silu(Tensor&& a);
 Tensor clamp(Tensor&& a, double min, double max);
 
