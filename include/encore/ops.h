@@ -189,8 +189,8 @@ Tensor log_softmax(const Tensor& a, int64_t dim);
 // stays finite); a counted row of all -inf logits makes the loss NaN (and
 // that row's gradient); ignored rows count for nothing, whatever they hold.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100);
-// Normalises over the trailing dims of shape normalized_shape. weight/bias
-// (that shape) may be undefined.
+// Normalises over the trailing dims of shape normalized_shape (at least one
+// dim, as PyTorch: [] is refused). weight/bias (that shape) may be undefined.
 Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // weight [V, D], indices (i32/i64) of any shape -> [..., D].
