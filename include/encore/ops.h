@@ -149,7 +149,9 @@ Tensor ge(const Tensor& a, double s);
 // ---- selection ----
 // cond (bool) ? a : b, all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-// a with value wherever mask (bool, broadcast to a) is true.
+// a with value wherever mask (bool, broadcast to a) is true. As in PyTorch, a
+// finite value beyond a float dtype's range (1e6 for f16) is refused, not
+// stored as inf; integer tensors take whole numbers in range.
 Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
 
 // ---- reductions (dims empty = all dims) ----
