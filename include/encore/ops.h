@@ -113,6 +113,9 @@ enum class GeluApprox { kNone, kTanh };      // kNone: exact erf form
 // GPT-2's tanh form is GeluApprox::kTanh.
 Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::kNone);
 Tensor silu(const Tensor& a);
+// min(max(a, min), max); a NaN element stays NaN. Unlike PyTorch, NaN bounds
+// and min > max (PyTorch: max everywhere) are refused, and integer tensors
+// take whole (or infinite) bounds.
 Tensor clamp(const Tensor& a, double min, double max);
 // Consuming forms (see Conventions).
 Tensor exp(Tensor&& a);
@@ -159,9 +162,12 @@ Tensor sum(const Tensor& a, std::vector<int64_t> dims = {}, bool keepdim = false
 Tensor mean(const Tensor& a, std::vector<int64_t> dims = {}, bool keepdim = false);
 // Variance; correction 1 is the unbiased estimator, 0 the population one.
 Tensor var(const Tensor& a, std::vector<int64_t> dims = {}, int64_t correction = 1, bool keepdim = false);
-// Max along one dim: {values, indices (i64)}. Ties keep the first index.
+// Max along one dim: {values, indices (i64)}. Ties keep the first index; a
+// NaN is the maximum. An empty dim (or empty tensor for max(a)) is an error.
 std::pair<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim = false);
-Tensor max(const Tensor& a);                  // over all elements, 0-d
+// Over all elements, 0-d. Its gradient goes to the first maximal element
+// only, as max(dim)'s does (PyTorch's max() splits it evenly among ties).
+Tensor max(const Tensor& a);
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);   // i64
 // Sums a to `shape` (the inverse of broadcasting): used by backward formulas.
 Tensor sum_to(const Tensor& a, absl::Span<const int64_t> shape);
@@ -184,7 +190,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);
 // logits [N, C] (or [N, C] flattened from [.., C]); target [N] of class ids
-// (i32/i64). Mean over the targets that are not ignore_index; NaN if none
+// (i32/i64). The class dim is the last one, unlike PyTorch's cross_entropy
+// (dim 1 of [N, C, d1, ...]): for that layout use nll_loss(log_softmax(x, 1), t). Mean over the targets that are not ignore_index; NaN if none
 // (0 / 0, as PyTorch; the gradient is then 0).
 // -inf logits as in log_softmax: probability and gradient exactly 0; a
 // counted row whose target logit is -inf makes the loss +inf (its gradient
@@ -197,7 +204,8 @@ Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight 
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // weight [V, D], indices (i32/i64) of any shape -> [..., D].
 Tensor embedding(const Tensor& weight, const Tensor& indices);
-// Zeroes each element with probability p and scales the rest by 1/(1-p).
+// Zeroes each element with probability p in [0, 1) and scales the rest by
+// 1/(1-p); p = 1 is refused (PyTorch returns zeros).
 // The mask comes from gen's Philox stream (seed and offset live in gen's
 // state tensor and the offset advances inside the kernel), so a step is
 // reproducible from the seed. training=false returns a.
