@@ -109,8 +109,13 @@ Tensor tanh(const Tensor& a);
 Tensor sigmoid(const Tensor& a);
 Tensor relu(const Tensor& a);
 enum class GeluApprox { kNone, kTanh };      // kNone: exact erf form
-Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::kTanh);
+// Defaults to the exact form, as torch.nn.functional.gelu (approximate="none");
+// GPT-2's tanh form is GeluApprox::kTanh.
+Tensor gelu(const Tensor& a, GeluApprox approx = GeluApprox::kNone);
 Tensor silu(const Tensor& a);
+// min(max(a, min), max); a NaN element stays NaN. Unlike PyTorch, NaN bounds
+// and min > max (PyTorch: max everywhere) are refused, and integer tensors
+// take whole (or infinite) bounds.
 Tensor clamp(const Tensor& a, double min, double max);
 // Consuming forms (see Conventions).
 Tensor exp(Tensor&& a);
@@ -122,7 +127,7 @@ Tensor abs(Tensor&& a);
 Tensor tanh(Tensor&& a);
 Tensor sigmoid(Tensor&& a);
 Tensor relu(Tensor&& a);
-Tensor gelu(Tensor&& a, GeluApprox approx = GeluApprox::kTanh);
+Tensor gelu(Tensor&& a, GeluApprox approx = GeluApprox::kNone);
 Tensor silu(Tensor&& a);
 Tensor clamp(Tensor&& a, double min, double max);
 
@@ -147,7 +152,9 @@ Tensor ge(const Tensor& a, double s);
 // ---- selection ----
 // cond (bool) ? a : b, all three broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-// a with value wherever mask (bool, broadcast to a) is true.
+// a with value wherever mask (bool, broadcast to a) is true. As in PyTorch, a
+// finite value beyond a float dtype's range (1e6 for f16) is refused, not
+// stored as inf; integer tensors take whole numbers in range.
 Tensor masked_fill(const Tensor& a, const Tensor& mask, double value);
 
 // ---- reductions (dims empty = all dims) ----
@@ -155,9 +162,12 @@ Tensor sum(const Tensor& a, std::vector<int64_t> dims = {}, bool keepdim = false
 Tensor mean(const Tensor& a, std::vector<int64_t> dims = {}, bool keepdim = false);
 // Variance; correction 1 is the unbiased estimator, 0 the population one.
 Tensor var(const Tensor& a, std::vector<int64_t> dims = {}, int64_t correction = 1, bool keepdim = false);
-// Max along one dim: {values, indices (i64)}. Ties keep the first index.
+// Max along one dim: {values, indices (i64)}. Ties keep the first index; a
+// NaN is the maximum. An empty dim (or empty tensor for max(a)) is an error.
 std::pair<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim = false);
-Tensor max(const Tensor& a);                  // over all elements, 0-d
+// Over all elements, 0-d. Its gradient goes to the first maximal element
+// only, as max(dim)'s does (PyTorch's max() splits it evenly among ties).
+Tensor max(const Tensor& a);
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);   // i64
 // Sums a to `shape` (the inverse of broadcasting): used by backward formulas.
 Tensor sum_to(const Tensor& a, absl::Span<const int64_t> shape);
@@ -180,15 +190,17 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);
 // logits [N, C] (or [N, C] flattened from [.., C]); target [N] of class ids
-// (i32/i64). Mean over the targets that are not ignore_index; NaN if none
-// (0 / 0, as PyTorch; the gradient is then 0).
+// (i32/i64). The class dim is the last one, unlike PyTorch's cross_entropy
+// (dim 1 of [N, C, d1, ...]): for that layout use
+// nll_loss(log_softmax(x, 1), t). Mean over the targets that are not
+// ignore_index; NaN if none (0 / 0, as PyTorch; the gradient is then 0).
 // -inf logits as in log_softmax: probability and gradient exactly 0; a
 // counted row whose target logit is -inf makes the loss +inf (its gradient
 // stays finite); a counted row of all -inf logits makes the loss NaN (and
 // that row's gradient); ignored rows count for nothing, whatever they hold.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index = -100);
-// Normalises over the trailing dims of shape normalized_shape. weight/bias
-// (that shape) may be undefined.
+// Normalises over the trailing dims of shape normalized_shape (at least one
+// dim, as PyTorch: [] is refused). weight/bias (that shape) may be undefined.
 Tensor layer_norm(const Tensor& x, Shape normalized_shape, const Tensor& weight = Tensor(),
                   const Tensor& bias = Tensor(), double eps = 1e-5);
 // weight [V, D], indices (i32/i64) of any shape -> [..., D].

@@ -137,7 +137,7 @@ class Tensor {
   // shares memory with this tensor without being the very same view
   // (a[1:] += a[:-1]): clone() it first. The same view (x.add_(x)) is fine.
   Tensor& copy_(const Tensor& src);          // src broadcast to shape(); dtype converted
-  Tensor& fill_(double value);
+  Tensor& fill_(double value);                // as full(): value must fit dtype
   Tensor& zero_() { return fill_(0.0); }
   Tensor& add_(const Tensor& other, double alpha = 1.0);   // this += alpha * other
   Tensor& mul_(double value);
@@ -256,6 +256,8 @@ template <> std::vector<double> Tensor::to_vector<double>() const;
 Tensor empty(Shape shape, DType dtype = kFloat32, Device device = kCPU);
 Tensor zeros(Shape shape, DType dtype = kFloat32, Device device = kCPU);
 Tensor ones(Shape shape, DType dtype = kFloat32, Device device = kCPU);
+// value must fit dtype, as in PyTorch: integers truncate toward zero within
+// range; a finite value past a float dtype's largest (65504 for f16) is refused.
 Tensor full(Shape shape, double value, DType dtype = kFloat32, Device device = kCPU);
 inline Tensor empty(Shape shape, Device device) { return empty(std::move(shape), kFloat32, device); }
 inline Tensor zeros(Shape shape, Device device) { return zeros(std::move(shape), kFloat32, device); }

@@ -92,6 +92,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 Tensor& Tensor::fill_(double value) {
   check_inplace_write("fill_", *this, nullptr);
   ops::check_scalar_fits("fill_", value, dtype(), shape(), /*truncates=*/true);
+  ops::check_float_fits("fill_", value, dtype(), shape());
   backend::fill(*this, value);
   storage()->bump_version();
   return *this;

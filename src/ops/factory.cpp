@@ -16,6 +16,7 @@ namespace {
 // full() for op: errors name the factory the user called.
 Tensor full_for(const char* op, Shape shape, double value, DType dtype, Device device) {
   ops::check_scalar_fits(op, value, dtype, shape, /*truncates=*/true);
+  ops::check_float_fits(op, value, dtype, shape);
   Tensor t = empty_for(op, std::move(shape), dtype, device);
   backend::fill(t, value);
   return t;

@@ -110,6 +110,9 @@ void check_layer_norm_args(const Tensor& x, const Shape& normalized_shape, const
   ops::check_defined(kOp, x, "input");
   ops::check_float(kOp, x);
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  // As PyTorch: normalizing over no dims (each element alone) is refused, not 0 + bias everywhere.
+  ENCORE_CHECK(k >= 1, "layer_norm: normalized_shape must name at least one trailing dim, got [] (input %s, %s)",
+               shape_str(x.shape()), dtype_name(x.dtype()));
   ENCORE_CHECK(k <= x.dim() && std::equal(normalized_shape.begin(), normalized_shape.end(), x.shape().end() - k),
                "layer_norm: normalized_shape %s does not match the trailing dims of input %s (%s)",
                shape_str(normalized_shape), shape_str(x.shape()), dtype_name(x.dtype()));

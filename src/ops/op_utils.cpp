@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "encore/autograd.h"
 #include "src/core/stream.h"
@@ -71,6 +72,19 @@ void check_scalar_fits(const char* op, double value, DType dtype, const Shape& s
   ENCORE_CHECK(truncates || whole == value,
                "%s: value %g does not fit the %s tensor %s (not a whole number); convert the tensor with "
                ".to(kFloat32) first", op, value, dtype_name(dtype), shape_str(shape));
+}
+
+void check_float_fits(const char* op, double value, DType dtype, const Shape& shape) {
+  double largest = 0;
+  switch (dtype) {
+    case kFloat32: largest = std::numeric_limits<float>::max(); break;
+    case kFloat16: largest = 65504.0; break;
+    case kBFloat16: largest = 3.3895313892515355e38; break;   // 0x7F7F
+    default: return;
+  }
+  ENCORE_CHECK(!std::isfinite(value) || std::fabs(value) <= largest,
+               "%s: value %g does not fit the %s tensor %s (beyond its largest finite value %g); pass "
+               "+-infinity if that is meant", op, value, dtype_name(dtype), shape_str(shape), largest);
 }
 
 int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim) {

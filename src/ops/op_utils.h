@@ -26,6 +26,12 @@ void check_arithmetic(const char* op, const Tensor& t);
 // number; any value for float and bool tensors. Throws naming op, the value,
 // the dtype and the shape.
 void check_scalar_fits(const char* op, double value, DType dtype, const Shape& shape, bool truncates = false);
+// A value stored as it is into a float tensor (fill_, full, masked_fill):
+// refused when finite but beyond the dtype's largest finite value (65504 for
+// f16), which PyTorch refuses too ("value cannot be converted to type ...
+// without overflow") instead of storing inf. Infinities and NaN pass; other
+// dtypes are check_scalar_fits' business.
+void check_float_fits(const char* op, double value, DType dtype, const Shape& shape);
 
 // dim in [-ndim, ndim) -> [0, ndim).
 int64_t normalize_dim(const char* op, int64_t dim, int64_t ndim);

@@ -78,6 +78,7 @@ Tensor masked_fill(const Tensor& a, const Tensor& mask, double value) {
                "masked_fill: mask %s cannot be broadcast to the input's shape %s (%s)", shape_str(mask.shape()),
                shape_str(a.shape()), dtype_name(a.dtype()));
   ops::check_scalar_fits("masked_fill", value, a.dtype(), a.shape());
+  ops::check_float_fits("masked_fill", value, a.dtype(), a.shape());
   Tensor out = ops::empty_like(a);
   backend::masked_fill(out, a, mask, value);
   if (autograd::any_requires_grad(a)) {

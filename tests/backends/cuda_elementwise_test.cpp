@@ -563,7 +563,8 @@ TEST(CudaElementwiseOpsTest, GradientsThroughOpsMatchCpu) {
   const std::vector<std::pair<const char*, testing::Fn>> fns = {
       {"tanh", [](In x) { return tanh(x[0]); }},
       {"sigmoid", [](In x) { return sigmoid(x[0]); }},
-      {"gelu", [](In x) { return gelu(x[0]); }},
+      {"gelu", [](In x) { return gelu(x[0], GeluApprox::kTanh); }},
+      {"gelu_erf", [](In x) { return gelu(x[0]); }},
       {"silu", [](In x) { return silu(x[0]); }},
       {"relu", [](In x) { return relu(x[0]); }},
       {"where", [](In x) { return where(x[2], x[0], x[1]); }},

@@ -110,7 +110,7 @@ const Unary kUnary[] = {
     {"tanh", [](const Tensor& a) { return tanh(a); }},
     {"sigmoid", [](const Tensor& a) { return sigmoid(a); }},
     {"relu", [](const Tensor& a) { return relu(a); }, false},
-    {"gelu", [](const Tensor& a) { return gelu(a); }},
+    {"gelu", [](const Tensor& a) { return gelu(a, GeluApprox::kTanh); }},
     {"gelu_erf", [](const Tensor& a) { return gelu(a, GeluApprox::kNone); }},
     {"silu", [](const Tensor& a) { return silu(a); }},
     {"neg", [](const Tensor& a) { return neg(a); }},

@@ -44,7 +44,7 @@ TEST(ConsumingTest, EveryConsumingFormGivesTheBorrowingFormsBits) {
       {"sigmoid", [](Tensor&& t) { return sigmoid(std::move(t)); }},
       {"relu", [](Tensor&& t) { return relu(std::move(t)); }},
       {"gelu", [](Tensor&& t) { return gelu(std::move(t), GeluApprox::kNone); }},
-      {"gelu_tanh", [](Tensor&& t) { return gelu(std::move(t)); }},
+      {"gelu_tanh", [](Tensor&& t) { return gelu(std::move(t), GeluApprox::kTanh); }},
       {"silu", [](Tensor&& t) { return silu(std::move(t)); }},
       {"clamp", [](Tensor&& t) { return clamp(std::move(t), -0.5, 0.25); }},
   };
@@ -58,7 +58,7 @@ TEST(ConsumingTest, EveryConsumingFormGivesTheBorrowingFormsBits) {
       {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
       {"relu", [](const Tensor& t) { return relu(t); }},
       {"gelu", [](const Tensor& t) { return gelu(t, GeluApprox::kNone); }},
-      {"gelu_tanh", [](const Tensor& t) { return gelu(t); }},
+      {"gelu_tanh", [](const Tensor& t) { return gelu(t, GeluApprox::kTanh); }},
       {"silu", [](const Tensor& t) { return silu(t); }},
       {"clamp", [](const Tensor& t) { return clamp(t, -0.5, 0.25); }},
   };
@@ -239,7 +239,7 @@ TEST(ConsumingTest, UnaryBackwardWritesIntoASoleGradient) {
       {"relu", [](const Tensor& t) { return relu(t - 0.5); }},
       {"tanh", [](const Tensor& t) { return tanh(t); }},
       {"sigmoid", [](const Tensor& t) { return sigmoid(t); }},
-      {"gelu_tanh", [](const Tensor& t) { return gelu(t); }},
+      {"gelu_tanh", [](const Tensor& t) { return gelu(t, GeluApprox::kTanh); }},
       {"gelu", [](const Tensor& t) { return gelu(t, GeluApprox::kNone); }},
       {"silu", [](const Tensor& t) { return silu(t); }},
       {"clamp", [](const Tensor& t) { return clamp(t, 0.2, 0.9); }},

@@ -290,6 +290,43 @@ TEST(CopyTest, ScalarsThatDoNotFitAnIntegerTensorAreRefused) {
   EXPECT_EQ(add(i32, 2147483647.0).to_vector<int32_t>()[0], 2147483647);
 }
 
+// A finite value beyond a float tensor's largest finite value is refused by
+// fill_, full and masked_fill, as PyTorch does ("value cannot be converted to
+// type at::Half without overflow"), where encore stored inf. Infinities, NaN
+// and the largest values themselves are kept.
+TEST(CopyTest, FillValuesThatOverflowAFloatTensorAreRefused) {
+  const Tensor mask = from_vector<bool>({true, false});
+  const struct {
+    const char* op;
+    std::function<void()> call;
+  } cases[] = {
+      {"full", [] { full({2}, 65520.0, kFloat16); }},
+      {"full", [] { full({2}, -1e39, kFloat32); }},
+      {"full", [] { full({2}, 1e39, kBFloat16); }},
+      {"scalar_tensor", [] { scalar_tensor(1e300); }},
+      {"fill_", [] { zeros({2}, kFloat16).fill_(-70000.0); }},
+      {"masked_fill", [&] { masked_fill(zeros({2}, kFloat16), mask, 1e6); }},
+      {"masked_fill", [&] { masked_fill(zeros({2}), mask, -1e40); }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.op);
+    try {
+      c.call();
+      ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+      const std::string msg(e.status().message());
+      EXPECT_EQ(msg.rfind(std::string(c.op) + ": value ", 0), 0u) << msg;
+      EXPECT_NE(msg.find("largest finite value"), std::string::npos) << msg;
+    }
+  }
+  EXPECT_EQ(testing::values(full({1}, 65504.0, kFloat16)), std::vector<double>{65504.0});
+  EXPECT_EQ(testing::values(full({1}, -3.4028234663852886e38, kFloat32)), std::vector<double>{-3.4028234663852886e38});
+  EXPECT_EQ(testing::values(zeros({1}, kBFloat16).fill_(-INFINITY)), std::vector<double>{-INFINITY});
+  EXPECT_TRUE(std::isnan(testing::values(masked_fill(zeros({2}, kFloat16), mask, NAN))[0]));
+  EXPECT_EQ(testing::values(masked_fill(zeros({2}, kFloat16), mask, -INFINITY))[0], -INFINITY);
+}
+
 // ---- host access ----
 
 TEST(CopyTest, ItemAndToVectorInEveryType) {

@@ -628,6 +628,10 @@ TEST(NnOpsTest, LayerNormErrors) {
                {"layer_norm", "bias of shape [4]", "[3, 4]"});
   expect_error([&] { (void)layer_norm(x, {4}, zeros({4}, kFloat16)); }, kInvalid, {"layer_norm", "f32", "f16"});
   expect_error([] { (void)layer_norm(zeros({2, 4}, kInt64), {4}); }, kInvalid, {"layer_norm", "[2, 4]", "i64"});
+  // An empty normalized_shape is an error in PyTorch ("Expected normalized_shape to be at least
+  // 1-dimensional"), not a normalization of each element alone (which gave 0 everywhere).
+  expect_error([&] { (void)layer_norm(x, {}); }, kInvalid, {"layer_norm", "normalized_shape", "[]", "[2, 3, 4]"});
+  expect_error([] { (void)layer_norm(scalar_tensor(3.0), {}); }, kInvalid, {"layer_norm", "[]"});
 }
 
 // ---- embedding ----

@@ -243,7 +243,7 @@ TEST(UnaryTest, EdgeValuesStayFinite) {
   expect_near(sigmoid(big), {0, 1}, 1e-7, 0);
   expect_near(tanh(big), {-1, 1}, 1e-7, 0);
   expect_near(silu(big), {0, 100}, 1e-5, 1e-6);
-  expect_near(gelu(big), {0, 100}, 1e-5, 1e-6);
+  expect_near(gelu(big, GeluApprox::kTanh), {0, 100}, 1e-5, 1e-6);
   expect_near(gelu(big, GeluApprox::kNone), {0, 100}, 1e-5, 1e-6);
   expect_near(exp(big.detach().slice(0, 0, 1)), {0}, 1e-30, 0);
   for (const auto& [name, fn, grad] : std::vector<std::tuple<std::string, std::function<Tensor(const Tensor&)>,
@@ -251,7 +251,7 @@ TEST(UnaryTest, EdgeValuesStayFinite) {
            {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, {0, 0}},
            {"tanh", [](const Tensor& x) { return tanh(x); }, {0, 0}},
            {"silu", [](const Tensor& x) { return silu(x); }, {0, 1}},
-           {"gelu", [](const Tensor& x) { return gelu(x); }, {0, 1}},
+           {"gelu", [](const Tensor& x) { return gelu(x, GeluApprox::kTanh); }, {0, 1}},
            {"gelu_erf", [](const Tensor& x) { return gelu(x, GeluApprox::kNone); }, {0, 1}}}) {
     SCOPED_TRACE(name);
     Tensor x = big.detach().clone().requires_grad_();
@@ -261,6 +261,21 @@ TEST(UnaryTest, EdgeValuesStayFinite) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   expect_near(relu(from_vector<float>({nan, -1})), {NAN, 0});
   expect_near(clamp(from_vector<float>({nan, 3}), -1, 1), {NAN, 1});
+}
+
+// gelu(x) without an approximation is torch.nn.functional.gelu's default,
+// the exact erf form; the tanh form differs by up to about 5e-4 (at |x| near 2).
+TEST(UnaryTest, GeluDefaultsToTheExactFormAsPyTorch) {
+  const Tensor x = from_vector<float>({-3.0f, -2.0f, -1.0f, 0.5f, 1.0f, 2.0f, 3.0f});
+  std::vector<double> exact;
+  for (double v : values(x)) exact.push_back(ref_gelu_erf(v));
+  expect_near(gelu(x), exact, 1e-6, 1e-6);
+  expect_near(gelu(Tensor(x.clone())), exact, 1e-6, 1e-6);   // the consuming form too
+  Tensor xg = x.clone().requires_grad_();
+  gelu(xg).backward(ones(x.shape()));
+  Tensor xe = x.clone().requires_grad_();
+  gelu(xe, GeluApprox::kNone).backward(ones(x.shape()));
+  expect_near(xg.grad(), xe.grad(), 0, 0);
 }
 
 TEST(UnaryTest, KinkGradientsFollowPyTorch) {
@@ -293,7 +308,7 @@ TEST(UnaryTest, RejectsBadInputsWithClearMessages) {
            {"pow", [](const Tensor& x) { return pow(x, 2.0); }},
            {"tanh", [](const Tensor& x) { return tanh(x); }},
            {"sigmoid", [](const Tensor& x) { return sigmoid(x); }},
-           {"gelu", [](const Tensor& x) { return gelu(x); }},
+           {"gelu", [](const Tensor& x) { return gelu(x, GeluApprox::kTanh); }},
            {"gelu", [](const Tensor& x) { return gelu(x, GeluApprox::kNone); }},
            {"silu", [](const Tensor& x) { return silu(x); }}}) {
     const auto& name = entry.first;  // NOTE [ No structured bindings in lambdas ]
