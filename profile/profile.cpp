@@ -37,11 +37,15 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
+// The middle value; of an even count, the mean of the two middle ones
+// (rounded down, without overflow). 0 when empty.
 int64_t median(std::vector<int64_t> v) {
   if (v.empty()) return 0;
   auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
   std::nth_element(v.begin(), mid, v.end());
-  return *mid;
+  if (v.size() % 2 != 0) return *mid;
+  const int64_t below = *std::max_element(v.begin(), mid);   // nth_element left the smaller half before mid
+  return below + (*mid - below) / 2;
 }
 
 // Index of the run whose total is the median.

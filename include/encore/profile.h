@@ -54,11 +54,13 @@ namespace encore {
 
 struct ProfileOptions {
   int warmup_runs = 2;   // untimed runs first (>= 0)
-  int runs = 20;         // timed runs (>= 1); node times are medians over them
+  int runs = 20;         // timed runs (>= 1); node times are medians over them (of an even
+                         // count, the mean of the two middle values, rounded down)
 };
 
 // One kernel (a graph node, or an eager launch) in the representative run:
-// the timed run whose total time is the median.
+// the timed run whose total time is the median (of an even count of runs,
+// the slower of the two middle ones).
 struct NodeTiming {
   int64_t node = 0;                 // graph node index (CUDA: in CudaGraph::launch_nodes() order), or launch
                                     // order when eager

@@ -340,6 +340,24 @@ TEST(ProfileTest, SummaryAddsUp) {
   EXPECT_NE(text.find("cuda:"), std::string::npos);
 }
 
+// A median of an even count is the mean of the two middle values: with two
+// runs, step_ns lies halfway between step_min_ns and step_max_ns (it was the
+// slower run's time, step_max_ns).
+TEST(ProfileTest, MedianOfTwoRunsIsTheirMean) {
+  std::unique_ptr<Workload> w = small_mlp();
+  const ProfileOptions two{.warmup_runs = 0, .runs = 2};
+  absl::StatusOr<StepProfile> eager = profile_eager([&] { return w->step(); }, two);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  Graph g = capture_or_die(*w);
+  absl::StatusOr<StepProfile> replayed = profile_replay(g, two);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  for (const StepProfile* p : {&*eager, &*replayed}) {
+    EXPECT_EQ(p->step_ns, p->step_min_ns + (p->step_max_ns - p->step_min_ns) / 2) << p->mode;
+    if (p->step_min_ns == p->step_max_ns) continue;   // equal clocks: nothing to tell apart
+    EXPECT_LT(p->step_ns, p->step_max_ns) << p->mode;
+  }
+}
+
 TEST(ProfileTest, EagerStepThatThrowsGivesAStatusAndUninstallsTheTimer) {
   std::unique_ptr<Workload> w = small_mlp();
   int calls = 0;
