@@ -474,9 +474,11 @@ ProfileSummary summarize(const StepProfile& profile, int top) {
   for (const NodeTiming& n : profile.nodes) {
     s.kernel_ns += n.median_ns;
     in_kernels += n.duration_ns;
-    for (auto& [name, ns] : s.phase_ns) {
-      if (name == n.phase) ns += n.median_ns;
-    }
+    // A phase beyond the three (CUDA nodes left unmapped are "unknown")
+    // gets its own entry, so that the phases add up to kernel_ns.
+    auto phase = std::find_if(s.phase_ns.begin(), s.phase_ns.end(), [&](const auto& e) { return e.first == n.phase; });
+    if (phase == s.phase_ns.end()) phase = s.phase_ns.insert(s.phase_ns.end(), {n.phase, 0});
+    phase->second += n.median_ns;
     auto it = std::find_if(ops.begin(), ops.end(), [&](const OpTime& o) { return o.op == n.op; });
     if (it == ops.end()) it = ops.insert(ops.end(), OpTime{n.op, 0, 0});
     it->total_ns += n.median_ns;

@@ -141,7 +141,9 @@ struct ProfileSummary {
   // In the representative timed run: its wall time minus the time inside its
   // kernels (eager: dispatch, autograd, allocation; replay: the loop itself).
   int64_t outside_kernels_ns = 0;
-  // {"forward", ns}, {"backward", ns}, {"optimizer", ns}: sums of node medians.
+  // {"forward", ns}, {"backward", ns}, {"optimizer", ns}, then any other
+  // phase the nodes name (CUDA nodes left unmapped: "unknown"), in order of
+  // first appearance: sums of node medians, adding up to kernel_ns.
   std::vector<std::pair<std::string, int64_t>> phase_ns;
   std::vector<OpTime> top_ops;   // by total_ns, largest first
 };

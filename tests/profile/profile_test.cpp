@@ -358,6 +358,25 @@ TEST(ProfileTest, MedianOfTwoRunsIsTheirMean) {
   }
 }
 
+// CUDA nodes whose launch is unknown (launch marks that do not match) have
+// the phase "unknown": the summary lists it, so that the phases still add
+// up to the kernel time and their percentages to 100.
+TEST(ProfileTest, UnmappedNodesHaveTheirOwnPhaseInTheSummary) {
+  StepProfile p{.mode = "replay", .device = "cuda:0", .streams = {"cuda:0 stream"}, .runs = 1};
+  p.nodes.push_back({.node = 0, .launch = 0, .op = "gemm", .phase = "forward", .duration_ns = 300, .median_ns = 300});
+  p.nodes.push_back({.node = 1, .launch = -1, .op = "(unmapped)", .phase = "unknown", .start_ns = 300,
+                     .duration_ns = 100, .median_ns = 100});
+  const ProfileSummary s = summarize(p);
+  int64_t phases = 0;
+  for (const auto& [name, ns] : s.phase_ns) phases += ns;
+  EXPECT_EQ(phases, s.kernel_ns);
+  ASSERT_EQ(s.phase_ns.size(), 4u);
+  EXPECT_EQ(s.phase_ns[3], (std::pair<std::string, int64_t>{"unknown", 100}));
+  EXPECT_NE(format_summary(p).find("unknown         100 ns   25.0%"), std::string::npos) << format_summary(p);
+  const nlohmann::json trace = nlohmann::json::parse(chrome_trace_json({&p}));
+  EXPECT_EQ(trace.at("otherData").at("encore").at(0).at("phase_ns").at("unknown"), 100);
+}
+
 TEST(ProfileTest, EagerStepThatThrowsGivesAStatusAndUninstallsTheTimer) {
   std::unique_ptr<Workload> w = small_mlp();
   int calls = 0;
