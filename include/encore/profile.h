@@ -173,6 +173,10 @@ std::string cuda_profiling_status();
 // (with gpu_idle_ns and note). Strings are escaped as JSON requires; bytes that
 // are not UTF-8 become U+FFFD.
 std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles);
+// chrome_trace_json into `path`, whole or not at all: a regular file is
+// written beside it and renamed over it, so a failed write (returned, with
+// its cause) leaves the file as it was (NOTE [ A trace is written whole or
+// not at all ] in profile/profile.cpp).
 [[nodiscard]] absl::Status write_chrome_trace(const std::string& path,
                                               absl::Span<const StepProfile* const> profiles);
 
