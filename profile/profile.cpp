@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <string_view>
 
@@ -470,22 +471,30 @@ absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor
   return p;
 }
 
+namespace {
+// a + b for times >= 0, held at INT64_MAX instead of overflowing (signed
+// overflow is undefined, and wrapped to a negative total besides).
+int64_t add_ns(int64_t a, int64_t b) {
+  return b > 0 && a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
+}  // namespace
+
 ProfileSummary summarize(const StepProfile& profile, int top) {
   ProfileSummary s{.step_ns = profile.step_ns};
   s.phase_ns = {{"forward", 0}, {"backward", 0}, {"optimizer", 0}};
   std::vector<OpTime> ops;
   int64_t in_kernels = 0;
   for (const NodeTiming& n : profile.nodes) {
-    s.kernel_ns += n.median_ns;
-    in_kernels += n.duration_ns;
+    s.kernel_ns = add_ns(s.kernel_ns, n.median_ns);
+    in_kernels = add_ns(in_kernels, n.duration_ns);
     // A phase beyond the three (CUDA nodes left unmapped are "unknown")
     // gets its own entry, so that the phases add up to kernel_ns.
     auto phase = std::find_if(s.phase_ns.begin(), s.phase_ns.end(), [&](const auto& e) { return e.first == n.phase; });
     if (phase == s.phase_ns.end()) phase = s.phase_ns.insert(s.phase_ns.end(), {n.phase, 0});
-    phase->second += n.median_ns;
+    phase->second = add_ns(phase->second, n.median_ns);
     auto it = std::find_if(ops.begin(), ops.end(), [&](const OpTime& o) { return o.op == n.op; });
     if (it == ops.end()) it = ops.insert(ops.end(), OpTime{n.op, 0, 0});
-    it->total_ns += n.median_ns;
+    it->total_ns = add_ns(it->total_ns, n.median_ns);
     ++it->count;
   }
   s.outside_kernels_ns = std::max<int64_t>(0, profile.timed_step_ns - in_kernels);

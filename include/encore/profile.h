@@ -137,7 +137,7 @@ struct OpTime {
 
 struct ProfileSummary {
   int64_t step_ns = 0;     // StepProfile::step_ns (untimed)
-  int64_t kernel_ns = 0;   // sum of node medians
+  int64_t kernel_ns = 0;   // sum of node medians (every sum here held at INT64_MAX, never wrapped)
   // In the representative timed run: its wall time minus the time inside its
   // kernels (eager: dispatch, autograd, allocation; replay: the loop itself).
   int64_t outside_kernels_ns = 0;

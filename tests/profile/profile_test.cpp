@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
@@ -375,6 +376,23 @@ TEST(ProfileTest, UnmappedNodesHaveTheirOwnPhaseInTheSummary) {
   EXPECT_NE(format_summary(p).find("unknown         100 ns   25.0%"), std::string::npos) << format_summary(p);
   const nlohmann::json trace = nlohmann::json::parse(chrome_trace_json({&p}));
   EXPECT_EQ(trace.at("otherData").at("encore").at(0).at("phase_ns").at("unknown"), 100);
+}
+
+// Sums of node times that pass INT64_MAX nanoseconds stay at INT64_MAX:
+// they wrapped to negative totals and percentages.
+TEST(ProfileTest, SummarySumsDoNotOverflow) {
+  constexpr int64_t kBig = std::numeric_limits<int64_t>::max() / 2;
+  StepProfile p{.mode = "replay", .device = "cpu", .streams = {"cpu stream"}, .runs = 1};
+  for (int64_t i = 0; i < 3; ++i) {
+    p.nodes.push_back({.node = i, .launch = i, .op = "gemm", .duration_ns = kBig, .median_ns = kBig});
+  }
+  const ProfileSummary s = summarize(p);
+  EXPECT_EQ(s.kernel_ns, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(s.phase_ns[0].second, std::numeric_limits<int64_t>::max());
+  ASSERT_EQ(s.top_ops.size(), 1u);
+  EXPECT_EQ(s.top_ops[0].total_ns, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(s.outside_kernels_ns, 0);
+  EXPECT_EQ(format_summary(p).find('-'), std::string::npos) << format_summary(p);
 }
 
 TEST(ProfileTest, EagerStepThatThrowsGivesAStatusAndUninstallsTheTimer) {
