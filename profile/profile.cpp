@@ -2,11 +2,16 @@
 // (include/encore/profile.h).
 #include "encore/profile.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <string_view>
 
@@ -37,11 +42,15 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
+// The middle value; of an even count, the mean of the two middle ones
+// (rounded down, without overflow). 0 when empty.
 int64_t median(std::vector<int64_t> v) {
   if (v.empty()) return 0;
   auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
   std::nth_element(v.begin(), mid, v.end());
-  return *mid;
+  if (v.size() % 2 != 0) return *mid;
+  const int64_t below = *std::max_element(v.begin(), mid);   // nth_element left the smaller half before mid
+  return below + (*mid - below) / 2;
 }
 
 // Index of the run whose total is the median.
@@ -462,20 +471,30 @@ absl::StatusOr<StepProfile> profile_eager(const std::function<std::vector<Tensor
   return p;
 }
 
+namespace {
+// a + b for times >= 0, held at INT64_MAX instead of overflowing (signed
+// overflow is undefined, and wrapped to a negative total besides).
+int64_t add_ns(int64_t a, int64_t b) {
+  return b > 0 && a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
+}  // namespace
+
 ProfileSummary summarize(const StepProfile& profile, int top) {
   ProfileSummary s{.step_ns = profile.step_ns};
   s.phase_ns = {{"forward", 0}, {"backward", 0}, {"optimizer", 0}};
   std::vector<OpTime> ops;
   int64_t in_kernels = 0;
   for (const NodeTiming& n : profile.nodes) {
-    s.kernel_ns += n.median_ns;
-    in_kernels += n.duration_ns;
-    for (auto& [name, ns] : s.phase_ns) {
-      if (name == n.phase) ns += n.median_ns;
-    }
+    s.kernel_ns = add_ns(s.kernel_ns, n.median_ns);
+    in_kernels = add_ns(in_kernels, n.duration_ns);
+    // A phase beyond the three (CUDA nodes left unmapped are "unknown")
+    // gets its own entry, so that the phases add up to kernel_ns.
+    auto phase = std::find_if(s.phase_ns.begin(), s.phase_ns.end(), [&](const auto& e) { return e.first == n.phase; });
+    if (phase == s.phase_ns.end()) phase = s.phase_ns.insert(s.phase_ns.end(), {n.phase, 0});
+    phase->second = add_ns(phase->second, n.median_ns);
     auto it = std::find_if(ops.begin(), ops.end(), [&](const OpTime& o) { return o.op == n.op; });
     if (it == ops.end()) it = ops.insert(ops.end(), OpTime{n.op, 0, 0});
-    it->total_ns += n.median_ns;
+    it->total_ns = add_ns(it->total_ns, n.median_ns);
     ++it->count;
   }
   s.outside_kernels_ns = std::max<int64_t>(0, profile.timed_step_ns - in_kernels);
@@ -693,14 +712,43 @@ std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles) {
   return trace.dump(1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
 }
 
+// NOTE [ A trace is written whole or not at all ]: a write that fails part
+// way (a full disk, a file size limit) must not leave half a JSON file
+// where the last good trace was. A regular file (or a new path) is written
+// to a temporary file beside it, renamed over it once complete, and the
+// temporary removed on failure. A path that is no regular file (/dev/stdout,
+// a pipe) is written in place, there being nothing to keep, and so is a file
+// whose folder admits no new file, and a link to no file yet. A symbolic
+// link is followed: its target is replaced, the link stays.
 absl::Status write_chrome_trace(const std::string& path, absl::Span<const StepProfile* const> profiles) {
-  std::ofstream out(path);
+  namespace fs = std::filesystem;
+  const std::string json = chrome_trace_json(profiles);   // before any file is touched
+  std::error_code status_ec, link_ec, canonical_ec;
+  const fs::file_type type = fs::status(path, status_ec).type();   // of a link's target
+  const bool new_file = type == fs::file_type::not_found && !fs::is_symlink(fs::symlink_status(path, link_ec));
+  std::string target = path, written = path;   // written: the temporary, or path itself
+  std::ofstream out;
+  if (type == fs::file_type::regular || new_file) {
+    if (type == fs::file_type::regular) {
+      const fs::path resolved = fs::canonical(path, canonical_ec);
+      if (!canonical_ec) target = resolved.string();
+    }
+    static std::atomic<int> serial{0};
+    written = absl::StrCat(target, ".tmp.", getpid(), ".", serial.fetch_add(1));
+    out.open(written);
+    if (!out && !new_file) written = path;   // a folder that admits no new file
+  }
+  const bool in_place = written == path;
+  if (in_place) out.open(path);
   if (!out) return absl::ErrnoToStatus(errno, absl::StrCat("write_chrome_trace: cannot open ", path));
   errno = 0;   // so a failed write below names its own cause
-  out << chrome_trace_json(profiles) << "\n";
+  out << json << "\n";
   out.close();   // a full disk shows at the last flush, not at the writes into the buffer
-  if (out) return absl::OkStatus();
-  return absl::ErrnoToStatus(errno != 0 ? errno : EIO, absl::StrCat("write_chrome_trace: write to ", path, " failed"));
+  int error = out ? 0 : (errno != 0 ? errno : EIO);
+  if (error == 0 && !in_place && std::rename(written.c_str(), target.c_str()) != 0) error = errno;
+  if (error == 0) return absl::OkStatus();
+  if (!in_place) std::remove(written.c_str());
+  return absl::ErrnoToStatus(error, absl::StrCat("write_chrome_trace: write to ", path, " failed"));
 }
 
 }  // namespace encore

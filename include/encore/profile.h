@@ -54,11 +54,13 @@ namespace encore {
 
 struct ProfileOptions {
   int warmup_runs = 2;   // untimed runs first (>= 0)
-  int runs = 20;         // timed runs (>= 1); node times are medians over them
+  int runs = 20;         // timed runs (>= 1); node times are medians over them (of an even
+                         // count, the mean of the two middle values, rounded down)
 };
 
 // One kernel (a graph node, or an eager launch) in the representative run:
-// the timed run whose total time is the median.
+// the timed run whose total time is the median (of an even count of runs,
+// the slower of the two middle ones).
 struct NodeTiming {
   int64_t node = 0;                 // graph node index (CUDA: in CudaGraph::launch_nodes() order), or launch
                                     // order when eager
@@ -135,11 +137,13 @@ struct OpTime {
 
 struct ProfileSummary {
   int64_t step_ns = 0;     // StepProfile::step_ns (untimed)
-  int64_t kernel_ns = 0;   // sum of node medians
+  int64_t kernel_ns = 0;   // sum of node medians (every sum here held at INT64_MAX, never wrapped)
   // In the representative timed run: its wall time minus the time inside its
   // kernels (eager: dispatch, autograd, allocation; replay: the loop itself).
   int64_t outside_kernels_ns = 0;
-  // {"forward", ns}, {"backward", ns}, {"optimizer", ns}: sums of node medians.
+  // {"forward", ns}, {"backward", ns}, {"optimizer", ns}, then any other
+  // phase the nodes name (CUDA nodes left unmapped: "unknown"), in order of
+  // first appearance: sums of node medians, adding up to kernel_ns.
   std::vector<std::pair<std::string, int64_t>> phase_ns;
   std::vector<OpTime> top_ops;   // by total_ns, largest first
 };
@@ -169,6 +173,10 @@ std::string cuda_profiling_status();
 // (with gpu_idle_ns and note). Strings are escaped as JSON requires; bytes that
 // are not UTF-8 become U+FFFD.
 std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles);
+// chrome_trace_json into `path`, whole or not at all: a regular file is
+// written beside it and renamed over it, so a failed write (returned, with
+// its cause) leaves the file as it was (NOTE [ A trace is written whole or
+// not at all ] in profile/profile.cpp).
 [[nodiscard]] absl::Status write_chrome_trace(const std::string& path,
                                               absl::Span<const StepProfile* const> profiles);
 

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <string_view>
@@ -338,6 +339,60 @@ TEST(ProfileTest, SummaryAddsUp) {
   const std::string text = format_summary(*p);
   EXPECT_NE(text.find("backward"), std::string::npos);
   EXPECT_NE(text.find("cuda:"), std::string::npos);
+}
+
+// A median of an even count is the mean of the two middle values: with two
+// runs, step_ns lies halfway between step_min_ns and step_max_ns (it was the
+// slower run's time, step_max_ns).
+TEST(ProfileTest, MedianOfTwoRunsIsTheirMean) {
+  std::unique_ptr<Workload> w = small_mlp();
+  const ProfileOptions two{.warmup_runs = 0, .runs = 2};
+  absl::StatusOr<StepProfile> eager = profile_eager([&] { return w->step(); }, two);
+  ASSERT_TRUE(eager.ok()) << eager.status();
+  Graph g = capture_or_die(*w);
+  absl::StatusOr<StepProfile> replayed = profile_replay(g, two);
+  ASSERT_TRUE(replayed.ok()) << replayed.status();
+  for (const StepProfile* p : {&*eager, &*replayed}) {
+    EXPECT_EQ(p->step_ns, p->step_min_ns + (p->step_max_ns - p->step_min_ns) / 2) << p->mode;
+    if (p->step_min_ns == p->step_max_ns) continue;   // equal clocks: nothing to tell apart
+    EXPECT_LT(p->step_ns, p->step_max_ns) << p->mode;
+  }
+}
+
+// CUDA nodes whose launch is unknown (launch marks that do not match) have
+// the phase "unknown": the summary lists it, so that the phases still add
+// up to the kernel time and their percentages to 100.
+TEST(ProfileTest, UnmappedNodesHaveTheirOwnPhaseInTheSummary) {
+  StepProfile p{.mode = "replay", .device = "cuda:0", .streams = {"cuda:0 stream"}, .runs = 1};
+  p.nodes.push_back({.node = 0, .launch = 0, .op = "gemm", .phase = "forward", .duration_ns = 300, .median_ns = 300});
+  p.nodes.push_back({.node = 1, .launch = -1, .op = "(unmapped)", .phase = "unknown", .start_ns = 300,
+                     .duration_ns = 100, .median_ns = 100});
+  const ProfileSummary s = summarize(p);
+  int64_t phases = 0;
+  for (const auto& [name, ns] : s.phase_ns) phases += ns;
+  EXPECT_EQ(phases, s.kernel_ns);
+  ASSERT_EQ(s.phase_ns.size(), 4u);
+  EXPECT_EQ(s.phase_ns[3], (std::pair<std::string, int64_t>{"unknown", 100}));
+  EXPECT_NE(format_summary(p).find("unknown         100 ns   25.0%"), std::string::npos) << format_summary(p);
+  const nlohmann::json trace = nlohmann::json::parse(chrome_trace_json({&p}));
+  EXPECT_EQ(trace.at("otherData").at("encore").at(0).at("phase_ns").at("unknown"), 100);
+}
+
+// Sums of node times that pass INT64_MAX nanoseconds stay at INT64_MAX:
+// they wrapped to negative totals and percentages.
+TEST(ProfileTest, SummarySumsDoNotOverflow) {
+  constexpr int64_t kBig = std::numeric_limits<int64_t>::max() / 2;
+  StepProfile p{.mode = "replay", .device = "cpu", .streams = {"cpu stream"}, .runs = 1};
+  for (int64_t i = 0; i < 3; ++i) {
+    p.nodes.push_back({.node = i, .launch = i, .op = "gemm", .duration_ns = kBig, .median_ns = kBig});
+  }
+  const ProfileSummary s = summarize(p);
+  EXPECT_EQ(s.kernel_ns, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(s.phase_ns[0].second, std::numeric_limits<int64_t>::max());
+  ASSERT_EQ(s.top_ops.size(), 1u);
+  EXPECT_EQ(s.top_ops[0].total_ns, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(s.outside_kernels_ns, 0);
+  EXPECT_EQ(format_summary(p).find('-'), std::string::npos) << format_summary(p);
 }
 
 TEST(ProfileTest, EagerStepThatThrowsGivesAStatusAndUninstallsTheTimer) {

@@ -3,6 +3,7 @@
 // The tools find the GPU themselves; tests that need one ask the tool
 // (--device=cuda) and skip when it has none, or fail with ENCORE_REQUIRE_GPU=1.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -227,6 +228,37 @@ TEST(EncoreProfTest, WriteFailuresAreReported) {
   run = prof(small + "--dot=/nonexistent/dir/g.dot");
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_THAT(run.err, HasSubstr("dump_dot: cannot open /nonexistent/dir/g.dot"));
+}
+
+// A trace write that fails part way (here a file size limit of 8 KiB; the
+// trace is over 30 KiB) leaves the last good trace as it was, not half a
+// JSON file, and no temporary file beside it (NOTE [ A trace is written
+// whole or not at all ] in profile/profile.cpp).
+TEST(EncoreProfTest, AFailedTraceWriteKeepsThePreviousTrace) {
+  namespace fs = std::filesystem;
+  const fs::path dir = temp_path("partial_trace");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string trace = (dir / "t.json").string();
+  std::ofstream(trace) << "{\"previous\": true}\n";
+  // The shell ignores SIGXFSZ so that the write fails with EFBIG instead of killing the tool.
+  const std::string limited = "trap '' XFSZ; ulimit -f 8; " + testing::tool_path("ENCORE_PROF_BIN", ENCORE_PROF_PATH);
+  const ToolRun run = testing::run_tool(limited,
+                                        "--device=cpu --model=mlp --hidden=8 --batch=4 --runs=1 --warmup_runs=0 "
+                                        "--frozen=false --trace=" + trace,
+                                        "encore_tools_");
+  EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
+  EXPECT_THAT(run.err, HasSubstr("write_chrome_trace: write to " + trace + " failed: File too large"));
+  EXPECT_EQ(slurp(trace), "{\"previous\": true}\n");
+  std::vector<std::string> files;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+  EXPECT_EQ(files, std::vector<std::string>{"t.json"});
+  // Without the limit the same command replaces it with a whole trace.
+  const ToolRun ok = prof("--device=cpu --model=mlp --hidden=8 --batch=4 --runs=1 --warmup_runs=0 --frozen=false "
+                          "--trace=" + trace);
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_TRUE(nlohmann::json::parse(slurp(trace)).contains("traceEvents"));
+  fs::remove_all(dir);
 }
 
 TEST(EncoreProfTest, HelpDescribesEveryFlag) {
