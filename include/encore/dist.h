@@ -181,10 +181,13 @@ struct DdpOptions {
 
 // Averages gradients across the group, as torch.nn.parallel.DistributedDataParallel.
 //
-// At construction rank 0's parameters (and buffers) are broadcast to every
-// rank, and the parameters that require grad are laid out in buckets, in
-// reverse registration order (the order backward produces their gradients),
-// one contiguous persistent buffer per bucket; each parameter's .grad()
+// At construction the ranks compare their models (every parameter's and
+// buffer's shape, dtype, device type and requires_grad, and the options) and
+// refuse, on every rank, a rank whose model differs (kFailedPrecondition
+// naming the ranks and the first difference); then rank 0's parameters (and
+// buffers) are broadcast to every rank, and the parameters that require grad
+// are laid out in buckets, in reverse registration order (the order backward
+// produces their gradients), one contiguous persistent buffer per bucket; each parameter's .grad()
 // becomes a view into its bucket (PyTorch's gradient_as_bucket_view), so no
 // copy is needed before or after the all-reduce. During backward a hook on
 // each parameter's gradient accumulation (autograd::register_post_accumulate_hook)
@@ -260,6 +263,7 @@ class DistributedDataParallel {
  private:
   struct Bucket;
   void check_reducible() const;
+  void check_same_model_on_every_rank();   // NOTE [ Same model on every rank ] in ddp.cpp
   std::string parameter_name(int64_t index) const;
   // Each outermost backward() (NOTE [ An aborted backward ] in ddp.cpp).
   void on_backward_begin();
