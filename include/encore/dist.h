@@ -233,10 +233,12 @@ class DistributedDataParallel {
 
   // Gradient accumulation: backward inside the scope only accumulates,
   // without communication; the first backward after it averages the sum.
+  // A captured step checks at every replay that it runs in the setting it
+  // was captured in (inside or outside no_sync()), and refuses otherwise.
   class NoSync {
    public:
-    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), prev_(ddp.sync_) { ddp.sync_ = false; }
-    ~NoSync() { ddp_.sync_ = prev_; }
+    explicit NoSync(DistributedDataParallel& ddp);
+    ~NoSync();
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
 
@@ -285,7 +287,9 @@ class DistributedDataParallel {
   int64_t grads_total_ = 0;
   bool aborted_ = false;        // the round's backward threw (NOTE [ An aborted backward ] in ddp.cpp)
   int64_t observer_id_ = -1;    // of the backward observer
-  bool sync_ = true;
+  // True outside no_sync(); a HostFlag, so that a captured step checks it
+  // (NOTE [ no_sync as host state ] in ddp.cpp).
+  Ref<HostFlag> sync_;
   Counters counters_;
 };
 

@@ -9,6 +9,7 @@
 #include "encore/dist.h"
 #include "encore/error.h"
 #include "src/autograd/backward_observer.h"
+#include "src/core/step_observer.h"
 #include "src/dist/collectives.h"
 
 namespace encore::dist {
@@ -24,7 +25,11 @@ struct DistributedDataParallel::Bucket {
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared_ptr<ProcessGroup> group,
                                                  DdpOptions options)
-    : module_(module), group_(std::move(group)), options_(options) {
+    : module_(module), group_(std::move(group)), options_(options), sync_(make_ref<HostFlag>()) {
+  sync_->value = true;
+  sync_->what = "the gradient synchronization of a DistributedDataParallel";
+  sync_->when_true = "synchronized (outside no_sync())";
+  sync_->when_false = "no_sync()";
   ENCORE_CHECK(group_ != nullptr, "DistributedDataParallel: the process group is null");
   ENCORE_CHECK(options_.bucket_cap_bytes > 0, "DistributedDataParallel: bucket_cap_bytes is %d; it must be positive",
                options_.bucket_cap_bytes);
@@ -184,8 +189,22 @@ DistributedDataParallel::~DistributedDataParallel() {
   }
 }
 
+// NOTE [ no_sync as host state ]: whether a backward all-reduces is decided
+// on the host, in the gradient hooks, so a captured step holds the
+// all-reduces or not as its recorded run had them. Before, a step captured
+// inside no_sync() (a micro-step of gradient accumulation) replayed outside
+// it without any all-reduce, and each rank stepped with its own gradients
+// with no error; one captured outside replayed inside still communicated.
+// The setting is a HostFlag (NOTE [ Host flags ] in src/core/step_observer.h),
+// read by every hook and written by NoSync, so a graph checks it at every
+// replay as it does a module's training mode.
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp), prev_(ddp.sync_->value) {
+  write_host_flag(*ddp.sync_, false);
+}
+DistributedDataParallel::NoSync::~NoSync() { write_host_flag(*ddp_.sync_, prev_); }
+
 void DistributedDataParallel::on_gradient(int64_t bucket, int64_t param) {
-  if (!sync_) return;
+  if (!read_host_flag(*sync_)) return;
   ENCORE_CHECK_CODE(!arrived_[param], kFailedPrecondition,
                     "DistributedDataParallel on rank %d: parameter '%s' received a second gradient in one "
                     "synchronized backward (a backward started inside another, from a hook or a custom backward, "

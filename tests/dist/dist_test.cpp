@@ -191,6 +191,45 @@ TEST(DistOneProcessTest, DdpOfOneProcessEqualsPlainTrainingBitForBit) {
   for (int s : seen) EXPECT_EQ(s, 1);
 }
 
+// A captured step holds its all-reduces or not as its recorded run had
+// them, so it replays only in the same no_sync() setting. Before, a
+// micro-step captured inside no_sync() replayed outside it without any
+// all-reduce (each rank stepped with its own gradients), and a step
+// captured outside replayed inside still communicated, both without error.
+TEST(DistOneProcessTest, CapturedStepReplaysOnlyInItsNoSyncSetting) {
+  auto rig = testing::DdpRig::make(one(), 4, 1, 0, 5);
+  rig->fill(0);
+  auto micro = [&] {
+    rig->loss().backward();
+    return std::vector<Tensor>{};
+  };
+  absl::StatusOr<Graph> accumulate = [&] {
+    auto scope = rig->ddp->no_sync();
+    return capture(micro);
+  }();
+  ASSERT_TRUE(accumulate.ok()) << accumulate.status();
+  const int64_t launched = rig->ddp->counters().launched;
+  absl::Status s = accumulate->replay();   // outside no_sync(): it would not all-reduce
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("gradient synchronization of a DistributedDataParallel as no_sync()"),
+            std::string::npos)
+      << s;
+  {
+    auto scope = rig->ddp->no_sync();
+    EXPECT_TRUE(accumulate->replay().ok());
+  }
+  absl::StatusOr<Graph> synced = capture(micro);
+  ASSERT_TRUE(synced.ok()) << synced.status();
+  EXPECT_GT(rig->ddp->counters().launched, launched);   // the recorded run all-reduced
+  {
+    auto scope = rig->ddp->no_sync();
+    s = synced->replay();   // inside no_sync(): it would all-reduce
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("as synchronized (outside no_sync())"), std::string::npos) << s;
+  }
+  EXPECT_TRUE(synced->replay().ok());
+}
+
 struct TwoParams : nn::Module {
   TwoParams() {
     a = register_parameter("a", ones({3}));
