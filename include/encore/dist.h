@@ -90,7 +90,9 @@ struct Environment {
 };
 
 // The Environment the variables give; `getenv` answers a variable's value or
-// null. Refuses malformed or inconsistent values (a rank outside the world).
+// null. Refuses malformed or inconsistent values: a rank outside the world,
+// a local rank outside the world or the machine (OMPI_COMM_WORLD_LOCAL_SIZE,
+// LOCAL_WORLD_SIZE), torchrun's RANK / WORLD_SIZE contradicting Slurm's.
 absl::StatusOr<Environment> environment_from(const std::function<const char*(const char*)>& getenv);
 // environment_from(std::getenv).
 absl::StatusOr<Environment> environment();
