@@ -90,7 +90,9 @@ struct Environment {
 };
 
 // The Environment the variables give; `getenv` answers a variable's value or
-// null. Refuses malformed or inconsistent values (a rank outside the world).
+// null. Refuses malformed or inconsistent values: a rank outside the world,
+// a local rank outside the world or the machine (OMPI_COMM_WORLD_LOCAL_SIZE,
+// LOCAL_WORLD_SIZE), torchrun's RANK / WORLD_SIZE contradicting Slurm's.
 absl::StatusOr<Environment> environment_from(const std::function<const char*(const char*)>& getenv);
 // environment_from(std::getenv).
 absl::StatusOr<Environment> environment();
@@ -181,10 +183,13 @@ struct DdpOptions {
 
 // Averages gradients across the group, as torch.nn.parallel.DistributedDataParallel.
 //
-// At construction rank 0's parameters (and buffers) are broadcast to every
-// rank, and the parameters that require grad are laid out in buckets, in
-// reverse registration order (the order backward produces their gradients),
-// one contiguous persistent buffer per bucket; each parameter's .grad()
+// At construction the ranks compare their models (every parameter's and
+// buffer's shape, dtype, device type and requires_grad, and the options) and
+// refuse, on every rank, a rank whose model differs (kFailedPrecondition
+// naming the ranks and the first difference); then rank 0's parameters (and
+// buffers) are broadcast to every rank, and the parameters that require grad
+// are laid out in buckets, in reverse registration order (the order backward
+// produces their gradients), one contiguous persistent buffer per bucket; each parameter's .grad()
 // becomes a view into its bucket (PyTorch's gradient_as_bucket_view), so no
 // copy is needed before or after the all-reduce. During backward a hook on
 // each parameter's gradient accumulation (autograd::register_post_accumulate_hook)
@@ -230,10 +235,12 @@ class DistributedDataParallel {
 
   // Gradient accumulation: backward inside the scope only accumulates,
   // without communication; the first backward after it averages the sum.
+  // A captured step checks at every replay that it runs in the setting it
+  // was captured in (inside or outside no_sync()), and refuses otherwise.
   class NoSync {
    public:
-    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), prev_(ddp.sync_) { ddp.sync_ = false; }
-    ~NoSync() { ddp_.sync_ = prev_; }
+    explicit NoSync(DistributedDataParallel& ddp);
+    ~NoSync();
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
 
@@ -260,6 +267,7 @@ class DistributedDataParallel {
  private:
   struct Bucket;
   void check_reducible() const;
+  void check_same_model_on_every_rank();   // NOTE [ Same model on every rank ] in ddp.cpp
   std::string parameter_name(int64_t index) const;
   // Each outermost backward() (NOTE [ An aborted backward ] in ddp.cpp).
   void on_backward_begin();
@@ -281,7 +289,9 @@ class DistributedDataParallel {
   int64_t grads_total_ = 0;
   bool aborted_ = false;        // the round's backward threw (NOTE [ An aborted backward ] in ddp.cpp)
   int64_t observer_id_ = -1;    // of the backward observer
-  bool sync_ = true;
+  // True outside no_sync(); a HostFlag, so that a captured step checks it
+  // (NOTE [ no_sync as host state ] in ddp.cpp).
+  Ref<HostFlag> sync_;
   Counters counters_;
 };
 

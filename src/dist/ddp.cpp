@@ -1,12 +1,15 @@
 // encore::dist::DistributedDataParallel (include/encore/dist.h).
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "encore/autograd.h"
 #include "encore/dist.h"
 #include "encore/error.h"
 #include "src/autograd/backward_observer.h"
+#include "src/core/step_observer.h"
 #include "src/dist/collectives.h"
 
 namespace encore::dist {
@@ -22,13 +25,18 @@ struct DistributedDataParallel::Bucket {
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared_ptr<ProcessGroup> group,
                                                  DdpOptions options)
-    : module_(module), group_(std::move(group)), options_(options) {
+    : module_(module), group_(std::move(group)), options_(options), sync_(make_ref<HostFlag>()) {
+  sync_->value = true;
+  sync_->what = "the gradient synchronization of a DistributedDataParallel";
+  sync_->when_true = "synchronized (outside no_sync())";
+  sync_->when_false = "no_sync()";
   ENCORE_CHECK(group_ != nullptr, "DistributedDataParallel: the process group is null");
   ENCORE_CHECK(options_.bucket_cap_bytes > 0, "DistributedDataParallel: bucket_cap_bytes is %d; it must be positive",
                options_.bucket_cap_bytes);
   NoGradGuard no_grad;
   params_ = module_.parameters();
   check_reducible();
+  check_same_model_on_every_rank();
   for (const Tensor& p : params_) group_->broadcast(p, 0);
   if (options_.broadcast_buffers) {
     for (const auto& [name, b] : module_.named_buffers()) group_->broadcast(b, 0);
@@ -100,6 +108,72 @@ void DistributedDataParallel::check_reducible() const {
   }
 }
 
+namespace {
+
+// FNV-1a of a string: the same on every rank (absl::Hash is seeded per process).
+uint64_t fnv(const std::string& s, uint64_t h = 0xcbf29ce484222325ull) {
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+// What a rank's buckets and broadcasts depend on, for one tensor: shape,
+// dtype, device type (not the index: local ranks differ) and requires_grad.
+std::string layout_of(const Tensor& t) {
+  return absl::StrFormat("%s %s on %s%s", shape_str(t.shape()), dtype_name(t.dtype()),
+                         t.device().is_cpu() ? "cpu" : "cuda", t.requires_grad() ? "" : " (requires_grad false)");
+}
+
+}  // namespace
+
+// NOTE [ Same model on every rank ]: the constructor's broadcasts and the
+// buckets' all-reduces pair up across ranks only if every rank wraps the same
+// parameters (shapes, dtypes, which require grad) and buffers with the same
+// options. Before, a rank that froze one more parameter, or whose model had
+// another shape, laid out other buckets: the ranks' all-reduces then had
+// different counts, and one rank averaged mismatched gradients without an
+// error while the other failed with MPI_ERR_TRUNCATE. So the ranks compare a
+// fingerprint of the layout first (one gather), and on a difference find the
+// first entry that differs (more gathers, every rank alike) and refuse it on
+// every rank, as torch's DDP does (_verify_param_shape_across_processes).
+void DistributedDataParallel::check_same_model_on_every_rank() {
+  std::vector<std::string> entries;
+  entries.push_back(absl::StrCat("bucket_cap_bytes ", options_.bucket_cap_bytes, ", broadcast_buffers ",
+                                 options_.broadcast_buffers ? "true" : "false"));
+  const nn::NamedTensors named = module_.named_parameters();
+  for (const auto& [name, p] : named) entries.push_back(absl::StrCat("parameter '", name, "': ", layout_of(p)));
+  if (options_.broadcast_buffers) {
+    for (const auto& [name, b] : module_.named_buffers()) entries.push_back(absl::StrCat("buffer '", name, "': ", layout_of(b)));
+  }
+  uint64_t h = fnv(absl::StrCat(entries.size()));
+  for (const std::string& e : entries) h = fnv(e, h);
+  std::vector<uint64_t> all = group_->all_gather(h);
+  if (std::all_of(all.begin(), all.end(), [&](uint64_t v) { return v == all[0]; })) return;
+  // Find the first entry that differs: the counts, then entry by entry up to the smallest count.
+  const std::vector<uint64_t> counts = group_->all_gather(entries.size());
+  const uint64_t n = *std::min_element(counts.begin(), counts.end());
+  std::string mine = absl::StrCat(entries.size(), " parameters, buffers and options");
+  std::vector<uint64_t> at;
+  for (uint64_t i = 0; i < n; ++i) {
+    at = group_->all_gather(fnv(entries[i]));
+    if (std::any_of(at.begin(), at.end(), [&](uint64_t v) { return v != at[0]; })) {
+      mine = entries[i];
+      break;
+    }
+    at.clear();
+  }
+  const std::vector<uint64_t>& differing = at.empty() ? all : at;
+  std::vector<std::string> ranks;
+  for (size_t r = 0; r < differing.size(); ++r) {
+    if (differing[r] != differing[0]) ranks.push_back(absl::StrCat(r));
+  }
+  throw_error(absl::StatusCode::kFailedPrecondition,
+              absl::StrFormat("DistributedDataParallel on rank %d: the ranks wrap different models: rank(s) %s differ "
+                              "from rank 0 (here: %s); every rank must wrap the same parameters (shapes, dtypes, which "
+                              "require grad) and buffers with the same DdpOptions, or their all-reduces would not "
+                              "match",
+                              group_->rank(), absl::StrJoin(ranks, ", "), mine));
+}
+
 std::string DistributedDataParallel::parameter_name(int64_t index) const {
   const nn::NamedTensors named = module_.named_parameters();
   return index < static_cast<int64_t>(named.size()) ? named[index].first : absl::StrCat("#", index);
@@ -115,8 +189,22 @@ DistributedDataParallel::~DistributedDataParallel() {
   }
 }
 
+// NOTE [ no_sync as host state ]: whether a backward all-reduces is decided
+// on the host, in the gradient hooks, so a captured step holds the
+// all-reduces or not as its recorded run had them. Before, a step captured
+// inside no_sync() (a micro-step of gradient accumulation) replayed outside
+// it without any all-reduce, and each rank stepped with its own gradients
+// with no error; one captured outside replayed inside still communicated.
+// The setting is a HostFlag (NOTE [ Host flags ] in src/core/step_observer.h),
+// read by every hook and written by NoSync, so a graph checks it at every
+// replay as it does a module's training mode.
+DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& ddp) : ddp_(ddp), prev_(ddp.sync_->value) {
+  write_host_flag(*ddp.sync_, false);
+}
+DistributedDataParallel::NoSync::~NoSync() { write_host_flag(*ddp_.sync_, prev_); }
+
 void DistributedDataParallel::on_gradient(int64_t bucket, int64_t param) {
-  if (!sync_) return;
+  if (!read_host_flag(*sync_)) return;
   ENCORE_CHECK_CODE(!arrived_[param], kFailedPrecondition,
                     "DistributedDataParallel on rank %d: parameter '%s' received a second gradient in one "
                     "synchronized backward (a backward started inside another, from a hook or a custom backward, "

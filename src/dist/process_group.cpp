@@ -85,11 +85,15 @@ absl::Status agree(uint64_t fingerprint, int64_t kernels) {
 absl::StatusOr<Environment> environment_from(const std::function<const char*(const char*)>& getenv) {
   Environment env;
   bool rank_found = false, size_found = false, local_found = false;
-  auto take = [&](const char* rank, const char* size, const char* local, const char* launcher) -> absl::Status {
-    int r = 0, s = 0, l = 0;
+  // local_size: the variable with the number of processes on this machine, or null.
+  auto take = [&](const char* rank, const char* size, const char* local, const char* local_size,
+                  const char* launcher) -> absl::Status {
+    int r = 0, s = 0, l = 0, ls = 0;
+    bool local_size_found = false;
     ENCORE_DIST_RETURN_IF_ERROR(read_int(getenv, rank, r, rank_found));
     ENCORE_DIST_RETURN_IF_ERROR(read_int(getenv, size, s, size_found));
     ENCORE_DIST_RETURN_IF_ERROR(read_int(getenv, local, l, local_found));
+    if (local_size != nullptr) ENCORE_DIST_RETURN_IF_ERROR(read_int(getenv, local_size, ls, local_size_found));
     if (!rank_found && !size_found) return absl::OkStatus();
     if (rank_found != size_found) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -100,17 +104,44 @@ absl::StatusOr<Environment> environment_from(const std::function<const char*(con
       return absl::InvalidArgumentError(
           absl::StrFormat("dist::environment: %s=%d is not a rank of %s=%d", rank, r, size, s));
     }
+    // A local rank names this process's GPU (ProcessGroup::device()).
+    if (local_found && l >= s) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("dist::environment: %s=%d is not a local rank of %s=%d", local, l, size, s));
+    }
+    if (local_found && local_size_found && l >= ls) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("dist::environment: %s=%d is not a local rank of %s=%d", local, l, local_size, ls));
+    }
     env.rank = r;
     env.world_size = s;
     env.local_rank = local_found ? l : r;
     env.launcher = launcher;
     return absl::OkStatus();
   };
-  ENCORE_DIST_RETURN_IF_ERROR(
-      take("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "mpirun"));
-  if (env.launcher == "none") ENCORE_DIST_RETURN_IF_ERROR(take("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "slurm"));
+  ENCORE_DIST_RETURN_IF_ERROR(take("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                   "OMPI_COMM_WORLD_LOCAL_SIZE", "mpirun"));
   if (env.launcher == "none") {
-    ENCORE_DIST_RETURN_IF_ERROR(take("RANK", "WORLD_SIZE", "LOCAL_RANK", "torchrun"));
+    ENCORE_DIST_RETURN_IF_ERROR(take("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, "slurm"));
+  }
+  if (env.launcher == "slurm") {
+    // torchrun started inside a Slurm allocation (sbatch exports SLURM_PROCID
+    // and SLURM_NTASKS to the batch script): Slurm's variables describe the
+    // allocation, not torchrun's workers, and each worker would be rank 0 of
+    // a world of one; torchrun's rendezvous is not implemented, so refuse.
+    int r = 0, s = 0;
+    bool r_found = false, s_found = false;
+    if (read_int(getenv, "RANK", r, r_found).ok() && read_int(getenv, "WORLD_SIZE", s, s_found).ok() && r_found &&
+        s_found && (r != env.rank || s != env.world_size)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "dist::environment: SLURM_PROCID=%d of SLURM_NTASKS=%d but RANK=%d of WORLD_SIZE=%d: torchrun inside a "
+          "Slurm allocation? torchrun's rendezvous is not supported; start one process per rank with srun (or "
+          "mpirun) instead",
+          env.rank, env.world_size, r, s));
+    }
+  }
+  if (env.launcher == "none") {
+    ENCORE_DIST_RETURN_IF_ERROR(take("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "torchrun"));
     if (env.launcher == "torchrun") {
       if (const char* a = getenv("MASTER_ADDR")) env.master_addr = a;
       bool found = false;

@@ -303,6 +303,34 @@ TEST(DistMpiTest, DdpBroadcastsBuffers) {
   EXPECT_EQ(kept.b.to_vector<float>()[0], 20.0f + world()->rank());
 }
 
+// Ranks that wrap different models would lay out different buckets, and
+// their all-reduces would not match: every rank refuses at construction,
+// naming the ranks and the first difference, and the group still works.
+// Before, a rank that froze one more parameter got MPI_ERR_TRUNCATE in
+// backward while rank 0 averaged mismatched gradients without an error.
+TEST(DistMpiTest, DdpRefusesRanksWhoseModelsDiffer) {
+  NEED_TWO_RANKS();
+  const int r = world()->rank();
+  manual_seed(1);
+  nn::Mlp frozen(std::vector<int64_t>{4, 3, 2});
+  if (r == 1) frozen.parameters()[0].requires_grad_(false);
+  expect_error([&] { dist::DistributedDataParallel ddp(frozen, world()); }, absl::StatusCode::kFailedPrecondition,
+               {"ranks wrap different models", "rank(s) 1 differ",
+                r == 0 ? "here: parameter 'layers.0.weight': [3, 4] f32 on cpu)"
+                       : "here: parameter 'layers.0.weight': [3, 4] f32 on cpu (requires_grad false)"});
+  nn::Mlp shaped(std::vector<int64_t>{4, r == 0 ? 3 : 5, 2});
+  expect_error([&] { dist::DistributedDataParallel ddp(shaped, world()); }, absl::StatusCode::kFailedPrecondition,
+               {"ranks wrap different models", r == 0 ? "[3, 4]" : "[5, 4]"});
+  nn::Mlp same(std::vector<int64_t>{4, 3, 2});
+  expect_error([&] { dist::DistributedDataParallel ddp(same, world(), {.bucket_cap_bytes = 64 << r}); },
+               absl::StatusCode::kFailedPrecondition, {"ranks wrap different models", "bucket_cap_bytes"});
+  ASSERT_TRUE(world()->health().ok()) << world()->health();
+  dist::DistributedDataParallel ddp(same, world());   // the same model on every rank is accepted
+  Tensor l = same.forward(ones({2, 4})).sum();
+  l.backward();
+  ddp.finish();
+}
+
 // GraphedStep drives the same: every rank replays, ranks identical.
 TEST(DistMpiTest, GraphedStepReplaysCollectives) {
   NEED_TWO_RANKS();

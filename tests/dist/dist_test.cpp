@@ -85,6 +85,42 @@ TEST(DistEnvironmentTest, RefusesMalformedValues) {
   expect_error([&] { (*g)->set_timeout(-1); }, absl::StatusCode::kInvalidArgument, {"set_timeout", "positive"});
 }
 
+// A local rank outside the world or the machine, and torchrun's variables
+// inside a Slurm allocation that say another world, are refused. Before,
+// LOCAL_RANK=7 of WORLD_SIZE=2 was taken (device() then named cuda:7), and
+// torchrun's workers under sbatch (SLURM_PROCID=0, SLURM_NTASKS=1 inherited)
+// each became rank 0 of a world of one: four processes trained apart with
+// no error.
+TEST(DistEnvironmentTest, RefusesLocalRanksOutsideTheWorldAndMixedLaunchers) {
+  absl::StatusOr<dist::Environment> e = env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "7"}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("LOCAL_RANK=7 is not a local rank of WORLD_SIZE=2"), std::string::npos)
+      << e.status();
+  e = env_of({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "4"},
+              {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("OMPI_COMM_WORLD_LOCAL_RANK=4 is not a local rank of "
+                                      "OMPI_COMM_WORLD_LOCAL_SIZE=4"),
+            std::string::npos)
+      << e.status();
+  e = env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_LOCALID", "0"}, {"RANK", "2"},
+              {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(e.status().message().find("SLURM_PROCID=0 of SLURM_NTASKS=1 but RANK=2 of WORLD_SIZE=4"),
+            std::string::npos)
+      << e.status();
+  // Where they agree (srun started the ranks and exported torchrun's names too), Slurm's are taken.
+  e = env_of({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->launcher, "slurm");
+  e = env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+              {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->local_rank, 1);
+}
+
 // "Never hang": an infinite or absurd timeout would overflow the deadline's
 // clock arithmetic (a deadline in the past, a rank spinning forever), so the
 // three ways of setting one refuse it.
@@ -189,6 +225,45 @@ TEST(DistOneProcessTest, DdpOfOneProcessEqualsPlainTrainingBitForBit) {
     EXPECT_TRUE(bytes <= 500 || b.size() == 1) << "a bucket of " << bytes << " bytes";
   }
   for (int s : seen) EXPECT_EQ(s, 1);
+}
+
+// A captured step holds its all-reduces or not as its recorded run had
+// them, so it replays only in the same no_sync() setting. Before, a
+// micro-step captured inside no_sync() replayed outside it without any
+// all-reduce (each rank stepped with its own gradients), and a step
+// captured outside replayed inside still communicated, both without error.
+TEST(DistOneProcessTest, CapturedStepReplaysOnlyInItsNoSyncSetting) {
+  auto rig = testing::DdpRig::make(one(), 4, 1, 0, 5);
+  rig->fill(0);
+  auto micro = [&] {
+    rig->loss().backward();
+    return std::vector<Tensor>{};
+  };
+  absl::StatusOr<Graph> accumulate = [&] {
+    auto scope = rig->ddp->no_sync();
+    return capture(micro);
+  }();
+  ASSERT_TRUE(accumulate.ok()) << accumulate.status();
+  const int64_t launched = rig->ddp->counters().launched;
+  absl::Status s = accumulate->replay();   // outside no_sync(): it would not all-reduce
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("gradient synchronization of a DistributedDataParallel as no_sync()"),
+            std::string::npos)
+      << s;
+  {
+    auto scope = rig->ddp->no_sync();
+    EXPECT_TRUE(accumulate->replay().ok());
+  }
+  absl::StatusOr<Graph> synced = capture(micro);
+  ASSERT_TRUE(synced.ok()) << synced.status();
+  EXPECT_GT(rig->ddp->counters().launched, launched);   // the recorded run all-reduced
+  {
+    auto scope = rig->ddp->no_sync();
+    s = synced->replay();   // inside no_sync(): it would all-reduce
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("as synchronized (outside no_sync())"), std::string::npos) << s;
+  }
+  EXPECT_TRUE(synced->replay().ok());
 }
 
 struct TwoParams : nn::Module {
