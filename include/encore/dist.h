@@ -100,6 +100,9 @@ absl::StatusOr<Environment> environment();
 // True when encore was built with MPI (only then can the world hold more than one process).
 bool mpi_built();
 
+// kAverage divides the sum by the world size. On i32/i64 tensors a CPU group
+// rounds toward zero (C++ integer division: -3 / 2 = -1); a CUDA group uses
+// NCCL's ncclAvg. Average float tensors when an exact mean matters.
 enum class ReduceOp : uint8_t { kSum, kAverage };
 
 // The longest timeout a group accepts, in seconds (about 116 days). Every
