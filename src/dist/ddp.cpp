@@ -142,7 +142,9 @@ void DistributedDataParallel::check_same_model_on_every_rank() {
   const nn::NamedTensors named = module_.named_parameters();
   for (const auto& [name, p] : named) entries.push_back(absl::StrCat("parameter '", name, "': ", layout_of(p)));
   if (options_.broadcast_buffers) {
-    for (const auto& [name, b] : module_.named_buffers()) entries.push_back(absl::StrCat("buffer '", name, "': ", layout_of(b)));
+    for (const auto& [name, b] : module_.named_buffers()) {
+      entries.push_back(absl::StrCat("buffer '", name, "': ", layout_of(b)));
+    }
   }
   uint64_t h = fnv(absl::StrCat(entries.size()));
   for (const std::string& e : entries) h = fnv(e, h);
