@@ -6,7 +6,9 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <string>
 
+#include "absl/types/span.h"
 #include "encore/encore.h"
 #include "tests/test_util.h"
 
@@ -250,16 +252,36 @@ TEST(CopyTest, FloatToIntegerSaturatesAndMapsNanToZero) {
   EXPECT_EQ(f.to(kBFloat16).to(kInt64).to_vector<int64_t>()[10], kMax64);
 }
 
+// One op call given a value its tensor cannot hold.
+struct RefusedValue {
+  const char* op;
+  std::function<void()> call;
+};
+
+// Each call throws InvalidArgument whose message starts "<op>: value " and
+// says `why`.
+void expect_values_refused(absl::Span<const RefusedValue> cases, const std::string& why) {
+  for (const RefusedValue& c : cases) {
+    SCOPED_TRACE(c.op);
+    try {
+      c.call();
+      ADD_FAILURE() << "no throw";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
+      const std::string msg(e.status().message());
+      EXPECT_EQ(msg.rfind(std::string(c.op) + ": value ", 0), 0u) << msg;
+      EXPECT_NE(msg.find(why), std::string::npos) << msg;
+    }
+  }
+}
+
 // A scalar beyond an integer tensor's range (or NaN) is refused by every op
 // that takes one, and a fraction by every op but fill_ and full (which
 // truncate, as PyTorch does), naming the op and the value.
 TEST(CopyTest, ScalarsThatDoNotFitAnIntegerTensorAreRefused) {
   const Tensor i32 = zeros({3}, kInt32), i64 = zeros({2}, kInt64);
   const Tensor mask = from_vector<bool>({true, false, true});
-  const struct {
-    const char* op;
-    std::function<void()> call;
-  } cases[] = {
+  const RefusedValue cases[] = {
       {"full", [] { full({2}, 1e20, kInt64); }},
       {"full", [] { full({1}, std::nan(""), kInt32); }},
       {"fill_", [&] { zeros({3}, kInt32).fill_(2147483648.0); }},
@@ -269,18 +291,7 @@ TEST(CopyTest, ScalarsThatDoNotFitAnIntegerTensorAreRefused) {
       {"add_scalar", [&] { add(i64, INFINITY); }},
       {"mul_scalar", [&] { mul(i32, 1.5); }},
   };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.op);
-    try {
-      c.call();
-      ADD_FAILURE() << "no throw";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
-      const std::string msg(e.status().message());
-      EXPECT_EQ(msg.rfind(std::string(c.op) + ": value ", 0), 0u) << msg;
-      EXPECT_NE(msg.find("does not fit the i"), std::string::npos) << msg;
-    }
-  }
+  expect_values_refused(cases, "does not fit the i");
   // The limits themselves fit; fill_ and full truncate fractions.
   EXPECT_EQ(full({1}, -2.9, kInt64).to_vector<int64_t>(), std::vector<int64_t>{-2});
   EXPECT_EQ(zeros({1}, kInt32).fill_(2147483647.9).to_vector<int32_t>(), std::vector<int32_t>{2147483647});
@@ -296,10 +307,7 @@ TEST(CopyTest, ScalarsThatDoNotFitAnIntegerTensorAreRefused) {
 // and the largest values themselves are kept.
 TEST(CopyTest, FillValuesThatOverflowAFloatTensorAreRefused) {
   const Tensor mask = from_vector<bool>({true, false});
-  const struct {
-    const char* op;
-    std::function<void()> call;
-  } cases[] = {
+  const RefusedValue cases[] = {
       {"full", [] { full({2}, 65520.0, kFloat16); }},
       {"full", [] { full({2}, -1e39, kFloat32); }},
       {"full", [] { full({2}, 1e39, kBFloat16); }},
@@ -308,18 +316,7 @@ TEST(CopyTest, FillValuesThatOverflowAFloatTensorAreRefused) {
       {"masked_fill", [&] { masked_fill(zeros({2}, kFloat16), mask, 1e6); }},
       {"masked_fill", [&] { masked_fill(zeros({2}), mask, -1e40); }},
   };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.op);
-    try {
-      c.call();
-      ADD_FAILURE() << "no throw";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
-      const std::string msg(e.status().message());
-      EXPECT_EQ(msg.rfind(std::string(c.op) + ": value ", 0), 0u) << msg;
-      EXPECT_NE(msg.find("largest finite value"), std::string::npos) << msg;
-    }
-  }
+  expect_values_refused(cases, "largest finite value");
   EXPECT_EQ(testing::values(full({1}, 65504.0, kFloat16)), std::vector<double>{65504.0});
   EXPECT_EQ(testing::values(full({1}, -3.4028234663852886e38, kFloat32)), std::vector<double>{-3.4028234663852886e38});
   EXPECT_EQ(testing::values(zeros({1}, kBFloat16).fill_(-INFINITY)), std::vector<double>{-INFINITY});
