@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "capture/arena.h"
 #include "capture/executable.h"
 #include "capture/graph_impl.h"
@@ -543,7 +544,6 @@ StepObserver* capture_observer_here() {
   return dynamic_cast<Recorder*>(o) != nullptr || dynamic_cast<CaptureObserver*>(o) != nullptr ? o : nullptr;
 }
 
-
 absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const Step& step, const CaptureOptions& options) {
   if (options.warmup < 1) return absl::InvalidArgumentError("capture: warmup must be at least 1 (the recorded run)");
   if (options.verify_every < 0) {
@@ -609,17 +609,18 @@ absl::Status refuse_replay_inside_capture() {
   if (o == nullptr) return absl::OkStatus();
   // Refused in the enclosing capture too, so that a step that drops this
   // Status is not captured without the inner graph's work.
-  const std::string why =
-      "capture: the step replays a Graph; a replay runs its kernels without the stream, so neither the recorded "
+  constexpr absl::string_view kWhy =
+      "the step replays a Graph; a replay runs its kernels without the stream, so neither the recorded "
       "warm-up nor the captured graph would hold them. Write the inner step's code into the step (it is captured "
       "with the rest), or replay the graphs one after the other outside any step";
+  const std::string refusal = absl::StrCat("capture: ", kWhy);
   if (auto* rec = dynamic_cast<Recorder*>(o)) {
-    rec->refuse(why);
+    rec->refuse(refusal);
   } else if (auto* cap = dynamic_cast<CaptureObserver*>(o); cap->refusal.empty()) {
-    cap->refusal = why;
+    cap->refusal = refusal;
   }
   return absl::FailedPreconditionError(
-      absl::StrCat("replay: called inside a step that capture() is recording or capturing; ", why.substr(9)));
+      absl::StrCat("replay: called inside a step that capture() is recording or capturing; ", kWhy));
 }
 
 absl::Status capture_into(const Step& step, const CaptureOptions& options, Graph::Impl& g,

@@ -113,6 +113,18 @@ struct GraphedStep::Impl {
 
   std::vector<Tensor> eager(const std::vector<Tensor>& inputs) { return detached(fn(inputs)); }
 
+  // A signature whose capture was refused: every later call runs eagerly, so
+  // it keeps no graph, recording or static inputs (which would count against
+  // max_bytes).
+  void make_eager_only(Entry& e, const std::string& why) {
+    e.eager_only = true;
+    e.recorded.reset();
+    e.graph.reset();
+    e.returned.clear();
+    e.static_inputs.clear();
+    fallback(e.signature, why);
+  }
+
   // NOTE [ Inputs written in place ]: the step reads its static inputs, so
   // what it writes into them (a carried state, an in-place normalisation)
   // goes back into the caller's tensors after each recorded call and replay,
@@ -212,11 +224,7 @@ struct GraphedStep::Impl {
       }
       absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), g.internals(), pool->arena);
       if (!s.ok()) {
-        e.eager_only = true;
-        e.graph.reset();
-        e.returned.clear();
-        e.static_inputs.clear();
-        fallback(e.signature, absl::StrCat("moving its graph into the shared arena failed: ", s.message()));
+        make_eager_only(e, absl::StrCat("moving its graph into the shared arena failed: ", s.message()));
         return eager(inputs);
       }
       e.arena_generation = pool->generation;
@@ -374,10 +382,7 @@ struct GraphedStep::Impl {
       }
       absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), *e.recorded, pool->arena);
       if (!s.ok()) {
-        e.recorded.reset();
-        e.static_inputs.clear();   // an eager-only signature needs none (nor counts them against max_bytes)
-        e.eager_only = true;
-        fallback(e.signature, absl::StrCat("capture refused: ", s.message()));
+        make_eager_only(e, absl::StrCat("capture refused: ", s.message()));
         return eager(inputs);
       }
       e.graph.emplace(std::move(e.recorded));
@@ -419,9 +424,7 @@ struct GraphedStep::Impl {
     copy_back(e, inputs);
     for (Tensor& t : outs) t = over_caller_input(e, t, inputs);   // NOTE [ Outputs over the static inputs ]
     if (!recorded.ok()) {
-      e.static_inputs.clear();   // an eager-only signature needs none (nor counts them against max_bytes)
-      e.eager_only = true;
-      fallback(e.signature, absl::StrCat("capture refused: ", recorded.status().message()));
+      make_eager_only(e, absl::StrCat("capture refused: ", recorded.status().message()));
       return outs;
     }
     e.recorded = *std::move(recorded);
