@@ -330,7 +330,7 @@ absl::Status plan(const CaptureOptions& options, bool outputs_apart, Graph::Impl
 // the launch to the device's Capturer (CPU: taken into the kernel list, not
 // run; CUDA: runs into the capturing stream). The trace, plan and capturer
 // are the caller's and outlive it; it updates the plan's message fields.
-class CaptureObserver final : public StepObserver {
+class CaptureObserver final : public StepObserver, public capture_internal::Refusals {
  public:
   CaptureObserver(const Trace& trace, ArenaPlan& plan, Capturer& capturer)
       : trace_(trace), plan_(plan), capturer_(capturer) {}
@@ -395,7 +395,6 @@ class CaptureObserver final : public StepObserver {
   }
 
   size_t launches() const { return launches_; }
-  std::string refusal;         // why the step cannot be captured, found outside a launch (a nested replay)
   std::vector<Guard> guards;   // every persistent storage the run touched, once
   std::vector<capture_internal::HostCondition> conditions;   // every host state the run used, once
 
@@ -479,7 +478,7 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
   });
   for (const capture_internal::HostCondition& c : cap.conditions) capture_internal::set_condition(c, c.before);
   if (!executable.ok()) return executable.status();
-  if (!cap.refusal.empty()) return absl::FailedPreconditionError(cap.refusal);
+  if (!cap.refusal().empty()) return absl::FailedPreconditionError(cap.refusal());
   if (cap.launches() != g.trace.kernels.size() || arena.next != static_cast<int64_t>(arena.sizes.size())) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "capture: the capture run issued %d kernels and %d allocations, the recorded warm-up %d and %d; the step "
@@ -536,12 +535,13 @@ absl::Status bind(const Step& step, const CaptureOptions& options, Graph::Impl& 
 // (Graph::replay, refuse_replay_inside_capture). A GraphedStep called there
 // runs its step eagerly, where the outer capture sees every kernel.
 
-// The Recorder or CaptureObserver watching this thread's step, or nullptr.
+// The Recorder or CaptureObserver (the observers that can refuse a step)
+// watching this thread's step, or nullptr.
 StepObserver* capture_observer_here() {
   const Stream& cpu = current_stream(kCPU);   // every StepObserverScope installs on it
   if (!cpu.observed_here()) return nullptr;
   StepObserver* o = cpu.observer();
-  return dynamic_cast<Recorder*>(o) != nullptr || dynamic_cast<CaptureObserver*>(o) != nullptr ? o : nullptr;
+  return dynamic_cast<capture_internal::Refusals*>(o) != nullptr ? o : nullptr;
 }
 
 absl::StatusOr<std::unique_ptr<Graph::Impl>> capture_impl(const Step& step, const CaptureOptions& options) {
@@ -613,12 +613,7 @@ absl::Status refuse_replay_inside_capture() {
       "the step replays a Graph; a replay runs its kernels without the stream, so neither the recorded "
       "warm-up nor the captured graph would hold them. Write the inner step's code into the step (it is captured "
       "with the rest), or replay the graphs one after the other outside any step";
-  const std::string refusal = absl::StrCat("capture: ", kWhy);
-  if (auto* rec = dynamic_cast<Recorder*>(o)) {
-    rec->refuse(refusal);
-  } else if (auto* cap = dynamic_cast<CaptureObserver*>(o); cap->refusal.empty()) {
-    cap->refusal = refusal;
-  }
+  if (auto* r = dynamic_cast<capture_internal::Refusals*>(o)) r->refuse(absl::StrCat("capture: ", kWhy));
   return absl::FailedPreconditionError(
       absl::StrCat("replay: called inside a step that capture() is recording or capturing; ", kWhy));
 }

@@ -21,7 +21,21 @@
 
 namespace encore::capture_internal {
 
-class Recorder final : public StepObserver {
+// The part of a recording or capturing observer that refuses the step for a
+// reason found outside its launches (a Graph replayed inside it): the first
+// reason is kept, and capture() returns it once the step is done.
+class Refusals {
+ public:
+  void refuse(std::string why) {
+    if (refusal_.empty()) refusal_ = std::move(why);
+  }
+  const std::string& refusal() const { return refusal_; }
+
+ private:
+  std::string refusal_;
+};
+
+class Recorder final : public StepObserver, public Refusals {
  public:
   bool on_launch(const LaunchRecord& launch) override;
   // Warm-up steps are real, so a host read runs; the first one is remembered
@@ -30,12 +44,6 @@ class Recorder final : public StepObserver {
   void on_allocate(const Storage& storage) override;
   void on_free(const Storage& storage) override;
 
-  // Refuses the step for a reason found outside its launches (a Graph
-  // replayed inside it); the first reason is kept.
-  void refuse(std::string why) {
-    if (refusal_.empty()) refusal_ = std::move(why);
-  }
-  const std::string& refusal() const { return refusal_; }
   // Marks the temporary behind `storage` (if any) as a step output.
   void mark_output(const Storage* storage);
   // The temporaries still alive that are not outputs (they escaped the step).
@@ -56,7 +64,6 @@ class Recorder final : public StepObserver {
   const char* first_host_access_ = nullptr;
   int64_t kernels_before_host_access_ = 0;
   Phase host_access_phase_ = Phase::kForward;
-  std::string refusal_;
   absl::flat_hash_map<uint64_t, int32_t> live_;   // Storage::id() -> temporary id
 };
 
