@@ -162,19 +162,32 @@ std::vector<std::vector<float>> parameter_values(const nn::Module& m) {
   return out;
 }
 
+// The uninterrupted eager run: its losses and final parameters.
+struct EagerReference {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> final_params;
+};
+
+EagerReference eager_reference(Device device, int steps) {
+  EagerReference ref;
+  GptRun run(1, device);
+  for (int i = 0; i < steps; ++i) ref.losses.push_back(run.step());
+  ref.final_params = parameter_values(run.model);
+  return ref;
+}
+
+void expect_loss_bits(float loss, const EagerReference& ref, int step) {
+  EXPECT_EQ(std::memcmp(&loss, &ref.losses[step], sizeof(float)), 0) << "step " << step << ": " << loss << " vs "
+                                                                     << ref.losses[step];
+}
+
 // Saved at step k (k = 0: before the first optimizer step) and resumed in
 // fresh objects built from other seeds, the run's losses and final
 // parameters equal the uninterrupted run's bit for bit; also when the
 // checkpoint is loaded into a run that had already trained.
 void expect_resume_is_exact(Device device) {
   constexpr int kSteps = 6;
-  std::vector<float> losses;
-  std::vector<std::vector<float>> final_params;
-  {
-    GptRun run(1, device);
-    for (int i = 0; i < kSteps; ++i) losses.push_back(run.step());
-    final_params = parameter_values(run.model);
-  }
+  const EagerReference ref = eager_reference(device, kSteps);
   for (int k : {0, 1, 4}) {
     for (bool pretrained : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "saved at step " << k << (pretrained ? ", loaded into a trained run" : ""));
@@ -189,12 +202,8 @@ void expect_resume_is_exact(Device device) {
       absl::Status st = load_checkpoint(path, resumed.model, resumed.state());
       ASSERT_TRUE(st.ok()) << st;
       EXPECT_EQ(resumed.sched.current_step(), k);
-      for (int i = k; i < kSteps; ++i) {
-        float loss = resumed.step();
-        EXPECT_EQ(std::memcmp(&loss, &losses[i], sizeof(float)), 0) << "step " << i << ": " << loss << " vs "
-                                                                       << losses[i];
-      }
-      EXPECT_TRUE(parameter_values(resumed.model) == final_params);
+      for (int i = k; i < kSteps; ++i) expect_loss_bits(resumed.step(), ref, i);
+      EXPECT_TRUE(parameter_values(resumed.model) == ref.final_params);
     }
   }
 }
@@ -236,22 +245,12 @@ struct GraphedGptRun : GptRun {
 // dropout generator and the parameters where a checkpoint reads them.
 void expect_graphed_resume_is_exact(Device device) {
   constexpr int kSteps = 7;
-  std::vector<float> losses;
-  std::vector<std::vector<float>> final_params;
-  {
-    GptRun run(1, device);
-    for (int i = 0; i < kSteps; ++i) losses.push_back(run.step());
-    final_params = parameter_values(run.model);
-  }
-  const auto expect_loss = [&](float loss, int i) {
-    EXPECT_EQ(std::memcmp(&loss, &losses[i], sizeof(float)), 0) << "step " << i << ": " << loss << " vs "
-                                                                   << losses[i];
-  };
+  const EagerReference ref = eager_reference(device, kSteps);
   {
     GraphedGptRun whole(1, device);
-    for (int i = 0; i < kSteps; ++i) expect_loss(whole.step(), i);
+    for (int i = 0; i < kSteps; ++i) expect_loss_bits(whole.step(), ref, i);
     EXPECT_EQ(whole.train.stats().replays, kSteps - 2);   // the run did replay
-    EXPECT_TRUE(parameter_values(whole.model) == final_params);
+    EXPECT_TRUE(parameter_values(whole.model) == ref.final_params);
   }
   for (int k : {0, 2, 3, 5}) {
     SCOPED_TRACE(::testing::Message() << "saved after " << k << " graphed calls");
@@ -264,8 +263,8 @@ void expect_graphed_resume_is_exact(Device device) {
     GraphedGptRun resumed(7, device);
     absl::Status st = load_checkpoint(path, resumed.model, resumed.state());
     ASSERT_TRUE(st.ok()) << st;
-    for (int i = k; i < kSteps; ++i) expect_loss(resumed.step(), i);
-    EXPECT_TRUE(parameter_values(resumed.model) == final_params);
+    for (int i = k; i < kSteps; ++i) expect_loss_bits(resumed.step(), ref, i);
+    EXPECT_TRUE(parameter_values(resumed.model) == ref.final_params);
   }
 }
 
