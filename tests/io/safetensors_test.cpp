@@ -319,7 +319,7 @@ mode_t permissions(const std::string& path) {
   return st.st_mode & 07777;
 }
 
-// NOTE [ Permissions of a saved file ]: a new file gets 0666 & ~umask, as a
+// NOTE [ Writing a file atomically ] (src/core/atomic_file.cpp): a new file gets 0666 & ~umask, as a
 // plain creation would; a replaced file keeps its permission bits whatever
 // the umask (a 0600 file must not become world-readable when saved again).
 TEST_F(SafetensorsTest, SavedFilesGetThePermissionsOfAPlainCreation) {
@@ -386,12 +386,13 @@ TEST_F(SafetensorsTest, FailedSaveLeavesThePreviousFileIntact) {
   EXPECT_EQ(files(), (std::vector<std::string>{"m.safetensors"}));  // the temporary is gone
 }
 
-TEST_F(SafetensorsTest, FailedRenameRemovesTheTemporary) {
+// A directory is refused before anything is written (a failed rename is
+// tests/core/atomic_file_test.cpp's).
+TEST_F(SafetensorsTest, SaveOverADirectoryIsRefusedBeforeWriting) {
   const std::string p = path("taken");
-  std::filesystem::create_directories(dir_ / "taken" / "inside");  // rename cannot replace a directory
-  absl::Status s = save_safetensors(p, {{"w", ones({2})}});
-  EXPECT_FALSE(s.ok());
-  expect_status(s, s.code(), {"save_safetensors", "cannot rename", p});  // code follows errno
+  std::filesystem::create_directories(dir_ / "taken" / "inside");
+  expect_status(save_safetensors(p, {{"w", ones({2})}}), StatusCode::kFailedPrecondition,
+                {"save_safetensors", p, "Is a directory"});
   EXPECT_EQ(files(), (std::vector<std::string>{"taken"}));
   EXPECT_TRUE(std::filesystem::is_directory(dir_ / "taken" / "inside"));
 }
@@ -433,6 +434,19 @@ TEST_F(SafetensorsTest, SaveOverADeviceOrFifoIsRefused) {
   EXPECT_EQ(files(), (std::vector<std::string>{"fifo"}));
 }
 
+// A link is followed as torch.save's plain open would follow it: the file
+// it names is replaced, the link stays.
+TEST_F(SafetensorsTest, SaveThroughALinkReplacesTheFileItNamesAndKeepsTheLink) {
+  ASSERT_TRUE(save_safetensors(path("step_1.safetensors"), {{"w", full({2}, 1.0)}}).ok());
+  std::filesystem::create_symlink("step_1.safetensors", dir_ / "latest.safetensors");
+  ASSERT_TRUE(save_safetensors(path("latest.safetensors"), {{"w", full({2}, 2.0)}}).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "latest.safetensors"));
+  absl::StatusOr<NamedTensors> out = load_safetensors(path("step_1.safetensors"));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].second.to_vector<float>(), (std::vector<float>{2, 2}));
+  EXPECT_EQ(files(), (std::vector<std::string>{"latest.safetensors", "step_1.safetensors"}));
+}
+
 // A pid that no process has: a child that has exited and been reaped.
 pid_t dead_pid() {
   const pid_t child = ::fork();
@@ -442,7 +456,7 @@ pid_t dead_pid() {
   return child;
 }
 
-// NOTE [ Stale temporaries ]: each save and load of a path removes the
+// NOTE [ Stale temporaries ] (src/core/atomic_file.cpp): each save and load of a path removes the
 // temporaries of that path left by dead processes, and only those.
 TEST_F(SafetensorsTest, SavesAndLoadsRemoveStaleTemporariesOfDeadProcessesOnly) {
   const std::string p = path("m.safetensors");
