@@ -2,11 +2,9 @@
 // arena plan is sound, and every way a step can be uncapturable gives a clear
 // Status instead of a silent wrong answer.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
-#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -662,15 +660,11 @@ TEST(CaptureTest, AFailedDumpDotKeepsThePreviousFile) {
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "g.dot").string();
   std::ofstream(path) << "digraph previous {}\n";
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  rlimit small = old;
-  small.rlim_cur = 64;   // bytes per file: the DOT's first lines only
-  auto* old_handler = std::signal(SIGXFSZ, SIG_IGN);   // EFBIG instead of the signal
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  const absl::Status s = graph->dump_dot(path);
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
-  std::signal(SIGXFSZ, old_handler);
+  absl::Status s;
+  {
+    testing::FileSizeLimit limit(64);   // bytes per file: the DOT's first lines only
+    s = graph->dump_dot(path);
+  }
   EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
   EXPECT_NE(s.message().find("File too large"), absl::string_view::npos) << s;
   std::ifstream in(path);

@@ -5,13 +5,10 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,22 +17,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/test_util.h"
 
 namespace encore {
 namespace {
 
 namespace fs = std::filesystem;
 using absl::StatusCode;
+using testing::expect_status;
 
 constexpr WriteMode kBothModes[] = {WriteMode::kAtomic, WriteMode::kAtomicWherePossible};
-
-void expect_status(const absl::Status& s, StatusCode code, const std::vector<std::string>& parts) {
-  EXPECT_EQ(s.code(), code) << s;
-  for (const std::string& p : parts) {
-    EXPECT_NE(std::string(s.message()).find(p), std::string::npos)
-        << "message \"" << s.message() << "\" does not mention \"" << p << "\"";
-  }
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -125,15 +116,11 @@ TEST_F(AtomicFileTest, AWriteThatFailsKeepsThePreviousFileAndRemovesTheTemporary
 // part way, reaches the caller with its cause, and changes nothing.
 TEST_F(AtomicFileTest, AFileSizeLimitPartWayKeepsThePreviousFile) {
   spit(path("f"), "previous");
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  rlimit small = old;
-  small.rlim_cur = 4096;
-  auto* old_handler = std::signal(SIGXFSZ, SIG_IGN);   // EFBIG instead of the signal
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  const absl::Status s = write_file_atomically("test", path("f"), std::string(1 << 16, 'x'));
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
-  std::signal(SIGXFSZ, old_handler);
+  absl::Status s;
+  {
+    testing::FileSizeLimit limit(4096);
+    s = write_file_atomically("test", path("f"), std::string(1 << 16, 'x'));
+  }
   expect_status(s, StatusCode::kOutOfRange, {"test: cannot write ", path("f") + ".tmp.", "File too large"});
   EXPECT_EQ(slurp(path("f")), "previous");
   EXPECT_EQ(files(), std::vector<std::string>{"f"});
