@@ -9,7 +9,8 @@
 //   - a symbolic link, or a chain of them: followed as open(O_CREAT) would;
 //     the file it names is replaced (or created, for a link to no file yet)
 //     and the link stays. A loop of links is ELOOP.
-//   - a directory: EISDIR before anything is written.
+//   - a directory: EISDIR before anything is written; an empty path:
+//     InvalidArgument.
 //   - a missing directory, or a component that is no directory: ENOENT or
 //     ENOTDIR, from creating the temporary.
 //   - no regular file (a device, fifo or socket) or any path in /dev/ or
@@ -86,6 +87,7 @@ struct Target {
 };
 
 absl::StatusOr<Target> examine(const char* op, const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(op, ": no file named (an empty path)"));
   Target t{path};
   for (int links = 0;; ++links) {
     if (in_dev_or_proc(t.file)) {
@@ -194,8 +196,8 @@ absl::StatusOr<StagedFile> stage(const char* op, const std::string& path, WriteF
   if (t->kind == Kind::kNoFile) {
     if (may_write_in_place) return in_place();
     return absl::FailedPreconditionError(absl::StrCat(
-        op, ": ", path, ": not a regular file (a device, fifo or socket, or a path in /dev or /proc); a save "
-        "would replace it (atomic saves rename a temporary over the path)"));
+        op, ": ", path, ": not a regular file (a device, fifo or socket, or a path in /dev or /proc); an "
+        "atomic write would replace it (it renames a temporary over the path)"));
   }
   remove_stale_temporaries_of(t->file);
   std::string tmp = temp_path(t->file);

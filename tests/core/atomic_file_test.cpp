@@ -140,6 +140,7 @@ TEST_F(AtomicFileTest, ADirectoryIsRefusedBeforeAnythingIsWritten) {
 TEST_F(AtomicFileTest, AMissingDirectoryOrAFileOnTheWayIsRefusedNamingThePath) {
   spit(path("a_file"), "kept");
   for (WriteMode mode : kBothModes) {
+    expect_status(write_file_atomically("test", "", "x", mode), StatusCode::kInvalidArgument, {"test: ", "empty path"});
     const std::string missing = path("no_such_dir/f");
     expect_status(write_file_atomically("test", missing, "x", mode), StatusCode::kNotFound,
                   {"test: cannot write " + missing + ": cannot create", "No such file or directory"});
