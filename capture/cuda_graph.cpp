@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "capture/executable.h"
 #include "encore/error.h"
+#include "src/core/atomic_file.h"
 #include "src/core/kernel_errors.h"
 
 #if ENCORE_HAVE_CUDA
@@ -215,10 +216,16 @@ absl::Status CudaGraph::replay() const {
   return absl::OkStatus();
 }
 
+// The runtime writes the file by name: the temporary's (or, in place, the
+// path's), whole or not at all as the CPU's DOT (src/core/atomic_file.h).
 absl::Status CudaGraph::dump_dot(const std::string& path) const {
-  ENCORE_RETURN_IF_CUDA_ERROR(
-      cudaGraphDebugDotPrint(as_graph(graph_), path.c_str(), cudaGraphDebugDotFlagsVerbose), "dump_dot");
-  return absl::OkStatus();
+  auto print = [&](int, const std::string& file) -> absl::Status {
+    ENCORE_RETURN_IF_CUDA_ERROR(
+        cudaGraphDebugDotPrint(as_graph(graph_), file.c_str(), cudaGraphDebugDotFlagsVerbose), "dump_dot");
+    return absl::OkStatus();
+  };
+  absl::StatusOr<StagedFile> staged = stage_file("dump_dot", path, print, WriteMode::kAtomicWherePossible);
+  return staged.ok() ? staged->commit() : staged.status();
 }
 
 namespace {

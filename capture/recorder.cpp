@@ -1,15 +1,13 @@
 #include "capture/recorder.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "capture/launch_match.h"
 #include "encore/error.h"
 #include "encore/tensor.h"
+#include "src/core/atomic_file.h"
 
 namespace encore::capture_internal {
 
@@ -145,28 +143,25 @@ DotEdges dot_edges(const Trace& trace) {
 }  // namespace
 
 absl::Status write_trace_dot(const Trace& trace, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) return absl::NotFoundError(absl::StrCat("dump_dot: cannot open ", path, ": ", std::strerror(errno)));
-  out << "digraph encore {\n  node [shape=box, style=filled, fontname=\"monospace\"];\n";
-  out << "  subgraph cluster_legend {\n    label=\"phase\";\n";
+  std::string out = "digraph encore {\n  node [shape=box, style=filled, fontname=\"monospace\"];\n";
+  out += "  subgraph cluster_legend {\n    label=\"phase\";\n";
   for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizer}) {
-    out << "    legend_" << phase_name(p) << " [label=\"" << phase_name(p) << "\", fillcolor=\"" << phase_colour(p)
-        << "\"];\n";
+    absl::StrAppend(&out, "    legend_", phase_name(p), " [label=\"", phase_name(p), "\", fillcolor=\"",
+                    phase_colour(p), "\"];\n");
   }
-  out << "  }\n";
+  out += "  }\n";
   const auto& kernels = trace.kernels;
   for (size_t k = 0; k < kernels.size(); ++k) {
-    out << "  n" << k << " [label=\"" << k << ": " << kernels[k].op << "\", fillcolor=\""
-        << phase_colour(kernels[k].phase) << "\"];\n";
+    absl::StrAppend(&out, "  n", k, " [label=\"", k, ": ", kernels[k].op, "\", fillcolor=\"",
+                    phase_colour(kernels[k].phase), "\"];\n");
   }
   const DotEdges edges = dot_edges(trace);
   for (const auto& [from, to] : edges.order) {
     const std::vector<std::string>& label = edges.labels.at(edge_key(from, to));
-    out << "  n" << from << " -> n" << to << " [label=\"" << absl::StrJoin(label, ",") << "\"];\n";
+    absl::StrAppend(&out, "  n", from, " -> n", to, " [label=\"", absl::StrJoin(label, ","), "\"];\n");
   }
-  out << "}\n";
-  out.close();   // a full disk shows at the last flush, not at the writes into the buffer
-  return out ? absl::OkStatus() : absl::DataLossError(absl::StrCat("dump_dot: write to ", path, " failed"));
+  out += "}\n";
+  return write_file_atomically("dump_dot", path, out, WriteMode::kAtomicWherePossible);
 }
 
 }  // namespace encore::capture_internal

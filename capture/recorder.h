@@ -78,6 +78,8 @@ std::vector<std::vector<int64_t>> read_producers(const Trace& trace);
 // filled with its phase's colour (a legend cluster names them), and one
 // edge per ordered pair of kernels (a, b) where b reads a storage a was the
 // last to write, labelled with those storages (tN: temporary N, p: persistent).
+// Whole or not at all, as write_chrome_trace (WriteMode::kAtomicWherePossible,
+// src/core/atomic_file.h).
 [[nodiscard]] absl::Status write_trace_dot(const Trace& trace, const std::string& path);
 
 }  // namespace encore::capture_internal

@@ -2,15 +2,8 @@
 // (include/encore/profile.h).
 #include "encore/profile.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <string_view>
@@ -24,6 +17,7 @@
 #include "encore/error.h"
 #include "nlohmann/json.hpp"
 #include "profile/cuda_profile.h"
+#include "src/core/atomic_file.h"
 #include "src/core/phase.h"
 #include "src/core/step_observer.h"
 #include "src/core/stream.h"
@@ -712,43 +706,13 @@ std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles) {
   return trace.dump(1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
 }
 
-// NOTE [ A trace is written whole or not at all ]: a write that fails part
-// way (a full disk, a file size limit) must not leave half a JSON file
-// where the last good trace was. A regular file (or a new path) is written
-// to a temporary file beside it, renamed over it once complete, and the
-// temporary removed on failure. A path that is no regular file (/dev/stdout,
-// a pipe) is written in place, there being nothing to keep, and so is a file
-// whose folder admits no new file, and a link to no file yet. A symbolic
-// link is followed: its target is replaced, the link stays.
+// A failed write (a full disk, a file size limit) leaves the last good trace
+// as it was, not half a JSON file: WriteMode::kAtomicWherePossible (NOTE
+// [ Writing a file atomically ] in src/core/atomic_file.cpp), which writes
+// /dev/stdout and pipes in place, there being nothing to keep.
 absl::Status write_chrome_trace(const std::string& path, absl::Span<const StepProfile* const> profiles) {
-  namespace fs = std::filesystem;
-  const std::string json = chrome_trace_json(profiles);   // before any file is touched
-  std::error_code status_ec, link_ec, canonical_ec;
-  const fs::file_type type = fs::status(path, status_ec).type();   // of a link's target
-  const bool new_file = type == fs::file_type::not_found && !fs::is_symlink(fs::symlink_status(path, link_ec));
-  std::string target = path, written = path;   // written: the temporary, or path itself
-  std::ofstream out;
-  if (type == fs::file_type::regular || new_file) {
-    if (type == fs::file_type::regular) {
-      const fs::path resolved = fs::canonical(path, canonical_ec);
-      if (!canonical_ec) target = resolved.string();
-    }
-    static std::atomic<int> serial{0};
-    written = absl::StrCat(target, ".tmp.", getpid(), ".", serial.fetch_add(1));
-    out.open(written);
-    if (!out && !new_file) written = path;   // a folder that admits no new file
-  }
-  const bool in_place = written == path;
-  if (in_place) out.open(path);
-  if (!out) return absl::ErrnoToStatus(errno, absl::StrCat("write_chrome_trace: cannot open ", path));
-  errno = 0;   // so a failed write below names its own cause
-  out << json << "\n";
-  out.close();   // a full disk shows at the last flush, not at the writes into the buffer
-  int error = out ? 0 : (errno != 0 ? errno : EIO);
-  if (error == 0 && !in_place && std::rename(written.c_str(), target.c_str()) != 0) error = errno;
-  if (error == 0) return absl::OkStatus();
-  if (!in_place) std::remove(written.c_str());
-  return absl::ErrnoToStatus(error, absl::StrCat("write_chrome_trace: write to ", path, " failed"));
+  const std::string json = chrome_trace_json(profiles) + "\n";   // before any file is touched
+  return write_file_atomically("write_chrome_trace", path, json, WriteMode::kAtomicWherePossible);
 }
 
 }  // namespace encore

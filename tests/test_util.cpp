@@ -1,6 +1,9 @@
 #include "tests/test_util.h"
 
+#include <sys/resource.h>
+
 #include <cmath>
+#include <csignal>
 
 namespace encore::testing {
 
@@ -121,12 +124,33 @@ void expect_error(const std::function<void()>& fn, absl::StatusCode code, const 
     fn();
     ADD_FAILURE() << "expected an encore::Error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.status().code(), code) << e.what();
-    for (const std::string& p : parts) {
-      EXPECT_NE(std::string(e.status().message()).find(p), std::string::npos)
-          << "message \"" << e.status().message() << "\" does not mention \"" << p << "\"";
-    }
+    expect_status(e.status(), code, parts);
   }
+}
+
+void expect_status(const absl::Status& s, absl::StatusCode code, const std::vector<std::string>& parts) {
+  EXPECT_EQ(s.code(), code) << s;
+  for (const std::string& p : parts) {
+    EXPECT_NE(std::string(s.message()).find(p), std::string::npos)
+        << "message \"" << s.message() << "\" does not mention \"" << p << "\"";
+  }
+}
+
+FileSizeLimit::FileSizeLimit(uint64_t bytes) {
+  rlimit limit{};
+  EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &limit), 0);
+  old_cur_ = limit.rlim_cur;
+  old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+  limit.rlim_cur = bytes;
+  EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+}
+
+FileSizeLimit::~FileSizeLimit() {
+  rlimit limit{};
+  EXPECT_EQ(::getrlimit(RLIMIT_FSIZE, &limit), 0);
+  limit.rlim_cur = old_cur_;
+  EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  std::signal(SIGXFSZ, old_handler_);
 }
 
 }  // namespace encore::testing

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <string>
@@ -69,5 +70,22 @@ void expect_gradients_match(const Fn& fn, std::vector<Tensor> inputs, double eps
 // Runs fn, expects encore::Error with `code` whose message contains every
 // string in `parts` (op name, shapes, dtypes).
 void expect_error(const std::function<void()>& fn, absl::StatusCode code, const std::vector<std::string>& parts);
+// `s` has `code` and its message contains every string in `parts`.
+void expect_status(const absl::Status& s, absl::StatusCode code, const std::vector<std::string>& parts);
+
+// While it lives, files this process writes are capped at `bytes`
+// (RLIMIT_FSIZE) and SIGXFSZ is ignored, so a write past the cap fails with
+// EFBIG (OutOfRange), as one on a full disk fails with ENOSPC.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(uint64_t bytes);
+  ~FileSizeLimit();
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  uint64_t old_cur_ = 0;
+  void (*old_handler_)(int) = nullptr;
+};
 
 }  // namespace encore::testing

@@ -36,7 +36,6 @@
 // instantiation alone. JSON: instantiate_ms and update_ms per row (null when
 // no update happened).
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -66,6 +65,7 @@
 #include "capture/steps.h"
 #include "nlohmann/json.hpp"
 #include "planner/svg_text.h"
+#include "src/core/atomic_file.h"
 #include "src/core/stream.h"
 #include "tools/flags.h"
 #include "tools/workloads.h"
@@ -93,6 +93,8 @@ using encore::Tensor;
 constexpr int64_t kMaxElements = int64_t{1} << 24;     // floats per tensor (64 MiB)
 constexpr int64_t kMaxLiveFloats = int64_t{1} << 28;   // N x elements: the wide variant's outputs (1 GiB)
 using Step = std::function<std::vector<Tensor>()>;
+// --json and --svg: whole or not at all; /dev/stdout and pipes written in place.
+constexpr encore::WriteMode kOutput = encore::WriteMode::kAtomicWherePossible;
 
 struct Stat {
   double median = 0, min = 0, max = 0;
@@ -477,16 +479,6 @@ std::string render_svg(const std::vector<Row>& rows, const std::string& title) {
   return s;
 }
 
-absl::Status write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  if (!out) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path, " for writing"));
-  errno = 0;   // so a failed write below names its own cause
-  out << text;
-  out.close();   // a full disk shows at the last flush
-  if (out) return absl::OkStatus();
-  return absl::ErrnoToStatus(errno != 0 ? errno : EIO, absl::StrCat("write to ", path, " failed"));
-}
-
 nlohmann::json results_json(const std::vector<Row>& rows, const std::string& machine, bool cuda_measured,
                             const std::string& update_line) {
   nlohmann::json results = nlohmann::json::array();
@@ -620,15 +612,15 @@ absl::Status run(const std::vector<int64_t>& counts, const std::vector<encore::D
   absl::PrintF("%s\n%s\n", cuda_line(cuda_measured), update_line);
   print_instantiate_table(rows);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    if (absl::Status s = write_file(path, results_json(rows, machine, cuda_measured, update_line).dump(1) + "\n");
-        !s.ok()) {
-      return s;
-    }
+    const std::string json = results_json(rows, machine, cuda_measured, update_line).dump(1) + "\n";
+    if (absl::Status s = encore::write_file_atomically("--json", path, json, kOutput); !s.ok()) return s;
   }
   if (const std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
     const std::string title = absl::StrCat("encore-launch: ns per kernel (median; CPU backend: thread CPU time, ",
                                            "CUDA: wall), eager vs replayed (", machine, ")");
-    if (absl::Status s = write_file(path, render_svg(rows, title)); !s.ok()) return s;
+    if (absl::Status s = encore::write_file_atomically("--svg", path, render_svg(rows, title), kOutput); !s.ok()) {
+      return s;
+    }
   }
   if (failed.ok() && cuda_requested() && !cuda_measured) {
     return absl::FailedPreconditionError(

@@ -16,13 +16,9 @@
 // algorithm, a missing or extra file argument). A row ends "(time limit cut the first plan: N buffers
 // stacked)" when the limit ran out before the first plan was made whole
 // (Plan::stacked_by_limit).
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +33,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "encore/planner.h"
+#include "src/core/atomic_file.h"
 #include "tools/flags.h"
 
 ABSL_FLAG(std::string, algorithm, "all",
@@ -65,31 +62,18 @@ absl::StatusOr<std::vector<Algorithm>> chosen_algorithms() {
   return std::vector<Algorithm>{*algorithm};
 }
 
+// --out and --svg: whole or not at all (src/core/atomic_file.h; /dev/stdout
+// and pipes written in place), so a failed write keeps the previous plan.
+constexpr encore::WriteMode kOutput = encore::WriteMode::kAtomicWherePossible;
+
 absl::Status write_outputs(const encore::planner::CsvProblem& problem, const Plan& plan) {
   if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
     const std::string csv = encore::planner::format_csv(problem.buffers, &plan, problem.has_alignment);
-    if (absl::Status status = encore::planner::write_file(path, csv); !status.ok()) return status;
+    if (absl::Status status = encore::write_file_atomically("--out", path, csv, kOutput); !status.ok()) return status;
   }
   if (const std::string path = absl::GetFlag(FLAGS_svg); !path.empty()) {
-    return encore::planner::write_file(path, encore::planner::render_svg(problem.buffers, plan));
+    return encore::write_file_atomically("--svg", path, encore::planner::render_svg(problem.buffers, plan), kOutput);
   }
-  return absl::OkStatus();
-}
-
-// --out and --svg are probed before planning, which may take up to
-// --time_limit_s per algorithm: a path that cannot be written is refused at
-// once, with write_file's message. The probe opens for appending (an
-// existing file keeps its contents) and removes a file it created.
-absl::Status check_writable(const std::string& path) {
-  if (path.empty()) return absl::OkStatus();
-  std::error_code error;
-  const bool existed = std::filesystem::exists(path, error);
-  errno = 0;
-  if (!std::ofstream(path, std::ios::app | std::ios::binary)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot write '", path, "': ", std::strerror(errno != 0 ? errno : EIO)));
-  }
-  if (!existed) std::filesystem::remove(path, error);
   return absl::OkStatus();
 }
 
@@ -109,8 +93,13 @@ absl::Status run(const std::string& path) {
   absl::StatusOr<encore::planner::CsvProblem> problem = encore::planner::read_csv(path);
   if (!problem.ok()) return problem.status();
   if (absl::Status status = encore::planner::check_buffers(problem->buffers); !status.ok()) return status;
-  for (const std::string& output : {absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_svg)}) {
-    if (absl::Status status = check_writable(output); !status.ok()) return status;
+  // Probed before planning, which may take up to --time_limit_s per
+  // algorithm: a path that cannot be written is refused at once. The probe
+  // leaves an existing file as it was and creates none.
+  for (const auto& [flag, output] : {std::pair{"--out", absl::GetFlag(FLAGS_out)},
+                                     std::pair{"--svg", absl::GetFlag(FLAGS_svg)}}) {
+    if (output.empty()) continue;
+    if (absl::Status status = encore::check_writable(flag, output, kOutput); !status.ok()) return status;
   }
   const int64_t bound = encore::planner::lower_bound(problem->buffers);
   const int64_t capacity = absl::GetFlag(FLAGS_capacity);

@@ -31,7 +31,7 @@
 //                     shape/dtype that differs from its target
 //   Unimplemented     a valid safetensors dtype encore does not store (F64, U8, ...);
 //                     load_into with LoadOptions::convert_dtypes reads F64 into float targets
-//   FailedPrecondition save: `path` is a device, fifo or socket
+//   FailedPrecondition save: `path` is a directory, device, fifo or socket, or in /dev or /proc
 //   other codes       I/O errors, mapped from errno (ENOSPC: ResourceExhausted,
 //                     EFBIG: OutOfRange, EACCES: PermissionDenied); the message
 //                     has the errno text
@@ -71,9 +71,12 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // The file gets the permissions that creating it in place would: 0666 &
 // ~umask when it is new, the permission bits of the regular file it replaces
 // otherwise (the temporary is never more open than that).
-// A `path` that is a device, fifo or socket (/dev/full) is refused
-// (FailedPrecondition) before anything is written: the rename would replace
-// the node. Over a directory the rename fails and the temporary is removed.
+// A symbolic link is followed: the file it names is replaced (or created),
+// the link stays. A `path` that is a device, fifo or socket (/dev/full), or
+// any path in /dev or /proc (/dev/stdout), is refused (FailedPrecondition)
+// before anything is written: the rename would replace the node. So is a
+// directory (FailedPrecondition, EISDIR). NOTE [ Writing a file atomically ]
+// in src/core/atomic_file.cpp has the details.
 // A tensor may not be named "__metadata__". Reads tensor data on the host,
 // so it is refused inside capture.
 [[nodiscard]] absl::Status save_safetensors(const std::string& path, const NamedTensors& tensors,

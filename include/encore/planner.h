@@ -169,7 +169,10 @@ struct CsvProblem {
 // Writes id,lower,upper,size[,alignment] and, when `plan` is not null, offset.
 [[nodiscard]] std::string format_csv(absl::Span<const Buffer> buffers, const Plan* plan,
                                      bool with_alignment);
-// Writes `contents` to `path` (replacing it); errors name the path and the cause.
+// Writes `contents` to `path` (replacing it) in place: a write that fails
+// part way leaves part of a file (encore-plan's --out and --svg are written
+// whole or not at all instead, by src/core/atomic_file.h, which the planner
+// cannot include); errors name the path and the cause.
 [[nodiscard]] absl::Status write_file(const std::string& path, absl::string_view contents);
 
 // An SVG picture of a plan: time across, address up, one rectangle per buffer,

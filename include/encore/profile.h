@@ -175,8 +175,8 @@ std::string cuda_profiling_status();
 std::string chrome_trace_json(absl::Span<const StepProfile* const> profiles);
 // chrome_trace_json into `path`, whole or not at all: a regular file is
 // written beside it and renamed over it, so a failed write (returned, with
-// its cause) leaves the file as it was (NOTE [ A trace is written whole or
-// not at all ] in profile/profile.cpp).
+// its cause) leaves the file as it was; /dev/stdout and pipes are written in
+// place (NOTE [ Writing a file atomically ] in src/core/atomic_file.cpp).
 [[nodiscard]] absl::Status write_chrome_trace(const std::string& path,
                                               absl::Span<const StepProfile* const> profiles);
 

@@ -25,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "encore/autograd.h"
 #include "encore/checkpoint.h"
+#include "src/core/atomic_file.h"
 #include "src/io/safetensors_file.h"
 
 namespace encore::hf {
@@ -368,7 +369,7 @@ absl::StatusOr<std::unique_ptr<nn::Gpt>> load_gpt2(const std::string& path, Devi
 absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model) {
   if (::mkdir(dir.c_str(), 0777) == 0) {
     const size_t end = dir.find_last_not_of('/');   // "out/" names the directory "out"
-    io::sync_parent_directory(end == std::string::npos ? dir : dir.substr(0, end + 1));
+    sync_parent_directory(end == std::string::npos ? dir : dir.substr(0, end + 1));
   } else if (errno != EEXIST) {
     return absl::ErrnoToStatus(errno, absl::StrCat("save_gpt2: cannot create ", dir));
   } else if (!is_dir(dir)) {
@@ -394,11 +395,10 @@ absl::Status save_gpt2(const std::string& dir, const nn::Gpt& model) {
   };
   // NOTE [ Saving the pair ]: both written and fsynced, then the weights
   // renamed, then config.json. A staged file not committed is removed.
-  absl::StatusOr<io::StagedFile> weights =
+  absl::StatusOr<StagedFile> weights =
       io::stage_safetensors("save_gpt2", dir + "/model.safetensors", out, {{"format", "pt"}, {kSaveIdKey, save_id}});
   if (!weights.ok()) return weights.status();
-  absl::StatusOr<io::StagedFile> config_file =
-      io::stage_bytes("save_gpt2", dir + "/config.json", config.dump(2) + "\n");
+  absl::StatusOr<StagedFile> config_file = stage_file("save_gpt2", dir + "/config.json", config.dump(2) + "\n");
   if (!config_file.ok()) return config_file.status();
   if (s = weights->commit(); !s.ok()) return s;
   return config_file->commit();

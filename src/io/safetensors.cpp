@@ -11,14 +11,11 @@
 // bytes. Allocation is bounded by the file size, and the header's JSON by
 // NOTE [ Header size ]. No JSON value from the file is ever serialised back
 // (deep nesting would recurse), only its type name.
-#include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdint>
@@ -39,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "encore/autograd.h"
 #include "encore/checkpoint.h"
+#include "src/core/atomic_file.h"
 #include "src/core/stream.h"
 #include "src/io/safetensors_file.h"
 
@@ -141,22 +139,6 @@ std::string quoted_list(const std::vector<std::string>& names) {
   return out;
 }
 
-// A file descriptor closed on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { close(); }
-  int get() const { return fd_; }
-  // Returns close()'s result: deferred write errors (NFS) show up here.
-  int close() { return fd_ < 0 ? 0 : ::close(std::exchange(fd_, -1)); }
-
- private:
-  int fd_;
-};
-
 // Reads up to n bytes at file offset `offset`; returns the count read (short
 // only at end of file), or -1 with errno set.
 int64_t pread_full(int fd, void* dst, uint64_t n, uint64_t offset) {
@@ -169,22 +151,6 @@ int64_t pread_full(int fd, void* dst, uint64_t n, uint64_t offset) {
     done += static_cast<uint64_t>(r);
   }
   return static_cast<int64_t>(done);
-}
-
-// Writes all n bytes; false with errno set on failure.
-bool write_full(int fd, const void* src, uint64_t n) {
-  uint64_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::write(fd, static_cast<const char*>(src) + done, n - done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return false;
-    if (r == 0) {   // no progress and no error: report it as a full device rather than spin
-      errno = ENOSPC;
-      return false;
-    }
-    done += static_cast<uint64_t>(r);
-  }
-  return true;
 }
 
 // Reads exactly n bytes at `offset`; a short read means the file changed under us.
@@ -200,14 +166,14 @@ absl::Status read_exact(const Where& w, int fd, void* dst, uint64_t n, uint64_t 
 }
 
 struct OpenFile {
-  Fd fd;
+  UniqueFd fd;
   uint64_t bytes;  // file size
 };
 
 // Opened with O_NONBLOCK, which a fifo without a writer would otherwise wait
 // for forever, and refused unless it is a regular file; then blocking again.
 absl::StatusOr<OpenFile> open_for_reading(const Where& w) {
-  Fd fd(::open(w.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  UniqueFd fd(::open(w.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) return w.io_error("cannot open", w.path, errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return w.io_error("cannot stat", w.path, errno);
@@ -217,54 +183,6 @@ absl::StatusOr<OpenFile> open_for_reading(const Where& w) {
     return w.io_error("cannot clear O_NONBLOCK of", w.path, errno);
   }
   return OpenFile{std::move(fd), static_cast<uint64_t>(st.st_size)};
-}
-
-// The directory of `path` and its last component ("m.st" -> ".", "m.st").
-std::pair<std::string, std::string> split_path(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return {".", path};
-  return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
-}
-
-// The pid of `name` when it is exactly "<base>.tmp.<pid>.<n>" (both decimal), else 0.
-pid_t temporary_pid(absl::string_view name, absl::string_view base) {
-  if (!absl::ConsumePrefix(&name, base) || !absl::ConsumePrefix(&name, ".tmp.")) return 0;
-  const size_t dot = name.find('.');
-  if (dot == absl::string_view::npos) return 0;
-  const absl::string_view pid_text = name.substr(0, dot), counter_text = name.substr(dot + 1);
-  auto digits = [](absl::string_view t) {
-    return !t.empty() && t.size() <= 20 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  int32_t pid = 0;
-  uint64_t counter = 0;
-  if (!digits(pid_text) || !digits(counter_text) || !absl::SimpleAtoi(pid_text, &pid) ||
-      !absl::SimpleAtoi(counter_text, &counter) || pid <= 0) {
-    return 0;
-  }
-  return static_cast<pid_t>(pid);
-}
-
-// NOTE [ Stale temporaries ]: a save killed between creating its temporary
-// and renaming it (kill -9, a crash, power loss) leaves "<path>.tmp.<pid>.<n>"
-// behind. Every save and load of `path` first removes those whose process is
-// gone: exactly that pattern in path's directory, a pid other than ours, and
-// kill(pid, 0) failing with ESRCH. A live pid (ours included) keeps its file,
-// so saves in progress are never touched; a reused pid only keeps a stale
-// file longer. Best effort: an unreadable directory or a failed unlink
-// changes nothing and is not an error.
-void remove_stale_temporaries(const std::string& path) {
-  const auto [dir, base] = split_path(path);
-  if (base.empty()) return;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return;
-  const pid_t self = ::getpid();
-  std::vector<std::string> stale;
-  while (const dirent* e = ::readdir(d)) {
-    const pid_t pid = temporary_pid(e->d_name, base);
-    if (pid > 0 && pid != self && ::kill(pid, 0) != 0 && errno == ESRCH) stale.emplace_back(e->d_name);
-  }
-  ::closedir(d);
-  for (const std::string& name : stale) (void)::unlink(absl::StrCat(dir, "/", name).c_str());
 }
 
 // ---- header parsing and validation ----
@@ -673,7 +591,7 @@ struct ReadFile {
 };
 
 absl::StatusOr<ReadFile> open_with_header(const Where& w) {
-  remove_stale_temporaries(w.path);
+  remove_stale_temporaries(w.path);   // NOTE [ Stale temporaries ] in src/core/atomic_file.cpp
   absl::StatusOr<OpenFile> f = open_for_reading(w);
   if (!f.ok()) return f.status();
   absl::StatusOr<Header> h = read_header(w, *f);
@@ -814,11 +732,11 @@ absl::StatusOr<std::string> build_header(const Where& w, const NamedTensors& ten
 }
 
 // Writes prefix, header and data to an open file.
-absl::Status write_safetensors(const Where& w, const Fd& fd, const std::string& file, const std::string& header,
+absl::Status write_safetensors(const Where& w, int fd, const std::string& file, const std::string& header,
                                const NamedTensors& tensors) {
   unsigned char prefix[kPrefixBytes];
   for (uint64_t i = 0; i < kPrefixBytes; ++i) prefix[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-  if (!write_full(fd.get(), prefix, kPrefixBytes) || !write_full(fd.get(), header.data(), header.size())) {
+  if (!write_full(fd, prefix, kPrefixBytes) || !write_full(fd, header.data(), header.size())) {
     return w.io_error("cannot write", file, errno);
   }
   // NOTE [ No structured bindings in lambdas ]: the lambda below names the
@@ -834,75 +752,11 @@ absl::Status write_safetensors(const Where& w, const Fd& fd, const std::string& 
       if (!c.device().is_cpu()) c = c.to(kCPU);
     });
     if (!s.ok()) return w.tensor_error(s.code(), name, s.message());
-    if (!write_full(fd.get(), c.data_ptr(), static_cast<uint64_t>(c.numel() * dtype_size(c.dtype())))) {
+    if (!write_full(fd, c.data_ptr(), static_cast<uint64_t>(c.numel() * dtype_size(c.dtype())))) {
       return w.io_error("cannot write", file, errno);
     }
   }
   return absl::OkStatus();
-}
-
-// Unique per process and per call, so concurrent saves never share a temporary.
-std::string temp_path(const std::string& path) {
-  static std::atomic<uint64_t> counter{0};
-  return absl::StrCat(path, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
-}
-
-// A save replaces a regular file or creates one; renaming over a device
-// (/dev/full), a fifo or a socket would replace that node, so it is refused
-// before any byte is written. A symlink is replaced, not followed; over a
-// directory the rename fails (and the temporary is removed). Returns the
-// permission bits of the regular file being replaced, if any.
-absl::StatusOr<std::optional<mode_t>> check_save_target(const Where& w) {
-  struct stat st {};
-  if (::lstat(w.path.c_str(), &st) != 0) return std::nullopt;   // absent: created (or open fails below)
-  if (S_ISREG(st.st_mode)) return st.st_mode & 0777;
-  if (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)) return std::nullopt;
-  return w.error(absl::StatusCode::kFailedPrecondition,
-                 "exists and is not a regular file; a save would replace it (atomic saves rename a temporary "
-                 "over the path)");
-}
-
-// NOTE [ Permissions of a saved file ]: a save leaves `path` with the
-// permissions that writing it in place would (open(path, O_CREAT | O_TRUNC,
-// 0666), as torch.save and the safetensors reference do): a new file gets
-// 0666 & ~umask, a regular file that is replaced keeps its permission bits
-// (a 0600 file stays 0600 whatever the umask). The temporary is created with
-// those bits, which the umask may narrow but never widen, and set exactly
-// with fchmod before its first byte is written, so it is never more open
-// than the file it becomes. Owner and group are the saving process's, as for
-// any file it creates. A leftover of that name (its pid is ours, so its
-// process is dead) is removed first: O_EXCL then creates the file afresh.
-absl::StatusOr<Fd> create_temporary(const Where& w, const std::string& tmp, std::optional<mode_t> replaced) {
-  (void)::unlink(tmp.c_str());
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, replaced.value_or(0666)));
-  if (fd.get() < 0) return w.io_error("cannot create", tmp, errno);
-  if (replaced && ::fchmod(fd.get(), *replaced) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return w.io_error("cannot set the permissions of", tmp, err);
-  }
-  return fd;
-}
-
-
-// A temporary beside w.path, written by `write` and then fsynced and closed;
-// removed on any error.
-template <typename Write>
-absl::StatusOr<io::StagedFile> stage(const Where& w, Write write) {
-  absl::StatusOr<std::optional<mode_t>> replaced = check_save_target(w);
-  if (!replaced.ok()) return replaced.status();
-  remove_stale_temporaries(w.path);
-  std::string tmp = temp_path(w.path);
-  absl::StatusOr<Fd> fd = create_temporary(w, tmp, *replaced);
-  if (!fd.ok()) return fd.status();
-  absl::Status s = write(*fd, tmp);
-  if (s.ok() && ::fsync(fd->get()) != 0) s = w.io_error("cannot fsync", tmp, errno);
-  if (s.ok() && fd->close() != 0) s = w.io_error("cannot close", tmp, errno);
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());  // the previous file at `path`, if any, is untouched
-    return s;
-  }
-  return io::StagedFile(w.op, w.path, std::move(tmp));
 }
 
 // Everything load_into does once the file is open and its header read.
@@ -967,14 +821,6 @@ absl::StatusOr<Header> header_only(const Where& w) {
 
 namespace io {
 
-// Makes a rename durable. Best effort: the rename itself is atomic either
-// way, and some filesystems refuse to fsync a directory.
-void sync_parent_directory(const std::string& path) {
-  const std::string dir = split_path(path).first;
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() >= 0) (void)::fsync(fd.get());
-}
-
 struct SafetensorsFile::State {
   const char* op;
   std::string path;
@@ -1007,29 +853,6 @@ absl::Status SafetensorsFile::load_into(const NamedTensors& targets, const LoadO
   return load_from(state_->where(), state_->read.file, state_->read.header, targets, options, report);
 }
 
-StagedFile::StagedFile(const char* op, std::string path, std::string tmp)
-    : op_(op), path_(std::move(path)), tmp_(std::move(tmp)) {}
-
-StagedFile::StagedFile(StagedFile&& o) noexcept
-    : op_(o.op_), path_(std::move(o.path_)), tmp_(std::exchange(o.tmp_, std::string())) {}
-
-StagedFile::~StagedFile() {
-  if (!tmp_.empty()) (void)::unlink(tmp_.c_str());
-}
-
-absl::Status StagedFile::commit() {
-  const Where w{op_, path_};
-  if (tmp_.empty()) return w.error(absl::StatusCode::kInternal, "committed twice");
-  const std::string tmp = std::exchange(tmp_, std::string());
-  if (::rename(tmp.c_str(), path_.c_str()) != 0) {
-    const int err = errno;
-    (void)::unlink(tmp.c_str());  // the previous file at `path` is untouched
-    return w.io_error(absl::StrCat("cannot rename ", tmp, " to"), path_, err);
-  }
-  sync_parent_directory(path_);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<StagedFile> stage_safetensors(const char* op, const std::string& path, const NamedTensors& tensors,
                                              const std::map<std::string, std::string>& metadata) {
   const Where w{op, path};
@@ -1037,13 +860,8 @@ absl::StatusOr<StagedFile> stage_safetensors(const char* op, const std::string& 
   if (!s.ok()) return s;
   absl::StatusOr<std::string> header = build_header(w, tensors, metadata);
   if (!header.ok()) return header.status();
-  return stage(w, [&](const Fd& fd, const std::string& tmp) { return write_safetensors(w, fd, tmp, *header, tensors); });
-}
-
-absl::StatusOr<StagedFile> stage_bytes(const char* op, const std::string& path, absl::string_view bytes) {
-  const Where w{op, path};
-  return stage(w, [&](const Fd& fd, const std::string& tmp) {
-    return write_full(fd.get(), bytes.data(), bytes.size()) ? absl::OkStatus() : w.io_error("cannot write", tmp, errno);
+  return stage_file(op, path, [&](int fd, const std::string& tmp) {
+    return write_safetensors(w, fd, tmp, *header, tensors);
   });
 }
 
@@ -1053,7 +871,7 @@ absl::StatusOr<StagedFile> stage_bytes(const char* op, const std::string& path, 
 
 absl::Status save_safetensors(const std::string& path, const NamedTensors& tensors,
                               const std::map<std::string, std::string>& metadata) {
-  absl::StatusOr<io::StagedFile> staged = io::stage_safetensors("save_safetensors", path, tensors, metadata);
+  absl::StatusOr<StagedFile> staged = io::stage_safetensors("save_safetensors", path, tensors, metadata);
   return staged.ok() ? staged->commit() : staged.status();
 }
 

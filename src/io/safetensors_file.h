@@ -1,7 +1,8 @@
 // Safetensors files for encore's own savers and loaders (src/io only; the
 // public API is include/encore/checkpoint.h): a file read through one open
 // descriptor and one parsed header, and files written to temporaries that
-// are renamed into place when the caller says so.
+// are renamed into place when the caller says so (core's StagedFile,
+// src/core/atomic_file.h).
 //
 //   // Reading: metadata, names and tensors all come from the one file that
 //   // was at `path` when it was opened, whatever a save renames over it later.
@@ -12,15 +13,16 @@
 //
 //   // Writing two files that belong together: both written and fsynced
 //   // first, then renamed in the order the caller chooses.
-//   absl::StatusOr<io::StagedFile> weights = io::stage_safetensors("save_gpt2", dir + "/model.safetensors", tensors);
+//   absl::StatusOr<StagedFile> weights = io::stage_safetensors("save_gpt2", dir + "/model.safetensors", tensors);
 //   if (!weights.ok()) return weights.status();
-//   absl::StatusOr<io::StagedFile> config = io::stage_bytes("save_gpt2", dir + "/config.json", text);
+//   absl::StatusOr<StagedFile> config = stage_file("save_gpt2", dir + "/config.json", text);
 //   if (!config.ok()) return config.status();   // removes the weights' temporary too
 //   if (absl::Status s = weights->commit(); !s.ok()) return s;
 //   return config->commit();
 //
 // Errors, atomicity and the cleanup of crash leftovers are save_safetensors's
-// and load_into's (checkpoint.h); messages start with the `op` given here.
+// and load_into's (checkpoint.h, NOTE [ Writing a file atomically ] in
+// src/core/atomic_file.cpp); messages start with the `op` given here.
 #pragma once
 
 #include <map>
@@ -31,8 +33,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "encore/checkpoint.h"
+#include "src/core/atomic_file.h"
 
 namespace encore::io {
 
@@ -62,36 +64,9 @@ class SafetensorsFile {
   std::unique_ptr<State> state_;
 };
 
-// A file written in full to `path + ".tmp.<pid>.<n>"`, fsynced and closed,
-// not yet at `path`. Destroying it without commit() removes the temporary.
-// The temporary has the permissions that creating `path` in place would
-// give (NOTE [ Permissions of a saved file ] in safetensors.cpp).
-class StagedFile {
- public:
-  // Made by stage_safetensors and stage_bytes: `tmp` is written in full.
-  StagedFile(const char* op, std::string path, std::string tmp);
-  StagedFile(StagedFile&&) noexcept;
-  StagedFile& operator=(StagedFile&&) = delete;
-  ~StagedFile();
-  // Renames the temporary over `path`, then fsyncs path's directory (best
-  // effort), so that the rename survives a crash before the next one. On
-  // error the temporary is removed and `path` keeps what it held.
-  [[nodiscard]] absl::Status commit();
-
- private:
-  const char* op_;
-  std::string path_, tmp_;   // tmp_ empty once committed or removed
-};
-
-// fsyncs the directory holding `path` (best effort: some filesystems refuse),
-// so that a rename or creation in it survives a crash.
-void sync_parent_directory(const std::string& path);
-
 // save_safetensors(path, tensors, metadata) up to its rename.
 [[nodiscard]] absl::StatusOr<StagedFile> stage_safetensors(const char* op, const std::string& path,
                                                            const NamedTensors& tensors,
                                                            const std::map<std::string, std::string>& metadata = {});
-// `bytes` as the whole file, the same way.
-[[nodiscard]] absl::StatusOr<StagedFile> stage_bytes(const char* op, const std::string& path, absl::string_view bytes);
 
 }  // namespace encore::io

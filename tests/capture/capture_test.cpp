@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <regex>
@@ -641,10 +643,35 @@ TEST(CaptureTest, DumpDotNamesNodesByOp) {
   EXPECT_NE(dot.find("mul_scalar"), std::string::npos);
   EXPECT_NE(dot.find("n0 -> n1"), std::string::npos);
   EXPECT_FALSE(graph->dump_dot("/nonexistent/dir/g.dot").ok());
-  if (std::ifstream("/dev/full").good()) {   // a write that fails at the last flush (a full disk)
+  if (std::ifstream("/dev/full").good()) {   // a write that fails (a full disk), written in place
     const absl::Status full = graph->dump_dot("/dev/full");
-    EXPECT_EQ(full.code(), absl::StatusCode::kDataLoss) << full;
+    EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
   }
+}
+
+// A DOT write that fails part way (a file size limit, as a full disk) keeps
+// the previous file whole and leaves no temporary (src/core/atomic_file.h).
+TEST(CaptureTest, AFailedDumpDotKeepsThePreviousFile) {
+  Tensor x = from_vector<float>({1, 2, 3});
+  absl::StatusOr<Graph> graph = capture([&] { return std::vector<Tensor>{(x * 2.0).sum()}; });
+  ASSERT_TRUE(graph.ok());
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "encore_dot_kept";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "g.dot").string();
+  std::ofstream(path) << "digraph previous {}\n";
+  absl::Status s;
+  {
+    testing::FileSizeLimit limit(64);   // bytes per file: the DOT's first lines only
+    s = graph->dump_dot(path);
+  }
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+  EXPECT_NE(s.message().find("File too large"), absl::string_view::npos) << s;
+  std::ifstream in(path);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+            "digraph previous {}\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  std::filesystem::remove_all(dir);
 }
 
 // The DOT picture of a training step: one edge per ordered pair of nodes,

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,7 +11,6 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
-#include <csignal>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -37,6 +35,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 using absl::StatusCode;
+using testing::expect_status;
 
 // ---- helpers ----
 
@@ -76,14 +75,6 @@ Bytes raw_bytes(const Tensor& t) {
   Tensor c = t.contiguous();
   const auto* p = static_cast<const uint8_t*>(c.data_ptr());
   return Bytes(p, p + c.numel() * dtype_size(c.dtype()));
-}
-
-void expect_status(const absl::Status& s, StatusCode code, const std::vector<std::string>& parts) {
-  EXPECT_EQ(s.code(), code) << s;
-  for (const std::string& p : parts) {
-    EXPECT_NE(std::string(s.message()).find(p), std::string::npos)
-        << "message \"" << s.message() << "\" does not mention \"" << p << "\"";
-  }
 }
 
 template <typename T>
@@ -319,7 +310,7 @@ mode_t permissions(const std::string& path) {
   return st.st_mode & 07777;
 }
 
-// NOTE [ Permissions of a saved file ]: a new file gets 0666 & ~umask, as a
+// NOTE [ Writing a file atomically ] (src/core/atomic_file.cpp): a new file gets 0666 & ~umask, as a
 // plain creation would; a replaced file keeps its permission bits whatever
 // the umask (a 0600 file must not become world-readable when saved again).
 TEST_F(SafetensorsTest, SavedFilesGetThePermissionsOfAPlainCreation) {
@@ -386,12 +377,13 @@ TEST_F(SafetensorsTest, FailedSaveLeavesThePreviousFileIntact) {
   EXPECT_EQ(files(), (std::vector<std::string>{"m.safetensors"}));  // the temporary is gone
 }
 
-TEST_F(SafetensorsTest, FailedRenameRemovesTheTemporary) {
+// A directory is refused before anything is written (a failed rename is
+// tests/core/atomic_file_test.cpp's).
+TEST_F(SafetensorsTest, SaveOverADirectoryIsRefusedBeforeWriting) {
   const std::string p = path("taken");
-  std::filesystem::create_directories(dir_ / "taken" / "inside");  // rename cannot replace a directory
-  absl::Status s = save_safetensors(p, {{"w", ones({2})}});
-  EXPECT_FALSE(s.ok());
-  expect_status(s, s.code(), {"save_safetensors", "cannot rename", p});  // code follows errno
+  std::filesystem::create_directories(dir_ / "taken" / "inside");
+  expect_status(save_safetensors(p, {{"w", ones({2})}}), StatusCode::kFailedPrecondition,
+                {"save_safetensors", p, "Is a directory"});
   EXPECT_EQ(files(), (std::vector<std::string>{"taken"}));
   EXPECT_TRUE(std::filesystem::is_directory(dir_ / "taken" / "inside"));
 }
@@ -403,15 +395,11 @@ TEST_F(SafetensorsTest, AWriteThatFailsMidSaveReachesTheCaller) {
   const std::string p = path("m.safetensors");
   ASSERT_TRUE(save_safetensors(p, {{"w", full({4}, 1.0)}}).ok());
   const Bytes before = read_bytes(p);
-  rlimit old{};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  rlimit small = old;
-  small.rlim_cur = 4096;   // bytes per file: the header fits, the data does not
-  auto* old_handler = std::signal(SIGXFSZ, SIG_IGN);   // the write fails with EFBIG instead of a signal
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  const absl::Status s = save_safetensors(p, {{"w", full({1 << 16}, 2.0)}});
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
-  std::signal(SIGXFSZ, old_handler);
+  absl::Status s;
+  {
+    testing::FileSizeLimit limit(4096);   // bytes per file: the header fits, the data does not
+    s = save_safetensors(p, {{"w", full({1 << 16}, 2.0)}});
+  }
   expect_status(s, StatusCode::kOutOfRange, {"save_safetensors", "cannot write", ".tmp.", "File too large"});
   EXPECT_EQ(read_bytes(p), before);
   EXPECT_EQ(files(), (std::vector<std::string>{"m.safetensors"}));
@@ -433,6 +421,19 @@ TEST_F(SafetensorsTest, SaveOverADeviceOrFifoIsRefused) {
   EXPECT_EQ(files(), (std::vector<std::string>{"fifo"}));
 }
 
+// A link is followed as torch.save's plain open would follow it: the file
+// it names is replaced, the link stays.
+TEST_F(SafetensorsTest, SaveThroughALinkReplacesTheFileItNamesAndKeepsTheLink) {
+  ASSERT_TRUE(save_safetensors(path("step_1.safetensors"), {{"w", full({2}, 1.0)}}).ok());
+  std::filesystem::create_symlink("step_1.safetensors", dir_ / "latest.safetensors");
+  ASSERT_TRUE(save_safetensors(path("latest.safetensors"), {{"w", full({2}, 2.0)}}).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(dir_ / "latest.safetensors"));
+  absl::StatusOr<NamedTensors> out = load_safetensors(path("step_1.safetensors"));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].second.to_vector<float>(), (std::vector<float>{2, 2}));
+  EXPECT_EQ(files(), (std::vector<std::string>{"latest.safetensors", "step_1.safetensors"}));
+}
+
 // A pid that no process has: a child that has exited and been reaped.
 pid_t dead_pid() {
   const pid_t child = ::fork();
@@ -442,7 +443,7 @@ pid_t dead_pid() {
   return child;
 }
 
-// NOTE [ Stale temporaries ]: each save and load of a path removes the
+// NOTE [ Stale temporaries ] (src/core/atomic_file.cpp): each save and load of a path removes the
 // temporaries of that path left by dead processes, and only those.
 TEST_F(SafetensorsTest, SavesAndLoadsRemoveStaleTemporariesOfDeadProcessesOnly) {
   const std::string p = path("m.safetensors");

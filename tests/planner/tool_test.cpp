@@ -1,11 +1,13 @@
 // encore-plan, run as a user would: exit status, messages, --out and --svg.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "encore/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -109,16 +111,46 @@ TEST(EncorePlanToolTest, WriteFailuresAreReported) {
     if (std::ifstream("/dev/full").good()) {
       const ToolRun run = run_tool(std::string("--algorithm=greedy ") + flag + "=/dev/full " + csv);
       EXPECT_EQ(run.exit_code, 1) << flag;
-      expect_one_line_error(run, "error while writing '/dev/full': No space left on device");
+      expect_one_line_error(run, std::string(flag) + ": cannot write /dev/full: No space left on device");
     }
     const ToolRun run = run_tool(std::string("--algorithm=greedy ") + flag + "=/nonexistent/dir/p " + csv);
     EXPECT_EQ(run.exit_code, 1) << flag;
-    expect_one_line_error(run, "cannot write '/nonexistent/dir/p': No such file or directory");
+    expect_one_line_error(run, std::string(flag) + ": cannot write /nonexistent/dir/p: cannot create");
+    EXPECT_THAT(run.err, HasSubstr("No such file or directory")) << flag;
     // Refused before planning (up to --time_limit_s an algorithm): no table printed.
     EXPECT_EQ(run.out, "") << flag;
     const ToolRun directory = run_tool(std::string("--algorithm=greedy ") + flag + "=" + ::testing::TempDir() + " " + csv);
     expect_one_line_error(directory, "Is a directory");
     EXPECT_EQ(directory.out, "") << flag;
+  }
+}
+
+// A plan or picture whose write fails part way (a file size limit of 1 KiB,
+// as a full disk) leaves the previous file as it was and no temporary
+// beside it (src/core/atomic_file.h).
+TEST(EncorePlanToolTest, AFailedWriteKeepsThePreviousFile) {
+  namespace fs = std::filesystem;
+  std::string csv_text = "id,lower,upper,size\n";
+  for (int i = 0; i < 100; ++i) absl::StrAppend(&csv_text, "b", i, ",0,1,4\n");   // plan and SVG over 1 KiB
+  const std::string csv = write_temp("many.csv", csv_text);
+  for (const char* flag : {"--out", "--svg"}) {
+    const fs::path dir = temp_path("partial_output");
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string out = (dir / "p").string();
+    std::ofstream(out) << "previous\n";
+    // The shell ignores SIGXFSZ so that the write fails with EFBIG instead of killing the tool.
+    const std::string limited = "trap '' XFSZ; ulimit -f 1; " + testing::tool_path("ENCORE_PLAN_BIN", ENCORE_PLAN_PATH);
+    const ToolRun run = testing::run_tool(limited, std::string("--algorithm=greedy ") + flag + "=" + out + " " + csv,
+                                          "encore_plan_");
+    EXPECT_EQ(run.exit_code, 1) << flag << run.err;
+    EXPECT_THAT(run.err, HasSubstr(std::string(flag) + ": cannot write " + out + ".tmp.")) << flag;
+    EXPECT_THAT(run.err, HasSubstr("File too large")) << flag;
+    EXPECT_EQ(slurp(out), "previous\n") << flag;
+    std::vector<std::string> files;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+    EXPECT_EQ(files, std::vector<std::string>{"p"}) << flag;
+    fs::remove_all(dir);
   }
 }
 

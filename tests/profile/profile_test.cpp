@@ -6,8 +6,10 @@
 // The ProfileNesting tests put a profiler inside a capture and a capture
 // inside a profiler.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -458,6 +460,28 @@ TEST(ProfileTest, TraceWriteFailuresAreReturned) {
     EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted) << full;
     EXPECT_NE(full.message().find("No space left on device"), absl::string_view::npos) << full;
   }
+}
+
+// A trace replacing a file keeps that file's permission bits (a private
+// 0600 trace stays private) and a link to it, as writing in place would
+// (NOTE [ Writing a file atomically ] in src/core/atomic_file.cpp).
+TEST(ProfileTest, ATraceReplacingAFileKeepsItsPermissionsAndLinks) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "encore_trace_kept";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string trace = (dir / "t.json").string();
+  std::ofstream(trace) << "previous";
+  ASSERT_EQ(::chmod(trace.c_str(), 0600), 0);
+  fs::create_symlink("t.json", dir / "latest.json");
+  const absl::Status s = write_chrome_trace((dir / "latest.json").string(), {});
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(fs::is_symlink(dir / "latest.json"));
+  EXPECT_TRUE(nlohmann::json::parse(std::ifstream(trace)).contains("traceEvents"));
+  struct stat st {};
+  ASSERT_EQ(::stat(trace.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  fs::remove_all(dir);
 }
 
 // ---- nesting: each StepObserverScope restores what was installed before it ----

@@ -217,48 +217,83 @@ TEST(EncoreProfTest, WriteFailuresAreReported) {
   if (std::ifstream("/dev/full").good()) {
     ToolRun run = prof(small + "--trace=/dev/full");
     EXPECT_EQ(run.exit_code, 1) << run.err;
-    EXPECT_THAT(run.err, HasSubstr("write_chrome_trace: write to /dev/full failed: No space left on device"));
+    EXPECT_THAT(run.err, HasSubstr("write_chrome_trace: cannot write /dev/full: No space left on device"));
     run = prof(small + "--dot=/dev/full");
     EXPECT_EQ(run.exit_code, 1) << run.err;
-    EXPECT_THAT(run.err, HasSubstr("dump_dot: write to /dev/full failed"));
+    EXPECT_THAT(run.err, HasSubstr("dump_dot: cannot write /dev/full: No space left on device"));
   }
   ToolRun run = prof(small + "--trace=/nonexistent/dir/t.json");
   EXPECT_EQ(run.exit_code, 1) << run.err;
-  EXPECT_THAT(run.err, HasSubstr("write_chrome_trace: cannot open /nonexistent/dir/t.json: No such file"));
+  EXPECT_THAT(run.err, HasSubstr("write_chrome_trace: cannot write /nonexistent/dir/t.json: cannot create"));
+  EXPECT_THAT(run.err, HasSubstr("No such file or directory"));
   run = prof(small + "--dot=/nonexistent/dir/g.dot");
   EXPECT_EQ(run.exit_code, 1) << run.err;
-  EXPECT_THAT(run.err, HasSubstr("dump_dot: cannot open /nonexistent/dir/g.dot"));
+  EXPECT_THAT(run.err, HasSubstr("dump_dot: cannot write /nonexistent/dir/g.dot: cannot create"));
+  EXPECT_THAT(run.err, HasSubstr("No such file or directory"));
 }
 
-// A trace write that fails part way (here a file size limit of 8 KiB; the
-// trace is over 30 KiB) leaves the last good trace as it was, not half a
-// JSON file, and no temporary file beside it (NOTE [ A trace is written
-// whole or not at all ] in profile/profile.cpp).
-TEST(EncoreProfTest, AFailedTraceWriteKeepsThePreviousTrace) {
+// An output whose write fails part way (a file size limit of 1 KiB, as a
+// full disk; each output is larger) leaves the previous file as it was, not
+// half of one, and no temporary beside it (src/core/atomic_file.h).
+TEST(EncoreToolsTest, AFailedWriteKeepsThePreviousFile) {
   namespace fs = std::filesystem;
-  const fs::path dir = temp_path("partial_trace");
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const std::string trace = (dir / "t.json").string();
-  std::ofstream(trace) << "{\"previous\": true}\n";
-  // The shell ignores SIGXFSZ so that the write fails with EFBIG instead of killing the tool.
-  const std::string limited = "trap '' XFSZ; ulimit -f 8; " + testing::tool_path("ENCORE_PROF_BIN", ENCORE_PROF_PATH);
-  const ToolRun run = testing::run_tool(limited,
-                                        "--device=cpu --model=mlp --hidden=8 --batch=4 --runs=1 --warmup_runs=0 "
-                                        "--frozen=false --trace=" + trace,
-                                        "encore_tools_");
-  EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
-  EXPECT_THAT(run.err, HasSubstr("write_chrome_trace: write to " + trace + " failed: File too large"));
-  EXPECT_EQ(slurp(trace), "{\"previous\": true}\n");
-  std::vector<std::string> files;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
-  EXPECT_EQ(files, std::vector<std::string>{"t.json"});
-  // Without the limit the same command replaces it with a whole trace.
-  const ToolRun ok = prof("--device=cpu --model=mlp --hidden=8 --batch=4 --runs=1 --warmup_runs=0 --frozen=false "
-                          "--trace=" + trace);
+  const std::string prof_bin = testing::tool_path("ENCORE_PROF_BIN", ENCORE_PROF_PATH);
+  const std::string launch_bin = testing::tool_path("ENCORE_LAUNCH_BIN", ENCORE_LAUNCH_PATH);
+  const std::string prof_args = "--device=cpu --model=mlp --hidden=8 --batch=4 --runs=1 --warmup_runs=0 --frozen=false ";
+  const std::string launch_args = "--backends=cpu --n=1,10 --reps=1 --capture_reps=1 --min_rep_ms=0 ";
+  struct Case {
+    const std::string& bin;
+    const std::string& args;
+    const char* flag;
+    const char* op;   // what the message starts with
+  };
+  for (const Case& c : {Case{prof_bin, prof_args, "--trace", "write_chrome_trace"},
+                        Case{prof_bin, prof_args, "--dot", "dump_dot"},
+                        Case{launch_bin, launch_args, "--json", "--json"},
+                        Case{launch_bin, launch_args, "--svg", "--svg"}}) {
+    const fs::path dir = temp_path("partial_output");
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string out = (dir / "out").string();
+    std::ofstream(out) << "previous\n";
+    // The shell ignores SIGXFSZ so that the write fails with EFBIG instead of killing the tool.
+    const ToolRun run = testing::run_tool("trap '' XFSZ; ulimit -f 1; " + c.bin,
+                                          c.args + c.flag + "=" + out, "encore_tools_");
+    EXPECT_EQ(run.exit_code, 1) << c.flag << run.out << run.err;
+    EXPECT_THAT(run.err, HasSubstr(std::string(c.op) + ": cannot write " + out + ".tmp.")) << c.flag;
+    EXPECT_THAT(run.err, HasSubstr("File too large")) << c.flag;
+    EXPECT_EQ(slurp(out), "previous\n") << c.flag;
+    std::vector<std::string> files;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir)) files.push_back(e.path().filename().string());
+    EXPECT_EQ(files, std::vector<std::string>{"out"}) << c.flag;
+    fs::remove_all(dir);
+  }
+  // Without the limit the same command replaces a trace with a whole one.
+  const std::string trace = temp_path("whole_trace.json");
+  std::ofstream(trace) << "previous\n";
+  const ToolRun ok = prof(prof_args + "--trace=" + trace);
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_TRUE(nlohmann::json::parse(slurp(trace)).contains("traceEvents"));
-  fs::remove_all(dir);
+  std::remove(trace.c_str());
+}
+
+// /dev/stdout into a pipe is written in place, as before outputs became
+// atomic: there is no file to keep, and a rename would replace the node.
+TEST(EncoreToolsTest, OutputsToDevStdoutGoDownThePipe) {
+  const std::string small = "--device=cpu --model=mlp --hidden=8 --batch=4 --runs=1 --warmup_runs=0 --frozen=false ";
+  const std::string launch_small = "--backends=cpu --n=1 --variants=chain --reps=1 --capture_reps=1 --min_rep_ms=0 ";
+  // ( tool args; echo exit=$?; ) 2>&1 | cat: the tool's stdout is a pipe.
+  auto piped = [](const std::string& bin, const std::string& args) {
+    return testing::run_tool("( " + bin, args + "; echo exit=$?; ) 2>&1 | cat", "encore_tools_");
+  };
+  const std::string prof_bin = testing::tool_path("ENCORE_PROF_BIN", ENCORE_PROF_PATH);
+  const std::string launch_bin = testing::tool_path("ENCORE_LAUNCH_BIN", ENCORE_LAUNCH_PATH);
+  for (const auto& [run, expected] : {std::pair{piped(prof_bin, small + "--dot=/dev/stdout"), "digraph encore {"},
+                                      std::pair{piped(prof_bin, small + "--trace=/dev/stdout"), "\"traceEvents\""},
+                                      std::pair{piped(launch_bin, launch_small + "--svg=/dev/stdout"), "</svg>"}}) {
+    EXPECT_THAT(run.out, HasSubstr("exit=0"));
+    EXPECT_THAT(run.out, HasSubstr(expected));
+  }
 }
 
 TEST(EncoreProfTest, HelpDescribesEveryFlag) {
@@ -397,11 +432,11 @@ TEST(EncoreLaunchTest, WriteFailuresAreReported) {
     if (std::ifstream("/dev/full").good()) {
       const ToolRun run = launch(small + flag + "=/dev/full");
       EXPECT_EQ(run.exit_code, 1) << run.err;
-      EXPECT_THAT(run.err, HasSubstr("write to /dev/full failed: No space left on device")) << flag;
+      EXPECT_THAT(run.err, HasSubstr(std::string(flag) + ": cannot write /dev/full: No space left on device")) << flag;
     }
     const ToolRun run = launch(small + flag + "=/nonexistent/dir/out");
     EXPECT_EQ(run.exit_code, 1) << run.err;
-    EXPECT_THAT(run.err, HasSubstr("cannot open /nonexistent/dir/out for writing: No such file")) << flag;
+    EXPECT_THAT(run.err, HasSubstr(std::string(flag) + ": cannot write /nonexistent/dir/out: cannot create")) << flag;
   }
 }
 
