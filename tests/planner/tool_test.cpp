@@ -63,7 +63,7 @@ TEST(EncorePlanToolTest, BadCsv) {
 // with nothing on stdout: the table's header used to come out first, bare.
 TEST(EncorePlanToolTest, ARefusedProblemPrintsNoTable) {
   std::string csv = "id,lower,upper,size\n";
-  for (int i = 0; i <= 1 << 14; ++i) csv += "b" + std::to_string(i) + ",0,3,281474976710656\n";
+  for (int i = 0; i <= 1 << 14; ++i) absl::StrAppend(&csv, "b", i, ",0,3,281474976710656\n");
   const ToolRun run = run_tool(write_temp("huge.csv", csv));
   expect_one_line_error(run, "above 2^62");
   EXPECT_EQ(run.out, "");
@@ -164,7 +164,7 @@ TEST(EncorePlanToolTest, OutputProbeLeavesFilesAlone) {
   EXPECT_EQ(slurp(out), "old");
   // 2^14 + 1 buffers of 2^48 bytes: refused by plan_buffers (above 2^62 bytes), after the probe.
   std::string huge = "id,lower,upper,size\n";
-  for (int i = 0; i <= (1 << 14); ++i) huge += "b" + std::to_string(i) + ",0,1,281474976710656\n";
+  for (int i = 0; i <= (1 << 14); ++i) absl::StrAppend(&huge, "b", i, ",0,1,281474976710656\n");
   const std::string fresh = temp_path("fresh.csv");
   std::remove(fresh.c_str());
   const ToolRun failed = run_tool("--algorithm=naive --out=" + fresh + " " + write_temp("huge.csv", huge));
