@@ -36,7 +36,9 @@
 // kernels across ranks and refuses a rank whose step differs.
 //
 // Bounded waits. MPI runs on a communication thread of its own, with
-// nonblocking calls polled against a deadline (Options::timeout_s): a rank
+// nonblocking calls polled against a deadline (Options::timeout_s, counted
+// from when the thread starts the call: one queued behind others, such as
+// DDP's buckets, waits for them, each within its own timeout): a rank
 // that threw, hangs or runs another step makes the others fail with an
 // encore::Error (kDeadlineExceeded) naming the call, the rank and the
 // timeout, never hang. After such a failure the group is broken: its later
@@ -113,7 +115,9 @@ inline constexpr double kMaxTimeoutSeconds = 1e7;
 
 struct Options {
   // Seconds a collective waits for the other ranks before failing with
-  // kDeadlineExceeded; also how long create() waits for them (to make the
+  // kDeadlineExceeded (from when the communication thread starts it, not
+  // counting the time it waits behind this rank's earlier collectives);
+  // also how long create() waits for them (to make the
   // group's communicator) and capture() for their fingerprints.
   // ENCORE_DIST_TIMEOUT (seconds) overrides the default. Must be finite,
   // positive and at most kMaxTimeoutSeconds (create() and set_timeout()

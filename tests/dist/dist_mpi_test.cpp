@@ -515,6 +515,41 @@ TEST(DistMpiTest, AMissingPeerFailsTheOthersWithinTheTimeout) {
   }
 }
 
+// A collective queued on the communication thread behind a slow one waits
+// for it, and its own timeout counts from when the thread starts it (NOTE
+// [ A thread that stops answering ] in src/dist/engine.cpp). Here the slow
+// one is another group's all-reduce whose peer comes 34 s late (as DDP's
+// buckets are when a rank's backward is slow, each within its own
+// timeout), and the queued one has a timeout of 2 s. Before, wait() gave up
+// 2 + 30 s after it began, with a false "the communication thread did not
+// answer", and the abandoned call ran later and wrote the tensor anyway.
+// The only timing this relies on: once the slow call completes, both
+// ranks' threads start the queued one within 2 s (both queued it already).
+TEST(DistMpiTest, ACollectiveQueuedBehindASlowOneKeepsItsOwnTimeout) {
+  NEED_TWO_RANKS();
+  auto make = [](double timeout) {
+    absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create({.timeout_s = 60});
+    if (!g.ok()) throw Error(g.status());
+    (*g)->set_timeout(timeout);
+    return *g;
+  };
+  std::shared_ptr<dist::ProcessGroup> slow = make(120), quick = make(2);
+  const int r = world()->rank();
+  Tensor a = full({8}, r + 1.0), b = full({8}, 10.0 * (r + 1));
+  const dist_internal::Work slow_sum{dist_internal::CollKind::kAllReduce, a.data_ptr(), 8, kFloat32,
+                                     dist::ReduceOp::kSum, 0};
+  world()->barrier();
+  if (r == 1) std::this_thread::sleep_for(std::chrono::seconds(34));   // past 2 s + the old 30 s
+  const uint64_t ticket = dist_internal::submit(slow->id(), slow_sum, "all_reduce");   // first in the queue
+  const absl::Status queued = status_of([&] { quick->all_reduce(b); });   // behind it on rank 0 for 34 s
+  EXPECT_TRUE(queued.ok()) << queued;
+  const absl::Status first = dist_internal::wait(slow->id(), ticket);
+  EXPECT_TRUE(first.ok()) << first;
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>(8, 3.0f));
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(8, 30.0f));
+  EXPECT_TRUE(quick->health().ok()) << quick->health();
+}
+
 // Making a group waits for the other ranks within the timeout too: rank 0
 // gives up on a create() that rank 1 comes to late, with kDeadlineExceeded
 // after its timeout. Before, MPI_Comm_dup waited for the missing peer
