@@ -303,6 +303,116 @@ TEST(DistMpiTest, DdpBroadcastsBuffers) {
   EXPECT_EQ(kept.b.to_vector<float>()[0], 20.0f + world()->rank());
 }
 
+// Batch norm's running statistics, which each rank updates from its own
+// rows, follow rank 0 after every step (NOTE [ Buffers follow rank 0 ] in
+// src/dist/ddp.cpp): every rank holds the same bits, rank 0's are those it
+// has without the broadcast (it only sends), the parameters do not depend
+// on it (training mode normalizes by the batch), and evaluation gives the
+// same outputs on every rank. With broadcast_buffers = false each rank
+// keeps its own. Before, buffers were broadcast at construction only, and
+// the ranks' statistics drifted apart without a word.
+TEST(DistMpiTest, DdpBuffersFollowRankZeroAfterEveryStep) {
+  NEED_TWO_RANKS();
+  const int n = world()->world_size(), r = world()->rank();
+  auto on = DdpRig::make(world(), 4, n, r, 31 + r, {}, /*batch_norm=*/true);
+  auto off = DdpRig::make(world(), 4, n, r, 31 + r, {.broadcast_buffers = false}, /*batch_norm=*/true);
+  constexpr int kSteps = 6;
+  for (int i = 0; i < kSteps; ++i) {
+    on->fill(i);
+    on->step();
+    off->fill(i);
+    off->step();
+    expect_same_on_every_rank(on->buffers_hash(), "buffers after a step");
+  }
+  EXPECT_EQ(on->ddp->counters().buffer_broadcasts, 1 + kSteps);   // construction, then each backward
+  EXPECT_EQ(off->ddp->counters().buffer_broadcasts, 0);
+  std::vector<uint64_t> kept = world()->all_gather(off->buffers_hash());
+  EXPECT_NE(kept[1], kept[0]) << "without broadcast_buffers the ranks' statistics should differ";
+  if (r == 0) EXPECT_EQ(on->buffers_hash(), off->buffers_hash()) << "rank 0's statistics changed";
+  EXPECT_EQ(on->state_hash(), off->state_hash()) << "the broadcast changed the training";
+  on->model->eval();
+  off->model->eval();
+  NoGradGuard no_grad;
+  const Tensor x = testing::global_x(99, 4);
+  expect_same_on_every_rank(testing::bits_hash({on->model->forward(x)}), "evaluation outputs");
+  kept = world()->all_gather(testing::bits_hash({off->model->forward(x)}));
+  EXPECT_NE(kept[1], kept[0]);
+}
+
+// Under no_sync() nothing is sent, buffers included: the ranks' statistics
+// move on their own through the micro-steps, and the synchronized backward
+// that ends the accumulation brings them back to rank 0's.
+TEST(DistMpiTest, DdpBuffersWaitForTheSynchronizedBackward) {
+  NEED_TWO_RANKS();
+  const int n = world()->world_size(), r = world()->rank();
+  auto rig = DdpRig::make(world(), 4, n, r, 37, {}, /*batch_norm=*/true);
+  const int64_t before = rig->ddp->counters().buffer_broadcasts;
+  rig->opt->zero_grad();
+  {
+    auto scope = rig->ddp->no_sync();
+    for (int micro = 0; micro < 2; ++micro) {
+      rig->fill(micro);
+      rig->loss().backward();
+    }
+  }
+  EXPECT_EQ(rig->ddp->counters().buffer_broadcasts, before) << "no_sync() sent the buffers";
+  std::vector<uint64_t> drifted = world()->all_gather(rig->buffers_hash());
+  EXPECT_NE(drifted[1], drifted[0]);
+  rig->fill(2);
+  rig->loss().backward();
+  EXPECT_EQ(rig->ddp->counters().buffer_broadcasts, before + 1);
+  expect_same_on_every_rank(rig->buffers_hash(), "buffers after the synchronized backward");
+}
+
+// A captured step holds the buffers' broadcasts (one per dtype: the float
+// statistics and the i64 batch count) after its all-reduces, and its
+// replays equal the eager twin bit for bit on every rank, buffers
+// included: the same on every rank with broadcast_buffers, each rank's own
+// without.
+TEST(DistMpiTest, CapturedStepBroadcastsBuffersAsItsEagerTwin) {
+  NEED_TWO_RANKS();
+  const int n = world()->world_size(), r = world()->rank();
+  for (bool broadcast : {true, false}) {
+    SCOPED_TRACE(broadcast ? "broadcast_buffers" : "no broadcast_buffers");
+    const dist::DdpOptions options{.bucket_cap_bytes = 600, .broadcast_buffers = broadcast};
+    auto eager = DdpRig::make(world(), 4, n, r, 41, options, /*batch_norm=*/true);
+    auto graphed = DdpRig::make(world(), 4, n, r, 41, options, /*batch_norm=*/true);
+    for (int i = 0; i < 2; ++i) {
+      eager->fill(i);
+      eager->step();
+    }
+    graphed->fill(0);
+    graphed->step();
+    graphed->fill(1);
+    absl::StatusOr<Graph> g = capture([&] { return graphed->step(); }, {.warmup = 1});
+    ASSERT_TRUE(g.ok()) << g.status();
+    const Graph::Impl& impl = g->internals();
+    int broadcasts = 0, last_start = -1, first_broadcast = -1;
+    for (int64_t i = 0; i < impl.stats.kernels; ++i) {
+      const std::string op = impl.node_op(i);
+      if (op == "dist.start") last_start = static_cast<int>(i);
+      if (op == "dist.broadcast" && broadcasts++ == 0) first_broadcast = static_cast<int>(i);
+    }
+    EXPECT_EQ(broadcasts, broadcast ? 2 : 0);
+    if (broadcast) EXPECT_GT(first_broadcast, last_start) << "buffers broadcast before the gradients were averaged";
+    for (int i = 2; i < 30; ++i) {
+      graphed->fill(i);
+      ASSERT_TRUE(g->replay().ok());
+      eager->fill(i);
+      eager->step();
+      ASSERT_EQ(graphed->state_hash(), eager->state_hash()) << "replay differs from eager at step " << i;
+      ASSERT_EQ(graphed->buffers_hash(), eager->buffers_hash()) << "replayed buffers differ at step " << i;
+    }
+    std::vector<uint64_t> all = world()->all_gather(graphed->buffers_hash());
+    if (broadcast) {
+      EXPECT_EQ(all[1], all[0]) << "the replays' buffers differ between ranks";
+    } else {
+      EXPECT_NE(all[1], all[0]);
+    }
+    expect_same_on_every_rank(graphed->state_hash(), "parameters and optimizer state after replays");
+  }
+}
+
 // Ranks that wrap different models would lay out different buckets, and
 // their all-reduces would not match: every rank refuses at construction,
 // naming the ranks and the first difference, and the group still works.
