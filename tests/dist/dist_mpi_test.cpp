@@ -4,6 +4,7 @@
 // collectives pair up; checks that compare ranks gather fingerprints.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -242,19 +243,12 @@ TEST(DistMpiTest, CapturedStepWithAllReducesReplaysEagerBitForBitOnEveryRank) {
   auto eager = DdpRig::make(world(), 4, n, r, 9, {.bucket_cap_bytes = 600});
   auto graphed = DdpRig::make(world(), 4, n, r, 9, {.bucket_cap_bytes = 600});
   constexpr int kSteps = 120;
-  for (int i = 0; i < 2; ++i) {
-    eager->fill(i);
-    eager->step();
-  }
-  graphed->fill(0);
-  graphed->step();    // AdamW creates its state (lazily, from the host) outside the capture
-  graphed->fill(1);
-  absl::StatusOr<Graph> g = capture([&] { return graphed->step(); }, {.warmup = 1});   // the recorded run: step 1
+  absl::StatusOr<Graph> g = testing::capture_twin(*eager, *graphed);
   ASSERT_TRUE(g.ok()) << g.status();
-  int ar = 0;
-  const Graph::Impl& impl = g->internals();
-  for (int64_t i = 0; i < impl.stats.kernels; ++i) ar += std::string(impl.node_op(i)) == "dist.start" ? 1 : 0;
-  EXPECT_EQ(ar, static_cast<int>(graphed->ddp->bucket_parameters().size())) << "an all-reduce node per bucket";
+  const std::vector<std::string> ops = testing::node_ops(*g);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "dist.start"),
+            static_cast<int64_t>(graphed->ddp->bucket_parameters().size()))
+      << "an all-reduce node per bucket";
   for (int i = 2; i < kSteps; ++i) {
     graphed->fill(i);
     ASSERT_TRUE(g->replay().ok());
@@ -377,24 +371,13 @@ TEST(DistMpiTest, CapturedStepBroadcastsBuffersAsItsEagerTwin) {
     const dist::DdpOptions options{.bucket_cap_bytes = 600, .broadcast_buffers = broadcast};
     auto eager = DdpRig::make(world(), 4, n, r, 41, options, /*batch_norm=*/true);
     auto graphed = DdpRig::make(world(), 4, n, r, 41, options, /*batch_norm=*/true);
-    for (int i = 0; i < 2; ++i) {
-      eager->fill(i);
-      eager->step();
-    }
-    graphed->fill(0);
-    graphed->step();
-    graphed->fill(1);
-    absl::StatusOr<Graph> g = capture([&] { return graphed->step(); }, {.warmup = 1});
+    absl::StatusOr<Graph> g = testing::capture_twin(*eager, *graphed);
     ASSERT_TRUE(g.ok()) << g.status();
-    const Graph::Impl& impl = g->internals();
-    int broadcasts = 0, last_start = -1, first_broadcast = -1;
-    for (int64_t i = 0; i < impl.stats.kernels; ++i) {
-      const std::string op = impl.node_op(i);
-      if (op == "dist.start") last_start = static_cast<int>(i);
-      if (op == "dist.broadcast" && broadcasts++ == 0) first_broadcast = static_cast<int>(i);
-    }
-    EXPECT_EQ(broadcasts, broadcast ? 2 : 0);
-    if (broadcast) EXPECT_GT(first_broadcast, last_start) << "buffers broadcast before the gradients were averaged";
+    const std::vector<std::string> ops = testing::node_ops(*g);
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "dist.broadcast"), broadcast ? 2 : 0);
+    const auto first_broadcast = std::find(ops.begin(), ops.end(), "dist.broadcast");
+    EXPECT_EQ(std::find(first_broadcast, ops.end(), "dist.start"), ops.end())
+        << "buffers broadcast before the gradients were averaged";
     for (int i = 2; i < 30; ++i) {
       graphed->fill(i);
       ASSERT_TRUE(g->replay().ok());

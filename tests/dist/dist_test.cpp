@@ -252,12 +252,8 @@ TEST(DistOneProcessTest, DdpBroadcastsBuffersAfterEachSynchronizedBackward) {
   ddp->fill(3);
   absl::StatusOr<Graph> g = capture([&] { return ddp->step(); }, {.warmup = 1});
   ASSERT_TRUE(g.ok()) << g.status();
-  const Graph::Impl& impl = g->internals();
-  std::vector<std::string> ops;
-  for (int64_t i = 0; i < impl.stats.kernels; ++i) {
-    const std::string op = impl.node_op(i);
-    if (op.starts_with("dist.")) ops.push_back(op);
-  }
+  std::vector<std::string> ops = testing::node_ops(*g);
+  std::erase_if(ops, [](const std::string& op) { return !op.starts_with("dist."); });
   EXPECT_EQ(ops, (std::vector<std::string>{"dist.start", "dist.wait", "dist.broadcast", "dist.broadcast"}));
   plain->fill(3);
   plain->step();

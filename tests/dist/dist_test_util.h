@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "capture/graph_impl.h"
 #include "encore/dist.h"
 #include "encore/encore.h"
 #include "tests/test_util.h"
@@ -120,5 +122,28 @@ struct DdpRig {
     return bits_hash(out);
   }
 };
+
+// Trains `eager` on batches 0 and 1 and captures `graphed`'s step, made
+// alike: batch 0 eagerly (AdamW creates its state, lazily from the host,
+// outside the capture), batch 1 as capture()'s recorded run. Replays from
+// batch 2 on then compare with eager's steps.
+inline absl::StatusOr<Graph> capture_twin(DdpRig& eager, DdpRig& graphed) {
+  for (int i = 0; i < 2; ++i) {
+    eager.fill(i);
+    eager.step();
+  }
+  graphed.fill(0);
+  graphed.step();
+  graphed.fill(1);
+  return capture([&] { return graphed.step(); }, {.warmup = 1});
+}
+
+// The op of each node of g, in order ("dist.start", "matmul", ...).
+inline std::vector<std::string> node_ops(const Graph& g) {
+  const Graph::Impl& impl = g.internals();
+  std::vector<std::string> ops;
+  for (int64_t i = 0; i < impl.stats.kernels; ++i) ops.emplace_back(impl.node_op(i));
+  return ops;
+}
 
 }  // namespace encore::testing
