@@ -17,8 +17,9 @@
 // broken (every later call fails with the first error), since its ranks no
 // longer agree on which collective is which. Each call's deadline counts
 // from when the thread starts it, not from when it was queued, so a call
-// behind others (DDP's buckets) never fails for their time. Making a group's communicator
-// is bounded by the timeout the same way (MPI_Comm_idup).
+// behind others (DDP's buckets) never fails for their time. Making a
+// group's communicator is bounded by the timeout the same way
+// (MPI_Comm_idup).
 //
 //   int32_t g = dist_internal::new_group(env, 30.0).value();
 //   uint64_t t = dist_internal::submit(g, {CollKind::kAllReduce, ptr, n, kFloat32, ReduceOp::kSum}, "all_reduce");
