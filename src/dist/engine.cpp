@@ -427,7 +427,8 @@ class Engine {
     if (mpi_started_) return init_status_;
     mpi_started_ = true;
     thread_ = std::thread([this] { loop(); });
-    init_status_ = run_on_thread(nullptr, "MPI_Init_thread", [this]() -> absl::Status {   // unbounded: MPI_Init waits for every process
+    // Unbounded (null): MPI_Init waits for every process the launcher started.
+    init_status_ = run_on_thread(nullptr, "MPI_Init_thread", [this]() -> absl::Status {
       int initialized = 0;
       MPI_Initialized(&initialized);
       if (initialized) {
