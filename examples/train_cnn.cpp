@@ -15,8 +15,9 @@
 // Under mpirun (or srun) both copies are wrapped in DistributedDataParallel:
 // each step's global batch of --batch x ranks images is split between the
 // ranks, gradients are averaged inside the step (captured too), and rank 0
-// prints. Batch norm's running statistics stay each rank's own (broadcast
-// from rank 0 only at the start), so held-out accuracy is rank 0's.
+// prints. Batch norm's running statistics follow rank 0's (broadcast after
+// every step's backward, inside the captured step too), so every rank holds
+// the same model and the same held-out accuracy.
 //
 // Exit status 1 when held-out accuracy is below --min_accuracy, when the
 // copies differ in any bit, or when a graphed step fell back to eager.

@@ -36,7 +36,9 @@
 // kernels across ranks and refuses a rank whose step differs.
 //
 // Bounded waits. MPI runs on a communication thread of its own, with
-// nonblocking calls polled against a deadline (Options::timeout_s): a rank
+// nonblocking calls polled against a deadline (Options::timeout_s, counted
+// from when the thread starts the call: one queued behind others, such as
+// DDP's buckets, waits for them, each within its own timeout): a rank
 // that threw, hangs or runs another step makes the others fail with an
 // encore::Error (kDeadlineExceeded) naming the call, the rank and the
 // timeout, never hang. After such a failure the group is broken: its later
@@ -113,7 +115,9 @@ inline constexpr double kMaxTimeoutSeconds = 1e7;
 
 struct Options {
   // Seconds a collective waits for the other ranks before failing with
-  // kDeadlineExceeded; also how long create() waits for them (to make the
+  // kDeadlineExceeded (from when the communication thread starts it, not
+  // counting the time it waits behind this rank's earlier collectives);
+  // also how long create() waits for them (to make the
   // group's communicator) and capture() for their fingerprints.
   // ENCORE_DIST_TIMEOUT (seconds) overrides the default. Must be finite,
   // positive and at most kMaxTimeoutSeconds (create() and set_timeout()
@@ -180,7 +184,10 @@ struct DdpOptions {
   // Bytes of gradient per bucket (PyTorch's bucket_cap_mb = 25). A parameter
   // larger than this gets a bucket of its own.
   int64_t bucket_cap_bytes = 25ll << 20;
-  // Broadcast rank 0's buffers (named_buffers()) along with the parameters at construction.
+  // Broadcast rank 0's buffers (named_buffers(): batch norm's running
+  // statistics, ...) to every rank at construction and after every
+  // synchronized backward, as PyTorch's broadcast_buffers (NOTE [ Buffers
+  // follow rank 0 ] in ddp.cpp). False: each rank keeps its own.
   bool broadcast_buffers = true;
 };
 
@@ -207,6 +214,22 @@ struct DdpOptions {
 // naming it. On the CPU the parameters that require grad must be float32
 // (MPI sums no half-precision type): the constructor refuses others, naming
 // the parameter.
+//
+// Buffers (DdpOptions::broadcast_buffers, the default) follow rank 0: at
+// the end of every synchronized backward, after the gradients are
+// averaged, rank 0's buffers are broadcast to every rank (coalesced, one
+// broadcast per dtype and device), so batch norm's running statistics,
+// which each rank updates from its own batch in forward, are the same on
+// every rank after each step (rank 0's own are only ever sent). PyTorch
+// broadcasts them before each forward instead; this wrapper never sees the
+// forward (the module's own methods run it), and every forward starts from
+// the same values (NOTE [ Buffers follow rank 0 ] in ddp.cpp). The
+// broadcasts are kernels of the step, so a captured step replays them.
+// Buffers are not sent under no_sync(), and a training-mode forward that no
+// synchronized backward follows (one under NoGradGuard, say) updates each
+// rank's own until the next one. Keep each buffer's dtype and device (a
+// later broadcast refuses a buffer moved or converted after construction,
+// naming it).
 //
 // A synchronized backward that throws midway (caught, the batch skipped)
 // leaves no trace: the next backward first waits for the all-reduces it had
@@ -264,12 +287,18 @@ class DistributedDataParallel {
     // Synchronized backwards that threw midway; the next backward (or
     // finish()) waited for the all-reduces each had started and started afresh.
     int64_t aborted_backwards = 0;
+    // Times rank 0's buffers were broadcast: at construction and after each
+    // synchronized backward (0 without buffers or broadcast_buffers).
+    int64_t buffer_broadcasts = 0;
   };
   const Counters& counters() const { return counters_; }
 
  private:
   struct Bucket;
+  struct BufferGroup;   // the buffers of one dtype and device, broadcast together
   void check_reducible() const;
+  void group_buffers();
+  void sync_buffers();   // NOTE [ Buffers follow rank 0 ] in ddp.cpp
   void check_same_model_on_every_rank();   // NOTE [ Same model on every rank ] in ddp.cpp
   std::string parameter_name(int64_t index) const;
   // Each outermost backward() (NOTE [ An aborted backward ] in ddp.cpp).
@@ -286,6 +315,8 @@ class DistributedDataParallel {
   DdpOptions options_;
   std::vector<Tensor> params_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::vector<std::unique_ptr<BufferGroup>> buffer_groups_;   // empty without broadcast_buffers
+  bool buffers_due_ = false;    // this backward averaged the gradients: broadcast the buffers at its end
   std::vector<bool> arrived_;   // per parameter: its gradient came in this synchronized backward
   int64_t next_launch_ = 0;
   int64_t grads_seen_ = 0;

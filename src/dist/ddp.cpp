@@ -23,6 +23,13 @@ struct DistributedDataParallel::Bucket {
   int32_t slot = -1;
 };
 
+struct DistributedDataParallel::BufferGroup {
+  Tensor flat;                     // 1-d, the buffers one after the other; the buffer itself when alone
+  std::vector<Tensor> buffers;     // named_buffers() of flat's dtype and device, in order
+  std::vector<std::string> names;
+  bool in_place = false;           // flat is the one buffer: no copies
+};
+
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared_ptr<ProcessGroup> group,
                                                  DdpOptions options)
     : module_(module), group_(std::move(group)), options_(options), sync_(make_ref<HostFlag>()) {
@@ -39,7 +46,8 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
   check_same_model_on_every_rank();
   for (const Tensor& p : params_) group_->broadcast(p, 0);
   if (options_.broadcast_buffers) {
-    for (const auto& [name, b] : module_.named_buffers()) group_->broadcast(b, 0);
+    group_buffers();
+    sync_buffers();
   }
   // Buckets in reverse registration order: backward produces the last layers' gradients first.
   std::vector<std::vector<int64_t>> layout;
@@ -106,6 +114,87 @@ void DistributedDataParallel::check_reducible() const {
                                 "float32 (or freeze this one with requires_grad_(false))",
                                 group_->rank(), parameter_name(static_cast<int64_t>(i)), dtype_name(p.dtype())));
   }
+}
+
+// One BufferGroup per (dtype, device) of the buffers, in named_buffers()
+// order; a group of one contiguous buffer broadcasts it in place.
+void DistributedDataParallel::group_buffers() {
+  for (const auto& [name, b] : module_.named_buffers()) {
+    auto same = [&](const std::unique_ptr<BufferGroup>& g) {
+      return g->buffers[0].dtype() == b.dtype() && g->buffers[0].device() == b.device();
+    };
+    auto it = std::find_if(buffer_groups_.begin(), buffer_groups_.end(), same);
+    if (it == buffer_groups_.end()) {
+      buffer_groups_.push_back(std::make_unique<BufferGroup>());
+      it = buffer_groups_.end() - 1;
+    }
+    (*it)->buffers.push_back(b);
+    (*it)->names.push_back(name);
+  }
+  for (const auto& g : buffer_groups_) {
+    const Tensor& first = g->buffers[0];
+    g->in_place = g->buffers.size() == 1 && first.is_contiguous();
+    if (g->in_place) {
+      g->flat = first.view({first.numel()});
+      continue;
+    }
+    int64_t numel = 0;
+    for (const Tensor& b : g->buffers) numel += b.numel();
+    g->flat = zeros({numel}, first.dtype(), first.device());
+  }
+}
+
+// NOTE [ Buffers follow rank 0 ]: PyTorch's DDP broadcasts rank 0's buffers
+// before every forward (broadcast_buffers=True), so that batch norm's
+// running statistics, which each rank updates from its own batch, do not
+// drift apart. Before, this wrapper broadcast them at construction only:
+// each rank's statistics followed its own shard, and evaluation or a
+// checkpoint gave a different model on every rank, without a word. This
+// wrapper never sees the forward (users call the module's own forward or
+// loss), so it broadcasts at the end of every synchronized backward (kEnd
+// of the backward observer, once the round averaged every gradient):
+// rank 0 only sends, so its buffers evolve exactly as under PyTorch, and
+// every other rank starts each later forward from rank 0's values, as
+// under PyTorch; in addition every rank holds them right after the step.
+// kEnd, not kBegin: a backward may read a buffer its forward saved, and
+// must read the values the forward used. Where the two placements differ
+// (a training-mode forward that no synchronized backward follows, under
+// NoGradGuard or no_sync()), PyTorch skips its broadcast too after the
+// first such forward (its require_forward_param_sync), and each rank's
+// buffers move on their own until the next synchronized step. As
+// PyTorch's _broadcast_coalesced, the buffers of one dtype and device go
+// in one broadcast: copied into a persistent flat tensor, broadcast, and
+// copied back (on rank 0 too, so that every rank records the same kernels
+// in a captured step, whose replays repeat all of it).
+void DistributedDataParallel::sync_buffers() {
+  NoGradGuard no_grad;
+  for (const auto& g : buffer_groups_) {
+    for (size_t k = 0; k < g->buffers.size(); ++k) {
+      const Tensor& b = g->buffers[k];
+      ENCORE_CHECK_CODE(b.dtype() == g->flat.dtype() && b.device() == g->flat.device(), kFailedPrecondition,
+                        "DistributedDataParallel on rank %d: buffer '%s' is %s on %s, but was %s on %s when the "
+                        "wrapper was made; move or convert the module before wrapping it",
+                        group_->rank(), g->names[k], dtype_name(b.dtype()), b.device().str(),
+                        dtype_name(g->flat.dtype()), g->flat.device().str());
+    }
+    if (!g->in_place) {
+      int64_t offset = 0;
+      for (const Tensor& b : g->buffers) {
+        g->flat.slice(0, offset, offset + b.numel()).view(b.shape()).copy_(b);
+        offset += b.numel();
+      }
+    }
+    dist_internal::launch_collective(group_->id(), dist_internal::CollKind::kBroadcast, g->flat, ReduceOp::kSum, 0,
+                                     "ddp.broadcast_buffers");
+    if (!g->in_place) {
+      int64_t offset = 0;
+      for (const Tensor& b : g->buffers) {
+        Tensor(b).copy_(g->flat.slice(0, offset, offset + b.numel()).view(b.shape()));
+        offset += b.numel();
+      }
+    }
+  }
+  if (!buffer_groups_.empty()) counters_.buffer_broadcasts += 1;
 }
 
 namespace {
@@ -255,14 +344,20 @@ void DistributedDataParallel::launch_ready() {
 // normally but incomplete (a parameter got no gradient) is refused at kEnd,
 // so no optimizer step uses gradients that were never averaged.
 void DistributedDataParallel::on_backward_begin() {
+  buffers_due_ = false;
   if (round_started()) drain();   // an aborted round that finish() did not clear
 }
 
 void DistributedDataParallel::on_backward_end() {
   if (round_started()) finish();   // a parameter got no gradient: finish() names it
+  if (buffers_due_) {
+    buffers_due_ = false;
+    sync_buffers();   // NOTE [ Buffers follow rank 0 ]
+  }
 }
 
 void DistributedDataParallel::on_backward_abort() {
+  buffers_due_ = false;
   if (round_started() && !aborted_) {
     aborted_ = true;
     counters_.aborted_backwards += 1;
@@ -311,6 +406,7 @@ void DistributedDataParallel::finish() {
                     "grad must take part in each synchronized backward (freeze unused ones with "
                     "requires_grad_(false))",
                     group_->rank(), seen, grads_total_, missing);
+  buffers_due_ = !buffer_groups_.empty();   // the gradients are averaged: the buffers follow at kEnd
 }
 
 std::vector<std::vector<int64_t>> DistributedDataParallel::bucket_parameters() const {

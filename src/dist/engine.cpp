@@ -4,17 +4,20 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "encore/error.h"
@@ -42,6 +45,11 @@ struct Group {
   // the communication thread's only.
   std::shared_ptr<char[]> staging;
   int64_t staging_bytes = 0;
+  // Set when a caller gave up on a call of this group because the thread
+  // stopped answering: from then on the thread never touches the callers'
+  // memory again (NOTE [ A thread that stops answering ]).
+  std::mutex caller_mu;
+  bool caller_gone = false;   // guarded by caller_mu
 };
 
 // NOTE [ Chunked collectives ]: MPI counts are ints, so a CPU collective
@@ -123,6 +131,40 @@ MPI_Datatype mpi_type(DType d) {
 }
 #endif
 
+// NOTE [ A thread that stops answering ]: the communication thread bounds
+// each job it runs by the job's own deadline (its group's timeout, counted
+// from the job's start), so a caller's wait() needs no deadline of its own:
+// a collective queued behind others (DDP's buckets, another group's calls)
+// waits for each of them in turn, each within its own timeout. Before, wait()
+// gave up timeout + 30 s after it began, counting the time the collective
+// spent queued: a collective behind slow buckets got a false "communication
+// thread did not answer" while the thread worked normally, and its job,
+// left in the queue, later ran and wrote the tensor the caller had been
+// told had failed. The one case wait() still catches is a thread that stopped
+// answering: its current job ran kAnswerSlack past its own deadline (MPI
+// itself stuck). The waiter then takes its job out of the queue (or, if it
+// is the stuck one, drops its status and bars the thread from the callers'
+// memory, Group::caller_gone), breaks the group and returns kInternal.
+constexpr std::chrono::seconds kAnswerSlack{30};
+
+// One closure for the communication thread.
+struct Job {
+  uint64_t ticket = 0;
+  const std::atomic<double>* timeout_s = nullptr;   // the bound fn keeps (its group's timeout); null: unbounded
+  int32_t group = -1;                               // for messages; -1 for the engine's own calls
+  const char* what = "";
+  std::function<absl::Status()> fn;
+};
+
+// The job the thread runs, for wait()'s watchdog.
+struct Running {
+  uint64_t ticket = 0;   // 0: none
+  Clock::time_point since;
+  double bound_s = 0;
+  int32_t group = -1;
+  const char* what = "";
+};
+
 // The engine: groups, the queue and the communication thread.
 class Engine {
  public:
@@ -159,7 +201,8 @@ class Engine {
         }
       }
       Group* gp = g.get();
-      ENCORE_DIST_RETURN_IF_ERROR(run_on_thread([&] { return make_comm(*gp, from); }));
+      ENCORE_DIST_RETURN_IF_ERROR(
+          run_on_thread(&gp->timeout_s, "ProcessGroup::create", [&] { return make_comm(*gp, from); }));
       if (gp->rank != env.rank || gp->size != env.world_size) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "dist::ProcessGroup::create: the launcher (%s) says rank %d of %d, MPI says rank %d of %d; start the "
@@ -199,7 +242,7 @@ class Engine {
 #if ENCORE_HAVE_MPI
     if (g->comm != MPI_COMM_NULL && mpi_started_ && g->broken.ok()) {
       Group* gp = g.get();
-      (void)run_on_thread([gp]() -> absl::Status {
+      (void)run_on_thread(&gp->timeout_s, "MPI_Comm_free", [gp]() -> absl::Status {
         MPI_Comm_free(&gp->comm);
         return absl::OkStatus();
       });
@@ -233,31 +276,73 @@ class Engine {
     }
     Group* gp = &g;
     const auto submitted = Clock::now();
-    enqueue(ticket, [this, gp, w, what, submitted]() {
+    enqueue({ticket, &gp->timeout_s, id, what, [this, gp, w, what, submitted]() {
       absl::Status s = run_collective(*gp, w, what);
       std::lock_guard<std::mutex> lk(mu_);
       times_.in_flight_s += std::chrono::duration<double>(Clock::now() - submitted).count();
       times_.collectives += 1;
       return s;
-    });
+    }});
 #endif
     return ticket;
   }
 
+  // Waits for the ticket's job. The thread keeps each job's deadline; this
+  // only catches a thread that stopped answering: one whose current job has
+  // run kAnswerSlack past its own deadline (NOTE [ A thread that stops
+  // answering ]), however long the ticket waited behind other jobs.
   absl::Status wait(int32_t id, uint64_t ticket) {
-    const double timeout = group(id).timeout_s.load();
     std::unique_lock<std::mutex> lk(mu_);
-    // The thread enforces the deadline; this one only guards against a thread that stopped answering.
     const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration<double>(timeout + 30.0);
     while (!done_.contains(ticket)) {
-      if (done_cv_.wait_until(lk, deadline) == std::cv_status::timeout && !done_.contains(ticket)) {
-        return absl::InternalError(absl::StrCat(where(id, "wait"), ": the communication thread did not answer"));
+      if (running_.ticket == 0 || std::isinf(running_.bound_s)) {
+        done_cv_.wait(lk);   // the thread says when it starts or ends a job
+        continue;
       }
+      const auto overdue = running_.since + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(running_.bound_s) + kAnswerSlack);
+      if (Clock::now() < overdue) {
+        done_cv_.wait_until(lk, overdue);
+        continue;
+      }
+      return give_up(id, ticket, lk);
     }
     times_.blocked_s += std::chrono::duration<double>(Clock::now() - start).count();
     absl::Status s = std::move(done_[ticket]);
     done_.erase(ticket);
+    return s;
+  }
+
+  // wait()'s way out when the thread stopped answering (lk holds mu_): the
+  // ticket's job never runs, or never touches the caller's memory again,
+  // and the group is broken, since the ranks no longer agree on which call
+  // is which.
+  absl::Status give_up(int32_t id, uint64_t ticket, std::unique_lock<std::mutex>& lk) {
+    const double ran = std::chrono::duration<double>(Clock::now() - running_.since).count();
+    std::string stuck = running_.ticket == ticket ? "this call" : absl::StrCat("dist::", running_.what);
+    if (running_.group >= 0 && running_.ticket != ticket) absl::StrAppend(&stuck, " of group ", running_.group);
+    const absl::Status s = absl::InternalError(absl::StrFormat(
+        "%s: the communication thread did not answer: it has run %s for %.0f s, %.0f s past that call's own "
+        "deadline of %g s (MPI itself is stuck); this call is abandoned and the group broken",
+        where(id, "wait"), stuck, ran, ran - running_.bound_s, running_.bound_s));
+    auto queued = std::find_if(queue_.begin(), queue_.end(), [&](const Job& j) { return j.ticket == ticket; });
+    if (queued != queue_.end()) {
+      queue_.erase(queued);
+    } else {
+      abandoned_.insert(ticket);   // complete() drops its status
+    }
+    lk.unlock();
+    Group& g = group(id);
+    {
+      std::lock_guard<std::mutex> guard(g.caller_mu);
+      g.caller_gone = true;
+    }
+    return fail(g, s);
+  }
+
+  absl::Status fail(Group& g, absl::Status s) {
+    std::lock_guard<std::mutex> lk(g.mu);
+    if (g.broken.ok()) g.broken = s;
     return s;
   }
 
@@ -273,7 +358,7 @@ class Engine {
     Group* gp = &g;
     // The engine's own buffers (NOTE [ Staged collectives ]): [0] is this rank's value.
     auto buf = std::make_shared<std::vector<uint64_t>>(g.size + 1, value);
-    ENCORE_DIST_RETURN_IF_ERROR(run_on_thread([&]() -> absl::Status {
+    ENCORE_DIST_RETURN_IF_ERROR(run_on_thread(&gp->timeout_s, what, [&]() -> absl::Status {
       MPI_Request req;
       int rc = MPI_Iallgather(buf->data(), 1, MPI_UINT64_T, buf->data() + 1, 1, MPI_UINT64_T, gp->comm, &req);
       if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where(gp->id, what)));
@@ -295,7 +380,7 @@ class Engine {
     Group* gp = &g;
     const char* bytes = static_cast<const char*>(data);
     auto buf = std::make_shared<std::vector<char>>(bytes, bytes + nbytes);   // NOTE [ Staged collectives ]
-    ENCORE_DIST_RETURN_IF_ERROR(run_on_thread([&]() -> absl::Status {
+    ENCORE_DIST_RETURN_IF_ERROR(run_on_thread(&gp->timeout_s, what, [&]() -> absl::Status {
       MPI_Request req;
       int rc = MPI_Ibcast(buf->data(), static_cast<int>(nbytes), MPI_BYTE, root, gp->comm, &req);
       if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where(gp->id, what)));
@@ -330,7 +415,8 @@ class Engine {
   void complete(uint64_t ticket, absl::Status s) {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      done_[ticket] = std::move(s);
+      if (running_.ticket == ticket) running_ = {};
+      if (!abandoned_.erase(ticket)) done_[ticket] = std::move(s);
     }
     done_cv_.notify_all();
   }
@@ -341,7 +427,8 @@ class Engine {
     if (mpi_started_) return init_status_;
     mpi_started_ = true;
     thread_ = std::thread([this] { loop(); });
-    init_status_ = run_on_thread([this]() -> absl::Status {
+    // Unbounded (null): MPI_Init waits for every process the launcher started.
+    init_status_ = run_on_thread(nullptr, "MPI_Init_thread", [this]() -> absl::Status {
       int initialized = 0;
       MPI_Initialized(&initialized);
       if (initialized) {
@@ -364,15 +451,18 @@ class Engine {
     return init_status_;
   }
 
-  // Runs fn on the communication thread and waits for it.
-  absl::Status run_on_thread(std::function<absl::Status()> fn) {
+  // Runs fn on the communication thread and waits for it. `timeout_s` is the
+  // bound fn keeps (its group's timeout; null: unbounded), `what` names it.
+  // Waits without a watchdog: fn may point into the caller's frame.
+  absl::Status run_on_thread(const std::atomic<double>* timeout_s, const char* what,
+                             std::function<absl::Status()> fn) {
     {
       std::lock_guard<std::mutex> lk(mu_);
       // After exit's shutdown (a group destroyed by a later static destructor): nobody would answer.
       if (stop_) return absl::FailedPreconditionError("dist: MPI was already finalized at exit");
     }
     const uint64_t ticket = next_ticket_.fetch_add(1);
-    enqueue(ticket, std::move(fn));
+    enqueue({ticket, timeout_s, -1, what, std::move(fn)});
     std::unique_lock<std::mutex> lk(mu_);
     done_cv_.wait(lk, [&] { return done_.contains(ticket); });
     absl::Status s = std::move(done_[ticket]);
@@ -380,17 +470,17 @@ class Engine {
     return s;
   }
 
-  void enqueue(uint64_t ticket, std::function<absl::Status()> fn) {
+  void enqueue(Job job) {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      queue_.push_back({ticket, std::move(fn)});
+      queue_.push_back(std::move(job));
     }
     queue_cv_.notify_one();
   }
 
   void loop() {
     for (;;) {
-      std::pair<uint64_t, std::function<absl::Status()>> item;
+      Job job;
       {
         std::unique_lock<std::mutex> lk(mu_);
         while (queue_.empty() && !stop_) {
@@ -404,11 +494,15 @@ class Engine {
           }
         }
         if (queue_.empty()) break;   // stop_
-        item = std::move(queue_.front());
+        job = std::move(queue_.front());
         queue_.pop_front();
+        running_ = {job.ticket, Clock::now(),
+                    job.timeout_s != nullptr ? job.timeout_s->load() : std::numeric_limits<double>::infinity(),
+                    job.group, job.what};
       }
-      absl::Status s = item.second();
-      complete(item.first, std::move(s));
+      done_cv_.notify_all();   // waiters measure the new job
+      absl::Status s = job.fn();
+      complete(job.ticket, std::move(s));
     }
     // Give abandoned requests a moment to be completed by late peers.
     const auto grace = Clock::now() + std::chrono::seconds(2);
@@ -431,12 +525,6 @@ class Engine {
       }
     }
     orphan_count_.store(static_cast<int64_t>(orphans_.size()));
-  }
-
-  absl::Status fail(Group& g, absl::Status s) {
-    std::lock_guard<std::mutex> lk(g.mu);
-    if (g.broken.ok()) g.broken = s;
-    return s;
   }
 
   // The group's deadline for a call that starts now.
@@ -496,7 +584,7 @@ class Engine {
     char* buf = g.staging.get();
     const bool sends = w.kind == CollKind::kAllReduce || g.rank == w.root;
     const bool receives = w.kind == CollKind::kAllReduce || g.rank != w.root;
-    if (sends) std::memcpy(buf, p, bytes);
+    if (sends) ENCORE_DIST_RETURN_IF_ERROR(copy_for_caller(g, buf, p, bytes, what));
     MPI_Request req;
     const int rc =
         w.kind == CollKind::kAllReduce
@@ -511,7 +599,18 @@ class Engine {
       return s;
     }
     if (w.kind == CollKind::kAllReduce && w.op == dist::ReduceOp::kAverage) divide(buf, n, w.dtype, g.size);
-    if (receives) std::memcpy(p, buf, bytes);
+    if (receives) ENCORE_DIST_RETURN_IF_ERROR(copy_for_caller(g, p, buf, bytes, what));
+    return absl::OkStatus();
+  }
+
+  // A copy between the caller's memory and the staging buffer, unless a
+  // caller gave up on the group (NOTE [ A thread that stops answering ]).
+  absl::Status copy_for_caller(Group& g, void* dst, const void* src, int64_t bytes, const char* what) {
+    std::lock_guard<std::mutex> lk(g.caller_mu);
+    if (g.caller_gone) {
+      return absl::InternalError(absl::StrCat(where_of(g, what), ": abandoned by its caller"));
+    }
+    std::memcpy(dst, src, bytes);
     return absl::OkStatus();
   }
 
@@ -602,10 +701,12 @@ class Engine {
   std::atomic<int64_t> mpi_calls_{0};
   std::atomic<int64_t> orphan_count_{0};   // orphans_.size(), for any thread
 
-  std::mutex mu_;   // queue_, done_, stop_
+  std::mutex mu_;   // queue_, running_, done_, abandoned_, stop_
   std::condition_variable queue_cv_, done_cv_;
-  std::deque<std::pair<uint64_t, std::function<absl::Status()>>> queue_;
+  std::deque<Job> queue_;
+  Running running_;
   absl::flat_hash_map<uint64_t, absl::Status> done_;
+  absl::flat_hash_set<uint64_t> abandoned_;   // given up by wait() while running
   bool stop_ = false;
   EngineTimes times_;
 

@@ -15,8 +15,11 @@
 // with that buffer, and polled while the thread is idle, so a late peer
 // completes it without touching the caller's memory; the group stays
 // broken (every later call fails with the first error), since its ranks no
-// longer agree on which collective is which. Making a group's communicator
-// is bounded by the timeout the same way (MPI_Comm_idup).
+// longer agree on which collective is which. Each call's deadline counts
+// from when the thread starts it, not from when it was queued, so a call
+// behind others (DDP's buckets) never fails for their time. Making a
+// group's communicator is bounded by the timeout the same way
+// (MPI_Comm_idup).
 //
 //   int32_t g = dist_internal::new_group(env, 30.0).value();
 //   uint64_t t = dist_internal::submit(g, {CollKind::kAllReduce, ptr, n, kFloat32, ReduceOp::kSum}, "all_reduce");
@@ -69,7 +72,10 @@ absl::Status group_health(int32_t group);
 // returns its ticket; the data must stay alive until wait() returns.
 uint64_t submit(int32_t group, const Work& work, const char* what);
 // Waits for the ticket's work; its status (kDeadlineExceeded after the
-// group's timeout, naming the call and the rank).
+// group's timeout, naming the call and the rank). The timeout counts from
+// when the thread starts the work: work queued behind other calls waits for
+// them, each within its own timeout. kInternal only if the thread stopped
+// answering (NOTE [ A thread that stops answering ] in engine.cpp).
 absl::Status wait(int32_t group, uint64_t ticket);
 
 // Every rank's `value`, in rank order (the capture agreement, all_gather).

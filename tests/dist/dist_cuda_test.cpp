@@ -7,6 +7,8 @@
 // into a failure (tests/gpu_required.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "capture/graph_impl.h"
 #include "encore/capture.h"
 #include "encore/dist.h"
@@ -74,19 +76,11 @@ TEST(DistCudaTest, CapturedNcclStepReplaysEagerBitForBit) {
   NEED_GPU();
   auto eager = cuda_rig(world(), 9);
   auto graphed = cuda_rig(world(), 9);
-  for (int i = 0; i < 2; ++i) {
-    eager->fill(i);
-    eager->step();
-  }
-  graphed->fill(0);
-  graphed->step();
-  graphed->fill(1);
-  absl::StatusOr<Graph> g = capture([&] { return graphed->step(); }, {.warmup = 1});
+  absl::StatusOr<Graph> g = testing::capture_twin(*eager, *graphed);
   ASSERT_TRUE(g.ok()) << g.status();
-  int ar = 0;
-  const Graph::Impl& impl = g->internals();
-  for (int64_t i = 0; i < impl.stats.kernels; ++i) ar += std::string(impl.node_op(i)) == "dist.start" ? 1 : 0;
-  EXPECT_EQ(ar, static_cast<int>(graphed->ddp->bucket_parameters().size()));
+  const std::vector<std::string> ops = testing::node_ops(*g);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "dist.start"),
+            static_cast<int64_t>(graphed->ddp->bucket_parameters().size()));
   for (int i = 2; i < 30; ++i) {
     graphed->fill(i);
     ASSERT_TRUE(g->replay().ok());

@@ -4,6 +4,7 @@
 // collectives pair up; checks that compare ranks gather fingerprints.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -242,19 +243,12 @@ TEST(DistMpiTest, CapturedStepWithAllReducesReplaysEagerBitForBitOnEveryRank) {
   auto eager = DdpRig::make(world(), 4, n, r, 9, {.bucket_cap_bytes = 600});
   auto graphed = DdpRig::make(world(), 4, n, r, 9, {.bucket_cap_bytes = 600});
   constexpr int kSteps = 120;
-  for (int i = 0; i < 2; ++i) {
-    eager->fill(i);
-    eager->step();
-  }
-  graphed->fill(0);
-  graphed->step();    // AdamW creates its state (lazily, from the host) outside the capture
-  graphed->fill(1);
-  absl::StatusOr<Graph> g = capture([&] { return graphed->step(); }, {.warmup = 1});   // the recorded run: step 1
+  absl::StatusOr<Graph> g = testing::capture_twin(*eager, *graphed);
   ASSERT_TRUE(g.ok()) << g.status();
-  int ar = 0;
-  const Graph::Impl& impl = g->internals();
-  for (int64_t i = 0; i < impl.stats.kernels; ++i) ar += std::string(impl.node_op(i)) == "dist.start" ? 1 : 0;
-  EXPECT_EQ(ar, static_cast<int>(graphed->ddp->bucket_parameters().size())) << "an all-reduce node per bucket";
+  const std::vector<std::string> ops = testing::node_ops(*g);
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "dist.start"),
+            static_cast<int64_t>(graphed->ddp->bucket_parameters().size()))
+      << "an all-reduce node per bucket";
   for (int i = 2; i < kSteps; ++i) {
     graphed->fill(i);
     ASSERT_TRUE(g->replay().ok());
@@ -301,6 +295,105 @@ TEST(DistMpiTest, DdpBroadcastsBuffers) {
   WithBuffer kept(20.0f + world()->rank());
   dist::DistributedDataParallel no_buffers(kept, world(), {.broadcast_buffers = false});
   EXPECT_EQ(kept.b.to_vector<float>()[0], 20.0f + world()->rank());
+}
+
+// Batch norm's running statistics, which each rank updates from its own
+// rows, follow rank 0 after every step (NOTE [ Buffers follow rank 0 ] in
+// src/dist/ddp.cpp): every rank holds the same bits, rank 0's are those it
+// has without the broadcast (it only sends), the parameters do not depend
+// on it (training mode normalizes by the batch), and evaluation gives the
+// same outputs on every rank. With broadcast_buffers = false each rank
+// keeps its own. Before, buffers were broadcast at construction only, and
+// the ranks' statistics drifted apart without a word.
+TEST(DistMpiTest, DdpBuffersFollowRankZeroAfterEveryStep) {
+  NEED_TWO_RANKS();
+  const int n = world()->world_size(), r = world()->rank();
+  auto on = DdpRig::make(world(), 4, n, r, 31 + r, {}, /*batch_norm=*/true);
+  auto off = DdpRig::make(world(), 4, n, r, 31 + r, {.broadcast_buffers = false}, /*batch_norm=*/true);
+  constexpr int kSteps = 6;
+  for (int i = 0; i < kSteps; ++i) {
+    on->fill(i);
+    on->step();
+    off->fill(i);
+    off->step();
+    expect_same_on_every_rank(on->buffers_hash(), "buffers after a step");
+  }
+  EXPECT_EQ(on->ddp->counters().buffer_broadcasts, 1 + kSteps);   // construction, then each backward
+  EXPECT_EQ(off->ddp->counters().buffer_broadcasts, 0);
+  std::vector<uint64_t> kept = world()->all_gather(off->buffers_hash());
+  EXPECT_NE(kept[1], kept[0]) << "without broadcast_buffers the ranks' statistics should differ";
+  if (r == 0) EXPECT_EQ(on->buffers_hash(), off->buffers_hash()) << "rank 0's statistics changed";
+  EXPECT_EQ(on->state_hash(), off->state_hash()) << "the broadcast changed the training";
+  on->model->eval();
+  off->model->eval();
+  NoGradGuard no_grad;
+  const Tensor x = testing::global_x(99, 4);
+  expect_same_on_every_rank(testing::bits_hash({on->model->forward(x)}), "evaluation outputs");
+  kept = world()->all_gather(testing::bits_hash({off->model->forward(x)}));
+  EXPECT_NE(kept[1], kept[0]);
+}
+
+// Under no_sync() nothing is sent, buffers included: the ranks' statistics
+// move on their own through the micro-steps, and the synchronized backward
+// that ends the accumulation brings them back to rank 0's.
+TEST(DistMpiTest, DdpBuffersWaitForTheSynchronizedBackward) {
+  NEED_TWO_RANKS();
+  const int n = world()->world_size(), r = world()->rank();
+  auto rig = DdpRig::make(world(), 4, n, r, 37, {}, /*batch_norm=*/true);
+  const int64_t before = rig->ddp->counters().buffer_broadcasts;
+  rig->opt->zero_grad();
+  {
+    auto scope = rig->ddp->no_sync();
+    for (int micro = 0; micro < 2; ++micro) {
+      rig->fill(micro);
+      rig->loss().backward();
+    }
+  }
+  EXPECT_EQ(rig->ddp->counters().buffer_broadcasts, before) << "no_sync() sent the buffers";
+  std::vector<uint64_t> drifted = world()->all_gather(rig->buffers_hash());
+  EXPECT_NE(drifted[1], drifted[0]);
+  rig->fill(2);
+  rig->loss().backward();
+  EXPECT_EQ(rig->ddp->counters().buffer_broadcasts, before + 1);
+  expect_same_on_every_rank(rig->buffers_hash(), "buffers after the synchronized backward");
+}
+
+// A captured step holds the buffers' broadcasts (one per dtype: the float
+// statistics and the i64 batch count) after its all-reduces, and its
+// replays equal the eager twin bit for bit on every rank, buffers
+// included: the same on every rank with broadcast_buffers, each rank's own
+// without.
+TEST(DistMpiTest, CapturedStepBroadcastsBuffersAsItsEagerTwin) {
+  NEED_TWO_RANKS();
+  const int n = world()->world_size(), r = world()->rank();
+  for (bool broadcast : {true, false}) {
+    SCOPED_TRACE(broadcast ? "broadcast_buffers" : "no broadcast_buffers");
+    const dist::DdpOptions options{.bucket_cap_bytes = 600, .broadcast_buffers = broadcast};
+    auto eager = DdpRig::make(world(), 4, n, r, 41, options, /*batch_norm=*/true);
+    auto graphed = DdpRig::make(world(), 4, n, r, 41, options, /*batch_norm=*/true);
+    absl::StatusOr<Graph> g = testing::capture_twin(*eager, *graphed);
+    ASSERT_TRUE(g.ok()) << g.status();
+    const std::vector<std::string> ops = testing::node_ops(*g);
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), "dist.broadcast"), broadcast ? 2 : 0);
+    const auto first_broadcast = std::find(ops.begin(), ops.end(), "dist.broadcast");
+    EXPECT_EQ(std::find(first_broadcast, ops.end(), "dist.start"), ops.end())
+        << "buffers broadcast before the gradients were averaged";
+    for (int i = 2; i < 30; ++i) {
+      graphed->fill(i);
+      ASSERT_TRUE(g->replay().ok());
+      eager->fill(i);
+      eager->step();
+      ASSERT_EQ(graphed->state_hash(), eager->state_hash()) << "replay differs from eager at step " << i;
+      ASSERT_EQ(graphed->buffers_hash(), eager->buffers_hash()) << "replayed buffers differ at step " << i;
+    }
+    std::vector<uint64_t> all = world()->all_gather(graphed->buffers_hash());
+    if (broadcast) {
+      EXPECT_EQ(all[1], all[0]) << "the replays' buffers differ between ranks";
+    } else {
+      EXPECT_NE(all[1], all[0]);
+    }
+    expect_same_on_every_rank(graphed->state_hash(), "parameters and optimizer state after replays");
+  }
 }
 
 // Ranks that wrap different models would lay out different buckets, and
@@ -513,6 +606,41 @@ TEST(DistMpiTest, AMissingPeerFailsTheOthersWithinTheTimeout) {
     const std::vector<float> after = t.to_vector<float>();
     EXPECT_EQ(after, std::vector<float>(16, 1.0f)) << "written after the call failed: t[0] = " << after[0];
   }
+}
+
+// A collective queued on the communication thread behind a slow one waits
+// for it, and its own timeout counts from when the thread starts it (NOTE
+// [ A thread that stops answering ] in src/dist/engine.cpp). Here the slow
+// one is another group's all-reduce whose peer comes 34 s late (as DDP's
+// buckets are when a rank's backward is slow, each within its own
+// timeout), and the queued one has a timeout of 2 s. Before, wait() gave up
+// 2 + 30 s after it began, with a false "the communication thread did not
+// answer", and the abandoned call ran later and wrote the tensor anyway.
+// The only timing this relies on: once the slow call completes, both
+// ranks' threads start the queued one within 2 s (both queued it already).
+TEST(DistMpiTest, ACollectiveQueuedBehindASlowOneKeepsItsOwnTimeout) {
+  NEED_TWO_RANKS();
+  auto make = [](double timeout) {
+    absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> g = dist::ProcessGroup::create({.timeout_s = 60});
+    if (!g.ok()) throw Error(g.status());
+    (*g)->set_timeout(timeout);
+    return *g;
+  };
+  std::shared_ptr<dist::ProcessGroup> slow = make(120), quick = make(2);
+  const int r = world()->rank();
+  Tensor a = full({8}, r + 1.0), b = full({8}, 10.0 * (r + 1));
+  const dist_internal::Work slow_sum{dist_internal::CollKind::kAllReduce, a.data_ptr(), 8, kFloat32,
+                                     dist::ReduceOp::kSum, 0};
+  world()->barrier();
+  if (r == 1) std::this_thread::sleep_for(std::chrono::seconds(34));   // past 2 s + the old 30 s
+  const uint64_t ticket = dist_internal::submit(slow->id(), slow_sum, "all_reduce");   // first in the queue
+  const absl::Status queued = status_of([&] { quick->all_reduce(b); });   // behind it on rank 0 for 34 s
+  EXPECT_TRUE(queued.ok()) << queued;
+  const absl::Status first = dist_internal::wait(slow->id(), ticket);
+  EXPECT_TRUE(first.ok()) << first;
+  EXPECT_EQ(a.to_vector<float>(), std::vector<float>(8, 3.0f));
+  EXPECT_EQ(b.to_vector<float>(), std::vector<float>(8, 30.0f));
+  EXPECT_TRUE(quick->health().ok()) << quick->health();
 }
 
 // Making a group waits for the other ranks within the timeout too: rank 0

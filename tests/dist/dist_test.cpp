@@ -227,6 +227,46 @@ TEST(DistOneProcessTest, DdpOfOneProcessEqualsPlainTrainingBitForBit) {
   for (int s : seen) EXPECT_EQ(s, 1);
 }
 
+// Buffers are broadcast after each synchronized backward, as kernels of
+// the step (one per dtype and device, after the all-reduces), and not under
+// no_sync(); in a world of one they change nothing, eagerly or replayed.
+TEST(DistOneProcessTest, DdpBroadcastsBuffersAfterEachSynchronizedBackward) {
+  auto ddp = testing::DdpRig::make(one(), 8, 1, 0, 6, {}, /*batch_norm=*/true);
+  auto plain = testing::DdpRig::make(nullptr, 8, 1, 0, 6, {}, /*batch_norm=*/true);
+  EXPECT_EQ(ddp->ddp->counters().buffer_broadcasts, 1);   // construction
+  for (int i = 0; i < 3; ++i) {
+    ddp->fill(i);
+    plain->fill(i);
+    ddp->step();
+    plain->step();
+  }
+  EXPECT_EQ(ddp->ddp->counters().buffer_broadcasts, 4);
+  {
+    auto scope = ddp->ddp->no_sync();
+    ddp->loss().backward();
+  }
+  EXPECT_EQ(ddp->ddp->counters().buffer_broadcasts, 4) << "no_sync() broadcast the buffers";
+  ddp->opt->zero_grad();
+  plain->loss().backward();   // the same micro-step, to stay equal
+  plain->opt->zero_grad();
+  ddp->fill(3);
+  absl::StatusOr<Graph> g = capture([&] { return ddp->step(); }, {.warmup = 1});
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<std::string> ops = testing::node_ops(*g);
+  std::erase_if(ops, [](const std::string& op) { return !op.starts_with("dist."); });
+  EXPECT_EQ(ops, (std::vector<std::string>{"dist.start", "dist.wait", "dist.broadcast", "dist.broadcast"}));
+  plain->fill(3);
+  plain->step();
+  for (int i = 4; i < 8; ++i) {
+    ddp->fill(i);
+    ASSERT_TRUE(g->replay().ok());
+    plain->fill(i);
+    plain->step();
+  }
+  EXPECT_EQ(ddp->state_hash(), plain->state_hash());
+  EXPECT_EQ(ddp->buffers_hash(), plain->buffers_hash());
+}
+
 // A captured step holds its all-reduces or not as its recorded run had
 // them, so it replays only in the same no_sync() setting. Before, a
 // micro-step captured inside no_sync() replayed outside it without any

@@ -1,7 +1,8 @@
-// Shared by the data-parallel tests: a small MLP training rig whose global
-// batch i is the same on every rank (seeded by i), each rank training on its
-// own rows of it, and bit fingerprints of parameters and optimizer state to
-// compare ranks.
+// Shared by the data-parallel tests: a small MLP training rig (or one with
+// a batch norm, whose running statistics each rank updates from its own
+// rows) whose global batch i is the same on every rank (seeded by i), each
+// rank training on its own rows of it, and bit fingerprints of parameters,
+// optimizer state and buffers to compare ranks.
 //
 //   auto rig = DdpRig::make(pg, /*local_batch=*/4, /*world=*/2, /*rank=*/pg->rank());
 //   rig->fill(step);  rig->step();   // eager: zero_grad, forward, backward (all-reduce), AdamW
@@ -11,8 +12,10 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "capture/graph_impl.h"
 #include "encore/dist.h"
 #include "encore/encore.h"
 #include "tests/test_util.h"
@@ -53,7 +56,7 @@ inline std::vector<int64_t> global_y(int i, int64_t rows) {
 }
 
 struct DdpRig {
-  std::unique_ptr<nn::Mlp> model;
+  std::unique_ptr<nn::Module> model;   // nn::Mlp, or Linear-BatchNorm1d-ReLU-Linear
   std::unique_ptr<dist::DistributedDataParallel> ddp;   // null: one process, no wrapper
   std::unique_ptr<optim::AdamW> opt;
   Tensor x, y;
@@ -63,10 +66,18 @@ struct DdpRig {
   // seed: the model's initialisation (differs per rank on purpose in tests:
   // the wrapper must broadcast rank 0's).
   static std::unique_ptr<DdpRig> make(std::shared_ptr<dist::ProcessGroup> pg, int64_t local_batch, int world,
-                                      int rank, uint64_t seed, dist::DdpOptions options = {}) {
+                                      int rank, uint64_t seed, dist::DdpOptions options = {},
+                                      bool batch_norm = false) {
     auto r = std::make_unique<DdpRig>();
     manual_seed(seed);
-    r->model = std::make_unique<nn::Mlp>(std::vector<int64_t>{kIn, kHidden, kHidden, kClasses});
+    if (batch_norm) {
+      r->model = std::make_unique<nn::Sequential>(std::make_unique<nn::Linear>(kIn, kHidden),
+                                                  std::make_unique<nn::BatchNorm1d>(kHidden),
+                                                  std::make_unique<nn::ReLU>(),
+                                                  std::make_unique<nn::Linear>(kHidden, kClasses));
+    } else {
+      r->model = std::make_unique<nn::Mlp>(std::vector<int64_t>{kIn, kHidden, kHidden, kClasses});
+    }
     if (pg != nullptr) r->ddp = std::make_unique<dist::DistributedDataParallel>(*r->model, pg, options);
     r->opt = std::make_unique<optim::AdamW>(r->model->parameters(), optim::AdamWOptions{.lr = 1e-2});
     r->local_batch = local_batch;
@@ -105,6 +116,34 @@ struct DdpRig {
     return out;
   }
   uint64_t state_hash() const { return bits_hash(state()); }
+  uint64_t buffers_hash() const {
+    std::vector<Tensor> out;
+    for (const auto& [name, t] : model->named_buffers()) out.push_back(t);
+    return bits_hash(out);
+  }
 };
+
+// Trains `eager` on batches 0 and 1 and captures `graphed`'s step, made
+// alike: batch 0 eagerly (AdamW creates its state, lazily from the host,
+// outside the capture), batch 1 as capture()'s recorded run. Replays from
+// batch 2 on then compare with eager's steps.
+inline absl::StatusOr<Graph> capture_twin(DdpRig& eager, DdpRig& graphed) {
+  for (int i = 0; i < 2; ++i) {
+    eager.fill(i);
+    eager.step();
+  }
+  graphed.fill(0);
+  graphed.step();
+  graphed.fill(1);
+  return capture([&] { return graphed.step(); }, {.warmup = 1});
+}
+
+// The op of each node of g, in order ("dist.start", "matmul", ...).
+inline std::vector<std::string> node_ops(const Graph& g) {
+  const Graph::Impl& impl = g.internals();
+  std::vector<std::string> ops;
+  for (int64_t i = 0; i < impl.stats.kernels; ++i) ops.emplace_back(impl.node_op(i));
+  return ops;
+}
 
 }  // namespace encore::testing
