@@ -479,7 +479,10 @@ TEST(BatchNorm, CumulativeAverageMatchesLoopsOverSteps) {
     expect_near(rm, rm_ref, 1e-5, 1e-5);
     expect_near(rv, rv_ref, 1e-5, 1e-5);
     std::vector<double> mean_of_means(c), mean_of_vars(c);
-    for (int64_t ch = 0; ch < c; ++ch) mean_of_means[ch] = mean_sum[ch] / step, mean_of_vars[ch] = var_sum[ch] / step;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      mean_of_means[ch] = mean_sum[ch] / step;
+      mean_of_vars[ch] = var_sum[ch] / step;
+    }
     expect_near(rm, mean_of_means, 1e-5, 1e-5);
     expect_near(rv, mean_of_vars, 1e-5, 1e-5);
   }
