@@ -14,6 +14,7 @@
 #include "capture/graph_impl.h"
 #include "capture/steps.h"
 #include "encore/error.h"
+#include "src/core/tensor_internal.h"
 
 namespace encore {
 
@@ -67,6 +68,12 @@ struct GraphedStep::Impl {
     uint64_t arena_generation = 0;                    // the pool's arena its graph was captured into
     bool eager_only = false;                          // its capture was refused: every call runs eagerly
     std::vector<size_t> written;                      // static inputs the step writes in place
+    // NOTE [ Inputs that are the step's own state ]: the persistent storages
+    // the step's recorded call touched other than through its inputs (by
+    // Storage::id()), and whether a call with a non-contiguous input has
+    // already probed them.
+    absl::flat_hash_set<uint64_t> touched;
+    bool probed = false;
     int64_t last_used = 0;
     int64_t replays = 0;
     // NOTE [ Outputs the caller keeps ]: what the last replay handed out
@@ -123,6 +130,68 @@ struct GraphedStep::Impl {
     e.returned.clear();
     e.static_inputs.clear();
     fallback(e.signature, why);
+  }
+
+  // NOTE [ Inputs that are the step's own state ]: a step may also reach an
+  // input's memory itself (a module's buffer passed as an input, a tensor
+  // the step function holds). Eagerly, a write through either is seen
+  // through the other; a graph's static input is a copy, and the two would
+  // come apart without a word (the output of a step that bumps the buffer
+  // through its input and reads it as state was the stale value). So:
+  //  - The recorded call gives the step, for each contiguous input, a
+  //    second storage over the caller's own bytes (borrow_storage): the
+  //    call is exact, and every launch that touches the caller's storage
+  //    itself is the step reaching it as state. After the call those
+  //    static inputs get memory of their own.
+  //  - A non-contiguous input cannot be such a storage (the static input is
+  //    a contiguous copy, and the recording's kernels would not fit it):
+  //    the recorded call runs on a borrowed storage over the caller's whole
+  //    storage, in its layout, as an exact probe whose recording is
+  //    dropped; the next call records again, with a copy.
+  //  - An input the recorded call reached as state makes the signature
+  //    eager (a refused capture); a later call whose input is a storage the
+  //    recording touched as state runs eagerly (the fallback names it).
+  // Storages, not bytes, are compared (a launch lists whole storages): an
+  // input carved from the same block as the state runs eagerly too.
+  std::string aliased_input(const Entry& e, const std::vector<Tensor>& inputs) const {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!e.touched.contains(inputs[i].storage()->id())) continue;
+      return absl::StrFormat("input %d is memory the step also reads or writes itself (a module buffer or a "
+                             "tensor the step holds, passed as an input): a graph's static input would be a "
+                             "copy of it, which the step's own reads and writes would not see",
+                             i);
+    }
+    return "";
+  }
+
+  // The static input the recorded call gives the step for `t`: over the
+  // caller's bytes where it is contiguous (`borrowed`), else over its whole
+  // storage in its layout (`probe`), or a contiguous copy once probed.
+  static Tensor recorded_input(const Tensor& t, bool probed, bool& borrowed, bool& probe) {
+    borrowed = t.is_contiguous();
+    probe = !borrowed && !probed;
+    if (borrowed) {
+      return capture_internal::view_at(
+          borrow_storage(t.data_ptr(), t.numel() * static_cast<int64_t>(dtype_size(t.dtype())), t.device()), 0, t);
+    }
+    if (probe) {
+      const Storage& s = *t.storage();
+      return capture_internal::view_at(borrow_storage(s.data(), s.nbytes(), s.device()), t.storage_offset(), t);
+    }
+    return t.detach().clone();
+  }
+
+  // The persistent storages the recorded step touched other than its static inputs.
+  static absl::flat_hash_set<uint64_t> touched_itself(const Graph::Impl& g, const std::vector<Tensor>& static_inputs) {
+    absl::flat_hash_set<uint64_t> ids;
+    for (const capture_internal::KernelRecord& k : g.trace.kernels) {
+      for (size_t j = 0; j < k.storage_ids.size(); ++j) {
+        const int32_t id = j < k.reads.size() ? k.reads[j] : k.writes[j - k.reads.size()];
+        if (id == capture_internal::kPersistent) ids.insert(k.storage_ids[j]);
+      }
+    }
+    for (const Tensor& t : static_inputs) ids.erase(t.storage()->id());
+    return ids;
   }
 
   // NOTE [ Inputs written in place ]: the step reads its static inputs, so
@@ -369,6 +438,11 @@ struct GraphedStep::Impl {
       return eager(inputs);
     }
     if (e.calls == options.warmup) return record(e, inputs);
+    // NOTE [ Inputs that are the step's own state ]: a copy would hold this call's input apart.
+    if (const std::string why = aliased_input(e, inputs); !why.empty()) {
+      fallback(e.signature, why);
+      return eager(inputs);
+    }
     for (size_t i = 0; i < e.static_inputs.size(); ++i) e.static_inputs[i].copy_(inputs[i].detach());
     if (e.recorded != nullptr) {   // the call after the recorded one: capture, then replay
       if (!make_room(e, e.recorded->stats.arena_bytes, e.recorded->device)) {
@@ -394,10 +468,22 @@ struct GraphedStep::Impl {
 
   // The recorded call: static inputs made from this call's, the step run
   // once eagerly under the recorder, its plan kept for the next call.
+  // NOTE [ Inputs that are the step's own state ]: exact, whatever the step
+  // reaches of its inputs' memory itself.
   std::vector<Tensor> record(Entry& e, const std::vector<Tensor>& inputs) {
+    if (const std::string why = aliased_input(e, inputs); !why.empty()) {   // a probe's or a released graph's
+      e.calls = options.warmup - 1;   // record at the next call
+      fallback(e.signature, why);
+      return eager(inputs);
+    }
     ++stats.eager_calls;
     e.static_inputs.clear();
-    for (const Tensor& t : inputs) e.static_inputs.push_back(t.detach().clone());
+    std::vector<bool> borrowed(inputs.size()), probes(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      bool b = false, p = false;
+      e.static_inputs.push_back(recorded_input(inputs[i], e.probed, b, p));
+      borrowed[i] = b, probes[i] = p;
+    }
     std::vector<uint32_t> versions;
     for (const Tensor& t : e.static_inputs) versions.push_back(t.version());
     bool completed = false;
@@ -420,12 +506,33 @@ struct GraphedStep::Impl {
     e.written.clear();
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (e.static_inputs[i].version() != versions[i]) e.written.push_back(i);
+      // A copy's writes go back to the caller; a borrowed input's went there already.
+      if (e.static_inputs[i].version() != versions[i] && !borrowed[i] && !probes[i]) {
+        Tensor(inputs[i]).copy_(e.static_inputs[i]);
+      }
     }
-    copy_back(e, inputs);
     for (Tensor& t : outs) t = over_caller_input(e, t, inputs);   // NOTE [ Outputs over the static inputs ]
     if (!recorded.ok()) {
       make_eager_only(e, absl::StrCat("capture refused: ", recorded.status().message()));
       return outs;
+    }
+    e.touched = touched_itself(**recorded, e.static_inputs);
+    if (const std::string why = aliased_input(e, inputs); !why.empty()) {
+      make_eager_only(e, why);
+      return outs;
+    }
+    if (std::find(probes.begin(), probes.end(), true) != probes.end()) {   // a probe: record again, with copies
+      e.probed = true;
+      e.static_inputs.clear();
+      e.calls = options.warmup - 1;
+      return outs;
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {   // borrowed inputs get memory of their own
+      if (!borrowed[i]) continue;
+      Storage& s = *e.static_inputs[i].storage();
+      Ref<Storage> own = Storage::allocate(s.nbytes(), s.device());
+      capture_internal::view_at(own, 0, e.static_inputs[i]).copy_(e.static_inputs[i]);
+      s.exchange_memory(*own);   // `own` now holds the borrowed pointer, which nobody frees
     }
     e.recorded = *std::move(recorded);
     return outs;

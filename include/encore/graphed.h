@@ -31,7 +31,13 @@
 // back into the caller's tensors after the call, as an eager call leaves
 // them. Calls with an input that requires grad run eagerly (a graph's
 // static inputs pass no gradient back), and so do calls whose inputs share
-// memory (one tensor passed twice, two views of one).
+// memory (one tensor passed twice, two views of one) and calls with an
+// input the step also reaches itself (a module's buffer passed as an input,
+// a tensor the step function holds: a static copy would hold the two apart;
+// the signature's recorded call runs over the caller's own memory to find
+// them, and a signature whose recorded call found one runs eagerly). A
+// signature with a non-contiguous input records twice: once over the
+// caller's memory to find such inputs, then over its copy.
 //
 // Memory: every graph of the object places its temporaries (workspaces
 // included) in one shared arena, as large as the largest graph needs; a

@@ -188,14 +188,20 @@ class Conv2d : public Module {
 // [N, C, L], BatchNorm2d [N, C, H, W]; C must be num_features. weight [C] = 1,
 // bias [C] = 0 (affine); buffers running_mean [C] = 0, running_var [C] = 1
 // and num_batches_tracked (i64, 0-d), all saved in checkpoints. In training
-// mode forward() normalizes by the batch's statistics and updates the running
-// ones in place (inside a captured step too); in eval mode it normalizes by
-// the running ones (running = (1 - momentum) running + momentum batch;
-// momentum in [0, 1], eps finite and >= 0, checked when built). Without
-// track_running_stats it always uses the batch's.
+// mode forward() counts the batch in num_batches_tracked, normalizes by the
+// batch's statistics and updates the running ones in place (inside a
+// captured step too); in eval mode it normalizes by the running ones
+// (running = (1 - momentum) running + momentum batch; momentum in [0, 1],
+// eps finite and >= 0, checked when built). momentum = std::nullopt is
+// PyTorch's momentum=None, a cumulative moving average: the factor is
+// 1 / num_batches_tracked, so after k batches the running mean is the mean
+// of their k means; the kernel reads the count on the device, so each
+// replay of a captured step uses its own. Without track_running_stats it
+// always uses the batch's.
 //
 //   nn::BatchNorm1d bn(128);                        // after a Linear(.., 128)
 //   Tensor h = relu(bn.forward(fc.forward(x)));     // x [B, in] -> [B, 128]
+//   nn::BatchNorm2d cma(16, 1e-5, std::nullopt);    // running stats: the average over every batch
 class BatchNormBase : public Module {
  public:
   Tensor forward(const Tensor& x) const override;
@@ -204,24 +210,25 @@ class BatchNormBase : public Module {
  protected:
   // `layer` names the class in errors ("BatchNorm2d"); inputs have min_dim..max_dim dims.
   BatchNormBase(const char* layer, int64_t min_dim, int64_t max_dim, int64_t num_features, double eps,
-                double momentum, bool affine, bool track_running_stats, Init init);
+                std::optional<double> momentum, bool affine, bool track_running_stats, Init init);
  private:
   const char* layer_;
   int64_t min_dim_, max_dim_, num_features_;
-  double eps_, momentum_;
+  double eps_;
+  std::optional<double> momentum_;   // nullopt: the cumulative average
 };
 
 class BatchNorm1d : public BatchNormBase {
  public:
-  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
-                       bool track_running_stats = true, Init init = {})
+  explicit BatchNorm1d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true, Init init = {})
       : BatchNormBase("BatchNorm1d", 2, 3, num_features, eps, momentum, affine, track_running_stats, init) {}
 };
 
 class BatchNorm2d : public BatchNormBase {
  public:
-  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool affine = true,
-                       bool track_running_stats = true, Init init = {})
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, std::optional<double> momentum = 0.1,
+                       bool affine = true, bool track_running_stats = true, Init init = {})
       : BatchNormBase("BatchNorm2d", 4, 4, num_features, eps, momentum, affine, track_running_stats, init) {}
 };
 

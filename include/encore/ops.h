@@ -243,12 +243,19 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Size2 output_size);
 Tensor flatten(const Tensor& input, int64_t start_dim = 0, int64_t end_dim = -1);
 // Per-channel normalization of input [N, C, ...]. training: by the batch's
 // mean and biased variance, and running_mean / running_var (if given) become
-// (1 - momentum) running + momentum batch, the variance unbiased, in place;
+// (1 - f) running + f batch, the variance unbiased, in place, f = momentum;
 // eval: by the running statistics (then required). weight, bias [C] may be
 // undefined; running stats [C], of input's dtype, contiguous, not requiring grad.
+// momentum = nullopt (PyTorch's momentum=None: a cumulative average) takes
+// f = 1 / num_batches_tracked, a 0-d i64 tensor that already counts this
+// batch, read on the device when the kernel runs, so a captured step's
+// replays each use the count they reach (f is inf or negative where the count is
+// not positive, as in PyTorch); it is required then when training with
+// running statistics, and refused with a momentum.
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight = Tensor(), const Tensor& bias = Tensor(), bool training = false,
-                  double momentum = 0.1, double eps = 1e-5);
+                  std::optional<double> momentum = 0.1, double eps = 1e-5,
+                  const Tensor& num_batches_tracked = Tensor());
 
 // ---- losses (PyTorch's semantics and argument names) ----
 enum class Reduction { kMean, kSum, kNone };   // kNone: the elementwise (or per-target) losses

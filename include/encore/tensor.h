@@ -74,6 +74,7 @@ class Storage : public RefCounted {
   void exchange_memory(Storage& other);
 
  private:
+  friend Ref<Storage> borrow_storage(void* data, int64_t nbytes, Device device);   // src/core/tensor_internal.h
   Storage(void* data, int64_t nbytes, Device device, Allocator* allocator);
   void* data_;
   int64_t nbytes_;

@@ -178,24 +178,28 @@ void avg_pool2d_backward(const Tensor& gx, const Tensor& gy, const PoolGeom& g, 
 
 void batch_norm(const Tensor& y, const Tensor& saved, const Tensor& x, const Tensor& weight, const Tensor& bias,
                 const Tensor& running_mean, const Tensor& running_var, bool training, double momentum,
-                double eps) {
+                double eps, const Tensor& num_batches_tracked) {
   constexpr const char* kOp = "batch_norm";
   check_float(x.dtype(), kOp);
   const Device device = x.device();
   check_dense(kOp, device, x.dtype(), {&x, &y, &weight, &bias, &running_mean, &running_var});
   check_dense(kOp, device, kFloat32, {&saved});
+  check_dense(kOp, device, kInt64, {&num_batches_tracked});
   const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / std::max<int64_t>(1, n * c);
   ENCORE_CHECK(saved.numel() == 2 * c && running_mean.defined() == running_var.defined() &&
-                   (training || running_mean.defined()),
+                   (training || running_mean.defined()) &&
+                   (!num_batches_tracked.defined() || num_batches_tracked.numel() == 1),
                "batch_norm: internal: saved %s for input %s, running stats %s", shape_str(saved.shape()),
                shape_str(x.shape()), running_mean.defined() ? "given" : "missing");
+  const bool counted = num_batches_tracked.defined();
   const BatchNormArgs args{x.data_ptr(), y.data_ptr(), cptr(weight), cptr(bias), ptr(running_mean),
-                           ptr(running_var), saved.data<float>(), n, c, hw, training,
-                           static_cast<float>(momentum), static_cast<float>(eps), x.dtype()};
+                           ptr(running_var), saved.data<float>(),
+                           counted ? num_batches_tracked.data<int64_t>() : nullptr, n, c, hw, training,
+                           counted ? 0.f : static_cast<float>(momentum), static_cast<float>(eps), x.dtype()};
   const bool updates = training && running_mean.defined();
   current_stream(device).launch_many(
       kernels_for(device).cnn->batch_norm, kOp, args,
-      StorageList{&x, &weight, &bias, &running_mean, &running_var}.span(),
+      StorageList{&x, &weight, &bias, &running_mean, &running_var, &num_batches_tracked}.span(),
       updates ? StorageList{&y, &saved, &running_mean, &running_var}.span() : StorageList{&y, &saved}.span());
 }
 

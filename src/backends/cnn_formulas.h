@@ -76,4 +76,12 @@ ENCORE_HOST_DEVICE MaxTap max_pool_window(const PoolGeom& g, int64_t i, int64_t 
   return m;
 }
 
+// The factor of a running-statistics update (BatchNormArgs): momentum, or
+// 1 / the batches counted (PyTorch's 1.0 / float(num_batches_tracked), in
+// double, then rounded once to the f32 the update computes in).
+ENCORE_HOST_DEVICE float bn_update_factor(const BatchNormArgs& a) {
+  if (a.num_batches_tracked == nullptr) return a.momentum;
+  return static_cast<float>(1.0 / static_cast<double>(*a.num_batches_tracked));
+}
+
 }  // namespace encore::backend

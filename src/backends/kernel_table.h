@@ -902,9 +902,12 @@ struct AvgPoolArgs {
 
 // Batch normalization of x [n, c, hw] per channel. training: the batch's mean
 // and biased variance normalize x, and where running_mean / running_var are
-// given they become (1 - momentum) running + momentum batch (the variance
-// unbiased: times m / (m - 1), m = n hw); eval: the running statistics
-// normalize. saved f32 [2, c] = {mean, 1 / sqrt(var + eps)} as used.
+// given they become (1 - f) running + f batch (the variance unbiased: times
+// m / (m - 1), m = n hw), f = bn_update_factor(): momentum, or where
+// num_batches_tracked is given 1 / *num_batches_tracked as the kernel runs
+// (PyTorch's momentum=None, a cumulative average: the factor changes at
+// every replay); eval: the running statistics normalize. saved f32 [2, c] =
+// {mean, 1 / sqrt(var + eps)} as used.
 struct BatchNormArgs {
   const void* x;                  // [n, c, hw]
   void* y;                        // [n, c, hw]
@@ -913,15 +916,19 @@ struct BatchNormArgs {
   void* running_mean;             // [c] or null; read and (training) written
   void* running_var;              // [c] or null (null exactly when running_mean is)
   float* saved;                   // [2, c]
+  // 0-d i64 or null: the batches counted so far, this one included (read on
+  // the device; null: momentum is the factor).
+  const int64_t* num_batches_tracked;
   int64_t n, c, hw;
   bool training;
-  float momentum, eps;
+  float momentum, eps;            // momentum: unused (0) where num_batches_tracked is given
   DType dtype;                    // of x, y, weight, bias and the running statistics
   template <typename V>
   void fields(V& v) const {
     v("x", x); v("y", y); v("weight", weight); v("bias", bias); v("running_mean", running_mean);
-    v("running_var", running_var); v("saved", saved); v("n", n); v("c", c); v("hw", hw);
-    v("training", training); v("momentum", momentum); v("eps", eps); v("dtype", dtype);
+    v("running_var", running_var); v("saved", saved); v("num_batches_tracked", num_batches_tracked);
+    v("n", n); v("c", c); v("hw", hw); v("training", training); v("momentum", momentum); v("eps", eps);
+    v("dtype", dtype);
   }
 };
 

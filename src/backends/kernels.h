@@ -378,9 +378,12 @@ void avg_pool2d(const Tensor& y, const Tensor& x, const PoolGeom& g, AvgPoolMode
 void avg_pool2d_backward(const Tensor& gx, const Tensor& gy, const PoolGeom& g, AvgPoolMode mode);
 // y = batch_norm(x [n, c, ...]) per channel (BatchNormArgs); saved f32 [2, c].
 // weight, bias [c] may be undefined; running_mean / running_var [c] both or
-// neither (neither only when training), updated in place when training.
+// neither (neither only when training), updated in place when training, by
+// the factor momentum or, where num_batches_tracked (0-d i64, this batch
+// counted) is defined, 1 / num_batches_tracked read as the kernel runs.
 void batch_norm(const Tensor& y, const Tensor& saved, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                const Tensor& running_mean, const Tensor& running_var, bool training, double momentum, double eps);
+                const Tensor& running_mean, const Tensor& running_var, bool training, double momentum, double eps,
+                const Tensor& num_batches_tracked = Tensor());
 // gx, gw, gb (each may be undefined) from gy, the forward's x, weight and saved.
 void batch_norm_backward(const Tensor& gx, const Tensor& gw, const Tensor& gb, const Tensor& gy, const Tensor& x,
                          const Tensor& weight, const Tensor& saved, bool training);

@@ -100,6 +100,10 @@ void Storage::exchange_memory(Storage& other) {
   std::swap(allocator_, other.allocator_);
 }
 
+Ref<Storage> borrow_storage(void* data, int64_t nbytes, Device device) {
+  return Ref<Storage>(new Storage(data, nbytes, device, nullptr));
+}
+
 Storage::~Storage() {
   if (allocator_ == nullptr) return;
   observe_free(*this);

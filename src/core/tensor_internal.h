@@ -21,6 +21,15 @@ Shape contiguous_strides(const char* op, absl::Span<const int64_t> shape);
 // reach outside `storage`. NOTE [ Views stay inside their storage ].
 void check_view_bounds(const char* op, const Storage& storage, DType dtype, absl::Span<const int64_t> shape,
                        absl::Span<const int64_t> strides, int64_t offset);
+// A second storage over `nbytes` of memory at `data` that another storage
+// owns: nobody frees it (until exchange_memory() hands it a block of its
+// own) and the caller keeps the owner alive meanwhile. Two storages then
+// name one memory, which breaks "same memory, same storage" for whatever
+// sees both: GraphedStep's recorded call only (NOTE [ Inputs that are the
+// step's own state ] in capture/graphed.cpp), to tell the step's reads
+// through an input from its reads of the same memory as its own state.
+// Not an allocation: no step observer hears of it.
+Ref<Storage> borrow_storage(void* data, int64_t nbytes, Device device);
 // A tensor sharing base's storage (and version counter) with the given
 // geometry (sizes, strides and offset in elements), checked by
 // check_view_bounds; no autograd history.

@@ -32,12 +32,14 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2 kernel_size, Siz
 }
 
 BatchNormBase::BatchNormBase(const char* layer, int64_t min_dim, int64_t max_dim, int64_t num_features, double eps,
-                             double momentum, bool affine, bool track_running_stats, Init init)
+                             std::optional<double> momentum, bool affine, bool track_running_stats, Init init)
     : layer_(layer), min_dim_(min_dim), max_dim_(max_dim), num_features_(num_features), eps_(eps),
       momentum_(momentum) {
   ENCORE_CHECK(num_features > 0, "%s: num_features must be positive, got %d", layer, num_features);
   ENCORE_CHECK(std::isfinite(eps) && eps >= 0, "%s: eps must be finite and non-negative, got %g", layer, eps);
-  ENCORE_CHECK(momentum >= 0 && momentum <= 1, "%s: momentum must be in [0, 1], got %g", layer, momentum);
+  ENCORE_CHECK(!momentum || (*momentum >= 0 && *momentum <= 1),
+               "%s: momentum must be in [0, 1] (or nullopt: a cumulative average), got %g", layer,
+               momentum.value_or(0.0));
   if (affine) {
     weight = register_parameter("weight", ones({num_features}, kFloat32, init.device));
     bias = register_parameter("bias", zeros({num_features}, kFloat32, init.device));
@@ -60,7 +62,9 @@ Tensor BatchNormBase::forward(const Tensor& x) const {
     NoGradGuard no_grad;
     Tensor(num_batches_tracked).add_(ones({}, kInt64, num_batches_tracked.device()));   // on the device
   }
-  return batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum_, eps_);
+  // momentum = nullopt: the kernel reads the count made above, on the device.
+  return batch_norm(x, running_mean, running_var, weight, bias, use_batch, momentum_, eps_,
+                    momentum_ ? Tensor() : num_batches_tracked);
 }
 
 }  // namespace encore::nn

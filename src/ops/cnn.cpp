@@ -270,7 +270,8 @@ Tensor flatten(const Tensor& input, int64_t start_dim, int64_t end_dim) {
 }
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps) {
+                  const Tensor& bias, bool training, std::optional<double> momentum, double eps,
+                  const Tensor& num_batches_tracked) {
   constexpr const char* kOp = "batch_norm";
   ops::check_defined(kOp, input, "input");
   ops::check_float(kOp, input);
@@ -296,12 +297,27 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   // Values that would turn every output or running statistic into NaN without a word.
   ENCORE_CHECK(std::isfinite(eps) && eps >= 0, "batch_norm: eps must be finite and non-negative, got %g (input %s)",
                eps, shape_str(input.shape()));
-  ENCORE_CHECK(std::isfinite(momentum), "batch_norm: momentum must be finite, got %g (input %s)", momentum,
+  ENCORE_CHECK(!momentum || std::isfinite(*momentum), "batch_norm: momentum must be finite, got %g (input %s)",
+               momentum.value_or(0.0), shape_str(input.shape()));
+  const bool updates = training && running_mean.defined();
+  if (num_batches_tracked.defined()) {
+    ENCORE_CHECK(!momentum, "batch_norm: num_batches_tracked is read only with momentum = nullopt (a cumulative "
+                            "average), got momentum %g (input %s)",
+                 momentum.value_or(0.0), shape_str(input.shape()));
+    ENCORE_CHECK(num_batches_tracked.dtype() == kInt64 && num_batches_tracked.dim() == 0 &&
+                     num_batches_tracked.device() == input.device(),
+                 "batch_norm: num_batches_tracked must be a 0-d i64 tensor on %s, got %s %s on %s",
+                 input.device().str(), shape_str(num_batches_tracked.shape()),
+                 dtype_name(num_batches_tracked.dtype()), num_batches_tracked.device().str());
+  }
+  ENCORE_CHECK(momentum || !updates || num_batches_tracked.defined(),
+               "batch_norm: momentum = nullopt (a cumulative average) needs num_batches_tracked to update the "
+               "running statistics (input %s)",
                shape_str(input.shape()));
   ENCORE_CHECK(!running_mean.defined() || (running_mean.is_contiguous() && running_var.is_contiguous()),
                "batch_norm: running_mean and running_var must be contiguous (updated in place; input %s)",
                shape_str(input.shape()));
-  if (training && running_mean.defined()) {
+  if (updates) {
     ops::check_inplace(kOp, running_mean);
     ops::check_inplace(kOp, running_var);
   }
@@ -309,7 +325,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   Tensor wc = weight.defined() ? dense(weight) : Tensor(), bc = bias.defined() ? dense(bias) : Tensor();
   Tensor out = empty_for(kOp, input.shape(), input.dtype(), input.device());
   Tensor saved = empty({2, c}, kFloat32, input.device());
-  backend::batch_norm(out, saved, x, wc, bc, running_mean, running_var, training, momentum, eps);
+  backend::batch_norm(out, saved, x, wc, bc, running_mean, running_var, training, momentum.value_or(0.0), eps,
+                      updates ? num_batches_tracked : Tensor());
   if (autograd::any_requires_grad(input, weight, bias)) {
     const bool nx = input.requires_grad();
     const bool nw = weight.defined() && weight.requires_grad();

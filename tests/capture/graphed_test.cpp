@@ -580,7 +580,11 @@ TEST(GraphedStepTest, AGraphedStepInsideACapturedStepRunsInTheOuterGraph) {
 // batch) gives the caller its own tensor, as an eager call does. Graphed,
 // such outputs used to be the signature's static input, which the next
 // call overwrote: every kept one read the last batch. A transposed input
-// (not laid out as its contiguous static copy) comes back as a copy.
+// (not laid out as its contiguous static copy) comes back as a copy. The
+// recorded call (call 1, transposed) runs over the caller's tensor as laid
+// out, a probe (NOTE [ Inputs that are the step's own state ]), so it sums
+// x itself; call 2 records again and replays start at call 3; the others
+// read the contiguous static copy, as the eager calls on x.clone() do.
 TEST(GraphedStepTest, InputsTheStepReturnsKeepTheirCallsValues) {
   const GraphedStep::Fn fn = [](const std::vector<Tensor>& in) {
     return std::vector<Tensor>{in[0].sum(), in[1], in[0].select(0, 1), mul(in[0], 2.0)};
@@ -592,14 +596,14 @@ TEST(GraphedStepTest, InputsTheStepReturnsKeepTheirCallsValues) {
     const std::vector<Tensor> in = batch(4, i);
     // Every other call passes the features transposed back from a [12, 4] tensor.
     const Tensor x = i % 2 == 0 ? in[0].clone() : in[0].t().clone().t();
-    eager_kept.push_back(fn({x.clone(), in[1].clone()}));
+    eager_kept.push_back(fn({i == 1 ? x : x.clone(), in[1].clone()}));
     graphed_inputs = {x, in[1].clone()};
     graphed_kept.push_back(graphed(graphed_inputs));
     if (i == 4) {
       EXPECT_EQ(graphed_kept.back()[1].storage(), graphed_inputs[1].storage()) << "the caller's own labels";
     }
   }
-  EXPECT_EQ(graphed.stats().replays, 4);
+  EXPECT_EQ(graphed.stats().replays, 3);
   for (size_t i = 0; i < eager_kept.size(); ++i) {
     for (size_t j = 0; j < eager_kept[i].size(); ++j) {
       EXPECT_EQ(bits(graphed_kept[i][j]), bits(eager_kept[i][j])) << "call " << i << ", output " << j;
@@ -652,6 +656,157 @@ TEST(GraphedStepTest, CudaShapesInRandomOrderTrainAsEager) {
   GraphedStats s;
   expect_graphed_matches_eager({4, 8, 12}, 40, {}, Device::cuda(0), &s);
   EXPECT_EQ(s.graphs, 3);
+}
+
+
+
+// NOTE [ Inputs that are the step's own state ] (capture/graphed.cpp): an
+// input that is also memory the step reaches itself. Eagerly a write through
+// one is read through the other; a graph's static input is a copy, which
+// replayed the stale value without a word. These steps run eagerly instead,
+// the recorded call included, and match the eager twin bit for bit.
+struct StateStep {
+  Tensor state;
+  // Bumps its input in place and reads `state` itself (or the reverse).
+  static GraphedStep::Fn bump_input_read_state(const Tensor& state) {
+    return [state](const std::vector<Tensor>& in) {
+      Tensor(in[0]).add_(full(in[0].shape(), 1.0));
+      return std::vector<Tensor>{add(mul(state, 2.0), in[1])};
+    };
+  }
+  static GraphedStep::Fn bump_state_read_input(const Tensor& state) {
+    return [state](const std::vector<Tensor>& in) {
+      Tensor(state).add_(full(state.shape(), 1.0));
+      return std::vector<Tensor>{add(mul(in[0], 2.0), in[1])};
+    };
+  }
+};
+
+// The eager step and its graphed twin, each over its own copy of one state.
+struct StateTwins {
+  Tensor eager_state, graphed_state;
+  GraphedStep::Fn eager_fn;
+  GraphedStep graphed;
+  explicit StateTwins(GraphedStep::Fn (*make)(const Tensor&))
+      : eager_state(testing::random_tensor({2, 3}, 1)), graphed_state(eager_state.clone()),
+        eager_fn(make(eager_state)), graphed(make(graphed_state), {.log = false}) {}
+};
+
+void expect_state_input_runs_as_eager(GraphedStep::Fn (*make)(const Tensor&), bool transposed) {
+  Tensor eager_state = testing::random_tensor(transposed ? Shape{3, 2} : Shape{2, 3}, 1);
+  Tensor graphed_state = eager_state.clone();
+  auto as_input = [&](const Tensor& t) { return transposed ? t.t() : t; };   // [2, 3] either way
+  const GraphedStep::Fn eager_fn = make(as_input(eager_state));
+  GraphedStep graphed(make(as_input(graphed_state)), {.log = false});
+  for (int i = 0; i < 6; ++i) {
+    const Tensor other = testing::random_tensor({2, 3}, 10 + i);
+    const std::vector<Tensor> e = eager_fn({as_input(eager_state), other});
+    const std::vector<Tensor> g = graphed({as_input(graphed_state), other});
+    ASSERT_EQ(bits(g[0]), bits(e[0])) << "call " << i << ": output differs from eager";
+    ASSERT_EQ(bits(graphed_state), bits(eager_state)) << "call " << i << ": state differs from eager";
+  }
+  EXPECT_EQ(graphed.stats().replays, 0);
+  EXPECT_EQ(graphed.stats().graphs, 0);
+  EXPECT_NE(graphed.last_fallback().find("input 0 is memory the step also reads or writes itself"), std::string::npos)
+      << graphed.last_fallback();
+}
+
+TEST(GraphedStepTest, AnInputTheStepWritesAndAlsoReadsAsStateRunsEagerly) {
+  expect_state_input_runs_as_eager(&StateStep::bump_input_read_state, false);
+}
+TEST(GraphedStepTest, AnInputTheStepReadsAndAlsoWritesAsStateRunsEagerly) {
+  expect_state_input_runs_as_eager(&StateStep::bump_state_read_input, false);
+}
+// A non-contiguous input: the recorded call is an exact probe over the
+// caller's storage.
+TEST(GraphedStepTest, ANonContiguousInputThatIsStateRunsEagerly) {
+  expect_state_input_runs_as_eager(&StateStep::bump_input_read_state, true);
+  expect_state_input_runs_as_eager(&StateStep::bump_state_read_input, true);
+}
+
+// A module buffer passed as an input: BatchNorm updates running_mean itself,
+// the step reads it through its input afterwards.
+TEST(GraphedStepTest, AModuleBufferPassedAsAnInputRunsEagerly) {
+  manual_seed(3);
+  nn::BatchNorm1d eager_bn(3), graphed_bn(3);
+  auto make = [](nn::BatchNorm1d& bn) {
+    return [&bn](const std::vector<Tensor>& in) {
+      Tensor y = bn.forward(in[1]);
+      return std::vector<Tensor>{add(y.sum(), in[0].sum())};
+    };
+  };
+  const GraphedStep::Fn eager_fn = make(eager_bn);
+  GraphedStep graphed(make(graphed_bn), {.log = false});
+  for (int i = 0; i < 5; ++i) {
+    const Tensor x = testing::random_tensor({4, 3}, 40 + i);
+    const std::vector<Tensor> e = eager_fn({eager_bn.running_mean, x});
+    const std::vector<Tensor> g = graphed({graphed_bn.running_mean, x});
+    ASSERT_EQ(bits(g[0]), bits(e[0])) << "call " << i;
+    ASSERT_EQ(bits(graphed_bn.running_mean), bits(eager_bn.running_mean)) << "call " << i;
+  }
+  EXPECT_EQ(graphed.stats().replays, 0);
+  EXPECT_NE(graphed.last_fallback().find("reads or writes itself"), std::string::npos) << graphed.last_fallback();
+}
+
+// A graph captured over fresh inputs replays them; a call that passes the
+// step's own state in that place runs eagerly (the graph would read a
+// copy), and later fresh calls replay again.
+TEST(GraphedStepTest, ACallPassingTheStepsStateToItsGraphRunsEagerly) {
+  StateTwins t(&StateStep::bump_input_read_state);
+  for (int i = 0; i < 9; ++i) {
+    const bool state = i == 4 || i == 5;
+    const Tensor fresh = testing::random_tensor({2, 3}, 20 + i), other = testing::random_tensor({2, 3}, 30 + i);
+    const Tensor eager_in = state ? t.eager_state : fresh.clone();
+    const Tensor graphed_in = state ? t.graphed_state : fresh.clone();
+    const std::vector<Tensor> e = t.eager_fn({eager_in, other});
+    const std::vector<Tensor> g = t.graphed({graphed_in, other});
+    ASSERT_EQ(bits(g[0]), bits(e[0])) << "call " << i;
+    ASSERT_EQ(bits(graphed_in), bits(eager_in)) << "call " << i;
+    ASSERT_EQ(bits(t.graphed_state), bits(t.eager_state)) << "call " << i;
+  }
+  EXPECT_EQ(t.graphed.stats().replays, 5);   // calls 2, 3, 6, 7, 8
+  EXPECT_EQ(t.graphed.stats().eager_fallbacks, 2);
+  EXPECT_NE(t.graphed.last_fallback().find("reads or writes itself"), std::string::npos)
+      << t.graphed.last_fallback();
+}
+
+// A non-contiguous input that is not state: its recorded call probes, the
+// next call records with a copy, and the signature replays from then on.
+TEST(GraphedStepTest, ANonContiguousInputIsGraphedAfterOneProbe) {
+  StateTwins t(&StateStep::bump_input_read_state);
+  for (int i = 0; i < 7; ++i) {
+    const Tensor fresh = testing::random_tensor({3, 2}, 20 + i);
+    Tensor eager_in = fresh.clone(), graphed_in = fresh.clone();
+    const Tensor other = testing::random_tensor({2, 3}, 30 + i);
+    const std::vector<Tensor> e = t.eager_fn({eager_in.t(), other});
+    const std::vector<Tensor> g = t.graphed({graphed_in.t(), other});
+    ASSERT_EQ(bits(g[0]), bits(e[0])) << "call " << i;
+    ASSERT_EQ(bits(graphed_in), bits(eager_in)) << "call " << i << ": the write did not come back";
+  }
+  EXPECT_EQ(t.graphed.stats().eager_calls, 3);   // warm-up, the probe, the recorded call
+  EXPECT_EQ(t.graphed.stats().replays, 4);
+  EXPECT_EQ(t.graphed.stats().eager_fallbacks, 0);
+}
+
+// Inputs that alias each other: two views of one storage (overlapping or
+// not) run eagerly, as one tensor passed twice does.
+TEST(GraphedStepTest, InputsThatAreViewsOfOneStorageRunEagerly) {
+  const GraphedStep::Fn fn = [](const std::vector<Tensor>& in) {
+    Tensor(in[0]).add_(full({2}, 1.0));
+    return std::vector<Tensor>{add(in[1], 0.0)};
+  };
+  for (int64_t start : {1, 2}) {   // [0, 2) and [1, 3) overlap; [0, 2) and [2, 4) do not
+    Tensor eager_buf = zeros({4}), graphed_buf = zeros({4});
+    GraphedStep graphed(fn, {.log = false});
+    for (int i = 0; i < 5; ++i) {
+      const std::vector<Tensor> e = fn({eager_buf.slice(0, 0, 2), eager_buf.slice(0, start, start + 2)});
+      const std::vector<Tensor> g = graphed({graphed_buf.slice(0, 0, 2), graphed_buf.slice(0, start, start + 2)});
+      ASSERT_EQ(bits(g[0]), bits(e[0])) << "call " << i;
+      ASSERT_EQ(bits(graphed_buf), bits(eager_buf)) << "call " << i;
+    }
+    EXPECT_EQ(graphed.stats().replays, 0);
+    EXPECT_NE(graphed.last_fallback().find("share memory"), std::string::npos) << graphed.last_fallback();
+  }
 }
 
 }  // namespace

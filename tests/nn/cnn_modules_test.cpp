@@ -128,6 +128,46 @@ TEST(NormModules, RefuseABadEpsOrMomentumWhenBuilt) {
   EXPECT_NO_THROW(nn::LayerNorm(4, 0.0));
 }
 
+// momentum = nullopt, PyTorch's cumulative moving average: after k training
+// batches the running mean is the mean of the k batch means (a plain loop of
+// PyTorch's update, factor 1 / num_batches_tracked, in double); eval updates
+// nothing; the default stays 0.1.
+TEST(BatchNorm2dModule, MomentumNulloptIsTheCumulativeAverage) {
+  nn::BatchNorm2d bn(2, 1e-5, std::nullopt), ema(2);
+  const int64_t c = 2, per_channel = 3 * 2 * 2;   // n h w
+  std::vector<double> rm_ref(c, 0.0), rv_ref(c, 1.0), mean_sum(c, 0.0);
+  for (int k = 1; k <= 6; ++k) {
+    Tensor x = add(mul(random_tensor({3, c, 2, 2}, 60 + k), 0.5 * k), static_cast<double>(k));
+    bn.forward(x);
+    ema.forward(x);
+    const std::vector<double> v = values(x);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double s = 0, ss = 0;
+      for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t q = 0; q < 4; ++q) s += v[(i * c + ch) * 4 + q];
+      }
+      const double mean = s / per_channel;
+      for (int64_t i = 0; i < 3; ++i) {
+        for (int64_t q = 0; q < 4; ++q) ss += (v[(i * c + ch) * 4 + q] - mean) * (v[(i * c + ch) * 4 + q] - mean);
+      }
+      const double f = 1.0 / k;
+      rm_ref[ch] = (1 - f) * rm_ref[ch] + f * mean;
+      rv_ref[ch] = (1 - f) * rv_ref[ch] + f * ss / (per_channel - 1);
+      mean_sum[ch] += mean;
+    }
+    EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), k);
+    testing::expect_near(bn.running_mean, rm_ref, 1e-5, 1e-5);
+    testing::expect_near(bn.running_var, rv_ref, 1e-5, 1e-5);
+    testing::expect_near(bn.running_mean, std::vector<double>{mean_sum[0] / k, mean_sum[1] / k}, 1e-5, 1e-5);
+  }
+  EXPECT_NE(values(ema.running_mean), values(bn.running_mean));   // the default is still momentum 0.1
+  bn.eval();
+  const auto rm_before = values(bn.running_mean);
+  bn.forward(random_tensor({3, c, 2, 2}, 70));
+  EXPECT_EQ(values(bn.running_mean), rm_before);
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 6);
+}
+
 TEST(BatchNorm2dModule, RunningStatsAreSavedAndLoadedWithCheckpoints) {
   const std::string path = (std::filesystem::temp_directory_path() / "encore_bn_checkpoint.safetensors").string();
   nn::BatchNorm2d bn(2);

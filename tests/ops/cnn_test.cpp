@@ -454,6 +454,45 @@ TEST(BatchNorm, TrainingAndEvalMatchLoopsWithRunningStatsOverSteps) {
               bn_ref(x2, {1, 1, 1}, {0, 0, 0}, true, {}, {}, 1e-5).y, 1e-5, 1e-5);
 }
 
+// momentum = nullopt (PyTorch's momentum=None): the factor is 1 / the count,
+// read from num_batches_tracked when the kernel runs, so after k steps the
+// running mean is the mean of the k batch means and the running variance
+// that of the k unbiased batch variances (the initial 1 weighs nothing).
+TEST(BatchNorm, CumulativeAverageMatchesLoopsOverSteps) {
+  const int64_t c = 3;
+  Tensor rm = zeros({c}), rv = ones({c}), count = zeros({}, kInt64);
+  Tensor w = random_tensor({c}, 1), b = random_tensor({c}, 2);
+  std::vector<double> rm_ref(c, 0.0), rv_ref(c, 1.0), mean_sum(c, 0.0), var_sum(c, 0.0);
+  const double eps = 1e-5, m = 4 * 3 * 5;
+  for (int step = 1; step <= 5; ++step) {
+    Tensor x = add(mul(random_tensor({4, c, 3, 5}, 30 + step), 1.0 + step), 0.5 * step);
+    count.add_(ones({}, kInt64));   // the module counts the batch first, as PyTorch's
+    const BnRef ref = bn_ref(x, values(w), values(b), true, rm_ref, rv_ref, eps);
+    expect_near(batch_norm(x, rm, rv, w, b, true, std::nullopt, eps, count), ref.y, 1e-5, 1e-5);
+    const double f = 1.0 / step;   // PyTorch: exponential_average_factor = 1.0 / float(num_batches_tracked)
+    for (int64_t ch = 0; ch < c; ++ch) {
+      rm_ref[ch] = (1 - f) * rm_ref[ch] + f * ref.mean[ch];
+      rv_ref[ch] = (1 - f) * rv_ref[ch] + f * ref.var[ch] * m / (m - 1);   // unbiased
+      mean_sum[ch] += ref.mean[ch];
+      var_sum[ch] += ref.var[ch] * m / (m - 1);
+    }
+    expect_near(rm, rm_ref, 1e-5, 1e-5);
+    expect_near(rv, rv_ref, 1e-5, 1e-5);
+    std::vector<double> mean_of_means(c), mean_of_vars(c);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      mean_of_means[ch] = mean_sum[ch] / step;
+      mean_of_vars[ch] = var_sum[ch] / step;
+    }
+    expect_near(rm, mean_of_means, 1e-5, 1e-5);
+    expect_near(rv, mean_of_vars, 1e-5, 1e-5);
+  }
+  EXPECT_EQ(count.item<int64_t>(), 5);   // read, never written, by the op
+  // Eval reads neither the count nor a momentum.
+  const auto rm_before = values(rm);
+  (void)batch_norm(random_tensor({2, c}, 40), rm, rv, w, b, false, std::nullopt, eps, count);
+  EXPECT_EQ(values(rm), rm_before);
+}
+
 TEST(BatchNorm, BackwardMatchesFiniteDifferences) {
   const int64_t c = 3;
   for (bool training : {true, false}) {
@@ -591,6 +630,17 @@ TEST(BatchNorm, RefusesBadArguments) {
   expect_error([&] { batch_norm(x, rm, rv, Tensor(), Tensor(), true, std::nan("")); }, kInvalid,
                {"batch_norm", "momentum must be finite"});
   EXPECT_EQ(values(rm), std::vector<double>(3, 0.0));   // refused before any update
+  // A cumulative average needs the count, of the right kind, and only then.
+  Tensor count = ones({}, kInt64);
+  expect_error([&] { batch_norm(x, rm, rv, Tensor(), Tensor(), true, std::nullopt); }, kInvalid,
+               {"batch_norm", "nullopt", "num_batches_tracked"});
+  expect_error([&] { batch_norm(x, rm, rv, Tensor(), Tensor(), true, 0.1, 1e-5, count); }, kInvalid,
+               {"batch_norm", "num_batches_tracked", "momentum 0.1"});
+  for (const Tensor& bad : {ones({}), ones({1}, kInt64)}) {
+    expect_error([&] { batch_norm(x, rm, rv, Tensor(), Tensor(), true, std::nullopt, 1e-5, bad); }, kInvalid,
+                 {"batch_norm", "num_batches_tracked must be a 0-d i64 tensor"});
+  }
+  EXPECT_EQ(values(rm), std::vector<double>(3, 0.0));
 }
 
 }  // namespace

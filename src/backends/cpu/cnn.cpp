@@ -620,8 +620,9 @@ void batch_norm_loop(const BatchNormArgs& a) {
           if (rm != nullptr) {
             const float unbiased =
                 m > 1 ? static_cast<float>(ss / static_cast<double>(m - 1)) : static_cast<float>(var);
-            rm[ch] = T((1.f - a.momentum) * static_cast<float>(rm[ch]) + a.momentum * mean);
-            rv[ch] = T((1.f - a.momentum) * static_cast<float>(rv[ch]) + a.momentum * unbiased);
+            const float f = backend::bn_update_factor(a);
+            rm[ch] = T((1.f - f) * static_cast<float>(rm[ch]) + f * mean);
+            rv[ch] = T((1.f - f) * static_cast<float>(rv[ch]) + f * unbiased);
           }
         } else {
           mean = static_cast<float>(rm[ch]);

@@ -176,8 +176,9 @@ __global__ void batch_norm_kernel(BatchNormArgs a) {
       invstd = static_cast<float>(1.0 / sqrt(var + static_cast<double>(a.eps)));
       if (rm != nullptr && threadIdx.x == 0) {
         const float unbiased = m > 1 ? static_cast<float>(sq / static_cast<double>(m - 1)) : static_cast<float>(var);
-        rm[ch] = convert<T>((1.f - a.momentum) * to_float(rm[ch]) + a.momentum * mean);
-        rv[ch] = convert<T>((1.f - a.momentum) * to_float(rv[ch]) + a.momentum * unbiased);
+        const float f = backend::bn_update_factor(a);
+        rm[ch] = convert<T>((1.f - f) * to_float(rm[ch]) + f * mean);
+        rv[ch] = convert<T>((1.f - f) * to_float(rv[ch]) + f * unbiased);
       }
     } else {
       mean = to_float(rm[ch]);
