@@ -213,7 +213,8 @@ struct DdpOptions {
 // synchronized one (from a hook) that reaches a parameter again is refused,
 // naming it. On the CPU the parameters that require grad must be float32
 // (MPI sums no half-precision type): the constructor refuses others, naming
-// the parameter.
+// the parameter. A module without a parameter that requires grad is
+// refused (kInvalidArgument), as by PyTorch: there is nothing to average.
 //
 // Buffers (DdpOptions::broadcast_buffers, the default) follow rank 0: at
 // the end of every synchronized backward, after the gradients are

@@ -44,6 +44,14 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, std::shared
   params_ = module_.parameters();
   check_reducible();
   check_same_model_on_every_rank();
+  // As PyTorch: with nothing to average, no backward would start a round,
+  // and the buffers would never follow rank 0 (NOTE [ Buffers follow rank 0 ]).
+  // After the agreement above, so that every rank refuses alike.
+  ENCORE_CHECK_CODE(std::any_of(params_.begin(), params_.end(), [](const Tensor& p) { return p.requires_grad(); }),
+                    kInvalidArgument,
+                    "DistributedDataParallel on rank %d: the module has no parameter that requires grad (%d "
+                    "parameters, all frozen or none); there is nothing to average. Call the module directly",
+                    group_->rank(), params_.size());
   for (const Tensor& p : params_) group_->broadcast(p, 0);
   if (options_.broadcast_buffers) {
     group_buffers();

@@ -390,6 +390,19 @@ TEST(DistOneProcessTest, DdpRefusesHalfPrecisionCpuParameters) {
   EXPECT_EQ(ddp.bucket_parameters(), (std::vector<std::vector<int64_t>>{{0}}));
 }
 
+// As PyTorch: a module with nothing to average is refused, since no
+// backward would ever synchronize it (nor broadcast its buffers).
+TEST(DistOneProcessTest, DdpRefusesAModuleWithoutTrainableParameters) {
+  nn::BatchNorm1d norm(3);   // buffers only once its two parameters are frozen
+  for (Tensor p : norm.parameters()) p.requires_grad_(false);
+  expect_error([&] { dist::DistributedDataParallel ddp(norm, one()); }, absl::StatusCode::kInvalidArgument,
+               {"DistributedDataParallel on rank 0", "no parameter that requires grad", "2 parameters"});
+  struct Empty : nn::Module {
+  } empty;
+  expect_error([&] { dist::DistributedDataParallel ddp(empty, one()); }, absl::StatusCode::kInvalidArgument,
+               {"no parameter that requires grad", "0 parameters"});
+}
+
 // A gradient that reaches a parameter twice in one synchronized backward (a
 // backward started from a hook inside another) is the user's error, named.
 TEST(DistOneProcessTest, DdpNamesAParameterThatGetsTwoGradientsInOneBackward) {
