@@ -127,7 +127,8 @@ void DistributedDataParallel::check_reducible() const {
 // One BufferGroup per (dtype, device) of the buffers, in named_buffers()
 // order; a group of one contiguous buffer broadcasts it in place.
 void DistributedDataParallel::group_buffers() {
-  for (const auto& [name, b] : module_.named_buffers()) {
+  for (const auto& [name, buffer] : module_.named_buffers()) {
+    const Tensor& b = buffer;   // clang before 16 lets no lambda capture a structured binding
     auto same = [&](const std::unique_ptr<BufferGroup>& g) {
       return g->buffers[0].dtype() == b.dtype() && g->buffers[0].device() == b.device();
     };
