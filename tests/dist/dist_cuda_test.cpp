@@ -82,10 +82,7 @@ TEST(DistCudaTest, CapturedNcclStepReplaysEagerBitForBit) {
   EXPECT_EQ(std::count(ops.begin(), ops.end(), "dist.start"),
             static_cast<int64_t>(graphed->ddp->bucket_parameters().size()));
   for (int i = 2; i < 30; ++i) {
-    graphed->fill(i);
-    ASSERT_TRUE(g->replay().ok());
-    eager->fill(i);
-    eager->step();
+    ASSERT_TRUE(testing::replay_beside_eager(*g, *graphed, *eager, i).ok());
   }
   ASSERT_EQ(graphed->state_hash(), eager->state_hash());
   std::vector<uint64_t> all = world()->all_gather(graphed->state_hash());

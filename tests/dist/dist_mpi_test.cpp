@@ -250,10 +250,7 @@ TEST(DistMpiTest, CapturedStepWithAllReducesReplaysEagerBitForBitOnEveryRank) {
             static_cast<int64_t>(graphed->ddp->bucket_parameters().size()))
       << "an all-reduce node per bucket";
   for (int i = 2; i < kSteps; ++i) {
-    graphed->fill(i);
-    ASSERT_TRUE(g->replay().ok());
-    eager->fill(i);
-    eager->step();
+    ASSERT_TRUE(testing::replay_beside_eager(*g, *graphed, *eager, i).ok());
     // After every step: replay == eager on this rank, and every rank the same bits.
     const uint64_t replayed = graphed->state_hash();
     ASSERT_EQ(replayed, eager->state_hash()) << "replay differs from eager at step " << i;
@@ -381,10 +378,7 @@ TEST(DistMpiTest, CapturedStepBroadcastsBuffersAsItsEagerTwin) {
     EXPECT_EQ(std::find(first_broadcast, ops.end(), "dist.start"), ops.end())
         << "buffers broadcast before the gradients were averaged";
     for (int i = 2; i < 30; ++i) {
-      graphed->fill(i);
-      ASSERT_TRUE(g->replay().ok());
-      eager->fill(i);
-      eager->step();
+      ASSERT_TRUE(testing::replay_beside_eager(*g, *graphed, *eager, i).ok());
       ASSERT_EQ(graphed->state_hash(), eager->state_hash()) << "replay differs from eager at step " << i;
       ASSERT_EQ(graphed->buffers_hash(), eager->buffers_hash()) << "replayed buffers differ at step " << i;
     }

@@ -258,10 +258,7 @@ TEST(DistOneProcessTest, DdpBroadcastsBuffersAfterEachSynchronizedBackward) {
   plain->fill(3);
   plain->step();
   for (int i = 4; i < 8; ++i) {
-    ddp->fill(i);
-    ASSERT_TRUE(g->replay().ok());
-    plain->fill(i);
-    plain->step();
+    ASSERT_TRUE(testing::replay_beside_eager(*g, *ddp, *plain, i).ok());
   }
   EXPECT_EQ(ddp->state_hash(), plain->state_hash());
   EXPECT_EQ(ddp->buffers_hash(), plain->buffers_hash());

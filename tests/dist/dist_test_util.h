@@ -138,6 +138,18 @@ inline absl::StatusOr<Graph> capture_twin(DdpRig& eager, DdpRig& graphed) {
   return capture([&] { return graphed.step(); }, {.warmup = 1});
 }
 
+// One more batch for both twins: batch i through a replay of g (graphed's
+// captured step) and through eager's step, which runs whatever the replay
+// returned, so that every rank takes part in the same collectives. The
+// replay's Status.
+inline absl::Status replay_beside_eager(Graph& g, DdpRig& graphed, DdpRig& eager, int i) {
+  graphed.fill(i);
+  absl::Status replayed = g.replay();
+  eager.fill(i);
+  eager.step();
+  return replayed;
+}
+
 // The op of each node of g, in order ("dist.start", "matmul", ...).
 inline std::vector<std::string> node_ops(const Graph& g) {
   const Graph::Impl& impl = g.internals();
