@@ -181,6 +181,27 @@ void expect_loss_bits(float loss, const EagerReference& ref, int step) {
                                                                      << ref.losses[step];
 }
 
+// A Run (GptRun or GraphedGptRun) saved after k steps and loaded into a
+// fresh one built from other seeds (other weights, data and dropout streams
+// until loaded; with `pretrained`, after a step of its own), then run to
+// ref's end: the losses and final parameters are ref's bit for bit.
+template <typename Run>
+void expect_resumed_after(int k, bool pretrained, const EagerReference& ref, Device device) {
+  const std::string path = ::testing::TempDir() + "/resume_" + device.str() + ".safetensors";
+  {
+    Run first(1, device);
+    for (int i = 0; i < k; ++i) first.step();
+    ASSERT_TRUE(save_checkpoint(path, first.model, first.state()).ok());
+  }
+  Run resumed(7, device);
+  if (pretrained) resumed.step();
+  absl::Status st = load_checkpoint(path, resumed.model, resumed.state());
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(resumed.sched.current_step(), k);
+  for (int i = k; i < static_cast<int>(ref.losses.size()); ++i) expect_loss_bits(resumed.step(), ref, i);
+  EXPECT_TRUE(parameter_values(resumed.model) == ref.final_params);
+}
+
 // Saved at step k (k = 0: before the first optimizer step) and resumed in
 // fresh objects built from other seeds, the run's losses and final
 // parameters equal the uninterrupted run's bit for bit; also when the
@@ -191,19 +212,7 @@ void expect_resume_is_exact(Device device) {
   for (int k : {0, 1, 4}) {
     for (bool pretrained : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "saved at step " << k << (pretrained ? ", loaded into a trained run" : ""));
-      const std::string path = ::testing::TempDir() + "/resume_" + device.str() + ".safetensors";
-      {
-        GptRun first(1, device);
-        for (int i = 0; i < k; ++i) first.step();
-        ASSERT_TRUE(save_checkpoint(path, first.model, first.state()).ok());
-      }
-      GptRun resumed(7, device);   // other weights, data and dropout streams until loaded
-      if (pretrained) resumed.step();
-      absl::Status st = load_checkpoint(path, resumed.model, resumed.state());
-      ASSERT_TRUE(st.ok()) << st;
-      EXPECT_EQ(resumed.sched.current_step(), k);
-      for (int i = k; i < kSteps; ++i) expect_loss_bits(resumed.step(), ref, i);
-      EXPECT_TRUE(parameter_values(resumed.model) == ref.final_params);
+      expect_resumed_after<GptRun>(k, pretrained, ref, device);
     }
   }
 }
@@ -254,17 +263,7 @@ void expect_graphed_resume_is_exact(Device device) {
   }
   for (int k : {0, 2, 3, 5}) {
     SCOPED_TRACE(::testing::Message() << "saved after " << k << " graphed calls");
-    const std::string path = ::testing::TempDir() + "/graphed_resume_" + device.str() + ".safetensors";
-    {
-      GraphedGptRun first(1, device);
-      for (int i = 0; i < k; ++i) first.step();
-      ASSERT_TRUE(save_checkpoint(path, first.model, first.state()).ok());
-    }
-    GraphedGptRun resumed(7, device);
-    absl::Status st = load_checkpoint(path, resumed.model, resumed.state());
-    ASSERT_TRUE(st.ok()) << st;
-    for (int i = k; i < kSteps; ++i) expect_loss_bits(resumed.step(), ref, i);
-    EXPECT_TRUE(parameter_values(resumed.model) == ref.final_params);
+    expect_resumed_after<GraphedGptRun>(k, /*pretrained=*/false, ref, device);
   }
 }
 
