@@ -30,7 +30,10 @@ Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> in
   ENCORE_CHECK_CODE(static_cast<int>(inputs.size()) == N - 1, kInternal, "make_layout<%d>: %d inputs, need %d", N,
                     static_cast<int>(inputs.size()), N - 1);
   Layout<N> l;
-  if (all_dense_same_shape(out, inputs)) {
+  // An empty output reads and writes nothing. Its strides may not fit in
+  // bytes ([0, 2^63 - 1] has a row stride of 2^63 - 1 elements), so none are
+  // computed: one dim of size 0.
+  if (out.numel() == 0 || all_dense_same_shape(out, inputs)) {
     l.ndim = 1;
     l.numel = out.numel();
     l.shape[0] = l.numel;

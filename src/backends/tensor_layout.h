@@ -5,6 +5,7 @@
 //   backend::Layout<3> l = backend::make_layout<3>(out, {&a, &b});
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 
 #include "absl/types/span.h"
@@ -27,10 +28,14 @@ Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> in
 // Appends a dim (size, stride) to a group of dims, merging it into the
 // group's last dim when the two are contiguous with each other; size-1 dims
 // are dropped. Reductions group their kept and reduced dims with it.
+// (In an empty tensor size * stride, or the merged size, may overflow: such
+// dims stay apart.)
 inline void push_dim(int64_t size, int64_t stride, int32_t& ndim, int64_t* shape, int64_t* strides) {
   if (size == 1) return;
-  if (ndim > 0 && strides[ndim - 1] == size * stride) {
-    shape[ndim - 1] *= size;
+  int64_t span = 0, merged = 0;
+  if (ndim > 0 && !__builtin_mul_overflow(size, stride, &span) && strides[ndim - 1] == span &&
+      !__builtin_mul_overflow(shape[ndim - 1], size, &merged)) {
+    shape[ndim - 1] = merged;
     strides[ndim - 1] = stride;
     return;
   }
@@ -53,11 +58,15 @@ void group_reduce_dims(const char* op, const Tensor& a, DimMask dims, Geom& g) {
   g.red_numel = 1;
   for (int64_t d = 0; d < a.dim(); ++d) {
     const int64_t size = a.shape()[d], stride = a.strides()[d];
-    if (dims & dim_bit(d)) {
-      g.red_numel *= size;
+    // Saturated: in an empty tensor one group may hold more than 2^63
+    // elements ([4, 0, 2^62] reduced over dims 0 and 2); the other then
+    // holds none, and nothing runs.
+    const bool reduced = (dims & dim_bit(d)) != 0;
+    int64_t& numel = reduced ? g.red_numel : g.out_numel;
+    if (__builtin_mul_overflow(numel, size, &numel)) numel = INT64_MAX;
+    if (reduced) {
       push_dim(size, stride, g.red_ndim, g.red_shape, g.red_stride);
     } else {
-      g.out_numel *= size;
       push_dim(size, stride, g.kept_ndim, g.kept_shape, g.kept_stride);
     }
   }

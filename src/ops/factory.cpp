@@ -7,6 +7,7 @@
 #include "encore/ops.h"
 #include "src/core/stream.h"
 #include "src/core/tensor_internal.h"
+#include "src/backends/dtype_checks.h"
 #include "src/backends/kernels.h"
 #include "src/ops/op_utils.h"
 
@@ -33,6 +34,7 @@ Tensor scalar_tensor(double value, DType dtype, Device device) {
 }
 
 Tensor arange(int64_t start, int64_t end, int64_t step, DType dtype, Device device) {
+  backend::check_numeric(dtype, "arange");   // before the allocation: a bool range of 2^62 is refused, not tried
   ENCORE_CHECK(step != 0, "arange: step must not be 0 (start %d, end %d)", start, end);
   // In 128 bits: end - start overflows int64 for ranges wider than 2^63.
   const __int128 span = static_cast<__int128>(end) - start + step - (step > 0 ? 1 : -1);
