@@ -19,7 +19,14 @@
 //     system's /dev/stdout link, as root). WriteMode::kAtomic refuses it
 //     (FailedPrecondition); kAtomicWherePossible writes it in place,
 //     O_WRONLY | O_CREAT | O_TRUNC as a plain open (a fifo waits for its
-//     reader), there being no file to keep.
+//     reader), there being no file to keep. A path that names one of this
+//     process's open descriptors (/dev/stdout, /dev/stderr, /dev/fd/N,
+//     /proc/self/fd/N, directly or through links) is written through that
+//     descriptor (a dup of it), and another process's (/proc/<pid>/fd/N) is
+//     opened O_APPEND: with stdout redirected to a file (`prog
+//     --trace=/dev/stdout > log`), O_TRUNC emptied the log of what the
+//     program had printed, and a description of its own, at offset 0,
+//     would write over it and be written over by the program's next line.
 //   - a regular file whose directory admits no new file (the temporary's
 //     creation fails with EACCES, EPERM or EROFS): kAtomic returns that
 //     error; kAtomicWherePossible writes the file in place, not atomically,
@@ -75,6 +82,35 @@ bool in_dev_or_proc(const std::string& path) {
   std::error_code ec;
   const std::string p = std::filesystem::absolute(path, ec).lexically_normal().string();
   return !ec && (absl::StartsWith(p, "/dev/") || absl::StartsWith(p, "/proc/"));
+}
+
+// What a path in /dev or /proc names (NOTE [ Writing a file atomically ]).
+struct Descriptor {
+  bool named = false;   // /dev/stdout, /dev/stderr, /dev/fd/N or /proc/<pid>/fd/N, directly or through links
+  int own = -1;         // N when it is one of this process's descriptors
+};
+
+Descriptor descriptor_of(std::string path) {
+  for (int links = 0; links <= kMaxLinks; ++links) {
+    std::error_code ec;
+    const std::string p = std::filesystem::absolute(path, ec).lexically_normal().string();
+    if (ec) return {};
+    const auto [dir, base] = split_path(p);
+    int n = -1;
+    if (p == "/dev/stdout" || p == "/dev/stderr") return {true, p == "/dev/stdout" ? 1 : 2};
+    const bool own_dir =
+        dir == "/dev/fd" || dir == "/proc/self/fd" || dir == absl::StrCat("/proc/", ::getpid(), "/fd");
+    if (own_dir && absl::SimpleAtoi(base, &n) && n >= 0) return {true, n};
+    if (absl::StartsWith(dir, "/proc/") && absl::EndsWith(dir, "/fd") && std::count(dir.begin(), dir.end(), '/') == 3) {
+      return {true, -1};   // another process's
+    }
+    char link[PATH_MAX];
+    const ssize_t len = ::readlink(p.c_str(), link, sizeof link);
+    if (len < 0 || static_cast<size_t>(len) == sizeof link) return {};
+    const std::string to(link, static_cast<size_t>(len));
+    path = to[0] == '/' ? to : absl::StrCat(dir, "/", to);
+  }
+  return {};
 }
 
 enum class Kind { kNew, kRegular, kDirectory, kNoFile };
@@ -172,11 +208,13 @@ absl::StatusOr<UniqueFd> create_temporary(const char* op, const std::string& tmp
   return fd;
 }
 
-// The file itself, opened as a plain open would; a probe appends (truncates
-// and creates nothing) and writes nothing.
+// The file itself, opened as a plain open would, or appended to where the
+// path names an open descriptor (NOTE [ Writing a file atomically ]); a
+// probe appends (truncates and creates nothing) and writes nothing.
 absl::Status write_in_place(const char* op, const std::string& path, WriteFileFn write, bool probe) {
-  const int flags = probe ? O_WRONLY | O_APPEND : O_WRONLY | O_CREAT | O_TRUNC;
-  UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC | O_NOCTTY, 0666));
+  const Descriptor d = descriptor_of(path);
+  const int flags = probe || d.named ? O_WRONLY | O_APPEND : O_WRONLY | O_CREAT | O_TRUNC;
+  UniqueFd fd(d.own >= 0 ? ::fcntl(d.own, F_DUPFD_CLOEXEC, 0) : ::open(path.c_str(), flags | O_CLOEXEC | O_NOCTTY, 0666));
   if (fd.get() < 0) return io_error(op, "cannot open", path, errno);
   absl::Status s = probe ? absl::OkStatus() : write(fd.get(), path);
   if (s.ok() && fd.close() != 0) s = io_error(op, "cannot write", path, errno);

@@ -249,6 +249,32 @@ TEST_F(AtomicFileTest, OutputsToWhatIsNoRegularFileAreWrittenInPlace) {
   EXPECT_EQ(files(), std::vector<std::string>{"fifo"});
 }
 
+// A path naming one of the process's descriptors is written through it:
+// with stdout redirected to a file (`prog --trace=/dev/stdout > log`), the
+// output truncated the log, losing what the program had printed, and the
+// program's next line would have written over the output.
+TEST_F(AtomicFileTest, OutputsToAnOpenDescriptorGoThroughIt) {
+  constexpr WriteMode kOutput = WriteMode::kAtomicWherePossible;
+  const int fd = ::open(path("log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);   // as a shell's `>`
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::write(fd, "printed\n", 8), 8);
+  const std::string by_proc = absl::StrCat("/proc/self/fd/", fd);
+  fs::create_symlink(by_proc, dir_ / "to_fd");   // a link to it, as /dev/stdout is
+  for (const std::string& p : {by_proc, path("to_fd"), absl::StrCat("/dev/fd/", fd)}) {
+    const absl::Status s = write_file_atomically("test", p, "trace\n", kOutput);
+    EXPECT_TRUE(s.ok()) << p << ": " << s;
+    EXPECT_TRUE(check_writable("test", p, kOutput).ok()) << p;
+  }
+  ASSERT_EQ(::write(fd, "more\n", 5), 5);
+  ASSERT_EQ(::close(fd), 0);
+  EXPECT_EQ(slurp(path("log")), "printed\ntrace\ntrace\ntrace\nmore\n");
+  EXPECT_TRUE(is_link(path("to_fd")));
+  EXPECT_EQ(files(), (std::vector<std::string>{"log", "to_fd"}));
+  // A descriptor that is not open: the error names the path.
+  expect_status(write_file_atomically("test", by_proc, "x", kOutput), StatusCode::kFailedPrecondition,
+                {"test: cannot open " + by_proc});
+}
+
 // Runs `fn` with the permissions of an unprivileged user: nobody (uid
 // 65534) when the test runs as root, which no permission bit stops.
 template <typename Fn>
