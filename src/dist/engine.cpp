@@ -150,7 +150,9 @@ constexpr std::chrono::seconds kAnswerSlack{30};
 // One closure for the communication thread.
 struct Job {
   uint64_t ticket = 0;
-  const std::atomic<double>* timeout_s = nullptr;   // the bound fn keeps (its group's timeout); null: unbounded
+  // The bound fn keeps (its group's timeout; null: unbounded), inside a group
+  // that fn keeps alive or whose caller waits for fn.
+  const std::atomic<double>* timeout_s = nullptr;
   int32_t group = -1;                               // for messages; -1 for the engine's own calls
   const char* what = "";
   std::function<absl::Status()> fn;
@@ -177,16 +179,17 @@ class Engine {
     return *e;
   }
 
-  Group& group(int32_t id) {
+  Group& group(int32_t id) { return *group_ptr(id); }
+  std::shared_ptr<Group> group_ptr(int32_t id) {
     std::lock_guard<std::mutex> lk(groups_mu_);
     auto it = groups_.find(id);
     ENCORE_CHECK_CODE(it != groups_.end(), kInternal, "dist: no process group %d (was it destroyed?)", id);
-    return *it->second;
+    return it->second;
   }
 
   absl::StatusOr<int32_t> new_group(const dist::Environment& env, double timeout_s,
                                     [[maybe_unused]] int32_t parent) {
-    auto g = std::make_unique<Group>();
+    auto g = std::make_shared<Group>();
     g->timeout_s = timeout_s;
     const bool use_mpi = env.world_size > 1 || env.launcher == "mpirun" || env.launcher == "slurm";
 #if ENCORE_HAVE_MPI
@@ -230,8 +233,11 @@ class Engine {
     return id;
   }
 
+  // The group leaves the table; a job still queued or running for it (one
+  // its caller gave up on: NOTE [ A thread that stops answering ]) keeps it
+  // alive until the job ends.
   void release(int32_t id) {
-    std::unique_ptr<Group> g;
+    std::shared_ptr<Group> g;
     {
       std::lock_guard<std::mutex> lk(groups_mu_);
       auto it = groups_.find(id);
@@ -240,7 +246,12 @@ class Engine {
       groups_.erase(it);
     }
 #if ENCORE_HAVE_MPI
-    if (g->comm != MPI_COMM_NULL && mpi_started_ && g->broken.ok()) {
+    bool healthy = false;
+    {
+      std::lock_guard<std::mutex> lk(g->mu);
+      healthy = g->broken.ok();
+    }
+    if (g->comm != MPI_COMM_NULL && mpi_started_ && healthy) {
       Group* gp = g.get();
       (void)run_on_thread(&gp->timeout_s, "MPI_Comm_free", [gp]() -> absl::Status {
         MPI_Comm_free(&gp->comm);
@@ -274,7 +285,7 @@ class Engine {
         return ticket;
       }
     }
-    Group* gp = &g;
+    std::shared_ptr<Group> gp = group_ptr(id);   // the job keeps the group: its caller may give up and destroy it
     const auto submitted = Clock::now();
     enqueue({ticket, &gp->timeout_s, id, what, [this, gp, w, what, submitted]() {
       absl::Status s = run_collective(*gp, w, what);
@@ -361,7 +372,7 @@ class Engine {
     ENCORE_DIST_RETURN_IF_ERROR(run_on_thread(&gp->timeout_s, what, [&]() -> absl::Status {
       MPI_Request req;
       int rc = MPI_Iallgather(buf->data(), 1, MPI_UINT64_T, buf->data() + 1, 1, MPI_UINT64_T, gp->comm, &req);
-      if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where(gp->id, what)));
+      if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where_of(*gp, what)));
       return poll(*gp, req, what, deadline_of(*gp), buf);
     }));
     std::copy(buf->begin() + 1, buf->end(), out.begin());
@@ -383,7 +394,7 @@ class Engine {
     ENCORE_DIST_RETURN_IF_ERROR(run_on_thread(&gp->timeout_s, what, [&]() -> absl::Status {
       MPI_Request req;
       int rc = MPI_Ibcast(buf->data(), static_cast<int>(nbytes), MPI_BYTE, root, gp->comm, &req);
-      if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where(gp->id, what)));
+      if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where_of(*gp, what)));
       return poll(*gp, req, what, deadline_of(*gp), buf);
     }));
     std::copy(buf->begin(), buf->end(), static_cast<char*>(data));
@@ -591,7 +602,7 @@ class Engine {
             ? MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(n), mpi_type(w.dtype), MPI_SUM, g.comm, &req)
             : MPI_Ibcast(buf, static_cast<int>(bytes), MPI_BYTE, w.root, g.comm, &req);
     mpi_calls_.fetch_add(1);
-    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
+    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
     absl::Status s = poll(g, req, what, deadline, g.staging);
     if (!s.ok()) {
       g.staging.reset();   // an orphan may hold it: the group's next collective gets another
@@ -619,7 +630,7 @@ class Engine {
       std::lock_guard<std::mutex> lk(g.mu);
       if (!g.broken.ok()) {
         return absl::Status(g.broken.code(),
-                            absl::StrCat(where(g.id, what), ": the group failed earlier: ", g.broken.message()));
+                            absl::StrCat(where_of(g, what), ": the group failed earlier: ", g.broken.message()));
       }
     }
     const auto deadline = deadline_of(g);
@@ -627,7 +638,7 @@ class Engine {
       MPI_Request req;
       const int rc = MPI_Ibarrier(g.comm, &req);
       mpi_calls_.fetch_add(1);
-      if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where(g.id, what)));
+      if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
       return poll(g, req, what, deadline, nullptr);
     }
     const int64_t size = dtype_size(w.dtype);
@@ -695,7 +706,7 @@ class Engine {
   }
 
   std::mutex groups_mu_;
-  absl::flat_hash_map<int32_t, std::unique_ptr<Group>> groups_;
+  absl::flat_hash_map<int32_t, std::shared_ptr<Group>> groups_;
   int32_t next_group_ = 0;
   std::atomic<uint64_t> next_ticket_{1};
   std::atomic<int64_t> mpi_calls_{0};
