@@ -43,10 +43,16 @@ uint32_t* error_word(const NnKernels& k, Device device) {
 
 }  // namespace
 
+// NOTE [ Empty tensors do no work ]: an empty tensor's other dims may be
+// huge ([2^63 - 1, 0], a view by expand), and a kernel that walks rows,
+// lanes or blocks of them ran 2^63 - 1 empty steps (softmax on such a
+// tensor never returned; on CUDA the grid would not launch). A kernel whose
+// every output is empty is not launched: it has nothing to write.
 void softmax(const Tensor& out, const Tensor& x, int64_t outer, int64_t n, int64_t inner, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   check_float(x.dtype(), op);
   const Device device = check_tensors(op, x.device(), {&out, &x});
+  if (out.numel() == 0) return;   // NOTE [ Empty tensors do no work ]
   const SoftmaxArgs args{x.data_ptr(), out.data_ptr(), outer, n, inner, x.dtype(), log};
   current_stream(device).launch(kernels_for(device).nn->softmax, op, args, {x.storage()}, {out.storage()});
 }
@@ -56,6 +62,7 @@ void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tenso
   const char* op = log ? "log_softmax_backward" : "softmax_backward";
   check_float(out.dtype(), op);
   const Device device = check_tensors(op, out.device(), {&grad_in, &grad_out, &out});
+  if (grad_in.numel() == 0) return;   // NOTE [ Empty tensors do no work ]
   const SoftmaxBackwardArgs args{grad_out.data_ptr(), out.data_ptr(), grad_in.data_ptr(), outer, n, inner,
                                  out.dtype(), log};
   current_stream(device).launch(kernels_for(device).nn->softmax_backward, op, args,

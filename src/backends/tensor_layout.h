@@ -58,15 +58,11 @@ void group_reduce_dims(const char* op, const Tensor& a, DimMask dims, Geom& g) {
   g.red_numel = 1;
   for (int64_t d = 0; d < a.dim(); ++d) {
     const int64_t size = a.shape()[d], stride = a.strides()[d];
-    // Saturated: in an empty tensor one group may hold more than 2^63
-    // elements ([4, 0, 2^62] reduced over dims 0 and 2); the other then
-    // holds none, and nothing runs.
-    const bool reduced = (dims & dim_bit(d)) != 0;
-    int64_t& numel = reduced ? g.red_numel : g.out_numel;
-    if (__builtin_mul_overflow(numel, size, &numel)) numel = INT64_MAX;
-    if (reduced) {
+    if (dims & dim_bit(d)) {   // no overflow: NOTE [ Shapes whose nonzero dims fit ] in src/core/tensor.cpp
+      g.red_numel *= size;
       push_dim(size, stride, g.red_ndim, g.red_shape, g.red_stride);
     } else {
+      g.out_numel *= size;
       push_dim(size, stride, g.kept_ndim, g.kept_shape, g.kept_stride);
     }
   }

@@ -191,13 +191,24 @@ Tensor empty_for(const char* op, Shape shape, DType dtype, Device device) {
   return Tensor(std::move(impl));
 }
 
+// NOTE [ Shapes whose nonzero dims fit ]: the product of a shape's nonzero
+// dims must fit in int64, empty or not. Then every product of some of its
+// dims, in any order (numel, outer and inner counts, contiguous strides),
+// fits too: before it meets a 0 it is a product of nonzero dims. Before, the
+// product was checked left to right, so [2^63 - 1, 0, 3] was a tensor and
+// [3, 2^63 - 1, 0] was refused, and the ops' products over the first
+// (an inner count of 2^63 - 1 * 3) overflowed.
 int64_t checked_numel(const char* op, absl::Span<const int64_t> shape) {
   int64_t n = 1;
+  bool empty = false;
   for (int64_t s : shape) {
-    ENCORE_CHECK(!__builtin_mul_overflow(n, s, &n), "%s: shape %s has more than 2^63 elements", op,
-                 shape_str(shape));
+    empty = empty || s == 0;
+    ENCORE_CHECK(s == 0 || !__builtin_mul_overflow(n, s, &n),
+                 "%s: shape %s has more than 2^63 elements (or, if empty, its nonzero dims multiply past 2^63, so "
+                 "its strides do not fit in int64)",
+                 op, shape_str(shape));
   }
-  return n;
+  return empty ? 0 : n;
 }
 
 // NOTE [ Views stay inside their storage ]: every view is checked where it
@@ -205,8 +216,9 @@ int64_t checked_numel(const char* op, absl::Span<const int64_t> shape) {
 // computed without overflow and, unless the view is empty, the lowest lies
 // at or after the storage's first element and the highest ends inside it.
 // Kernels index with these offsets unchecked, so no op can hand them a view
-// that reaches past the bytes it owns. An empty view reaches no element; its
-// offset may lie one step past the end (slice(d, n, n) of a strided view).
+// that reaches past the bytes it owns. An empty view reaches no element;
+// make_view gives it its base's offset (NOTE [ Shapes whose nonzero dims
+// fit ]), which lies in the storage or at its end.
 void check_view_bounds(const char* op, const Storage& storage, DType dtype, absl::Span<const int64_t> shape,
                        absl::Span<const int64_t> strides, int64_t offset) {
   int64_t lo = offset, hi = offset;   // elements reached, lowest and highest
@@ -230,6 +242,11 @@ Tensor make_view(const char* op, const Tensor& base, Shape shape, Shape strides,
   // Kernels carry shapes inline (kMaxDims): a view is held to empty()'s limit.
   ENCORE_CHECK(static_cast<int64_t>(shape.size()) <= kMaxDims, "%s: shape %s has more than %d dims", op,
                shape_str(shape), kMaxDims);
+  // An empty view reaches no element: it keeps its base's offset, which
+  // fits in bytes, rather than one its op computed (a slice of the empty
+  // [3, 0, 2^61] at row 2 starts at element 2^62, byte 2^64, past what
+  // data_ptr() can compute). NOTE [ Shapes whose nonzero dims fit ].
+  if (checked_numel(op, shape) == 0) offset = base.storage_offset();
   check_view_bounds(op, *base.storage(), base.dtype(), shape, strides, offset);
   auto impl = make_ref<TensorImpl>();
   impl->storage = base.impl()->storage;

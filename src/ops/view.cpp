@@ -14,8 +14,8 @@ namespace {
 
 // Replaces one -1 in shape by what makes numel match; checks the product.
 Shape infer_shape(const char* op, const Tensor& t, Shape shape) {
-  int64_t known = 1;
   int infer = -1;
+  Shape known_dims;
   for (size_t d = 0; d < shape.size(); ++d) {
     if (shape[d] == -1) {
       ENCORE_CHECK(infer < 0, "%s: only one dim may be -1 in %s (input %s)", op, shape_str(shape),
@@ -23,10 +23,10 @@ Shape infer_shape(const char* op, const Tensor& t, Shape shape) {
       infer = static_cast<int>(d);
     } else {
       ENCORE_CHECK(shape[d] >= 0, "%s: invalid size in %s (input %s)", op, shape_str(shape), shape_str(t.shape()));
-      ENCORE_CHECK(!__builtin_mul_overflow(known, shape[d], &known), "%s: shape %s has more than 2^63 elements",
-                   op, shape_str(shape));
+      known_dims.push_back(shape[d]);
     }
   }
+  const int64_t known = checked_numel(op, known_dims);   // NOTE [ Shapes whose nonzero dims fit ]
   if (infer >= 0) {
     ENCORE_CHECK(known != 0 && t.numel() % known == 0, "%s: shape %s is invalid for input %s (%d elements)", op,
                  shape_str(shape), shape_str(t.shape()), t.numel());

@@ -156,8 +156,11 @@ TEST(TensorTest, ViewsReachingOutsideTheirStorageAreRefused) {
                {"as_strided", "shape [3]", "overflow int64"});
   expect_error([&] { (void)make_view("as_strided", base, {2, 2}, {INT64_MAX, 1}, 1); }, kInvalid,
                {"as_strided", "overflow int64"});
-  expect_error([&] { (void)make_view("as_strided", base, {0, 2}, {1, INT64_MAX}, 1); }, kInvalid,
+  expect_error([&] { (void)make_view("as_strided", base, {0, 3}, {1, INT64_MAX}, 1); }, kInvalid,
                {"as_strided", "overflow int64"});   // even empty, offsets are computed
+  // An empty view keeps its base's offset, whatever its op computed.
+  EXPECT_EQ(make_view("as_strided", base, {0, 2}, {1, INT64_MAX}, 3).storage_offset(), 0);
+  EXPECT_EQ(make_view("as_strided", base.slice(0, 2, 4), {0}, {1}, 7).storage_offset(), 2);
 }
 
 // A default-constructed Tensor, or grad() before backward() reached the

@@ -834,6 +834,73 @@ TEST_P(ArgumentFuzzTest, ConvolutionalOps) {
   }, {"batch_norm_backward"});
 }
 
+// Empty tensors whose other dims are huge ([2^63 - 1, 0] and its kin,
+// views of an empty tensor by expand, as ops_fuzz makes them): an op must
+// do no work on them, not one step per row. softmax on [2^63 - 1, 0] ran
+// 2^63 - 1 empty rows (a fuzz timeout). Each call returns an empty result
+// (of the op's shape) or refuses with the op's error; backward runs too.
+TEST_P(ArgumentFuzzTest, EmptyTensorsWithHugeDimsDoNoWork) {
+  constexpr int64_t kMax64 = std::numeric_limits<int64_t>::max(), k2to61 = int64_t{1} << 61;
+  const Device device = GetParam();
+  const std::vector<Tensor> empties = {
+      zeros({1, 0}, kFloat32, device).expand({kMax64, 0}), zeros({0, 1}, kFloat32, device).expand({0, kMax64}),
+      zeros({1, 0, 3}, kFloat32, device).expand({k2to61, 0, 3}),
+      zeros({3, 0, 1}, kFloat32, device).expand({3, 0, k2to61})};
+  using OneFn = std::function<Tensor(const Tensor&)>;
+  const std::vector<std::pair<std::string, OneFn>> ops = {
+      {"softmax", [](const Tensor& t) { return softmax(t, 0); }},
+      {"softmax", [](const Tensor& t) { return softmax(t, -1); }},
+      {"log_softmax", [](const Tensor& t) { return log_softmax(t, 1); }},
+      {"layer_norm", [](const Tensor& t) { return layer_norm(t, {t.size(-1)}); }},
+      {"sum", [](const Tensor& t) { return sum(t, {-1}); }},
+      {"mean", [](const Tensor& t) { return mean(t, {0}); }},
+      {"var", [](const Tensor& t) { return var(t, {-1}); }},
+      {"max", [](const Tensor& t) { return max(t, -1).first; }},
+      {"max", [](const Tensor& t) { return max(t, 0).first; }},
+      {"argmax", [](const Tensor& t) { return argmax(t, 0); }},
+      {"dropout", [](const Tensor& t) { return dropout(t, 0.5); }},
+      {"relu", [](const Tensor& t) { return relu(t); }},
+      {"gelu", [](const Tensor& t) { return gelu(t, GeluApprox::kTanh); }},
+      {"contiguous", [](const Tensor& t) { return t.contiguous(); }},
+      {"to", [](const Tensor& t) { return t.to(kBFloat16); }},
+      {"matmul", [](const Tensor& t) { return matmul(t, t.transpose(-1, -2)); }},
+      {"matmul", [](const Tensor& t) { return matmul(t.transpose(-1, -2), t); }},
+      {"concat", [](const Tensor& t) { return concat({t, t}, -1); }},
+      {"stack", [](const Tensor& t) { return stack({t, t}, 0); }},
+      {"split", [](const Tensor& t) { return split(t, 1, 0).back(); }},
+      {"where", [](const Tensor& t) { return where(gt(t, 0.0), t, t); }},
+      {"mse_loss", [](const Tensor& t) { return mse_loss(t, t.detach(), Reduction::kNone); }},
+      {"gather", [](const Tensor& t) { return gather(t, 0, zeros(t.shape(), kInt64, t.device())); }},
+      {"index_select", [](const Tensor& t) { return index_select(t, -1, zeros({0}, kInt64, t.device())); }},
+      {"flatten", [](const Tensor& t) { return flatten(t).contiguous(); }},
+  };
+  for (const Tensor& base : empties) {
+    for (const auto& [name, fn] : ops) {
+      const std::string what = name + " of " + describe(base);
+      const Tensor x = base.detach().requires_grad_();
+      Tensor out;
+      const absl::Status s = status_of([&] {
+        out = fn(x);
+        if (device.is_cuda()) synchronize(device);
+      });
+      if (!s.ok()) {
+        EXPECT_NE(s.code(), absl::StatusCode::kInternal) << what << ": " << s;
+        // stack is a concat; "empty": an output that cannot be allocated ([2^63 - 1] floats)
+        EXPECT_TRUE(names_the_op(s.message(), {name, "concat", "empty"})) << what << ": " << s;
+        continue;
+      }
+      EXPECT_EQ(out.numel(), 0) << what << ": " << shape_str(out.shape());
+      if (out.requires_grad()) {
+        const absl::Status b = status_of([&] {
+          out.to(kFloat32).sum().backward();
+          if (device.is_cuda()) synchronize(device);
+        });
+        EXPECT_TRUE(b.ok()) << what << " backward: " << b;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, ArgumentFuzzTest, ::testing::Values(kCPU, Device::cuda(0)),
                          [](const ::testing::TestParamInfo<Device>& info) {
                            return std::string(info.param.is_cpu() ? "Cpu" : "Cuda");
