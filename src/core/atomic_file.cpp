@@ -208,13 +208,15 @@ absl::StatusOr<UniqueFd> create_temporary(const char* op, const std::string& tmp
   return fd;
 }
 
-// The file itself, opened as a plain open would, or appended to where the
-// path names an open descriptor (NOTE [ Writing a file atomically ]); a
-// probe appends (truncates and creates nothing) and writes nothing.
+// The file itself, opened as a plain open would; where the path names an
+// open descriptor, that descriptor (a dup: this process's) or the file
+// appended to (another's) (NOTE [ Writing a file atomically ]). A probe
+// appends (truncates and creates nothing) and writes nothing.
 absl::Status write_in_place(const char* op, const std::string& path, WriteFileFn write, bool probe) {
   const Descriptor d = descriptor_of(path);
   const int flags = probe || d.named ? O_WRONLY | O_APPEND : O_WRONLY | O_CREAT | O_TRUNC;
-  UniqueFd fd(d.own >= 0 ? ::fcntl(d.own, F_DUPFD_CLOEXEC, 0) : ::open(path.c_str(), flags | O_CLOEXEC | O_NOCTTY, 0666));
+  UniqueFd fd(d.own >= 0 ? ::fcntl(d.own, F_DUPFD_CLOEXEC, 0)
+                         : ::open(path.c_str(), flags | O_CLOEXEC | O_NOCTTY, 0666));
   if (fd.get() < 0) return io_error(op, "cannot open", path, errno);
   absl::Status s = probe ? absl::OkStatus() : write(fd.get(), path);
   if (s.ok() && fd.close() != 0) s = io_error(op, "cannot write", path, errno);

@@ -872,7 +872,8 @@ TEST_P(ArgumentFuzzTest, EmptyTensorsWithHugeDimsDoNoWork) {
          const Tensor logits = flatten(t, 0, -2);
          return cross_entropy(logits, zeros({1}, kInt64, t.device()).expand({logits.size(0)}));
        }},
-      {"embedding", [](const Tensor& t) { return embedding(flatten(t, 0, -2), zeros({t.size(0), 0}, kInt64, t.device())); }},
+      {"embedding",
+       [](const Tensor& t) { return embedding(flatten(t, 0, -2), zeros({t.size(0), 0}, kInt64, t.device())); }},
       {"sum_to", [](const Tensor& t) { return sum_to(t, {1, t.size(-1)}); }},
       {"var", [](const Tensor& t) { return var(t, {0}); }},
       {"clamp", [](const Tensor& t) { return clamp(t, -1.0, 1.0); }},
