@@ -391,6 +391,17 @@ TEST(Pooling, AHugeKernelPoolsTheTapsInside) {
   expect_near(mul(a, 0x1p80), sum(x, {2, 3}, true));   // the sum over 2^80 taps, padding included
 }
 
+// An empty batch may ask for a huge adaptive output: [0, 1, 2^63 - 1, 1] is
+// empty and valid, but the CPU kernels sized their work with h w + oh ow,
+// past int64 (a signed overflow under ./run sanitize: ops_fuzz).
+TEST(Pooling, AnEmptyBatchTakesAHugeAdaptiveOutputSize) {
+  Tensor x = zeros({0, 1, 4, 4}).requires_grad_();
+  Tensor y = adaptive_avg_pool2d(x, Size2(INT64_MAX, 1));
+  EXPECT_EQ(y.shape(), (Shape{0, 1, INT64_MAX, 1}));
+  sum(y).backward();
+  EXPECT_EQ(x.grad().shape(), x.shape());
+}
+
 TEST(Flatten, MergesDimsAsAView) {
   Tensor x = random_tensor({2, 3, 4, 5}, 1);
   Tensor f = flatten(x, 1);
