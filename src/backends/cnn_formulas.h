@@ -66,6 +66,10 @@ struct TapRange {
   int64_t r0, r1;
 };
 ENCORE_HOST_DEVICE TapRange taps_inside(int64_t start, int64_t k, int64_t dil, int64_t n) {
+  if (dil == 1) {   // the common case, without a division
+    const int64_t r0 = hd_max(0, -start);
+    return {r0, hd_max(r0, hd_min(k, n - start))};
+  }
   const int64_t r0 = start >= 0 ? 0 : (-start - 1) / dil + 1;                 // first r: start + r dil >= 0
   const int64_t r1 = start >= n ? 0 : hd_min(k, (n - start - 1) / dil + 1);   // past the last r: < n
   return {r0, hd_max(r0, r1)};
