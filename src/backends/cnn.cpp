@@ -153,6 +153,10 @@ void max_pool2d_backward(const Tensor& gx, const Tensor& gy, const Tensor& indic
               {gx.storage()});
 }
 
+// NOTE [ An empty batch pools nothing ]: adaptive_avg_pool2d takes any
+// output size, so an empty batch's output may be [0, 1, 2^63 - 1, 1]: empty
+// and valid, but the kernels size their work with oh ow (the CPU's grains
+// add h w to it, past int64). With no plane there is nothing to launch.
 void avg_pool2d(const Tensor& y, const Tensor& x, const PoolGeom& g, AvgPoolMode mode) {
   const char* op = mode == AvgPoolMode::kAdaptive ? "adaptive_avg_pool2d" : "avg_pool2d";
   check_float(x.dtype(), op);
@@ -160,6 +164,7 @@ void avg_pool2d(const Tensor& y, const Tensor& x, const PoolGeom& g, AvgPoolMode
   ENCORE_CHECK(x.numel() == g.planes * g.h * g.w && y.numel() == g.planes * g.oh * g.ow,
                "%s: internal: input %s and output %s do not fit the window", op, shape_str(x.shape()),
                shape_str(y.shape()));
+  if (g.planes == 0) return;   // NOTE [ An empty batch pools nothing ]
   const AvgPoolArgs args{g, mode, x.data_ptr(), y.data_ptr(), x.dtype()};
   current_stream(x.device()).launch(kernels_for(x.device()).cnn->avg_pool, op, args, {x.storage()}, {y.storage()});
 }
@@ -171,6 +176,7 @@ void avg_pool2d_backward(const Tensor& gx, const Tensor& gy, const PoolGeom& g, 
   ENCORE_CHECK(gx.numel() == g.planes * g.h * g.w && gy.numel() == g.planes * g.oh * g.ow,
                "%s: internal: gradient %s and output gradient %s do not fit the window", op, shape_str(gx.shape()),
                shape_str(gy.shape()));
+  if (g.planes == 0) return;   // NOTE [ An empty batch pools nothing ]
   const AvgPoolArgs args{g, mode, gy.data_ptr(), gx.data_ptr(), gx.dtype()};
   current_stream(gx.device())
       .launch(kernels_for(gx.device()).cnn->avg_pool_backward, op, args, {gy.storage()}, {gx.storage()});

@@ -40,7 +40,9 @@ ENCORE_HOST_DEVICE PoolWindow avg_pool_window(const PoolGeom& g, AvgPoolMode mod
   }
   int64_t h0 = i * g.stride_h - g.pad_h, w0 = j * g.stride_w - g.pad_w;
   int64_t h1 = hd_min(h0 + g.kh, g.h + g.pad_h), w1 = hd_min(w0 + g.kw, g.w + g.pad_w);
-  const int64_t padded = (h1 - h0) * (w1 - w0);
+  // In double: a huge kernel's padded window (half of it padding) can pass
+  // 2^63 elements; below 2^53 the double is exact, the divisor as in int64.
+  const double padded = static_cast<double>(h1 - h0) * static_cast<double>(w1 - w0);
   h0 = hd_max(h0, 0), w0 = hd_max(w0, 0);
   h1 = hd_min(h1, g.h), w1 = hd_min(w1, g.w);
   win.h0 = h0, win.h1 = h1, win.w0 = w0, win.w1 = w1;
@@ -56,6 +58,23 @@ struct MaxTap {
   int64_t flat;
 };
 
+// The taps [r0, r1) of a window axis (first tap at `start`, k taps dil
+// apart) that lie inside [0, n). Walking only those keeps a huge kernel
+// (half of it padding: pool_geom allows that) from costing k steps per
+// output. Nothing wraps for the sizes pool_geom accepts.
+struct TapRange {
+  int64_t r0, r1;
+};
+ENCORE_HOST_DEVICE TapRange taps_inside(int64_t start, int64_t k, int64_t dil, int64_t n) {
+  if (dil == 1) {   // the common case, without a division
+    const int64_t r0 = hd_max(0, -start);
+    return {r0, hd_max(r0, hd_min(k, n - start))};
+  }
+  const int64_t r0 = start >= 0 ? 0 : (-start - 1) / dil + 1;                 // first r: start + r dil >= 0
+  const int64_t r1 = start >= n ? 0 : hd_min(k, (n - start - 1) / dil + 1);   // past the last r: < n
+  return {r0, hd_max(r0, r1)};
+}
+
 // Max pooling of output (i, j) over the dilated taps inside the input, row
 // by row: the first largest tap wins ties and a NaN wins over numbers
 // (PyTorch's rule; `v != v` is the NaN test both compilers keep). `at(flat)`
@@ -63,12 +82,12 @@ struct MaxTap {
 template <typename At>
 ENCORE_HOST_DEVICE MaxTap max_pool_window(const PoolGeom& g, int64_t i, int64_t j, At at) {
   MaxTap m{-INFINITY, -1};
-  for (int64_t r = 0; r < g.kh; ++r) {
-    const int64_t ih = i * g.stride_h - g.pad_h + r * g.dil_h;
-    if (ih < 0 || ih >= g.h) continue;
-    for (int64_t s = 0; s < g.kw; ++s) {
-      const int64_t iw = j * g.stride_w - g.pad_w + s * g.dil_w;
-      if (iw < 0 || iw >= g.w) continue;
+  const int64_t h0 = i * g.stride_h - g.pad_h, w0 = j * g.stride_w - g.pad_w;
+  const TapRange rows = taps_inside(h0, g.kh, g.dil_h, g.h), cols = taps_inside(w0, g.kw, g.dil_w, g.w);
+  for (int64_t r = rows.r0; r < rows.r1; ++r) {
+    const int64_t ih = h0 + r * g.dil_h;
+    for (int64_t s = cols.r0; s < cols.r1; ++s) {
+      const int64_t iw = w0 + s * g.dil_w;
       const float v = at(ih * g.w + iw);
       if (m.flat < 0 || v > m.value || (v != v && m.value == m.value)) m = {v, ih * g.w + iw};
     }

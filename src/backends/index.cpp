@@ -120,6 +120,10 @@ void multinomial(const Tensor& out, const Tensor& probs, int64_t samples, bool r
                    out.size(1) == samples && (replacement || samples <= probs.size(1)),
                "multinomial: internal: out %s %s for probs %s and %d samples", shape_str(out.shape()),
                dtype_name(out.dtype()), shape_str(probs.shape()), samples);
+  // Nothing to draw (the offset would advance by 0): an empty batch may ask
+  // for 2^63 - 1 samples a row, and the kernels size their work with
+  // classes x samples, past int64.
+  if (out.numel() == 0) return;
   const MultinomialArgs args{probs.data_ptr(), out.data<int64_t>(), state.data<int64_t>(), probs.size(0),
                              probs.size(1),    samples,             replacement,           probs.dtype(),
                              error_word(probs.device())};

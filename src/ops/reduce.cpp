@@ -16,10 +16,12 @@
 //    index max(dim) reports. (PyTorch's max() splits it evenly among ties;
 //    first-index keeps both forms consistent and needs only the saved index.)
 #include <algorithm>
+#include <limits>
 
 #include "encore/ops.h"
 #include "src/autograd/function.h"
 #include "src/backends/kernels.h"
+#include "src/core/tensor_internal.h"
 #include "src/ops/op_utils.h"
 
 namespace encore {
@@ -60,7 +62,9 @@ ReducedDims resolve_dims(const char* op, const Tensor& a, absl::Span<const int64
     const int64_t size = a.shape()[d];
     if (r.mask & backend::dim_bit(d)) {
       r.dims.push_back(d);
-      r.count *= size;
+      // Saturates: only an empty input's reduced dims pass int64 (its output
+      // is empty too, so no count is used).
+      if (__builtin_mul_overflow(r.count, size, &r.count)) r.count = std::numeric_limits<int64_t>::max();
       r.keep_shape.push_back(1);
       if (keepdim) r.out_shape.push_back(1);
     } else {
@@ -68,6 +72,9 @@ ReducedDims resolve_dims(const char* op, const Tensor& a, absl::Span<const int64
       r.out_shape.push_back(size);
     }
   }
+  // An empty input's kept dims may multiply past int64 ([0, 2^62, 4] over
+  // dim 0): such an output cannot exist.
+  checked_numel(op, r.out_shape);
   return r;
 }
 

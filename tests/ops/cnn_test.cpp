@@ -378,6 +378,30 @@ TEST(Pooling, RefusesBadArguments) {
   EXPECT_EQ(max_pool2d(x, 2, Size2(huge)).size(-1), 1);   // one window: a huge stride is fine
 }
 
+// A kernel far past the input, half of it padding (allowed), is one window
+// over the whole plane: it costs the taps inside (before: 2^80 steps, and
+// kh kw oh ow wrapped), and its count_include_pad divisor does not wrap.
+TEST(Pooling, AHugeKernelPoolsTheTapsInside) {
+  const int64_t huge = int64_t{1} << 40;
+  Tensor x = random_tensor({2, 3, 4, 5}, 1);
+  Tensor m = max_pool2d(x, Size2(huge), std::nullopt, Size2(huge / 2));
+  EXPECT_EQ(m.shape(), (Shape{2, 3, 1, 1}));
+  expect_near(m, max(max(x, 3, true).first, 2, true).first, 0.0, 0.0);
+  Tensor a = avg_pool2d(x, Size2(huge), std::nullopt, Size2(huge / 2), false, /*count_include_pad=*/true);
+  expect_near(mul(a, 0x1p80), sum(x, {2, 3}, true));   // the sum over 2^80 taps, padding included
+}
+
+// An empty batch may ask for a huge adaptive output: [0, 1, 2^63 - 1, 1] is
+// empty and valid, but the CPU kernels sized their work with h w + oh ow,
+// past int64 (a signed overflow under ./run sanitize: ops_fuzz).
+TEST(Pooling, AnEmptyBatchTakesAHugeAdaptiveOutputSize) {
+  Tensor x = zeros({0, 1, 4, 4}).requires_grad_();
+  Tensor y = adaptive_avg_pool2d(x, Size2(INT64_MAX, 1));
+  EXPECT_EQ(y.shape(), (Shape{0, 1, INT64_MAX, 1}));
+  sum(y).backward();
+  EXPECT_EQ(x.grad().shape(), x.shape());
+}
+
 TEST(Flatten, MergesDimsAsAView) {
   Tensor x = random_tensor({2, 3, 4, 5}, 1);
   Tensor f = flatten(x, 1);

@@ -282,6 +282,17 @@ TEST(IndexTest, MultinomialWithoutReplacementNeverRepeats) {
   }
 }
 
+// An empty batch may ask for 2^63 - 1 samples a row: [0, 2^63 - 1] is empty
+// and valid, but the CPU kernel sized its work with classes x samples, past
+// int64 (a signed overflow under ./run sanitize: ops_fuzz). Nothing is
+// drawn, so the generator's offset stays.
+TEST(IndexTest, MultinomialOfAnEmptyBatchDrawsNothing) {
+  Generator g(3);
+  const Tensor s = multinomial(ones({0, 2}), INT64_MAX, /*replacement=*/true, &g);
+  EXPECT_EQ(s.shape(), (Shape{0, INT64_MAX}));
+  EXPECT_EQ(g.offset(), 0u);
+}
+
 TEST(IndexTest, Refusals) {
   const Tensor x = random_tensor({3, 4}, 1);
   expect_error([&] { gather(x, 1, from_vector<int64_t>({0, 4, 1}, {3, 1})); }, kInvalid,

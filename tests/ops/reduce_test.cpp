@@ -358,6 +358,20 @@ TEST(ReduceTest, VarIsAccurateForLargeOffsets) {
   expect_near(var(a, {1}), ref_var(values(a), l, 1), 1e-3, 1e-3);
 }
 
+// An empty input whose other dims multiply past int64: reducing the empty
+// dim leaves an output that cannot exist, refused naming the op (var sized
+// its mean buffer with the wrapped count first, a signed overflow: ops_fuzz),
+// and reducing the others overflows the count of reduced elements, which
+// saturates (the output is empty).
+TEST(ReduceTest, EmptyInputsWithHugeDimsAreRefusedOrEmpty) {
+  const int64_t k2to62 = int64_t{1} << 62;
+  const Tensor e = zeros({0, 1, 1}).expand({0, k2to62, 4});
+  expect_error([&] { (void)var(e, {0}); }, absl::StatusCode::kInvalidArgument, {"var", "2^63 elements"});
+  expect_error([&] { (void)sum(e, {0}, true); }, absl::StatusCode::kInvalidArgument, {"sum", "2^63 elements"});
+  EXPECT_EQ(var(e, {1, 2}).shape(), (Shape{0}));
+  EXPECT_EQ(mean(e, {1, 2}, true).shape(), (Shape{0, 1, 1}));
+}
+
 TEST(ReduceTest, EmptyAndOverCorrectedReductionsFollowPyTorch) {
   // mean and var of nothing: NaN.
   expect_near(mean(zeros({2, 0}), {1}), {kNaN, kNaN});

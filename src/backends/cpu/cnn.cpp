@@ -364,7 +364,9 @@ void max_pool_loop(const MaxPoolArgs& a) {
   const PoolGeom& g = a.g;
   const T* x = static_cast<const T*>(a.x);
   T* y = static_cast<T*>(a.y);
-  parallel_for(g.planes, grain_for(g.oh * g.ow * g.kh * g.kw, kGrainElementwise), [&](int64_t b, int64_t e) {
+  // The taps inside the input (max_pool_window walks no others): kh kw would wrap for a huge kernel.
+  const int64_t taps = std::min(g.kh, g.h) * std::min(g.kw, g.w);
+  parallel_for(g.planes, grain_for(g.oh * g.ow * taps, kGrainElementwise), [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e; ++p) {
       const T* xp = x + p * g.h * g.w;
       for (int64_t i = 0; i < g.oh; ++i) {
