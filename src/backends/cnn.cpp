@@ -156,7 +156,8 @@ void max_pool2d_backward(const Tensor& gx, const Tensor& gy, const Tensor& indic
 // NOTE [ An empty batch pools nothing ]: adaptive_avg_pool2d takes any
 // output size, so an empty batch's output may be [0, 1, 2^63 - 1, 1]: empty
 // and valid, but the kernels size their work with oh ow (the CPU's grains
-// add h w to it, past int64). With no plane there is nothing to launch.
+// add h w to it, past int64). With no plane there is nothing to launch (as
+// NOTE [ Empty tensors do no work ] in nn.cpp).
 void avg_pool2d(const Tensor& y, const Tensor& x, const PoolGeom& g, AvgPoolMode mode) {
   const char* op = mode == AvgPoolMode::kAdaptive ? "adaptive_avg_pool2d" : "avg_pool2d";
   check_float(x.dtype(), op);

@@ -122,7 +122,7 @@ void multinomial(const Tensor& out, const Tensor& probs, int64_t samples, bool r
                dtype_name(out.dtype()), shape_str(probs.shape()), samples);
   // Nothing to draw (the offset would advance by 0): an empty batch may ask
   // for 2^63 - 1 samples a row, and the kernels size their work with
-  // classes x samples, past int64.
+  // classes x samples, past int64 (NOTE [ Empty tensors do no work ] in nn.cpp).
   if (out.numel() == 0) return;
   const MultinomialArgs args{probs.data_ptr(), out.data<int64_t>(), state.data<int64_t>(), probs.size(0),
                              probs.size(1),    samples,             replacement,           probs.dtype(),
