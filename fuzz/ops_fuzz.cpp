@@ -340,7 +340,10 @@ Tensor factory(Gen& g) {
 Tensor consume(Gen& g, const Tensor& a, const Tensor& b) {
   Tensor x = g.coin() ? a.detach().clone() : a;
   Tensor y = b;
-  if (g.pick(3) == 0) y = g.coin() ? x : g.view_of(x);
+  if (g.pick(3) == 0) {   // x itself, or a view of it of at most kSmall elements (an expand may be huge)
+    const Tensor v = g.coin() ? x : g.view_of(x);
+    y = v.numel() <= kSmall ? v : x;
+  }
   switch (g.pick(9)) {
     case 0: return encore::add(std::move(x), y);
     case 1: return encore::sub(y, std::move(x));
