@@ -28,14 +28,14 @@ Layout<N> make_layout(const Tensor& out, std::initializer_list<const Tensor*> in
 // Appends a dim (size, stride) to a group of dims, merging it into the
 // group's last dim when the two are contiguous with each other; size-1 dims
 // are dropped. Reductions group their kept and reduced dims with it.
-// (In an empty tensor size * stride, or the merged size, may overflow: such
-// dims stay apart.)
+// (An empty view's strides may be near 2^63, so size * stride may overflow:
+// such dims stay apart. Merged sizes fit: NOTE [ Shapes whose nonzero dims
+// fit ] in src/core/tensor.cpp.)
 inline void push_dim(int64_t size, int64_t stride, int32_t& ndim, int64_t* shape, int64_t* strides) {
   if (size == 1) return;
-  int64_t span = 0, merged = 0;
-  if (ndim > 0 && !__builtin_mul_overflow(size, stride, &span) && strides[ndim - 1] == span &&
-      !__builtin_mul_overflow(shape[ndim - 1], size, &merged)) {
-    shape[ndim - 1] = merged;
+  int64_t span = 0;
+  if (ndim > 0 && !__builtin_mul_overflow(size, stride, &span) && strides[ndim - 1] == span) {
+    shape[ndim - 1] *= size;
     strides[ndim - 1] = stride;
     return;
   }
