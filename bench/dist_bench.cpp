@@ -18,6 +18,12 @@
 //                   it): the share of the communication that backward hid
 //   exposed_ms      eager_ms - local_ms: what the communication added to a step
 //   steps_per_s     1000 / eager_ms, and samples_per_s over every rank
+//   barrier_us      one barrier: since every collective first agrees on the
+//                   call (NOTE [ Ranks agree on each call ] in
+//                   src/dist/engine.cpp), a barrier is that agreement alone
+//   small_us        one all-reduce of one float32: the agreement plus the
+//                   data's call, so small_us - barrier_us is about what the
+//                   data alone would cost, and barrier_us what agreeing adds
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -106,7 +112,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dist_bench: %s\n", std::string(g.status().message()).c_str());
     return 1;
   }
-  // The four kinds in turn, one window each per round, so that a shared
+  constexpr int kLatencyCalls = 100;   // small calls per step of the last two kinds
+  Tensor one = zeros({1});
+  // The kinds in turn, one window each per round, so that a shared
   // machine's load falls on all of them alike; medians over the rounds.
   const std::vector<std::function<void()>> kinds = {
       step,
@@ -120,6 +128,12 @@ int main(int argc, char** argv) {
       [&] {
         absl::Status s = g->replay();
         if (!s.ok()) throw Error(s);
+      },
+      [&] {
+        for (int i = 0; i < kLatencyCalls; ++i) pg->barrier();
+      },
+      [&] {
+        for (int i = 0; i < kLatencyCalls; ++i) pg->all_reduce(one);
       }};
   std::vector<std::vector<double>> ms(kinds.size());
   double in_flight_s = 0, blocked_s = 0;   // of the eager steps' all-reduces (the engine's clocks)
@@ -146,6 +160,8 @@ int main(int argc, char** argv) {
     return static_cast<double>(*std::max_element(all.begin(), all.end())) / 1e6;
   };
   const double e = worst(eager_ms), l = worst(local_ms), c = worst(comm_ms), r = worst(replay_ms);
+  const double barrier_us = worst(median(ms[4])) * 1000 / kLatencyCalls,
+               small_us = worst(median(ms[5])) * 1000 / kLatencyCalls;
   if (std::getenv("DIST_BENCH_VERBOSE") != nullptr) {
     std::fprintf(stderr, "rank %d: eager %.3f local %.3f comm %.3f replay %.3f ms; local windows:", pg->rank(),
                  eager_ms, local_ms, comm_ms, replay_ms);
@@ -158,9 +174,10 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"ranks\": %d, \"batch_per_rank\": %lld, \"width\": %lld, \"buckets\": %zu, \"eager_ms\": %.3f, "
         "\"local_ms\": %.3f, \"comm_ms\": %.3f, \"replay_ms\": %.3f, \"hidden\": %s, \"steps_per_s\": %.1f, "
-        "\"samples_per_s\": %.0f, \"replay_speedup\": %.2f, \"exposed_ms\": %.3f}\n",
+        "\"samples_per_s\": %.0f, \"replay_speedup\": %.2f, \"exposed_ms\": %.3f, \"barrier_us\": %.2f, "
+        "\"small_us\": %.2f}\n",
         pg->world_size(), static_cast<long long>(batch), static_cast<long long>(width), buffers.size(), e, l, c, r,
-        hidden.c_str(), 1000.0 / e, 1000.0 / e * batch * pg->world_size(), e / r, e - l);
+        hidden.c_str(), 1000.0 / e, 1000.0 / e * batch * pg->world_size(), e / r, e - l, barrier_us, small_us);
   }
   return 0;
 }

@@ -35,6 +35,16 @@
 // capture the same step; capture() compares a fingerprint of the recorded
 // kernels across ranks and refuses a rank whose step differs.
 //
+// Ranks agree on each call. Every CPU collective first gathers each rank's
+// description of it (kind, dtype, element count, reduce op, root) and
+// moves data only if all are the same; otherwise every rank throws
+// kFailedPrecondition naming the ranks whose call differs (e.g. "rank 1:
+// all_reduce (sum) of 16 i32 elements"), nothing is written, and the group
+// goes on working. That costs each all-reduce and broadcast one small
+// all-gather (a barrier is that all-gather alone). CUDA collectives (NCCL)
+// are not checked: their calls are queued on the device's stream, where no
+// host code runs between them in a captured graph.
+//
 // Bounded waits. MPI runs on a communication thread of its own, with
 // nonblocking calls polled against a deadline (Options::timeout_s, counted
 // from when the thread starts the call: one queued behind others, such as
@@ -154,11 +164,14 @@ class ProcessGroup {
   int32_t id() const { return id_; }
 
   // In place on every rank: t becomes the sum (or average) over the ranks of
-  // their t. Same shape, dtype and device on every rank; contiguous. CPU:
+  // their t. Same shape, dtype, op and device on every rank (a CPU group
+  // refuses ranks whose count, dtype or op differ: "Ranks agree on each
+  // call" above); contiguous. CPU:
   // float32, int32, int64 (not float16/bfloat16: MPI has no such type);
   // CUDA: every float dtype. Throws encore::Error naming the call and the rank.
   void all_reduce(const Tensor& t, ReduceOp op = ReduceOp::kSum);
-  // In place: every rank's t becomes rank `root`'s (any dtype).
+  // In place: every rank's t becomes rank `root`'s (any dtype; the same
+  // root, count and dtype on every rank, checked on a CPU group).
   void broadcast(const Tensor& t, int root = 0);
   // Returns when every rank has called it (or throws after the timeout).
   void barrier();

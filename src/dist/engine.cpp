@@ -2,6 +2,7 @@
 #include "src/dist/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/types/span.h"
 #include "encore/error.h"
 
 #if ENCORE_HAVE_MPI
@@ -80,6 +82,26 @@ struct Group {
 // what it held before the call or its result, and nothing writes to it after
 // the call returns (encore/dist.h).
 //
+// NOTE [ Ranks agree on each call ]: every collective starts by gathering
+// each rank's description of it (kind, dtype, count, reduce op, root) and
+// goes on only if all are the same; otherwise every rank returns
+// kFailedPrecondition naming the ranks whose call differs, before any data
+// moves, and the group stays usable (its ranks still agree on which call
+// is which). Before, MPI paired whatever the ranks called: an all-reduce of
+// 16 float32 against one of 16 int32 summed bits of one type as the other
+// and returned OK with wrong values on both ranks; counts that differed
+// gave MPI_ERR_TRUNCATE on one rank and a timeout on the other, after which
+// the world's next group could not be made; sum against average, or two
+// roots, silently gave the ranks different results. A barrier is the
+// gathering alone (no rank completes it before every rank joined), so it
+// costs no more than before; every other call pays one small all-gather
+// (bench/RESULTS.md, "Collectives agree on each call"). A rank that gives
+// up on the gathering keeps its first chunk staged: when a late peer
+// completes the gathering, the abandoned request's continuation starts that
+// chunk's call, so the late peer's call still completes (with this rank's
+// contribution) as it did before the gathering existed (NOTE [ Staged
+// collectives ]).
+//
 // NOTE [ Bounded group creation ]: a group's communicator is made with
 // MPI_Comm_idup polled against the group's timeout, like a collective:
 // MPI_Comm_dup waited for a missing peer without bound (forever, for one
@@ -107,11 +129,17 @@ constexpr int64_t kDefaultChunkBytes = int64_t{64} << 20;
 std::atomic<int64_t> chunk_bytes{kDefaultChunkBytes};
 
 #if ENCORE_HAVE_MPI
+// What an abandoned request does once a late peer completes it: starts the
+// call that followed it in the protocol (writing its request) and returns
+// the buffers that call uses, or returns null when nothing follows.
+using Continuation = std::function<std::shared_ptr<void>(MPI_Request*)>;
+
 // One request abandoned at its deadline and the buffers it reads or writes.
 struct Orphan {
   MPI_Request request;
   std::shared_ptr<void> buffers;
   bool world_dup = false;   // an MPI_Comm_idup of MPI_COMM_WORLD (NOTE [ Bounded group creation ])
+  Continuation then;        // null: nothing follows
 };
 
 absl::Status mpi_status(int code, const std::string& where_) {
@@ -128,6 +156,58 @@ MPI_Datatype mpi_type(DType d) {
     case kInt64: return MPI_INT64_T;
     default: return MPI_DATATYPE_NULL;
   }
+}
+
+// Starts one chunk's call, n elements of `dtype` at buf (NOTE [ Chunked collectives ]).
+int start_chunk(MPI_Comm comm, CollKind kind, DType dtype, int root, char* buf, int64_t n, MPI_Request* req) {
+  return kind == CollKind::kAllReduce
+             ? MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(n), mpi_type(dtype), MPI_SUM, comm, req)
+             : MPI_Ibcast(buf, static_cast<int>(n * dtype_size(dtype)), MPI_BYTE, root, comm, req);
+}
+
+// A rank's description of a collective (NOTE [ Ranks agree on each call ]):
+// the fields that do not apply to its kind are zero.
+constexpr int kCallWords = 5;
+using CallWords = std::array<int64_t, kCallWords>;
+CallWords describe(const Work& w) {
+  const bool reduces = w.kind == CollKind::kAllReduce, moves = w.kind != CollKind::kBarrier;
+  return {static_cast<int64_t>(w.kind), moves ? static_cast<int64_t>(w.dtype) : 0, moves ? w.count : 0,
+          reduces ? static_cast<int64_t>(w.op) : 0, w.kind == CollKind::kBroadcast ? w.root : 0};
+}
+
+std::string call_text(const CallWords& c) {
+  const auto kind = static_cast<CollKind>(c[0]);
+  const std::string elements =
+      absl::StrCat(c[2], " ", std::string(dtype_name(static_cast<DType>(c[1]))), c[2] == 1 ? " element" : " elements");
+  switch (kind) {
+    case CollKind::kAllReduce:
+      return absl::StrCat("all_reduce (",
+                          static_cast<dist::ReduceOp>(c[3]) == dist::ReduceOp::kSum ? "sum" : "average", ") of ",
+                          elements);
+    case CollKind::kBroadcast: return absl::StrCat("broadcast from rank ", c[4], " of ", elements);
+    case CollKind::kBarrier: return "barrier";
+  }
+  return "an unknown collective";
+}
+
+// The gathered descriptions (rank r's at r * kCallWords): OK when every rank's
+// equals `mine`, else kFailedPrecondition naming the ranks that differ.
+absl::Status check_calls(absl::Span<const int64_t> all, const CallWords& mine, const std::string& where_) {
+  std::string differ;
+  int count = 0;
+  const int ranks = static_cast<int>(all.size()) / kCallWords;
+  for (int r = 0; r < ranks; ++r) {
+    CallWords theirs;
+    std::copy_n(all.begin() + r * kCallWords, kCallWords, theirs.begin());
+    if (theirs == mine) continue;
+    if (++count <= 4) absl::StrAppend(&differ, "; rank ", r, ": ", call_text(theirs));
+  }
+  if (count == 0) return absl::OkStatus();
+  if (count > 4) absl::StrAppend(&differ, "; and ", count - 4, " more");
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "%s: the ranks called different collectives on this group (their programs diverged): this rank: %s%s. "
+      "Nothing was sent and the group stays usable",
+      where_, call_text(mine), differ));
 }
 #endif
 
@@ -528,6 +608,15 @@ class Engine {
     for (size_t i = 0; i < orphans_.size();) {
       int flag = 0;
       MPI_Test(&orphans_[i].request, &flag, MPI_STATUS_IGNORE);
+      if (flag && orphans_[i].then) {
+        Continuation then = std::move(orphans_[i].then);
+        orphans_[i].then = nullptr;
+        if (std::shared_ptr<void> next = then(&orphans_[i].request)) {
+          orphans_[i].buffers = std::move(next);   // the next call of the protocol, polled from now on
+          ++i;
+          continue;
+        }
+      }
       if (flag) {
         orphans_[i] = std::move(orphans_.back());
         orphans_.pop_back();
@@ -546,8 +635,10 @@ class Engine {
 
   // Polls `req` until it completes or `deadline` passes; then it keeps
   // `buffers` (what the request reads and writes) until a late peer completes it.
+  // `then` is what the request's protocol does next, run if a late peer
+  // completes it after this rank gave up (Orphan::then).
   absl::Status poll(Group& g, MPI_Request& req, const char* what, Clock::time_point deadline,
-                    std::shared_ptr<void> buffers, bool world_dup = false) {
+                    std::shared_ptr<void> buffers, bool world_dup = false, Continuation then = nullptr) {
     const double timeout = g.timeout_s.load();
     int spins = 0;
     for (;;) {
@@ -555,8 +646,10 @@ class Engine {
       int rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
       if (flag) return absl::OkStatus();
+      // A late peer of an abandoned call may be waiting for its continuation.
+      if (!orphans_.empty() && spins % 64 == 0) poll_orphans();
       if (Clock::now() >= deadline) {
-        orphans_.push_back({req, std::move(buffers), world_dup});
+        orphans_.push_back({req, std::move(buffers), world_dup, std::move(then)});
         orphan_count_.store(static_cast<int64_t>(orphans_.size()));
         return fail(g, absl::DeadlineExceededError(absl::StrFormat(
                            "%s: the other ranks did not join within %g s (a rank died, threw, is stuck, or runs a "
@@ -585,8 +678,11 @@ class Engine {
   }
 
   // One chunk of w: n elements at p, through the group's staging buffer
-  // (NOTE [ Chunked collectives ], NOTE [ Staged collectives ]).
-  absl::Status run_chunk(Group& g, const Work& w, char* p, int64_t n, const char* what, Clock::time_point deadline) {
+  // (NOTE [ Chunked collectives ], NOTE [ Staged collectives ]); the first
+  // chunk is staged before the ranks agree on the call (NOTE [ Ranks agree
+  // on each call ]).
+  absl::Status run_chunk(Group& g, const Work& w, char* p, int64_t n, bool first, const char* what,
+                         Clock::time_point deadline) {
     const int64_t bytes = n * dtype_size(w.dtype);
     if (g.staging_bytes < bytes) {
       g.staging = std::make_shared_for_overwrite<char[]>(bytes);
@@ -596,22 +692,51 @@ class Engine {
     const bool sends = w.kind == CollKind::kAllReduce || g.rank == w.root;
     const bool receives = w.kind == CollKind::kAllReduce || g.rank != w.root;
     if (sends) ENCORE_DIST_RETURN_IF_ERROR(copy_for_caller(g, buf, p, bytes, what));
-    MPI_Request req;
-    const int rc =
-        w.kind == CollKind::kAllReduce
-            ? MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(n), mpi_type(w.dtype), MPI_SUM, g.comm, &req)
-            : MPI_Ibcast(buf, static_cast<int>(bytes), MPI_BYTE, w.root, g.comm, &req);
-    mpi_calls_.fetch_add(1);
-    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
-    absl::Status s = poll(g, req, what, deadline, g.staging);
+    absl::Status s = first ? agree(g, w, what, deadline, n) : absl::OkStatus();
+    if (s.ok()) {
+      MPI_Request req;
+      const int rc = start_chunk(g.comm, w.kind, w.dtype, w.root, buf, n, &req);
+      mpi_calls_.fetch_add(1);
+      if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
+      s = poll(g, req, what, deadline, g.staging);
+    }
     if (!s.ok()) {
-      g.staging.reset();   // an orphan may hold it: the group's next collective gets another
-      g.staging_bytes = 0;
+      if (absl::IsDeadlineExceeded(s)) {   // an orphan may hold the buffer: the group's next collective gets another
+        g.staging.reset();
+        g.staging_bytes = 0;
+      }
       return s;
     }
     if (w.kind == CollKind::kAllReduce && w.op == dist::ReduceOp::kAverage) divide(buf, n, w.dtype, g.size);
     if (receives) ENCORE_DIST_RETURN_IF_ERROR(copy_for_caller(g, p, buf, bytes, what));
     return absl::OkStatus();
+  }
+
+  // Gathers every rank's description of w and compares (NOTE [ Ranks agree
+  // on each call ]). `n`: the elements of w's first chunk, staged in the
+  // group's buffer; if this rank gives up and a late peer completes the
+  // gathering, that chunk's call is started then, as the peer expects.
+  absl::Status agree(Group& g, const Work& w, const char* what, Clock::time_point deadline, int64_t n) {
+    const CallWords mine = describe(w);
+    auto calls = std::make_shared<std::vector<int64_t>>(kCallWords * (g.size + 1));
+    std::copy(mine.begin(), mine.end(), calls->begin());   // [0, kCallWords): this rank's, then every rank's
+    MPI_Request req;
+    const int rc = MPI_Iallgather(calls->data(), kCallWords, MPI_INT64_T, calls->data() + kCallWords, kCallWords,
+                                  MPI_INT64_T, g.comm, &req);
+    mpi_calls_.fetch_add(1);
+    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
+    Continuation then;
+    if (n > 0) {
+      then = [calls, mine, staging = g.staging, comm = g.comm, kind = w.kind, dtype = w.dtype, root = w.root,
+              n](MPI_Request* next) -> std::shared_ptr<void> {
+        const absl::Span<const int64_t> all = absl::MakeConstSpan(*calls).subspan(kCallWords);
+        if (!check_calls(all, mine, "").ok()) return nullptr;   // the late peer stops here too
+        if (start_chunk(comm, kind, dtype, root, staging.get(), n, next) != MPI_SUCCESS) return nullptr;
+        return staging;
+      };
+    }
+    ENCORE_DIST_RETURN_IF_ERROR(poll(g, req, what, deadline, calls, false, std::move(then)));
+    return check_calls(absl::MakeConstSpan(*calls).subspan(kCallWords), mine, where_of(g, what));
   }
 
   // A copy between the caller's memory and the staging buffer, unless a
@@ -634,18 +759,14 @@ class Engine {
       }
     }
     const auto deadline = deadline_of(g);
-    if (w.kind == CollKind::kBarrier) {
-      MPI_Request req;
-      const int rc = MPI_Ibarrier(g.comm, &req);
-      mpi_calls_.fetch_add(1);
-      if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
-      return poll(g, req, what, deadline, nullptr);
-    }
+    // A barrier, or a collective of no elements, is the agreement alone.
+    if (w.kind == CollKind::kBarrier || w.count == 0) return agree(g, w, what, deadline, 0);
     const int64_t size = dtype_size(w.dtype);
     const int64_t step = std::max<int64_t>(1, chunk_bytes.load() / size);   // elements per chunk
     for (int64_t first = 0; first < w.count; first += step) {
       const int64_t n = std::min(step, w.count - first);
-      ENCORE_DIST_RETURN_IF_ERROR(run_chunk(g, w, static_cast<char*>(w.data) + first * size, n, what, deadline));
+      ENCORE_DIST_RETURN_IF_ERROR(
+          run_chunk(g, w, static_cast<char*>(w.data) + first * size, n, first == 0, what, deadline));
     }
     return absl::OkStatus();
   }

@@ -92,7 +92,9 @@ struct EngineTimes {
   double in_flight_s = 0;
   double blocked_s = 0;
   int64_t collectives = 0;
-  int64_t mpi_calls = 0;   // nonblocking MPI collectives issued (a large collective issues one per chunk)
+  // Nonblocking MPI collectives issued: per collective, one to agree on the
+  // call (NOTE [ Ranks agree on each call ] in engine.cpp), then one per chunk.
+  int64_t mpi_calls = 0;
 };
 EngineTimes engine_times();
 

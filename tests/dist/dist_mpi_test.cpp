@@ -143,10 +143,14 @@ TEST(DistMpiTest, CollectivesLargerThanAChunkGoInChunks) {
   Tensor b = (from_vector<float>({0, 1, 2, 3, 4, 5, 6}) + static_cast<double>(r)).to(kBFloat16);   // chunks of 6
   world()->broadcast(b, 1);
   EXPECT_EQ(b.to(kFloat32).to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_EQ(dist_internal::engine_times().mpi_calls - calls, 4 + 4 + 7 + 2) << "not chunked as expected";
+  // One call per chunk, after each collective's agreement (NOTE [ Ranks agree on each call ]).
+  EXPECT_EQ(dist_internal::engine_times().mpi_calls - calls, (1 + 4) + (1 + 4) + (1 + 7) + (1 + 2))
+      << "not chunked as expected";
   dist_internal::set_chunk_bytes(saved);
   Tensor empty_one = zeros({0});
-  world()->all_reduce(empty_one);   // nothing to move: no chunk at all, on every rank
+  const int64_t before_empty = dist_internal::engine_times().mpi_calls;
+  world()->all_reduce(empty_one);   // nothing to move: the agreement only, on every rank
+  EXPECT_EQ(dist_internal::engine_times().mpi_calls - before_empty, 1);
 }
 
 TEST(DistMpiTest, RefusesWhatMpiCannotCarry) {
@@ -562,6 +566,55 @@ TEST(DistMpiTest, NoSyncAccumulatesThenAveragesTheSum) {
   for (size_t i = 0; i < p.size(); ++i) testing::expect_near(p[i].grad(), testing::values(q[i].grad()), 1e-6, 1e-5);
 }
 
+// Ranks whose calls differ (kind, dtype, count, reduce op, root) are all
+// refused before any data moves, each naming the other's call, and the
+// group goes on working (NOTE [ Ranks agree on each call ] in
+// src/dist/engine.cpp). Before, f32 against i32 returned OK with each
+// rank's bits summed as the other type, sum against average gave the ranks
+// different results, and counts that differed left MPI_ERR_TRUNCATE on one
+// rank, a timeout on the other, and a world whose next group timed out.
+TEST(DistMpiTest, RanksThatCallDifferentCollectivesAreRefusedBeforeAnyDataMoves) {
+  NEED_TWO_RANKS();
+  absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> made = dist::ProcessGroup::create({.timeout_s = 20.0});
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::shared_ptr<dist::ProcessGroup> g = *made;
+  const int r = g->rank();
+  struct Case {
+    const char* name;
+    std::function<void(int rank)> call;   // what rank `rank` does
+    std::string rank0, rank1;             // how each rank's call is described
+  };
+  Tensor a = full({16}, 1.0), b = full({16}, 7.0).to(kInt32);
+  const Tensor a_before = a.clone(), b_before = b.clone();
+  const std::vector<Case> cases = {
+      {"dtype", [&](int k) { g->all_reduce(k == 0 ? a : b); }, "all_reduce (sum) of 16 f32 elements",
+       "all_reduce (sum) of 16 i32 elements"},
+      {"count", [&](int k) { g->all_reduce(k == 0 ? a : a.slice(0, 0, 6)); }, "all_reduce (sum) of 16 f32 elements",
+       "all_reduce (sum) of 6 f32 elements"},
+      {"op", [&](int k) { g->all_reduce(a, k == 0 ? dist::ReduceOp::kSum : dist::ReduceOp::kAverage); },
+       "all_reduce (sum) of 16 f32 elements", "all_reduce (average) of 16 f32 elements"},
+      {"root", [&](int k) { g->broadcast(a, k); }, "broadcast from rank 0 of 16 f32 elements",
+       "broadcast from rank 1 of 16 f32 elements"},
+      {"kind", [&](int k) { k == 0 ? g->barrier() : g->all_reduce(a); }, "barrier",
+       "all_reduce (sum) of 16 f32 elements"},
+      {"empty", [&](int k) { g->all_reduce(k == 0 ? a.slice(0, 0, 0) : a.slice(0, 0, 1)); },
+       "all_reduce (sum) of 0 f32 elements", "all_reduce (sum) of 1 f32 element"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string& other = r == 0 ? c.rank1 : c.rank0;
+    expect_error([&] { c.call(r); }, absl::StatusCode::kFailedPrecondition,
+                 {absl::StrCat("on rank ", r, " of 2"), "the ranks called different collectives",
+                  absl::StrCat("this rank: ", r == 0 ? c.rank0 : c.rank1, "; rank ", 1 - r, ": ", other)});
+    EXPECT_TRUE(g->health().ok()) << g->health();
+    EXPECT_EQ(a.to_vector<float>(), a_before.to_vector<float>()) << "written by a refused call";
+    EXPECT_EQ(b.to_vector<int32_t>(), b_before.to_vector<int32_t>()) << "written by a refused call";
+  }
+  Tensor t = full({5}, r + 1.0);   // the group still pairs the ranks' calls
+  g->all_reduce(t);
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(5, 3.0f));
+}
+
 // A rank that throws before a collective (and so never joins it) makes the
 // other fail within its timeout, with a message naming the call and the
 // rank; the group then refuses further calls at once. The late rank joins
@@ -581,7 +634,9 @@ TEST(DistMpiTest, AMissingPeerFailsTheOthersWithinTheTimeout) {
     } catch (const std::runtime_error&) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2500));   // past rank 0's deadline
-    g->all_reduce(t);                                                // completes rank 0's abandoned request
+    // Completes rank 0's abandoned agreement, whose continuation then starts
+    // the data's call (NOTE [ Ranks agree on each call ]): this call succeeds.
+    g->all_reduce(t);
   } else {
     const auto t0 = std::chrono::steady_clock::now();
     expect_error([&] { g->all_reduce(t); }, absl::StatusCode::kDeadlineExceeded,
