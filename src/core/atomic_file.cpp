@@ -77,6 +77,25 @@ std::pair<std::string, std::string> split_path(const std::string& path) {
   return {slash == 0 ? "/" : path.substr(0, slash), path.substr(slash + 1)};
 }
 
+// Where the symbolic link `path` leads: its target, a relative one resolved
+// against `path`'s directory. is_link is false when `path` is no link (or
+// cannot be read); too_long when the target does not fit PATH_MAX.
+struct Link {
+  bool is_link = false;
+  bool too_long = false;
+  std::string to;
+};
+
+Link read_link(const std::string& path) {
+  char link[PATH_MAX];
+  const ssize_t n = ::readlink(path.c_str(), link, sizeof link);
+  if (n < 0) return {};
+  if (static_cast<size_t>(n) == sizeof link) return {true, true, {}};
+  std::string to(link, static_cast<size_t>(n));
+  if (to.empty() || to[0] != '/') to = absl::StrCat(split_path(path).first, "/", to);
+  return {true, false, std::move(to)};
+}
+
 // /dev/ and /proc/ hold no files to replace (NOTE [ Writing a file atomically ]).
 bool in_dev_or_proc(const std::string& path) {
   std::error_code ec;
@@ -104,11 +123,9 @@ Descriptor descriptor_of(std::string path) {
     if (absl::StartsWith(dir, "/proc/") && absl::EndsWith(dir, "/fd") && std::count(dir.begin(), dir.end(), '/') == 3) {
       return {true, -1};   // another process's
     }
-    char link[PATH_MAX];
-    const ssize_t len = ::readlink(p.c_str(), link, sizeof link);
-    if (len < 0 || static_cast<size_t>(len) == sizeof link) return {};
-    const std::string to(link, static_cast<size_t>(len));
-    path = to[0] == '/' ? to : absl::StrCat(dir, "/", to);
+    Link link = read_link(p);
+    if (!link.is_link || link.too_long) return {};
+    path = std::move(link.to);
   }
   return {};
 }
@@ -130,14 +147,12 @@ absl::StatusOr<Target> examine(const char* op, const std::string& path) {
       t.kind = Kind::kNoFile;
       return t;
     }
-    char link[PATH_MAX];
-    const ssize_t n = ::readlink(t.file.c_str(), link, sizeof link);
-    if (n < 0) break;   // no link (or no file: creating the temporary says why)
-    if (links == kMaxLinks || static_cast<size_t>(n) == sizeof link) {
+    Link link = read_link(t.file);
+    if (!link.is_link) break;   // no link (or no file: creating the temporary says why)
+    if (links == kMaxLinks || link.too_long) {
       return io_error(op, "cannot follow the links of", path, links == kMaxLinks ? ELOOP : ENAMETOOLONG);
     }
-    const std::string to(link, static_cast<size_t>(n));
-    t.file = to[0] == '/' ? to : absl::StrCat(split_path(t.file).first, "/", to);
+    t.file = std::move(link.to);
   }
   struct stat st {};
   if (::stat(t.file.c_str(), &st) != 0) return t;   // absent: created
