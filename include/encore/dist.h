@@ -35,12 +35,12 @@
 // capture the same step; capture() compares a fingerprint of the recorded
 // kernels across ranks and refuses a rank whose step differs.
 //
-// Ranks agree on each call. Every CPU collective first gathers each rank's
-// description of it (kind, dtype, element count, reduce op, root) and
-// moves data only if all are the same; otherwise every rank throws
-// kFailedPrecondition naming the ranks whose call differs (e.g. "rank 1:
-// all_reduce (sum) of 16 i32 elements"), nothing is written, and the group
-// goes on working. That costs each all-reduce and broadcast one small
+// Ranks agree on each call. Every CPU collective (all_gather too) first
+// gathers each rank's description of it (kind, dtype, element count,
+// reduce op, root) and moves data only if all are the same; otherwise
+// every rank throws kFailedPrecondition naming the ranks whose call
+// differs (e.g. "rank 1: all_reduce (sum) of 16 i32 elements"), nothing is
+// written, and the group goes on working. That costs each call one small
 // all-gather (a barrier is that all-gather alone). CUDA collectives (NCCL)
 // are not checked: their calls are queued on the device's stream, where no
 // host code runs between them in a captured graph.

@@ -18,6 +18,7 @@ const char* kind_name(CollKind k) {
     case CollKind::kAllReduce: return "all_reduce";
     case CollKind::kBroadcast: return "broadcast";
     case CollKind::kBarrier: return "barrier";
+    case CollKind::kAllGather: return "all_gather";
   }
   return "collective";
 }

@@ -82,7 +82,8 @@ struct Group {
 // what it held before the call or its result, and nothing writes to it after
 // the call returns (encore/dist.h).
 //
-// NOTE [ Ranks agree on each call ]: every collective starts by gathering
+// NOTE [ Ranks agree on each call ]: every collective (and all_gather(),
+// the host call) starts by gathering
 // each rank's description of it (kind, dtype, count, reduce op, root) and
 // goes on only if all are the same; otherwise every rank returns
 // kFailedPrecondition naming the ranks whose call differs, before any data
@@ -186,6 +187,7 @@ std::string call_text(const CallWords& c) {
                           elements);
     case CollKind::kBroadcast: return absl::StrCat("broadcast from rank ", c[4], " of ", elements);
     case CollKind::kBarrier: return "barrier";
+    case CollKind::kAllGather: return "all_gather of one value";
   }
   return "an unknown collective";
 }
@@ -450,10 +452,19 @@ class Engine {
     // The engine's own buffers (NOTE [ Staged collectives ]): [0] is this rank's value.
     auto buf = std::make_shared<std::vector<uint64_t>>(g.size + 1, value);
     ENCORE_DIST_RETURN_IF_ERROR(run_on_thread(&gp->timeout_s, what, [&]() -> absl::Status {
+      auto start = [buf, comm = gp->comm](MPI_Request* req) {
+        return MPI_Iallgather(buf->data(), 1, MPI_UINT64_T, buf->data() + 1, 1, MPI_UINT64_T, comm, req);
+      };
+      const auto deadline = deadline_of(*gp);
+      ENCORE_DIST_RETURN_IF_ERROR(agree(*gp, Work{.kind = CollKind::kAllGather, .count = 1, .dtype = kInt64}, what,
+                                        deadline, [buf, start](MPI_Request* req) -> std::shared_ptr<void> {
+                                          return start(req) == MPI_SUCCESS ? buf : nullptr;
+                                        }));
       MPI_Request req;
-      int rc = MPI_Iallgather(buf->data(), 1, MPI_UINT64_T, buf->data() + 1, 1, MPI_UINT64_T, gp->comm, &req);
+      const int rc = start(&req);
+      mpi_calls_.fetch_add(1);
       if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where_of(*gp, what)));
-      return poll(*gp, req, what, deadline_of(*gp), buf);
+      return poll(*gp, req, what, deadline, buf);
     }));
     std::copy(buf->begin() + 1, buf->end(), out.begin());
 #endif
@@ -692,7 +703,15 @@ class Engine {
     const bool sends = w.kind == CollKind::kAllReduce || g.rank == w.root;
     const bool receives = w.kind == CollKind::kAllReduce || g.rank != w.root;
     if (sends) ENCORE_DIST_RETURN_IF_ERROR(copy_for_caller(g, buf, p, bytes, what));
-    absl::Status s = first ? agree(g, w, what, deadline, n) : absl::OkStatus();
+    absl::Status s = absl::OkStatus();
+    if (first) {
+      s = agree(g, w, what, deadline,
+                [staging = g.staging, comm = g.comm, kind = w.kind, dtype = w.dtype, root = w.root,
+                 n](MPI_Request* req) -> std::shared_ptr<void> {
+                  if (start_chunk(comm, kind, dtype, root, staging.get(), n, req) != MPI_SUCCESS) return nullptr;
+                  return staging;
+                });
+    }
     if (s.ok()) {
       MPI_Request req;
       const int rc = start_chunk(g.comm, w.kind, w.dtype, w.root, buf, n, &req);
@@ -713,10 +732,11 @@ class Engine {
   }
 
   // Gathers every rank's description of w and compares (NOTE [ Ranks agree
-  // on each call ]). `n`: the elements of w's first chunk, staged in the
-  // group's buffer; if this rank gives up and a late peer completes the
-  // gathering, that chunk's call is started then, as the peer expects.
-  absl::Status agree(Group& g, const Work& w, const char* what, Clock::time_point deadline, int64_t n) {
+  // on each call ]). `next` starts the call that follows a matching
+  // agreement (null: none); this rank runs it itself after an OK, but if it
+  // gives up and a late peer completes the gathering, `next` is started
+  // then, as the peer expects.
+  absl::Status agree(Group& g, const Work& w, const char* what, Clock::time_point deadline, Continuation next) {
     const CallWords mine = describe(w);
     auto calls = std::make_shared<std::vector<int64_t>>(kCallWords * (g.size + 1));
     std::copy(mine.begin(), mine.end(), calls->begin());   // [0, kCallWords): this rank's, then every rank's
@@ -726,13 +746,11 @@ class Engine {
     mpi_calls_.fetch_add(1);
     if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
     Continuation then;
-    if (n > 0) {
-      then = [calls, mine, staging = g.staging, comm = g.comm, kind = w.kind, dtype = w.dtype, root = w.root,
-              n](MPI_Request* next) -> std::shared_ptr<void> {
+    if (next) {
+      then = [calls, mine, next = std::move(next)](MPI_Request* next_req) -> std::shared_ptr<void> {
         const absl::Span<const int64_t> all = absl::MakeConstSpan(*calls).subspan(kCallWords);
         if (!check_calls(all, mine, "").ok()) return nullptr;   // the late peer stops here too
-        if (start_chunk(comm, kind, dtype, root, staging.get(), n, next) != MPI_SUCCESS) return nullptr;
-        return staging;
+        return next(next_req);
       };
     }
     ENCORE_DIST_RETURN_IF_ERROR(poll(g, req, what, deadline, calls, false, std::move(then)));
@@ -760,7 +778,7 @@ class Engine {
     }
     const auto deadline = deadline_of(g);
     // A barrier, or a collective of no elements, is the agreement alone.
-    if (w.kind == CollKind::kBarrier || w.count == 0) return agree(g, w, what, deadline, 0);
+    if (w.kind == CollKind::kBarrier || w.count == 0) return agree(g, w, what, deadline, nullptr);
     const int64_t size = dtype_size(w.dtype);
     const int64_t step = std::max<int64_t>(1, chunk_bytes.load() / size);   // elements per chunk
     for (int64_t first = 0; first < w.count; first += step) {

@@ -42,7 +42,8 @@
 
 namespace encore::dist_internal {
 
-enum class CollKind : uint8_t { kAllReduce, kBroadcast, kBarrier };
+// kAllGather: the engine's host all_gather() of one uint64 per rank, never a kernel.
+enum class CollKind : uint8_t { kAllReduce, kBroadcast, kBarrier, kAllGather };
 
 // One collective on host memory (CPU tensors): `count` elements of `dtype` at
 // `data`, in place.

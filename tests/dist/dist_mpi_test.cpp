@@ -566,7 +566,8 @@ TEST(DistMpiTest, NoSyncAccumulatesThenAveragesTheSum) {
   for (size_t i = 0; i < p.size(); ++i) testing::expect_near(p[i].grad(), testing::values(q[i].grad()), 1e-6, 1e-5);
 }
 
-// Ranks whose calls differ (kind, dtype, count, reduce op, root) are all
+// Ranks whose calls differ (kind, dtype, count, reduce op, root; the host
+// all_gather too) are all
 // refused before any data moves, each naming the other's call, and the
 // group goes on working (NOTE [ Ranks agree on each call ] in
 // src/dist/engine.cpp). Before, f32 against i32 returned OK with each
@@ -599,6 +600,8 @@ TEST(DistMpiTest, RanksThatCallDifferentCollectivesAreRefusedBeforeAnyDataMoves)
        "all_reduce (sum) of 16 f32 elements"},
       {"empty", [&](int k) { g->all_reduce(k == 0 ? a.slice(0, 0, 0) : a.slice(0, 0, 1)); },
        "all_reduce (sum) of 0 f32 elements", "all_reduce (sum) of 1 f32 element"},
+      {"gather", [&](int k) { k == 0 ? (void)g->all_gather(1) : g->all_reduce(a); }, "all_gather of one value",
+       "all_reduce (sum) of 16 f32 elements"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
