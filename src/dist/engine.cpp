@@ -223,11 +223,11 @@ absl::Status check_calls(absl::Span<const int64_t> all, const CallWords& mine, c
 // thread did not answer" while the thread worked normally, and its job,
 // left in the queue, later ran and wrote the tensor the caller had been
 // told had failed. The one case wait() still catches is a thread that stopped
-// answering: its current job ran kAnswerSlack past its own deadline (MPI
+// answering: its current job ran answer_slack_s past its own deadline (MPI
 // itself stuck). The waiter then takes its job out of the queue (or, if it
 // is the stuck one, drops its status and bars the thread from the callers'
 // memory, Group::caller_gone), breaks the group and returns kInternal.
-constexpr std::chrono::seconds kAnswerSlack{30};
+std::atomic<double> answer_slack_s{30.0};   // set_answer_slack() for tests
 
 // One closure for the communication thread.
 struct Job {
@@ -380,9 +380,23 @@ class Engine {
     return ticket;
   }
 
+  // Queues fn as a job of the group, bounded by its timeout (for tests).
+  uint64_t submit_job(int32_t id, std::function<absl::Status()> fn, const char* what) {
+    std::shared_ptr<Group> gp = group_ptr(id);
+    const uint64_t ticket = next_ticket_.fetch_add(1);
+#if ENCORE_HAVE_MPI
+    if (mpi_started_) {
+      enqueue({ticket, &gp->timeout_s, id, what, [gp, fn = std::move(fn)] { return fn(); }});
+      return ticket;
+    }
+#endif
+    complete(ticket, absl::FailedPreconditionError(absl::StrCat(where(id, what), ": no communication thread (no MPI)")));
+    return ticket;
+  }
+
   // Waits for the ticket's job. The thread keeps each job's deadline; this
   // only catches a thread that stopped answering: one whose current job has
-  // run kAnswerSlack past its own deadline (NOTE [ A thread that stops
+  // run answer_slack_s past its own deadline (NOTE [ A thread that stops
   // answering ]), however long the ticket waited behind other jobs.
   absl::Status wait(int32_t id, uint64_t ticket) {
     std::unique_lock<std::mutex> lk(mu_);
@@ -393,7 +407,7 @@ class Engine {
         continue;
       }
       const auto overdue = running_.since + std::chrono::duration_cast<Clock::duration>(
-                                                std::chrono::duration<double>(running_.bound_s) + kAnswerSlack);
+                                                std::chrono::duration<double>(running_.bound_s + answer_slack_s.load()));
       if (Clock::now() < overdue) {
         done_cv_.wait_until(lk, overdue);
         continue;
@@ -896,6 +910,13 @@ absl::Status broadcast_bytes(int32_t group, void* data, int64_t nbytes, int root
 std::string where(int32_t group, const char* what) { return Engine::get().where(group, what); }
 EngineTimes engine_times() { return Engine::get().times(); }
 int64_t abandoned_requests() { return Engine::get().abandoned(); }
+uint64_t submit_job(int32_t group, std::function<absl::Status()> fn, const char* what) {
+  return Engine::get().submit_job(group, std::move(fn), what);
+}
+double set_answer_slack(double seconds) {
+  ENCORE_CHECK(seconds > 0 && seconds <= dist::kMaxTimeoutSeconds, "dist: an answer slack of %g s", seconds);
+  return answer_slack_s.exchange(seconds);
+}
 int64_t set_chunk_bytes(int64_t bytes) {
   ENCORE_CHECK(bytes >= 1 && bytes <= kDefaultChunkBytes, "dist: a chunk of %d bytes; it must be in [1, %d]", bytes,
                kDefaultChunkBytes);

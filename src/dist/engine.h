@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,17 @@ EngineTimes engine_times();
 // How many requests abandoned at their deadline are still waiting for a late
 // peer (NOTE [ The communication thread ]).
 int64_t abandoned_requests();
+
+// For tests: queues `fn` on the communication thread as a job of `group`,
+// bounded by the group's timeout as a collective is, and returns its ticket
+// for wait(). Without MPI there is no thread: the ticket is done at once
+// with kFailedPrecondition.
+uint64_t submit_job(int32_t group, std::function<absl::Status()> fn, const char* what);
+
+// For tests: how long past its own deadline a job may run before wait()
+// decides the thread stopped answering (NOTE [ A thread that stops
+// answering ] in engine.cpp; 30 s by default). Returns the previous value.
+double set_answer_slack(double seconds);
 
 // Sets the most bytes one MPI call of a CPU collective carries (NOTE
 // [ Chunked collectives ] in engine.cpp; at most the default, 64 MiB, which

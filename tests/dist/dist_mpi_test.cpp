@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -695,6 +696,55 @@ TEST(DistMpiTest, ACollectiveQueuedBehindASlowOneKeepsItsOwnTimeout) {
   EXPECT_EQ(a.to_vector<float>(), std::vector<float>(8, 3.0f));
   EXPECT_EQ(b.to_vector<float>(), std::vector<float>(8, 30.0f));
   EXPECT_TRUE(quick->health().ok()) << quick->health();
+}
+
+// When MPI itself hangs (a job of the communication thread runs far past
+// its own deadline), a caller's wait gives up: the collective queued behind
+// the stuck job is taken out of the queue and never runs, the caller gets
+// kInternal naming the stuck call, and the group is broken. A waiter for
+// the stuck job itself gives up the same way. Each rank stalls its own
+// thread here, so no MPI call of the group ever starts; the world's group
+// works again once the thread is free (NOTE [ A thread that stops
+// answering ] in src/dist/engine.cpp).
+TEST(DistMpiTest, AThreadThatStopsAnsweringIsGivenUpOn) {
+  NEED_TWO_RANKS();
+  absl::StatusOr<std::shared_ptr<dist::ProcessGroup>> made = dist::ProcessGroup::create({.timeout_s = 20.0});
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::shared_ptr<dist::ProcessGroup> g = *made;
+  g->set_timeout(0.2);
+  const double saved_slack = dist_internal::set_answer_slack(0.3);
+  std::atomic<bool> release{false};
+  const uint64_t stuck = dist_internal::submit_job(
+      g->id(),
+      [&] {
+        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return absl::OkStatus();
+      },
+      "stuck_call");
+  Tensor t = full({4}, 1.0);
+  const auto t0 = std::chrono::steady_clock::now();
+  expect_error([&] { g->all_reduce(t); }, absl::StatusCode::kInternal,
+               {"dist::wait on rank", "the communication thread did not answer", "it has run dist::stuck_call of group",
+                "past that call's own deadline of 0.2 s", "the group broken"});
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 0.4) << "gave up before the stuck job ran its deadline and the slack";
+  EXPECT_LT(waited, 15.0);
+  EXPECT_EQ(g->health().code(), absl::StatusCode::kInternal) << g->health();
+  const absl::Status own = dist_internal::wait(g->id(), stuck);
+  EXPECT_EQ(own.code(), absl::StatusCode::kInternal) << own;
+  EXPECT_NE(own.message().find("it has run this call"), absl::string_view::npos) << own;
+  release = true;
+  // Until the stuck job has ended, every wait (any group's) gives up on it; then a job runs again.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  absl::Status answered;
+  do {
+    answered = dist_internal::wait(g->id(), dist_internal::submit_job(g->id(), [] { return absl::OkStatus(); }, "noop"));
+  } while (!answered.ok() && std::chrono::steady_clock::now() < give_up);
+  ASSERT_TRUE(answered.ok()) << answered;
+  world()->barrier();   // the thread answers again; the all-reduce taken out of its queue never ran
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(4, 1.0f));
+  expect_error([&] { g->barrier(); }, absl::StatusCode::kInternal, {"dist::barrier", "failed earlier"});
+  dist_internal::set_answer_slack(saved_slack);
 }
 
 // Making a group waits for the other ranks within the timeout too: rank 0
