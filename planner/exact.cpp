@@ -131,7 +131,11 @@ uint64_t mix(uint64_t z) {
 // constraint at least as strict: o' > o, or o' == o with r' >= r in the
 // same ranking (r = -1, a partition's start, allows every rank; ranks are
 // made afresh for each partition, so a ranking is identified by a
-// fingerprint of the ranks it gave). States are
+// fingerprint of the ranks it gave). The deadlines in force (max_top_) are
+// not in the key: two paths to a state may carry different ones, but each
+// holds in every completion of the state, the pieces of a split included
+// (NOTE [ Deadlines ]), so a failure proved under one path's deadlines is
+// a failure of the state. States are
 // keyed by 128 bits of Zobrist-style hashes, updated as buffers are placed
 // and min offsets move; a wrong match would need a 128-bit collision.
 struct StateKey {
@@ -636,17 +640,33 @@ bool CapacitySearch::section_fits(int32_t section, int64_t from) {
   // section b is live in, and all of them stack it: those sections with
   // another bounded member are checked again, for every window [h1, h2)
   // (deadlines_fit), and a placement that raises b above d - size(b) fails
-  // at once. Each bound follows from the state (placed buffers, min offsets,
-  // the node's offset), so it cuts no completion and the memo, hatless
-  // pruning and proofs stay sound (brute force: DeadlinesKeepEveryAnswer in
-  // tests/planner/search_test.cpp). Where a section is tight at its top (a
-  // long buffer raised there) this tells the far sections of that buffer
-  // how low it must stay. On minimalloc_like_problem 1-100 at 2^20, 1 s:
-  // 51 -> 54 fit, and the 50 both fit take 0.76x the CPU time; the shared
-  // challenging files within 0.6-1.6x, all fit (bench/RESULTS.md, issue 20
-  // seventh pass). Members stacking above a bounded b (released above its
-  // latest start) were also given b's release + size(b): 49 fit, slower;
-  // not kept.
+  // at once. Each bound follows from the placed buffers and the min offsets
+  // alone (not the node's offset: below), so it cuts no completion and the
+  // memo, hatless pruning and proofs stay sound (brute force:
+  // DeadlinesKeepEveryAnswer in tests/planner/search_test.cpp). Where a
+  // section is tight at its top (a long buffer raised there) this tells the
+  // far sections of that buffer how low it must stay. On
+  // minimalloc_like_problem 1-100 at 2^20, 1 s: 51 -> 54 fit, and the 50
+  // both fit take 0.76x the CPU time; the shared challenging files within
+  // 0.6-1.6x, all fit (bench/RESULTS.md, issue 20 seventh pass). Members
+  // stacking above a bounded b (released above its latest start) were also
+  // given b's release + size(b): 49 fit, slower; not kept.
+  //
+  // A bound does not depend on the node's offset `from`, though releases
+  // do: the check has failed unless from <= capacity - total (`lowest >
+  // passes` above), so every release above that, the only ones that bound
+  // a member, is that buffer's own min offset, and h > max(min offset,
+  // from) is h > min offset. A deadline thus holds wherever the unplaced
+  // buffers stay at or above their min offsets: in the pieces of a split
+  // too, whose canonical order starts again at 0, below `from` (a piece's
+  // failure, recorded under (0, -1), was proved with bounds that hold
+  // there), and on every path to the same state. What does read `from`
+  // (the stacking bound, deadlines_fit's windows, release + size >
+  // deadline) only refuses the placement being made, through which the
+  // plans the node must cover (in canonical order) all lie at or above
+  // `from`, and leaves nothing behind. (Brute force and the search with
+  // the memo or the deadlines off agree with it on 15,000 random problems,
+  // 12,000 built to split: bench/RESULTS.md, issue 20 seventeenth pass.)
   bounded_.clear();
   for (const Member& m : stack_) {
     if (m.size <= min_slack || m.release >= releases_.front().first) continue;  // no h bounds it
