@@ -40,8 +40,9 @@
 // reduce op, root) and moves data only if all are the same; otherwise
 // every rank throws kFailedPrecondition naming the ranks whose call
 // differs (e.g. "rank 1: all_reduce (sum) of 16 i32 elements"), nothing is
-// written, and the group goes on working. That costs each call one small
-// all-gather (a barrier is that all-gather alone). CUDA collectives (NCCL)
+// written, and the group goes on working (unless a rank already gave up on
+// it at a timeout, below). That costs each call one small all-gather (a
+// barrier is that all-gather alone). CUDA collectives (NCCL)
 // are not checked: their calls are queued on the device's stream, where no
 // host code runs between them in a captured graph.
 //
@@ -49,17 +50,19 @@
 // nonblocking calls polled against a deadline (Options::timeout_s, counted
 // from when the thread starts the call: one queued behind others, such as
 // DDP's buckets, waits for them, each within its own timeout): a rank
-// that threw, hangs or runs another step makes the others fail with an
-// encore::Error (kDeadlineExceeded) naming the call, the rank and the
-// timeout, never hang. After such a failure the group is broken: its later
+// that threw, hangs or runs a step without the others' next call (one
+// that calls a different collective is refused at once, above) makes the
+// others fail with an encore::Error (kDeadlineExceeded) naming the call,
+// the rank and the timeout, never hang. After such a failure the group is broken: its later
 // collectives fail at once with the first error (make a new group to go on).
 // A CPU tensor whose collective failed is never written afterwards (MPI
 // works on encore's own buffer, in chunks of 64 MiB, and an abandoned call
 // that a late rank completes writes only that buffer): a tensor of up to
 // 64 MiB holds what it held before the call; a larger one holds the result
 // in the chunks that completed before the failure and its old values in
-// the rest. The late rank's own call may still succeed (with this rank's
-// contribution); its next collective on the group then times out.
+// the rest. The late rank's own call may still succeed (one of at most
+// 64 MiB, with this rank's contribution); its next collective on the
+// group then times out.
 // ProcessGroup::create() waits for the other ranks within the timeout too
 // (kDeadlineExceeded, and no group). A rank that comes to create() after
 // another gave up on it may still get its group (the late rank completes

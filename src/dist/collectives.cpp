@@ -19,6 +19,7 @@ const char* kind_name(CollKind k) {
     case CollKind::kBroadcast: return "broadcast";
     case CollKind::kBarrier: return "barrier";
     case CollKind::kAllGather: return "all_gather";
+    case CollKind::kBroadcastBytes: return "broadcast_bytes";
   }
   return "collective";
 }

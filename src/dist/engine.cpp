@@ -88,7 +88,7 @@ struct Group {
 // goes on only if all are the same; otherwise every rank returns
 // kFailedPrecondition naming the ranks whose call differs, before any data
 // moves, and the group stays usable (its ranks still agree on which call
-// is which). Before, MPI paired whatever the ranks called: an all-reduce of
+// is which; unless a rank had already given up on the group at a deadline). Before, MPI paired whatever the ranks called: an all-reduce of
 // 16 float32 against one of 16 int32 summed bits of one type as the other
 // and returned OK with wrong values on both ranks; counts that differed
 // gave MPI_ERR_TRUNCATE on one rank and a timeout on the other, after which
@@ -99,9 +99,12 @@ struct Group {
 // (bench/RESULTS.md, "Collectives agree on each call"). A rank that gives
 // up on the gathering keeps its first chunk staged: when a late peer
 // completes the gathering, the abandoned request's continuation starts that
-// chunk's call, so the late peer's call still completes (with this rank's
-// contribution) as it did before the gathering existed (NOTE [ Staged
-// collectives ]).
+// chunk's call, so the late peer's call of one chunk still completes (with
+// this rank's contribution) as it did before the gathering existed; a
+// larger one completes its first chunk and times out on the second, as
+// before (NOTE [ Staged collectives ]). Every call on a group's
+// communicator agrees first: the collectives, all_gather() and
+// broadcast_bytes() (NCCL's unique id), so no two kinds of call can pair.
 //
 // NOTE [ Bounded group creation ]: a group's communicator is made with
 // MPI_Comm_idup polled against the group's timeout, like a collective:
@@ -172,8 +175,10 @@ constexpr int kCallWords = 5;
 using CallWords = std::array<int64_t, kCallWords>;
 CallWords describe(const Work& w) {
   const bool reduces = w.kind == CollKind::kAllReduce, moves = w.kind != CollKind::kBarrier;
-  return {static_cast<int64_t>(w.kind), moves ? static_cast<int64_t>(w.dtype) : 0, moves ? w.count : 0,
-          reduces ? static_cast<int64_t>(w.op) : 0, w.kind == CollKind::kBroadcast ? w.root : 0};
+  const bool typed = w.kind == CollKind::kAllReduce || w.kind == CollKind::kBroadcast;
+  const bool rooted = w.kind == CollKind::kBroadcast || w.kind == CollKind::kBroadcastBytes;
+  return {static_cast<int64_t>(w.kind), typed ? static_cast<int64_t>(w.dtype) : 0, moves ? w.count : 0,
+          reduces ? static_cast<int64_t>(w.op) : 0, rooted ? w.root : 0};
 }
 
 std::string call_text(const CallWords& c) {
@@ -188,6 +193,7 @@ std::string call_text(const CallWords& c) {
     case CollKind::kBroadcast: return absl::StrCat("broadcast from rank ", c[4], " of ", elements);
     case CollKind::kBarrier: return "barrier";
     case CollKind::kAllGather: return "all_gather of one value";
+    case CollKind::kBroadcastBytes: return absl::StrCat("broadcast of ", c[2], " bytes from rank ", c[4]);
   }
   return "an unknown collective";
 }
@@ -207,8 +213,8 @@ absl::Status check_calls(absl::Span<const int64_t> all, const CallWords& mine, c
   if (count == 0) return absl::OkStatus();
   if (count > 4) absl::StrAppend(&differ, "; and ", count - 4, " more");
   return absl::FailedPreconditionError(absl::StrFormat(
-      "%s: the ranks called different collectives on this group (their programs diverged): this rank: %s%s. "
-      "Nothing was sent and the group stays usable",
+      "%s: the ranks called different collectives on this group (their programs diverged): this rank: %s%s; "
+      "nothing was sent",
       where_, call_text(mine), differ));
 }
 #endif
@@ -497,10 +503,19 @@ class Engine {
     const char* bytes = static_cast<const char*>(data);
     auto buf = std::make_shared<std::vector<char>>(bytes, bytes + nbytes);   // NOTE [ Staged collectives ]
     ENCORE_DIST_RETURN_IF_ERROR(run_on_thread(&gp->timeout_s, what, [&]() -> absl::Status {
+      auto start = [buf, root, comm = gp->comm](MPI_Request* req) {
+        return MPI_Ibcast(buf->data(), static_cast<int>(buf->size()), MPI_BYTE, root, comm, req);
+      };
+      const auto deadline = deadline_of(*gp);
+      const Work call{.kind = CollKind::kBroadcastBytes, .count = nbytes, .root = root};
+      ENCORE_DIST_RETURN_IF_ERROR(agree(*gp, call, what, deadline, [buf, start](MPI_Request* req) -> std::shared_ptr<void> {
+        return start(req) == MPI_SUCCESS ? buf : nullptr;
+      }));
       MPI_Request req;
-      int rc = MPI_Ibcast(buf->data(), static_cast<int>(nbytes), MPI_BYTE, root, gp->comm, &req);
+      const int rc = start(&req);
+      mpi_calls_.fetch_add(1);
       if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where_of(*gp, what)));
-      return poll(*gp, req, what, deadline_of(*gp), buf);
+      return poll(*gp, req, what, deadline, buf);
     }));
     std::copy(buf->begin(), buf->end(), static_cast<char*>(data));
     return absl::OkStatus();
@@ -678,7 +693,7 @@ class Engine {
         orphan_count_.store(static_cast<int64_t>(orphans_.size()));
         return fail(g, absl::DeadlineExceededError(absl::StrFormat(
                            "%s: the other ranks did not join within %g s (a rank died, threw, is stuck, or runs a "
-                           "different step); raise dist::Options::timeout_s or ENCORE_DIST_TIMEOUT if they are only "
+                           "step without this call); raise dist::Options::timeout_s or ENCORE_DIST_TIMEOUT if they are only "
                            "slow",
                            where_of(g, what), timeout)));
       }

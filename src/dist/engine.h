@@ -11,9 +11,12 @@
 // timeout_s instead of a hang. A large collective is a sequence of such
 // calls, each of a chunk whose count fits MPI's int (NOTE [ Chunked
 // collectives ] in engine.cpp), staged through a buffer of the engine's own
-// (NOTE [ Staged collectives ]). A request abandoned at its deadline is kept,
-// with that buffer, and polled while the thread is idle, so a late peer
-// completes it without touching the caller's memory; the group stays
+// (NOTE [ Staged collectives ]), after the ranks agree on the call (NOTE
+// [ Ranks agree on each call ]). A request abandoned at its deadline is
+// kept, with that buffer, and polled while the thread is idle or polls
+// another call, so a late peer completes it without touching the caller's
+// memory (and, for an abandoned agreement, the data's call then starts);
+// the group stays
 // broken (every later call fails with the first error), since its ranks no
 // longer agree on which collective is which. Each call's deadline counts
 // from when the thread starts it, not from when it was queued, so a call
@@ -43,8 +46,9 @@
 
 namespace encore::dist_internal {
 
-// kAllGather: the engine's host all_gather() of one uint64 per rank, never a kernel.
-enum class CollKind : uint8_t { kAllReduce, kBroadcast, kBarrier, kAllGather };
+// kAllGather, kBroadcastBytes: the engine's host all_gather() of one uint64
+// per rank and broadcast_bytes(), never kernels.
+enum class CollKind : uint8_t { kAllReduce, kBroadcast, kBarrier, kAllGather, kBroadcastBytes };
 
 // One collective on host memory (CPU tensors): `count` elements of `dtype` at
 // `data`, in place.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -603,6 +604,13 @@ TEST(DistMpiTest, RanksThatCallDifferentCollectivesAreRefusedBeforeAnyDataMoves)
        "all_reduce (sum) of 0 f32 elements", "all_reduce (sum) of 1 f32 element"},
       {"gather", [&](int k) { k == 0 ? (void)g->all_gather(1) : g->all_reduce(a); }, "all_gather of one value",
        "all_reduce (sum) of 16 f32 elements"},
+      {"bytes",   // NCCL's unique id travels so
+       [&](int k) {
+         std::array<char, 16> bytes{};
+         const absl::Status s = dist_internal::broadcast_bytes(g->id(), bytes.data(), k == 0 ? 8 : 16, 0, "bytes");
+         if (!s.ok()) throw Error(s);
+       },
+       "broadcast of 8 bytes from rank 0", "broadcast of 16 bytes from rank 0"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -617,6 +625,10 @@ TEST(DistMpiTest, RanksThatCallDifferentCollectivesAreRefusedBeforeAnyDataMoves)
   Tensor t = full({5}, r + 1.0);   // the group still pairs the ranks' calls
   g->all_reduce(t);
   EXPECT_EQ(t.to_vector<float>(), std::vector<float>(5, 3.0f));
+  std::array<char, 8> bytes{};
+  bytes.fill(static_cast<char>('a' + r));
+  ASSERT_TRUE(dist_internal::broadcast_bytes(g->id(), bytes.data(), 8, 1, "bytes").ok());
+  EXPECT_EQ(std::string(bytes.data(), 8), "bbbbbbbb");
 }
 
 // A rank that throws before a collective (and so never joins it) makes the
@@ -712,17 +724,29 @@ TEST(DistMpiTest, AThreadThatStopsAnsweringIsGivenUpOn) {
   ASSERT_TRUE(made.ok()) << made.status();
   std::shared_ptr<dist::ProcessGroup> g = *made;
   g->set_timeout(0.2);
-  const double saved_slack = dist_internal::set_answer_slack(0.3);
-  std::atomic<bool> release{false};
+  // Restores the slack and frees the thread however the test ends.
+  struct Restore {
+    double slack;
+    std::shared_ptr<std::atomic<bool>> release = std::make_shared<std::atomic<bool>>(false);
+    ~Restore() {
+      release->store(true);
+      dist_internal::set_answer_slack(slack);
+    }
+  } restore{dist_internal::set_answer_slack(0.3)};
+  const auto t0 = std::chrono::steady_clock::now();
+  // Stuck until released, or for 20 s at most, so that a wait() that no
+  // longer gives up fails the test (its call then runs) instead of hanging it.
   const uint64_t stuck = dist_internal::submit_job(
       g->id(),
-      [&] {
-        while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      [release = restore.release] {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!release->load() && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
         return absl::OkStatus();
       },
       "stuck_call");
   Tensor t = full({4}, 1.0);
-  const auto t0 = std::chrono::steady_clock::now();
   expect_error([&] { g->all_reduce(t); }, absl::StatusCode::kInternal,
                {"dist::wait on rank", "the communication thread did not answer", "it has run dist::stuck_call of group",
                 "past that call's own deadline of 0.2 s", "the group broken"});
@@ -733,7 +757,7 @@ TEST(DistMpiTest, AThreadThatStopsAnsweringIsGivenUpOn) {
   const absl::Status own = dist_internal::wait(g->id(), stuck);
   EXPECT_EQ(own.code(), absl::StatusCode::kInternal) << own;
   EXPECT_NE(own.message().find("it has run this call"), absl::string_view::npos) << own;
-  release = true;
+  restore.release->store(true);
   // Until the stuck job has ended, every wait (any group's) gives up on it; then a job runs again.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   absl::Status answered;
@@ -744,7 +768,6 @@ TEST(DistMpiTest, AThreadThatStopsAnsweringIsGivenUpOn) {
   world()->barrier();   // the thread answers again; the all-reduce taken out of its queue never ran
   EXPECT_EQ(t.to_vector<float>(), std::vector<float>(4, 1.0f));
   expect_error([&] { g->barrier(); }, absl::StatusCode::kInternal, {"dist::barrier", "failed earlier"});
-  dist_internal::set_answer_slack(saved_slack);
 }
 
 // Making a group waits for the other ranks within the timeout too: rank 0
