@@ -84,12 +84,13 @@ struct Group {
 // the call returns (encore/dist.h).
 //
 // NOTE [ Ranks agree on each call ]: every collective (and all_gather(),
-// the host call) starts by gathering
-// each rank's description of it (kind, dtype, count, reduce op, root) and
-// goes on only if all are the same; otherwise every rank returns
-// kFailedPrecondition naming the ranks whose call differs, before any data
-// moves, and the group stays usable (its ranks still agree on which call
-// is which; unless a rank had already given up on the group at a deadline). Before, MPI paired whatever the ranks called: an all-reduce of
+// the host call) starts by gathering each rank's description of it (kind,
+// dtype, count, reduce op, root) and goes on only if all are the same;
+// otherwise every rank returns kFailedPrecondition naming the ranks whose
+// call differs, before any data moves, and the group stays usable (its
+// ranks still agree on which call is which; unless a rank had already
+// given up on the group at a deadline). Before, MPI paired whatever the
+// ranks called: an all-reduce of
 // 16 float32 against one of 16 int32 summed bits of one type as the other
 // and returned OK with wrong values on both ranks; counts that differed
 // gave MPI_ERR_TRUNCATE on one rank and a timeout on the other, after which
@@ -397,7 +398,8 @@ class Engine {
       return ticket;
     }
 #endif
-    complete(ticket, absl::FailedPreconditionError(absl::StrCat(where(id, what), ": no communication thread (no MPI)")));
+    complete(ticket,
+             absl::FailedPreconditionError(absl::StrCat(where(id, what), ": no communication thread (no MPI)")));
     return ticket;
   }
 
@@ -413,8 +415,9 @@ class Engine {
         done_cv_.wait(lk);   // the thread says when it starts or ends a job
         continue;
       }
-      const auto overdue = running_.since + std::chrono::duration_cast<Clock::duration>(
-                                                std::chrono::duration<double>(running_.bound_s + answer_slack_s.load()));
+      const double allowed_s = running_.bound_s + answer_slack_s.load();
+      const auto overdue =
+          running_.since + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(allowed_s));
       if (Clock::now() < overdue) {
         done_cv_.wait_until(lk, overdue);
         continue;
@@ -509,9 +512,10 @@ class Engine {
       };
       const auto deadline = deadline_of(*gp);
       const Work call{.kind = CollKind::kBroadcastBytes, .count = nbytes, .root = root};
-      ENCORE_DIST_RETURN_IF_ERROR(agree(*gp, call, what, deadline, [buf, start](MPI_Request* req) -> std::shared_ptr<void> {
-        return start(req) == MPI_SUCCESS ? buf : nullptr;
-      }));
+      ENCORE_DIST_RETURN_IF_ERROR(
+          agree(*gp, call, what, deadline, [buf, start](MPI_Request* req) -> std::shared_ptr<void> {
+            return start(req) == MPI_SUCCESS ? buf : nullptr;
+          }));
       MPI_Request req;
       const int rc = start(&req);
       mpi_calls_.fetch_add(1);
@@ -698,8 +702,8 @@ class Engine {
         orphan_count_.store(static_cast<int64_t>(orphans_.size()));
         return fail(g, absl::DeadlineExceededError(absl::StrFormat(
                            "%s: the other ranks did not join within %g s (a rank died, threw, is stuck, or runs a "
-                           "step without this call); raise dist::Options::timeout_s or ENCORE_DIST_TIMEOUT if they are only "
-                           "slow",
+                           "step without this call); raise dist::Options::timeout_s or ENCORE_DIST_TIMEOUT if they "
+                           "are only slow",
                            where_of(g, what), timeout)));
       }
       // Spin briefly (a collective between ranks of one machine takes microseconds), yielding, then sleep.

@@ -762,7 +762,8 @@ TEST(DistMpiTest, AThreadThatStopsAnsweringIsGivenUpOn) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   absl::Status answered;
   do {
-    answered = dist_internal::wait(g->id(), dist_internal::submit_job(g->id(), [] { return absl::OkStatus(); }, "noop"));
+    const uint64_t noop = dist_internal::submit_job(g->id(), [] { return absl::OkStatus(); }, "noop");
+    answered = dist_internal::wait(g->id(), noop);
   } while (!answered.ok() && std::chrono::steady_clock::now() < give_up);
   ASSERT_TRUE(answered.ok()) << answered;
   world()->barrier();   // the thread answers again; the all-reduce taken out of its queue never ran
