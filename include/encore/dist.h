@@ -42,9 +42,9 @@
 // differs (e.g. "rank 1: all_reduce (sum) of 16 i32 elements"), nothing is
 // written, and the group goes on working (unless a rank already gave up on
 // it at a timeout, below). That costs each call one small all-gather (a
-// barrier is that all-gather alone). CUDA collectives (NCCL)
-// are not checked: their calls are queued on the device's stream, where no
-// host code runs between them in a captured graph.
+// barrier is that all-gather alone). CUDA collectives (NCCL) are not
+// checked: their calls are queued on the device's stream, where no host
+// code runs between them in a captured graph.
 //
 // Bounded waits. MPI runs on a communication thread of its own, with
 // nonblocking calls polled against a deadline (Options::timeout_s, counted
@@ -53,8 +53,9 @@
 // that threw, hangs or runs a step without the others' next call (one
 // that calls a different collective is refused at once, above) makes the
 // others fail with an encore::Error (kDeadlineExceeded) naming the call,
-// the rank and the timeout, never hang. After such a failure the group is broken: its later
-// collectives fail at once with the first error (make a new group to go on).
+// the rank and the timeout, never hang. After such a failure the group is
+// broken: its later collectives fail at once with the first error (make a
+// new group to go on).
 // A CPU tensor whose collective failed is never written afterwards (MPI
 // works on encore's own buffer, in chunks of 64 MiB, and an abandoned call
 // that a late rank completes writes only that buffer): a tensor of up to

@@ -569,9 +569,8 @@ TEST(DistMpiTest, NoSyncAccumulatesThenAveragesTheSum) {
 }
 
 // Ranks whose calls differ (kind, dtype, count, reduce op, root; the host
-// all_gather too) are all
-// refused before any data moves, each naming the other's call, and the
-// group goes on working (NOTE [ Ranks agree on each call ] in
+// all_gather and broadcast_bytes too) are all refused before any data
+// moves, each naming the other's call, and the group goes on working (NOTE [ Ranks agree on each call ] in
 // src/dist/engine.cpp). Before, f32 against i32 returned OK with each
 // rank's bits summed as the other type, sum against average gave the ranks
 // different results, and counts that differed left MPI_ERR_TRUNCATE on one
