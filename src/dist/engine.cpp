@@ -140,6 +140,16 @@ std::atomic<int64_t> chunk_bytes{kDefaultChunkBytes};
 // the buffers that call uses, or returns null when nothing follows.
 using Continuation = std::function<std::shared_ptr<void>(MPI_Request*)>;
 
+// Starts one nonblocking MPI call, writing its request; returns MPI's code.
+using Start = std::function<int(MPI_Request*)>;
+
+// The continuation that starts `start`'s call, on `buffers`.
+Continuation starting(Start start, std::shared_ptr<void> buffers) {
+  return [start = std::move(start), buffers = std::move(buffers)](MPI_Request* req) -> std::shared_ptr<void> {
+    return start(req) == MPI_SUCCESS ? buffers : nullptr;
+  };
+}
+
 // One request abandoned at its deadline and the buffers it reads or writes.
 struct Orphan {
   MPI_Request request;
@@ -476,19 +486,13 @@ class Engine {
     // The engine's own buffers (NOTE [ Staged collectives ]): [0] is this rank's value.
     auto buf = std::make_shared<std::vector<uint64_t>>(g.size + 1, value);
     ENCORE_DIST_RETURN_IF_ERROR(run_on_thread(&gp->timeout_s, what, [&]() -> absl::Status {
-      auto start = [buf, comm = gp->comm](MPI_Request* req) {
+      const Start start = [buf, comm = gp->comm](MPI_Request* req) {
         return MPI_Iallgather(buf->data(), 1, MPI_UINT64_T, buf->data() + 1, 1, MPI_UINT64_T, comm, req);
       };
       const auto deadline = deadline_of(*gp);
       ENCORE_DIST_RETURN_IF_ERROR(agree(*gp, Work{.kind = CollKind::kAllGather, .count = 1, .dtype = kInt64}, what,
-                                        deadline, [buf, start](MPI_Request* req) -> std::shared_ptr<void> {
-                                          return start(req) == MPI_SUCCESS ? buf : nullptr;
-                                        }));
-      MPI_Request req;
-      const int rc = start(&req);
-      mpi_calls_.fetch_add(1);
-      if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where_of(*gp, what)));
-      return poll(*gp, req, what, deadline, buf);
+                                        deadline, starting(start, buf)));
+      return start_and_poll(*gp, start, what, deadline, buf);
     }));
     std::copy(buf->begin() + 1, buf->end(), out.begin());
 #endif
@@ -507,20 +511,13 @@ class Engine {
     const char* bytes = static_cast<const char*>(data);
     auto buf = std::make_shared<std::vector<char>>(bytes, bytes + nbytes);   // NOTE [ Staged collectives ]
     ENCORE_DIST_RETURN_IF_ERROR(run_on_thread(&gp->timeout_s, what, [&]() -> absl::Status {
-      auto start = [buf, root, comm = gp->comm](MPI_Request* req) {
+      const Start start = [buf, root, comm = gp->comm](MPI_Request* req) {
         return MPI_Ibcast(buf->data(), static_cast<int>(buf->size()), MPI_BYTE, root, comm, req);
       };
       const auto deadline = deadline_of(*gp);
       const Work call{.kind = CollKind::kBroadcastBytes, .count = nbytes, .root = root};
-      ENCORE_DIST_RETURN_IF_ERROR(
-          agree(*gp, call, what, deadline, [buf, start](MPI_Request* req) -> std::shared_ptr<void> {
-            return start(req) == MPI_SUCCESS ? buf : nullptr;
-          }));
-      MPI_Request req;
-      const int rc = start(&req);
-      mpi_calls_.fetch_add(1);
-      if (rc != MPI_SUCCESS) return fail(*gp, mpi_status(rc, where_of(*gp, what)));
-      return poll(*gp, req, what, deadline, buf);
+      ENCORE_DIST_RETURN_IF_ERROR(agree(*gp, call, what, deadline, starting(start, buf)));
+      return start_and_poll(*gp, start, what, deadline, buf);
     }));
     std::copy(buf->begin(), buf->end(), static_cast<char*>(data));
     return absl::OkStatus();
@@ -716,6 +713,16 @@ class Engine {
     }
   }
 
+  // Starts a call and polls it (poll() above; `then` as there).
+  absl::Status start_and_poll(Group& g, const Start& start, const char* what, Clock::time_point deadline,
+                              std::shared_ptr<void> buffers, Continuation then = nullptr) {
+    MPI_Request req;
+    const int rc = start(&req);
+    mpi_calls_.fetch_add(1);
+    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
+    return poll(g, req, what, deadline, std::move(buffers), false, std::move(then));
+  }
+
   // Divides the n elements at p by the group's size (an average after the sum).
   static void divide(void* p, int64_t n, DType dtype, int size) {
     if (dtype == kFloat32) {
@@ -746,22 +753,11 @@ class Engine {
     const bool sends = w.kind == CollKind::kAllReduce || g.rank == w.root;
     const bool receives = w.kind == CollKind::kAllReduce || g.rank != w.root;
     if (sends) ENCORE_DIST_RETURN_IF_ERROR(copy_for_caller(g, buf, p, bytes, what));
-    absl::Status s = absl::OkStatus();
-    if (first) {
-      s = agree(g, w, what, deadline,
-                [staging = g.staging, comm = g.comm, kind = w.kind, dtype = w.dtype, root = w.root,
-                 n](MPI_Request* req) -> std::shared_ptr<void> {
-                  if (start_chunk(comm, kind, dtype, root, staging.get(), n, req) != MPI_SUCCESS) return nullptr;
-                  return staging;
-                });
-    }
-    if (s.ok()) {
-      MPI_Request req;
-      const int rc = start_chunk(g.comm, w.kind, w.dtype, w.root, buf, n, &req);
-      mpi_calls_.fetch_add(1);
-      if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
-      s = poll(g, req, what, deadline, g.staging);
-    }
+    const Start start = [buf, comm = g.comm, kind = w.kind, dtype = w.dtype, root = w.root, n](MPI_Request* req) {
+      return start_chunk(comm, kind, dtype, root, buf, n, req);
+    };
+    absl::Status s = first ? agree(g, w, what, deadline, starting(start, g.staging)) : absl::OkStatus();
+    if (s.ok()) s = start_and_poll(g, start, what, deadline, g.staging);
     if (!s.ok()) {
       if (absl::IsDeadlineExceeded(s)) {   // an orphan may hold the buffer: the group's next collective gets another
         g.staging.reset();
@@ -783,11 +779,10 @@ class Engine {
     const CallWords mine = describe(w);
     auto calls = std::make_shared<std::vector<int64_t>>(kCallWords * (g.size + 1));
     std::copy(mine.begin(), mine.end(), calls->begin());   // [0, kCallWords): this rank's, then every rank's
-    MPI_Request req;
-    const int rc = MPI_Iallgather(calls->data(), kCallWords, MPI_INT64_T, calls->data() + kCallWords, kCallWords,
-                                  MPI_INT64_T, g.comm, &req);
-    mpi_calls_.fetch_add(1);
-    if (rc != MPI_SUCCESS) return fail(g, mpi_status(rc, where_of(g, what)));
+    const Start gather = [calls, comm = g.comm](MPI_Request* req) {
+      return MPI_Iallgather(calls->data(), kCallWords, MPI_INT64_T, calls->data() + kCallWords, kCallWords,
+                            MPI_INT64_T, comm, req);
+    };
     Continuation then;
     if (next) {
       then = [calls, mine, next = std::move(next)](MPI_Request* next_req) -> std::shared_ptr<void> {
@@ -796,7 +791,7 @@ class Engine {
         return next(next_req);
       };
     }
-    ENCORE_DIST_RETURN_IF_ERROR(poll(g, req, what, deadline, calls, false, std::move(then)));
+    ENCORE_DIST_RETURN_IF_ERROR(start_and_poll(g, gather, what, deadline, calls, std::move(then)));
     return check_calls(absl::MakeConstSpan(*calls).subspan(kCallWords), mine, where_of(g, what));
   }
 
