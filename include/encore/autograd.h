@@ -68,7 +68,9 @@ void zero_grad(const Tensor& t);
 // hooks of the same leaf, itself included: one removed does not run again,
 // not even later in the same round; one registered first runs at the next
 // accumulation. Returns an id for remove_post_accumulate_hook. `leaf` must
-// be a leaf that requires grad.
+// be a leaf that requires grad. The leaf owns its hooks until they are removed:
+// they (and what they capture) go with the leaf's last handle, so a hook
+// that holds the leaf itself keeps it alive until removed.
 //
 //   int64_t id = autograd::register_post_accumulate_hook(w, [](const Tensor& w) { use(w.grad()); });
 //   loss.backward();                                    // the hook sees w.grad()

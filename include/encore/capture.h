@@ -132,7 +132,7 @@ struct CaptureOptions {
 struct FrozenValue {
   size_t node;          // the kernel's index in the graph
   const char* op;       // its op, e.g. "mul" (static string)
-  const char* phase;    // "forward", "backward" or "optimizer": the phase that launched it
+  const char* phase;    // "forward", "backward" or "optimizer" (static string): the phase that launched it
   std::string name;     // the argument, e.g. "s", "alpha", "value"
   std::string value;    // e.g. "0.5", "f32 0.00999999978" (a fill value and its dtype)
 };

@@ -163,6 +163,8 @@ class GraphedStep {
   // The step: inputs in, outputs out (the outputs are returned detached).
   using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>& inputs)>;
 
+  // Keeps `fn` for its whole life: what fn refers to (the model, the
+  // optimizer) must outlive the GraphedStep.
   explicit GraphedStep(Fn fn, GraphedOptions options = {});
   ~GraphedStep();
   GraphedStep(const GraphedStep&) = delete;

@@ -119,7 +119,7 @@ class Module {
 // Initialisation options shared by the layers.
 struct Init {
   Device device = kCPU;
-  Generator* gen = nullptr;       // nullptr: default_generator(device)
+  Generator* gen = nullptr;       // nullptr: default_generator(device); used only while constructing
 };
 
 // y = x W^T + b. W [out, in], b [out]. Default init: U(-1/sqrt(in), 1/sqrt(in)) (PyTorch's).
@@ -312,6 +312,8 @@ struct GptConfig {
 // Multi-head causal self-attention: x [B, T, C] -> [B, T, C].
 class CausalSelfAttention : public Module {
  public:
+  // `gen` draws the initial weights during construction only (nullptr:
+  // default_generator(cfg.device)); dropout draws from the default generator.
   CausalSelfAttention(const GptConfig& cfg, Generator* gen);
   Tensor forward(const Tensor& x) const override;
  private:
@@ -326,7 +328,7 @@ class CausalSelfAttention : public Module {
 // Pre-norm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)).
 class TransformerBlock : public Module {
  public:
-  TransformerBlock(const GptConfig& cfg, Generator* gen);
+  TransformerBlock(const GptConfig& cfg, Generator* gen);   // `gen` as CausalSelfAttention's
   Tensor forward(const Tensor& x) const override;
  private:
   LayerNorm* ln1_;

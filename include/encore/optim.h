@@ -197,7 +197,8 @@ struct WarmupCosineOptions {
 //   lr(s) = min_lr                                                    s >= N
 // The schedule keeps a host step counter s, starting at 0. The constructor
 // writes lr(0) into the optimizer's lr tensor; each step() advances s and
-// writes lr(s). Call it after opt.step(), outside any captured step.
+// writes lr(s). Call it after opt.step(), outside any captured step. The
+// schedule keeps a reference to `opt`, which must outlive it.
 class WarmupCosine {
  public:
   WarmupCosine(Optimizer& opt, WarmupCosineOptions options);

@@ -66,8 +66,8 @@ struct NodeTiming {
                                     // order when eager
   int64_t launch = 0;               // the encore launch that made it (its index in the captured step); = node on CPU
                                     // and when eager
-  const char* op = "";              // encore op name (static string), e.g. "matmul"
-  const char* phase = "forward";    // "forward", "backward" or "optimizer"
+  const char* op = "";              // the launch's op name (static string), e.g. "gemm", "relu_backward"
+  const char* phase = "forward";    // "forward", "backward" or "optimizer" (static string)
   int stream = 0;                   // index into StepProfile::streams
   int64_t start_ns = 0;             // from the start of the representative run (CUDA replay: of its first node)
   int64_t duration_ns = 0;          // in the representative run

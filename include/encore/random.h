@@ -36,7 +36,8 @@ Generator& default_generator(Device device = kCPU);
 // Seeds the default generator of every device.
 void manual_seed(uint64_t seed);
 
-// Uniform on [0, 1) and standard normal draws (float dtypes).
+// Uniform on [0, 1) and standard normal draws (float dtypes). `gen` is
+// borrowed for the call (nullptr: default_generator(device)).
 Tensor rand(Shape shape, DType dtype = kFloat32, Device device = kCPU, Generator* gen = nullptr);
 Tensor randn(Shape shape, DType dtype = kFloat32, Device device = kCPU, Generator* gen = nullptr);
 

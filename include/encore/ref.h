@@ -32,6 +32,8 @@ template <typename T>
 class Ref {
  public:
   Ref() = default;
+  // Shares ownership of `p`, which must come from `new` (the last Ref
+  // deletes it).
   explicit Ref(T* p) : p_(p) { retain(); }
   Ref(const Ref& o) : p_(o.p_) { retain(); }
   Ref(Ref&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}

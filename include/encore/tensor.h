@@ -12,8 +12,8 @@
 // the same data; views (reshape, transpose, slice, expand, ...) share storage
 // with their base. A default-constructed Tensor (and grad() before backward()
 // reached the leaf) is undefined: defined() is false, requires_grad() is
-// false, and every other accessor throws encore::Error (InvalidArgument)
-// naming itself. NOTE [ Version counter ]: every Storage counts the in-place
+// false, is_same() and printing ("tensor(undefined)") work, and every other
+// accessor throws encore::Error (InvalidArgument) naming itself. NOTE [ Version counter ]: every Storage counts the in-place
 // writes made to it (through any view). Autograd records the count when it
 // saves a tensor for backward and refuses to use it if the count changed.
 #pragma once
@@ -96,7 +96,8 @@ class Tensor {
   // ---- metadata ----
   bool defined() const { return static_cast<bool>(impl_); }
   // The accessors below throw encore::Error (InvalidArgument) on an
-  // undefined tensor, except requires_grad() (false) and impl() (null).
+  // undefined tensor, except requires_grad() (false), impl() (null) and
+  // is_same().
   DType dtype() const;
   Device device() const;
   const Shape& shape() const;
@@ -106,6 +107,10 @@ class Tensor {
   int64_t numel() const;
   int64_t storage_offset() const;            // in elements
   bool is_contiguous() const;
+  // The storage and the pointers below stay valid while some Tensor (or
+  // other handle) holds the storage. On a CUDA tensor they are device
+  // addresses, and nothing waits for the device's stream. Element i is at
+  // data<T>() + i only when is_contiguous(); otherwise walk strides().
   Storage* storage() const;
   void* data_ptr() const;                    // first element (storage + offset)
   template <typename T> T* data() const;     // checks T against dtype()
@@ -286,7 +291,9 @@ Tensor from_vector(const std::vector<T>& values) {
 }
 Tensor scalar_tensor(double value, DType dtype = kFloat32, Device device = kCPU);  // 0-d
 
-// Printing: "tensor([[1, 2], [3, 4]], dtype=f32, device=cpu)".
+// Printing: "tensor([[1, 2], [3, 4]], shape=[2, 2], dtype=f32, device=cpu)",
+// with ", requires_grad=true" when set; an undefined tensor prints
+// "tensor(undefined)".
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 std::string shape_str(absl::Span<const int64_t> shape);   // "[2, 3]"
 

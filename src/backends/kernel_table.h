@@ -11,7 +11,9 @@
 //   current_stream(out.device()).launch(kernels_for(out.device()).binary->binary, "add", args,
 //                                       {a.storage(), b.storage()}, {out.storage()});
 //   // src/backends/cpu/binary.cpp: the CPU's entries
-//   extern const BinaryKernels kBinary = {kernel<&binary_kernel>(), kernel<&binary_scalar_kernel>()};
+//   extern const BinaryKernels kBinary = {specialized_kernel<&pick_binary>(),
+//                                         specialized_kernel<&pick_binary_scalar>(), ...};
+//   // src/backends/cuda/binary.cu: kernel<&binary_launch>(), kernel<&binary_scalar_launch>(), ...
 //
 // Adding a kernel family: its argument structs and a `<Family>Kernels` struct
 // here (one commented entry per kernel, "(optional)" where a backend may
@@ -815,19 +817,19 @@ enum class ConvPass : int32_t {
 
 // One pass of a convolution (ConvPass says what each pointer holds and
 // which are read or written). The host fills `plan` and the workspace from
-// ConvKernels::plan before the launch; the same geometry always gets the same
+// CnnKernels::plan before the launch; the same geometry always gets the same
 // plan, so a captured launch compares equal to the eager one.
 struct ConvArgs {
   ConvGeom g;
   ConvPass pass;
-  DType dtype;                    // of every tensor: f32, or f16/bf16 where ConvKernels::half_operands
+  DType dtype;                    // of every tensor: f32, or f16/bf16 where CnnKernels::half_operands
   int64_t plan;                   // the backend's cached plan for (g, pass, dtype, bias) (CPU: a oneDNN
-                                  // primitive; CUDA: a cuDNN algorithm); -1 without ConvKernels::plan
+                                  // primitive; CUDA: a cuDNN algorithm); -1 without CnnKernels::plan
   void* x;                        // [n, c, h, w]: input (kBackwardData: its gradient, written)
   void* w;                        // [k, c / groups, kh, kw]: weight (kBackwardWeights: its gradient, written)
   void* b;                        // [k] bias or its gradient, or null (kBackwardData: null)
   void* y;                        // [n, k, oh, ow]: output (written by kForward; otherwise its gradient)
-  void* workspace;                // ConvKernels::plan's bytes of scratch; null when it asked for none
+  void* workspace;                // CnnKernels::plan's bytes of scratch; null when it asked for none
   int64_t workspace_bytes;
   int device;                     // the device's index (CUDA: whose cuDNN handle)
   template <typename V>

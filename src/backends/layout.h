@@ -13,7 +13,7 @@
 
 namespace encore::backend {
 
-inline constexpr int kLayoutMaxDims = 8;   // equals kMaxDims in encore/tensor.h (checked there)
+inline constexpr int kLayoutMaxDims = 8;   // equals kMaxDims in encore/tensor.h (checked in tensor_layout.h)
 
 template <int N>
 struct Layout {
