@@ -389,6 +389,15 @@ class CaptureObserver final : public StepObserver, public capture_internal::Refu
     }
     note(conditions[it->second], write, value);
   }
+  void on_leaf_state(TensorImpl& leaf) override {
+    if (!leaf_index_.insert(&leaf).second) return;
+    const AutogradMeta* m = leaf.autograd.get();
+    leaves.push_back({.leaf = capture_internal::Held<TensorImpl>(&leaf),
+                      .had_grad = m != nullptr && m->grad.defined(),
+                      .requires_grad = m != nullptr && m->requires_grad,
+                      .hooks_version = m != nullptr ? m->hooks_version : 0,
+                      .kernel = static_cast<int64_t>(launches_), .phase = current_phase()});
+  }
   // Allocations come from the arena in recorded order: the i-th is temporary i.
   void on_allocate(const Storage& storage) override {
     if (plan_.contains(storage.data())) temporary_ids_[storage.id()] = static_cast<int32_t>(plan_.next - 1);
@@ -397,6 +406,7 @@ class CaptureObserver final : public StepObserver, public capture_internal::Refu
   size_t launches() const { return launches_; }
   std::vector<Guard> guards;   // every persistent storage the run touched, once
   std::vector<capture_internal::HostCondition> conditions;   // every host state the run used, once
+  std::vector<capture_internal::LeafCondition> leaves;       // every leaf whose state the run used, once
 
  private:
   // What the step read first (unless it wrote first) and wrote last.
@@ -419,6 +429,7 @@ class CaptureObserver final : public StepObserver, public capture_internal::Refu
   size_t launches_ = 0;
   absl::flat_hash_set<Storage*> seen_;
   absl::flat_hash_map<const void*, size_t> condition_index_;   // owner or flag -> conditions[i]
+  absl::flat_hash_set<const TensorImpl*> leaf_index_;           // the leaves in `leaves`
   absl::flat_hash_map<uint64_t, int32_t> temporary_ids_;   // Storage::id() -> temporary, for arena storages
   std::vector<int32_t> temporaries_;                       // the current launch's operands: temporary or kPersistent
 };
@@ -438,6 +449,21 @@ Tensor arena_view(const Ref<Storage>& arena, const Tensor& out) {
   ENCORE_CHECK((p - base) % esize == 0, "capture: internal: output at arena byte %d is not aligned to its %s",
                p - base, dtype_name(out.dtype()));
   return capture_internal::view_at(arena, (p - base) / esize + out.storage_offset(), out);
+}
+
+// NOTE [ A leaf's gradient state ]: the leaves something besides the
+// capture still holds (a leaf made inside the step is made anew each run).
+std::vector<capture_internal::LeafCondition> persistent_leaves(std::vector<capture_internal::LeafCondition> leaves) {
+  std::vector<bool> keep;
+  {
+    const capture_internal::HoldCheck held;
+    for (const capture_internal::LeafCondition& c : leaves) keep.push_back(held.elsewhere(c.leaf));
+  }   // the check's lock goes before the dropped leaves' references
+  std::vector<capture_internal::LeafCondition> kept;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (keep[i]) kept.push_back(std::move(leaves[i]));
+  }
+  return kept;
 }
 
 // Runs the step once more with its allocations served from the planned arena
@@ -491,6 +517,7 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
   g.guards = std::move(cap.guards);
   for (Guard& guard : g.guards) guard.grad_flags = guard.storage->grad_flag_version();
   g.conditions = std::move(cap.conditions);
+  g.leaves = persistent_leaves(std::move(cap.leaves));
   g.stats.kernels = static_cast<int64_t>(cap.launches());
   g.stats.capture_ms = ms_since(t0);
   g.stats.instantiate_ms = static_cast<double>(capturer->instantiate_ns()) / 1e6;

@@ -6,6 +6,7 @@
 #include "capture/graph_impl.h"
 #include "capture/launch_match.h"
 #include "encore/error.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_format.h"
 #include "src/core/phase.h"
 #include "src/core/step_observer.h"
@@ -17,12 +18,18 @@ Graph::Graph(Graph&&) noexcept = default;
 Graph& Graph::operator=(Graph&&) noexcept = default;
 Graph::~Graph() = default;
 
+namespace {
+constexpr char kMovedFrom[] = "this Graph was moved from (std::move); use the Graph it was moved into";
+}  // namespace
+
 absl::Status Graph::replay() {
+  if (!impl_) return absl::FailedPreconditionError(absl::StrCat("replay: ", kMovedFrom));
   if (absl::Status s = impl_->check_inputs(); !s.ok()) return s;
   return impl_->replay_once().status;
 }
 
 absl::Status Graph::replay(absl::Span<const Tensor> data) {
+  if (!impl_) return absl::FailedPreconditionError(absl::StrCat("replay: ", kMovedFrom));
   if (absl::Status s = capture_internal::refuse_replay_inside_capture(); !s.ok()) return s;   // before any copy
   const std::vector<Tensor>& inputs = impl_->inputs;
   if (data.size() != inputs.size()) {
@@ -54,7 +61,7 @@ absl::Status Graph::replay(absl::Span<const Tensor> data) {
 
 std::vector<FrozenValue> Graph::frozen() const {
   std::vector<FrozenValue> out;
-  const std::vector<capture_internal::KernelRecord>& kernels = impl_->trace.kernels;
+  const std::vector<capture_internal::KernelRecord>& kernels = internals().trace.kernels;
   for (size_t k = 0; k < kernels.size(); ++k) {
     for (auto& [name, value] : capture_internal::frozen_values(kernels[k])) {
       out.push_back({k, kernels[k].op, phase_name(kernels[k].phase), std::move(name), std::move(value)});
@@ -64,7 +71,7 @@ std::vector<FrozenValue> Graph::frozen() const {
 }
 
 const Tensor& Graph::output(size_t i) const {
-  ENCORE_CHECK(i < impl_->outputs.size(), "Graph::output: index %d out of range (%d outputs)", i,
+  ENCORE_CHECK(i < internals().outputs.size(), "Graph::output: index %d out of range (%d outputs)", i,
                impl_->outputs.size());
   ENCORE_CHECK_CODE(impl_->replayed, kFailedPrecondition,
                     "Graph::output: no replay has run yet, so output %d holds nothing (capture() records the "
@@ -72,11 +79,17 @@ const Tensor& Graph::output(size_t i) const {
                     i);
   return impl_->outputs[i].get();
 }
-size_t Graph::num_outputs() const { return impl_->outputs.size(); }
-const CaptureStats& Graph::stats() const { return impl_->stats; }
-const std::vector<planner::Buffer>& Graph::buffers() const { return impl_->buffers; }
-absl::Status Graph::dump_dot(const std::string& path) const { return impl_->executable->dump_dot(path, impl_->trace); }
-Graph::Impl& Graph::internals() const { return *impl_; }
+size_t Graph::num_outputs() const { return internals().outputs.size(); }
+const CaptureStats& Graph::stats() const { return internals().stats; }
+const std::vector<planner::Buffer>& Graph::buffers() const { return internals().buffers; }
+absl::Status Graph::dump_dot(const std::string& path) const {
+  if (!impl_) return absl::FailedPreconditionError(absl::StrCat("dump_dot: ", kMovedFrom));
+  return impl_->executable->dump_dot(path, impl_->trace);
+}
+Graph::Impl& Graph::internals() const {
+  ENCORE_CHECK_CODE(impl_ != nullptr, kFailedPrecondition, "Graph: %s", kMovedFrom);
+  return *impl_;
+}
 
 // ---- Graph::Impl ----
 
@@ -120,7 +133,9 @@ absl::Status check_condition(const capture_internal::HostCondition& c, const cap
     return absl::FailedPreconditionError(absl::StrFormat(
         "replay: the captured step overwrites the gradient of a %s (in %s, from kernel #%d) because zero_grad() "
         "was pending when it was captured, but no zero_grad() is pending now: an eager step would add to the "
-        "gradient. Call zero_grad() before every replay() as before capture, or inside the captured step",
+        "gradient. Reading .grad() after zero_grad() (to log it, say) fills in the zeros and ends the pending "
+        "zero_grad(), as does set_grad(). Call zero_grad() before every replay() as before capture (again after "
+        "reading gradients), or inside the captured step, at its start",
         owner_str(*c.owner), phase_name(c.phase), c.kernel));
   }
   return absl::FailedPreconditionError(absl::StrFormat(
@@ -129,6 +144,51 @@ absl::Status check_condition(const capture_internal::HostCondition& c, const cap
       "gradient. Call zero_grad() inside the captured step (for accumulation over several graphs, in the first "
       "micro-batch's graph), not between replays",
       owner_str(*c.owner), phase_name(c.phase), c.kernel));
+}
+
+// NOTE [ A leaf's gradient state ] (src/core/step_observer.h) as the graph needs it.
+// `name` names the leaf, only when a check fails: "parameter 'fc.weight'"
+// (CaptureOptions::names) or "[5, 12] f32 parameter".
+absl::Status check_leaf(const capture_internal::LeafCondition& c, const capture_internal::HoldCheck& held,
+                        absl::FunctionRef<std::string()> name) {
+  const TensorImpl& leaf = *c.leaf;
+  if (!held.elsewhere(c.leaf)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "replay: the %s whose gradient the captured step uses (in %s, from kernel #%d) was freed or replaced "
+        "since capture; keep it alive, refill it in place with copy_(), and capture again after changing it",
+        name(), phase_name(c.phase), c.kernel));
+  }
+  const AutogradMeta* m = leaf.autograd.get();
+  const bool has_grad = m != nullptr && m->grad.defined();
+  if (has_grad && !c.had_grad) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "replay: the %s had no gradient when the step was captured (in %s, from kernel #%d), so the captured "
+        "step skips it (optimizers and zero_grad() skip a parameter without a gradient), but it has one now: an "
+        "eager step would update it. Capture again now that it has a gradient (e.g. after an eager step that "
+        "reaches every parameter)",
+        name(), phase_name(c.phase), c.kernel));
+  }
+  if (!has_grad && c.had_grad) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "replay: the captured step uses the gradient of the %s (in %s, from kernel #%d), which has none now "
+        "(set_grad(Tensor()) since capture?); capture again after dropping gradients",
+        name(), phase_name(c.phase), c.kernel));
+  }
+  if ((m != nullptr && m->requires_grad) != c.requires_grad) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "replay: requires_grad of the %s changed since capture (requires_grad_(); the captured step uses it in "
+        "%s, from kernel #%d): the captured step computes the gradients it computed then, an eager step would "
+        "compute others. Capture again after freezing or unfreezing parameters",
+        name(), phase_name(c.phase), c.kernel));
+  }
+  if ((m != nullptr ? m->hooks_version : 0) != c.hooks_version) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "replay: post-accumulate hooks of the %s were registered or removed since capture (the captured step "
+        "accumulates its gradient in %s, from kernel #%d): the captured step runs the hooks it ran then, an "
+        "eager step would run the ones it has now. Capture again after changing hooks",
+        name(), phase_name(c.phase), c.kernel));
+  }
+  return absl::OkStatus();
 }
 
 // ---- NOTE [ Shadow verification ] ----
@@ -344,6 +404,15 @@ absl::Status Graph::Impl::check_guards() const {
   // NOTE [ Counting the graphs' own references ] in capture/held.h. The
   // conditions first: a freed parameter is named as one.
   const capture_internal::HoldCheck held;
+  for (const capture_internal::LeafCondition& c : leaves) {
+    const auto name = [&] {
+      const auto named = names.find(c.leaf->storage->id());
+      return named != names.end() && named->second.offset == c.leaf->offset
+                 ? absl::StrCat("parameter '", named->second.name, "'")
+                 : owner_str(*c.leaf);
+    };
+    if (absl::Status s = check_leaf(c, held, name); !s.ok()) return s;
+  }
   for (const capture_internal::HostCondition& c : conditions) {
     if (absl::Status s = check_condition(c, held); !s.ok()) return s;
   }

@@ -60,6 +60,21 @@ struct HostCondition {
   Phase phase = Phase::kForward;     // the phase of the first use
 };
 
+// NOTE [ A leaf's gradient state ] (src/core/step_observer.h): a leaf whose
+// gradient, requires_grad or hooks the captured step decided on, as the
+// capture run first saw them; a precondition of replay(), which refuses when
+// any differs (an optimizer that skipped a parameter without a gradient
+// would now update it; backward would run other hooks). Leaves that only the
+// step held (made inside it) are left out: each run makes its own.
+struct LeafCondition {
+  Held<TensorImpl> leaf;
+  bool had_grad = false;
+  bool requires_grad = false;
+  uint32_t hooks_version = 0;
+  int64_t kernel = 0;                // launches before the first use, for messages
+  Phase phase = Phase::kForward;     // the phase of the first use
+};
+
 // The condition's flag now, and setting it without telling an observer.
 bool condition_value(const HostCondition& c);
 void set_condition(const HostCondition& c, bool value);
@@ -87,6 +102,7 @@ struct Graph::Impl {
   std::unique_ptr<capture_internal::Executable> executable;
   std::vector<capture_internal::Guard> guards;           // every persistent storage the step touches, once
   std::vector<capture_internal::HostCondition> conditions;   // NOTE [ Host state as a precondition ]
+  std::vector<capture_internal::LeafCondition> leaves;       // NOTE [ A leaf's gradient state ]
   std::vector<capture_internal::HeldTensor> outputs;     // what the step returned: views into the arena or
                                                          // persistent tensors (counted: capture/held.h)
   std::vector<planner::Buffer> buffers;                  // the recorded temporaries, lifetimes in launches

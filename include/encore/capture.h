@@ -50,7 +50,12 @@
 //    deciding which kernels the step issues (the lazy zero_grad flag of each
 //    parameter, the training mode of each module the step read) is as the
 //    capture run read it; it then leaves that state as the step would
-//    (NOTE [ Host state as a precondition ] in capture/graph_impl.h).
+//    (NOTE [ Host state as a precondition ] in capture/graph_impl.h). Each
+//    parameter whose gradient the step looked at (an optimizer, zero_grad,
+//    backward) must still have a gradient, or still have none (a parameter
+//    skipped for want of one would now be updated), and the post-accumulate
+//    hooks it had (NOTE [ A leaf's gradient state ] in
+//    src/core/step_observer.h).
 //  - Not seen: a variable rebound to a new tensor (lin.weight = t) while
 //    other handles keep the old one alive (the module's parameter list, the
 //    optimizer, a copy of graph.output(i) the user kept; also the step
@@ -161,6 +166,8 @@ struct CaptureStats {
 
 class Graph {
  public:
+  // A moved-from Graph holds nothing: replay() and dump_dot() return
+  // FailedPrecondition, the accessors throw encore::Error saying so.
   Graph(Graph&&) noexcept;
   Graph& operator=(Graph&&) noexcept;
   ~Graph();

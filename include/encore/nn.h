@@ -84,7 +84,9 @@ class Module {
   void zero_grad();
 
  protected:
-  // Registers t as a parameter (a leaf that requires grad) and returns it.
+  // Registers t as a parameter and returns it: a leaf t itself (its
+  // requires_grad turned on), so the caller's handle is the parameter; a
+  // non-leaf t (the result of ops) as a new leaf over its values.
   Tensor register_parameter(std::string name, Tensor t);
   // Registers t as a buffer: state that moves with the module but is not
   // trained. A persistent buffer (running statistics) is saved in

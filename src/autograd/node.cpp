@@ -54,6 +54,7 @@ AccumulateGrad::AccumulateGrad(TensorImpl* leaf) : Node("AccumulateGrad", 1), le
 Grads AccumulateGrad::apply(Grads&& grads) {
   Tensor& g = grads[0];
   if (!g.defined() || leaf_ == nullptr) return {};
+  observe_leaf_state(*leaf_);   // NOTE [ A leaf's gradient state ]: its gradient and hooks decide what runs
   Tensor leaf{Ref<TensorImpl>(leaf_)};
   AutogradMeta* meta = leaf_->autograd.get();
   Tensor current = meta != nullptr ? meta->grad : Tensor();
@@ -95,13 +96,14 @@ int64_t AccumulateGrad::add_hook(Hook hook) {
   return next_hook_++;
 }
 
-void AccumulateGrad::remove_hook(int64_t id) {
+bool AccumulateGrad::remove_hook(int64_t id) {
   for (size_t i = 0; i < hooks_.size(); ++i) {
     if (hooks_[i].first == id) {
       hooks_.erase(hooks_.begin() + static_cast<std::ptrdiff_t>(i));
-      return;
+      return true;
     }
   }
+  return false;
 }
 
 Edge gradient_edge(const Tensor& t) {

@@ -113,7 +113,7 @@ class AccumulateGrad final : public Node {
   // autograd::register_post_accumulate_hook (encore/autograd.h).
   using Hook = std::function<void(const Tensor&)>;
   int64_t add_hook(Hook hook);
-  void remove_hook(int64_t id);
+  bool remove_hook(int64_t id);   // false: no hook had that id
 
  private:
   void run_hooks(const Tensor& leaf);

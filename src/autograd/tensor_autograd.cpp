@@ -33,6 +33,7 @@ bool Tensor::is_leaf() const {
 Tensor Tensor::grad() const {
   AutogradMeta* m = checked_impl("grad()").autograd.get();
   if (m == nullptr) return Tensor();
+  if (m->grad_fn == nullptr) observe_leaf_state(*impl_);   // NOTE [ A leaf's gradient state ]
   if (m->grad.defined() && read_grad_zero_pending(*impl_)) [[unlikely]] {   // NOTE [ Lazy zero_grad ]
     write_grad_zero_pending(*impl_, false);
     NoGradGuard no_grad;
@@ -78,6 +79,7 @@ void Tensor::set_grad(const Tensor& g) {
 namespace autograd {
 void zero_grad(const Tensor& t) {
   AutogradMeta* m = t.impl()->autograd.get();
+  if (m != nullptr && m->grad_fn == nullptr) observe_leaf_state(*t.impl());   // NOTE [ A leaf's gradient state ]
   if (m != nullptr && m->grad.defined()) write_grad_zero_pending(*t.impl(), true);   // NOTE [ Lazy zero_grad ]
 }
 
@@ -88,12 +90,13 @@ int64_t register_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hoo
   ENCORE_CHECK(hook != nullptr, "register_post_accumulate_hook: the hook is empty (shape %s)",
                shape_str(leaf.shape()));
   Edge e = gradient_edge(leaf);   // creates the leaf's AccumulateGrad, which the leaf owns
+  ++leaf.impl()->autograd->hooks_version;   // NOTE [ A leaf's gradient state ]
   return static_cast<AccumulateGrad*>(e.fn.get())->add_hook(std::move(hook));
 }
 
 void remove_post_accumulate_hook(const Tensor& leaf, int64_t id) {
-  const AutogradMeta* m = leaf.defined() ? leaf.impl()->autograd.get() : nullptr;
-  if (m != nullptr && m->grad_accumulator) m->grad_accumulator->remove_hook(id);
+  AutogradMeta* m = leaf.defined() ? leaf.impl()->autograd.get() : nullptr;
+  if (m != nullptr && m->grad_accumulator && m->grad_accumulator->remove_hook(id)) ++m->hooks_version;
 }
 }  // namespace autograd
 

@@ -84,6 +84,15 @@ class StepObserver {
   // The same for a HostFlag (NOTE [ Host flags ]): `value` is the value
   // read, or the value about to be written.
   virtual void on_host_flag(HostFlag& flag, bool write, bool value) {}
+  // NOTE [ A leaf's gradient state ]: whether a leaf has a gradient, whether
+  // it requires one and which post-accumulate hooks it has decide on the
+  // host which kernels a step issues (an optimizer and zero_grad skip a
+  // parameter without a gradient; backward runs the hooks), so code that
+  // decides on them first reports the leaf here (observe_leaf_state, below:
+  // Tensor::grad() and autograd::zero_grad() of a leaf, backward's
+  // accumulation into one). A captured graph makes the state it saw a
+  // precondition of replay().
+  virtual void on_leaf_state(TensorImpl& leaf) {}
 };
 
 // Installs `observer` for the calling thread's step: on the stream of every
@@ -155,6 +164,13 @@ inline bool read_grad_zero_pending(TensorImpl& owner) {
 inline void write_grad_zero_pending(TensorImpl& owner, bool value) {
   observer_internal::notify([&](StepObserver& o) { o.on_host_state(owner, true, value); });   // sees the value before
   owner.autograd->grad_zero_pending_ = value;
+}
+
+// NOTE [ A leaf's gradient state ]: `leaf` (a tensor with autograd
+// metadata and no grad_fn) is about to be used by code whose kernels depend
+// on its gradient's presence, its requires_grad or its hooks.
+inline void observe_leaf_state(TensorImpl& leaf) {
+  observer_internal::notify([&](StepObserver& o) { o.on_leaf_state(leaf); });
 }
 
 // NOTE [ Host flags ]: a bool on the host, outside any tensor, that decides

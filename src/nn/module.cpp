@@ -55,7 +55,12 @@ void Module::check_new_name(const std::string& name, const char* what) const {
 Tensor Module::register_parameter(std::string name, Tensor t) {
   ENCORE_CHECK(t.defined(), "register_parameter: %s is undefined", name);
   check_new_name(name, "parameter");
-  t = t.detach();
+  // A leaf is registered itself, so that the caller's handle and the
+  // module's are one parameter (a detached twin would share the memory but
+  // not the gradient: the caller's handle would collect gradients that no
+  // optimizer over parameters() sees). A non-leaf (a result of ops) becomes
+  // a new leaf over its values.
+  if (!t.is_leaf()) t = t.detach();
   t.requires_grad_(true);
   params_.emplace_back(std::move(name), t);
   return t;

@@ -20,8 +20,10 @@
 #include <vector>
 
 #include "capture/graph_impl.h"
+#include "encore/autograd.h"
 #include "encore/capture.h"
 #include "encore/encore.h"
+#include "encore/graphed.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
 #include "tests/backends/cuda_test_util.h"
@@ -800,7 +802,7 @@ TEST(ReplayContractTest, FreezingOrUnfreezingAParameterAfterCaptureIsRefused) {
   Tensor first = r->model->parameters()[0];
   const std::vector<unsigned char> before = bits(first);
   first.requires_grad_(false);   // an eager step would no longer compute its gradient
-  expect_refused(graph->replay(), {"replay: requires_grad of '", "changed since capture", "Capture again"});
+  expect_refused(graph->replay(), {"replay: requires_grad of the parameter '", "changed since capture", "Capture again"});
   EXPECT_EQ(bits(first), before) << "a refused replay runs nothing";
   first.requires_grad_(true);    // back as it was: still refused, the graph cannot tell (capture again)
   expect_refused(graph->replay(), {"requires_grad"});
@@ -816,6 +818,141 @@ TEST(ReplayContractTest, FreezingOrUnfreezingAParameterAfterCaptureIsRefused) {
   ASSERT_TRUE(reads->replay().ok());
   frozen.requires_grad_(true);
   expect_refused(reads->replay(), {"requires_grad", "changed since capture"});
+}
+
+// Two heads on one trunk under one optimizer (multi-task training), each
+// trained by its own step: a head's parameters have no gradient until its
+// step first runs.
+struct TwoHeads {
+  nn::Linear trunk{12, 16}, head_a{16, 5}, head_b{16, 5};
+  std::unique_ptr<optim::AdamW> opt;
+  Tensor x = testing::random_tensor({8, 12}, 3);
+  Tensor y = from_vector<int64_t>({0, 1, 2, 3, 4, 0, 1, 2});
+  TwoHeads() {
+    std::vector<Tensor> params = trunk.parameters();
+    for (const nn::Linear* head : {&head_a, &head_b}) {
+      for (const Tensor& p : head->parameters()) params.push_back(p);
+    }
+    opt = std::make_unique<optim::AdamW>(params, optim::AdamWOptions{.lr = 1e-2});
+  }
+  std::vector<Tensor> step(const nn::Linear& head) {
+    opt->zero_grad();
+    Tensor loss = cross_entropy(head.forward(relu(trunk.forward(x))), y);
+    loss.backward();
+    opt->step();
+    return {loss};
+  }
+  std::vector<Tensor> params() const {
+    std::vector<Tensor> out = trunk.parameters();
+    for (const nn::Linear* head : {&head_a, &head_b}) {
+      for (const Tensor& p : head->parameters()) out.push_back(p);
+    }
+    return out;
+  }
+};
+
+// A parameter without a gradient at capture is skipped by the optimizer and
+// zero_grad() on the host, so the graph never touches it. Once another step
+// gives it a gradient, an eager step would update it (AdamW's moments and
+// weight decay): the replay was silently wrong, now refused.
+TEST(ReplayContractTest, AParameterThatGetsItsFirstGradientAfterCaptureIsRefused) {
+  manual_seed(3);
+  TwoHeads m;
+  m.step(m.head_a);
+  absl::StatusOr<Graph> graph = capture([&] { return m.step(m.head_a); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  m.step(m.head_b);   // head B's first gradients
+  const std::vector<unsigned char> before = bits(m.head_b.weight);
+  expect_refused(graph->replay(), {"replay: the [5, 16] f32 parameter had no gradient when the step was captured",
+                                   "an eager step would update it", "Capture again"});
+  EXPECT_EQ(bits(m.head_b.weight), before) << "a refused replay runs nothing";
+  absl::StatusOr<Graph> again = capture([&] { return m.step(m.head_a); });
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->replay().ok());
+
+  // Dropping a gradient the graph uses is named as such.
+  m.trunk.bias.set_grad(Tensor());
+  expect_refused(again->replay(), {"gradient of the [16] f32 parameter", "which has none now"});
+}
+
+// The same loop through GraphedStep, heads alternating: what the graphs
+// cannot replay runs eagerly, and every parameter stays as its eager twin's.
+TEST(ReplayContractTest, GraphedHeadsThatGetTheirFirstGradientLateTrainAsEager) {
+  manual_seed(3);
+  TwoHeads eager;
+  manual_seed(3);
+  TwoHeads graphed;
+  GraphedStep step_a([&](const std::vector<Tensor>&) { return graphed.step(graphed.head_a); }, {.log = false});
+  GraphedStep step_b([&](const std::vector<Tensor>&) { return graphed.step(graphed.head_b); }, {.log = false});
+  // Head A alone until its graph is captured and replayed, then both in turn.
+  for (int i = 0; i < 12; ++i) {
+    const bool b = i >= 4 && i % 2 == 1;
+    const std::vector<Tensor> want = eager.step(b ? eager.head_b : eager.head_a);
+    const std::vector<Tensor> got = (b ? step_b : step_a)({});
+    ASSERT_EQ(bits(want[0]), bits(got[0])) << "call " << i << ": loss";
+    const std::vector<Tensor> pe = eager.params(), pg = graphed.params();
+    for (size_t k = 0; k < pe.size(); ++k) {
+      ASSERT_EQ(bits(pe[k]), bits(pg[k])) << "call " << i << ": parameter " << k << " differs from eager";
+    }
+  }
+  EXPECT_GT(step_a.stats().replays, 0);
+  EXPECT_GT(step_a.stats().eager_fallbacks, 0);
+  EXPECT_NE(step_a.last_fallback().find("had no gradient"), std::string::npos) << step_a.last_fallback();
+}
+
+// A post-accumulate hook registered or removed after capture: the graph
+// ran the hooks of its capture run, an eager step runs the ones there are.
+TEST(ReplayContractTest, HooksRegisteredOrRemovedAfterCaptureAreRefused) {
+  std::unique_ptr<Rig> r = make_rig(Opt::kSgdMomentum);
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*r); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  Tensor w = r->model->parameters()[0];
+  const int64_t id = autograd::register_post_accumulate_hook(w, [](const Tensor& leaf) {
+    Tensor g = leaf.grad();
+    g.mul_(0.5);   // a gradient mask, added mid-training
+  });
+  expect_refused(graph->replay(), {"post-accumulate hooks of the [16, 12] f32 parameter", "registered or removed",
+                                   "Capture again"});
+  absl::StatusOr<Graph> hooked = capture([&] { return whole_step(*r); });
+  ASSERT_TRUE(hooked.ok()) << hooked.status();
+  ASSERT_TRUE(hooked->replay().ok());
+  autograd::remove_post_accumulate_hook(w, id);
+  expect_refused(hooked->replay(), {"post-accumulate hooks", "registered or removed"});
+  autograd::remove_post_accumulate_hook(w, id);   // removed already: nothing changes, still refused as before
+  expect_refused(hooked->replay(), {"post-accumulate hooks"});
+}
+
+// zero_grad() last in the step, a gradient read between replays (to log it):
+// the read fills in the zeros and ends the pending zero_grad(). The refusal
+// says so.
+TEST(ReplayContractTest, ReadingAGradientBetweenReplaysIsNamedInTheRefusal) {
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] {
+    Tensor loss = r->loss();
+    loss.backward();
+    r->opt->step();
+    r->opt->zero_grad();
+    return std::vector<Tensor>{loss};
+  });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  (void)r->model->parameters()[0].grad();
+  expect_refused(graph->replay(), {"zero_grad() was pending", "Reading .grad() after zero_grad()",
+                                   "inside the captured step, at its start"});
+}
+
+TEST(ReplayContractTest, AMovedFromGraphRefusesInsteadOfCrashing) {
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*r); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  Graph moved = *std::move(graph);
+  expect_refused(graph->replay(), {"replay: this Graph was moved from"});
+  expect_refused(graph->replay({}), {"replay: this Graph was moved from"});
+  expect_refused(graph->dump_dot("/dev/null"), {"moved from"});
+  testing::expect_error([&] { (void)graph->num_outputs(); }, absl::StatusCode::kFailedPrecondition, {"moved from"});
+  EXPECT_TRUE(moved.replay().ok());
 }
 
 // NOT seen (include/encore/capture.h, "Not seen"): a module parameter

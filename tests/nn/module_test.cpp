@@ -287,6 +287,48 @@ TEST(ModuleTest, ANameIsRegisteredOnce) {
   EXPECT_EQ(names(net), (std::vector<std::string>{"0.weight", "0.bias", "1.weight", "1.bias"}));
 }
 
+// A layer written as in PyTorch: its own handle on the tensor it registers.
+class OwnHandle : public Module {
+ public:
+  OwnHandle() {
+    w = ones({2});
+    w.requires_grad_();
+    register_parameter("w", w);   // the returned handle is not kept
+  }
+  Tensor forward(const Tensor& x) const override { return mul(x, w); }
+  Tensor w;
+};
+
+// register_parameter registered a detached twin of a leaf: the layer's own
+// handle collected the gradients, the optimizer over parameters() saw none
+// and skipped the parameter, and the layer never trained.
+TEST(ModuleTest, ARegisteredLeafIsTheParameterItself) {
+  OwnHandle m;
+  ASSERT_EQ(m.parameters().size(), 1u);
+  EXPECT_TRUE(m.parameters()[0].is_same(m.w));
+  optim::SGD opt(m.parameters(), {.lr = 0.5});
+  for (int step = 0; step < 3; ++step) {
+    opt.zero_grad();
+    sum(m.forward(ones({2}))).backward();
+    opt.step();
+  }
+  EXPECT_EQ(values(m.w), (std::vector<double>{-0.5, -0.5}));   // 1 - 3 * 0.5
+  // A non-leaf is registered as a new leaf over its values.
+  class FromOps : public Module {
+   public:
+    FromOps() {
+      Tensor base = ones({2});
+      base.requires_grad_();
+      made = mul(base, 2.0);
+      registered = register_parameter("w", made);
+    }
+    Tensor made, registered;
+  } f;
+  EXPECT_FALSE(f.registered.is_same(f.made));
+  EXPECT_TRUE(f.registered.is_leaf() && f.registered.requires_grad());
+  EXPECT_EQ(values(f.registered), (std::vector<double>{2, 2}));
+}
+
 TEST(ModuleTest, StateTensorsArePersistentBuffersAfterParameters) {
   WithBuffers m;
   std::vector<std::string> state;
