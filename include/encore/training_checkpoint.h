@@ -29,12 +29,14 @@
 // what the first step() would create: loading works at any step. Scalars
 // are refused (InvalidArgument, naming the tensor and the value) where the
 // objects' own setters or next step would refuse or break on them:
-// "optim.lr" NaN, infinite or negative (as set_lr); "optim.step" negative or
-// INT64_MAX (AdamW's next step() divides by 1 - beta^t); "schedule.step"
-// negative (as set_step); a "rng.<name>" offset negative as an i64 (no run
-// draws 2^63 numbers; any seed is valid). Other tensors load as they are. A
-// refused file (a part that does not match, a value above) changes nothing:
-// every check is made before the first value is copied.
+// "optim.lr" NaN, infinite or negative (as set_lr); the counts "optim.step"
+// (AdamW's next step() divides by 1 - beta^t) and BatchNorm's
+// "model.<...>.num_batches_tracked" (i64) negative or INT64_MAX (their next
+// increment overflows); "schedule.step" negative (as set_step); a
+// "rng.<name>" offset negative as an i64 (no run draws 2^63 numbers; any
+// seed is valid). Other tensors load as they are. A refused file (a part
+// that does not match, a value above) changes nothing: every check is made
+// before the first value is copied.
 // A load opens the file once and reads its header once: metadata, names
 // and tensors all come from the file that was at `path` when the load
 // began, even if a save replaces it meanwhile.

@@ -73,16 +73,21 @@ absl::Status refuse(absl::StatusCode code, const std::string& path, const std::s
 
 // NOTE [ Checked values ]: the scalars of a checkpoint are state that the
 // objects' own setters check ("optim.lr": check_lr; "schedule.step":
-// set_step) or that their next step runs from ("optim.step": AdamW's bias
-// correction divides by 1 - beta^t, zero at t = 0, and the increment before
-// it must not overflow; "rng.<name>": {seed, offset}, an offset counts draws
-// and is < 2^63 in any run). A corrupt or hand-edited file must not load a
-// value the API would refuse, and a refused load changes nothing: these are
-// read into CPU copies and checked before any live tensor is written, then
-// copied in last. Tensors with no rule here (weights, moments) load as
-// they are.
+// set_step) or that their next step runs from: counts that the step
+// increments first and must not overflow ("optim.step": AdamW's bias
+// correction divides by 1 - beta^t, zero at t = 0; BatchNorm's
+// "model.<...>.num_batches_tracked": with momentum nullopt the update
+// factor is 1 / the count) and generators ("rng.<name>": {seed, offset}; an
+// offset counts draws, < 2^63 in any run). A corrupt or hand-edited file
+// must not load a value the API would refuse, and a refused load changes
+// nothing: these are read into CPU copies and checked before any live
+// tensor is written, then copied in last. Tensors with no rule here
+// (weights, moments, running statistics) load as they are.
+constexpr char kBatchCount[] = ".num_batches_tracked";
+
 bool has_value_rule(const std::string& name) {
-  return name == "optim.lr" || name == "optim.step" || name == kStepName || absl::StartsWith(name, "rng.");
+  return name == "optim.lr" || name == "optim.step" || name == kStepName || absl::StartsWith(name, "rng.") ||
+         (absl::StartsWith(name, "model.") && absl::EndsWith(name, kBatchCount));
 }
 
 // What is wrong with the value (a CPU tensor with the live tensor's shape and
@@ -91,13 +96,15 @@ std::string value_problem(const std::string& name, const Tensor& value) {
   if (name == "optim.lr") {
     const float lr = value.item<float>();
     if (!(std::isfinite(lr) && lr >= 0.0f)) return absl::StrCat("is ", lr, "; a learning rate is finite and >= 0");
-  } else if (name == "optim.step" || name == kStepName) {
+  } else if (name == kStepName) {
     const int64_t step = value.item<int64_t>();
-    if (step < 0) {
-      return absl::StrCat("is ", step, name == kStepName ? "; a schedule's step is >= 0" : "; a step count is >= 0");
-    }
-    if (name == "optim.step" && step == std::numeric_limits<int64_t>::max()) {
-      return absl::StrCat("is ", step, "; the next step() would overflow it");
+    if (step < 0) return absl::StrCat("is ", step, "; a schedule's step is >= 0");
+  } else if (name == "optim.step" || absl::EndsWith(name, kBatchCount)) {
+    if (value.dtype() != kInt64 || value.numel() != 1) return "";   // a buffer of another kind: no rule
+    const int64_t count = value.item<int64_t>();
+    if (count < 0) return absl::StrCat("is ", count, "; a count is >= 0");
+    if (count == std::numeric_limits<int64_t>::max()) {
+      return absl::StrCat("is ", count, "; its next increment would overflow it");
     }
   } else if (absl::StartsWith(name, "rng.")) {
     const int64_t offset = value.to_vector<int64_t>()[1];   // {seed, offset}: any seed is valid

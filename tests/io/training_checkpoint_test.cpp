@@ -11,10 +11,12 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "encore/encore.h"
 #include "tests/backends/cuda_test_util.h"
 #include "tests/io/file_opens.h"
@@ -462,8 +464,8 @@ TEST(TrainingCheckpointTest, ScalarsTheObjectsRefuseAreRefusedBeforeAnythingIsWr
       {"optim.lr", scalar_tensor(inf, kFloat32), "\"optim.lr\": is inf;"},
       {"optim.lr", scalar_tensor(-inf, kFloat32), "\"optim.lr\": is -inf;"},
       {"optim.lr", scalar_tensor(0, kFloat32), ""},
-      {"optim.step", from_vector<int64_t>({-1}, Shape{}), "\"optim.step\": is -1; a step count is >= 0"},
-      {"optim.step", from_vector<int64_t>({max}, Shape{}), "\"optim.step\": is 9223372036854775807; the next step()"},
+      {"optim.step", from_vector<int64_t>({-1}, Shape{}), "\"optim.step\": is -1; a count is >= 0"},
+      {"optim.step", from_vector<int64_t>({max}, Shape{}), "\"optim.step\": is 9223372036854775807; its next increment would overflow"},
       {"optim.step", from_vector<int64_t>({max - 1}, Shape{}), ""},
       {"rng.data", from_vector<int64_t>({7, -1}, {2}), "\"rng.data\": has offset -1; a generator's offset is >= 0"},
       {"rng.default.cpu", from_vector<int64_t>({7, std::numeric_limits<int64_t>::min()}, {2}),
@@ -526,6 +528,33 @@ TEST(TrainingCheckpointTest, ConversionsAreReportedInTheOrderOfTheParts) {
   ASSERT_TRUE(st.ok()) << st;
   EXPECT_EQ(report.converted, (std::vector<std::string>{"optim.lr: f16 -> f32", "optim.exp_avg.0: f16 -> f32"}));
   EXPECT_EQ(b.opt->get_lr(), static_cast<float>(static_cast<Half>(a.opt->get_lr())));
+}
+
+// BatchNorm's count of batches is a count like AdamW's step: with momentum
+// nullopt the update factor is 1 / the count, so -1 (0 after the next
+// increment) would make the running statistics inf. Refused, naming the
+// tensor; nothing changes.
+TEST(TrainingCheckpointTest, ANegativeBatchCountIsRefusedBeforeAnythingIsWritten) {
+  const std::string path = ::testing::TempDir() + "/batch_count.safetensors";
+  nn::BatchNorm1d saved(3, 1e-5, std::nullopt);
+  (void)saved.forward(testing::random_tensor({4, 3}, 1));
+  ASSERT_TRUE(save_checkpoint(path, saved).ok());
+  for (int64_t count : {int64_t{-1}, std::numeric_limits<int64_t>::max()}) {
+    SCOPED_TRACE(count);
+    rewrite(path, "model.num_batches_tracked", from_vector<int64_t>({count}, Shape{}));
+    nn::BatchNorm1d bn(3, 1e-5, std::nullopt);
+    const absl::Status st = load_checkpoint(path, bn);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(absl::StrCat("\"model.num_batches_tracked\": is ", count)), absl::string_view::npos)
+        << st;
+    EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 0);
+    (void)bn.forward(testing::random_tensor({4, 3}, 2));
+    for (double v : testing::values(bn.running_var)) EXPECT_TRUE(std::isfinite(v));
+  }
+  rewrite(path, "model.num_batches_tracked", from_vector<int64_t>({7}, Shape{}));
+  nn::BatchNorm1d bn(3, 1e-5, std::nullopt);
+  ASSERT_TRUE(load_checkpoint(path, bn).ok());
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 7);
 }
 
 // A null generator pointer is a null part (training_checkpoint.h): a save
