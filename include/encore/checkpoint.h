@@ -55,16 +55,20 @@ using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 // Writes `tensors` (in the given order; non-contiguous ones are written
 // contiguous) and `metadata` (the header's "__metadata__") to `path`.
 // Atomic: the bytes go to `path + ".tmp.<pid>.<n>"` (this process's pid, a
-// per-process counter), which is fsynced and then renamed over `path`. So
-// `path` always holds a whole file, the previous one or the new one:
+// per-process counter; where that would make the file name longer than
+// NAME_MAX, 255 bytes, "<first bytes of the name>.tmp~<hash>.<pid>.<n>",
+// <hash> 16 hex digits of a hash of the whole name), which is fsynced and
+// then renamed over `path`. So `path` always holds a whole file, the
+// previous one or the new one:
 //   - an error mid-save (a full disk, a failed write, fsync or rename) is
 //     returned, leaves any previous file as it was and removes the temporary;
 //   - a crash or kill -9 mid-save leaves the previous file and the temporary.
 //     The next save or load of `path` (any of the four functions here)
 //     removes such leftovers: files in path's directory named exactly
-//     "<file name>.tmp.<pid>.<n>" whose pid is not this process and names no
-//     live process (kill(pid, 0) fails with ESRCH). Temporaries of live
-//     processes, of other paths and any other name are never touched.
+//     "<file name>.tmp.<pid>.<n>" (or the shortened form above, for that
+//     name) whose pid is not this process and names no live process
+//     (kill(pid, 0) fails with ESRCH). Temporaries of live processes, of
+//     other paths and any other name are never touched.
 //     Caveat: on a directory shared between machines or pid namespaces, a
 //     save in progress elsewhere may lose its temporary; that save then fails
 //     (cannot rename) and `path` still holds a whole file.

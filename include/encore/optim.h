@@ -198,7 +198,9 @@ struct WarmupCosineOptions {
 // The schedule keeps a host step counter s, starting at 0. The constructor
 // writes lr(0) into the optimizer's lr tensor; each step() advances s and
 // writes lr(s). Call it after opt.step(), outside any captured step. The
-// schedule keeps a reference to `opt`, which must outlive it.
+// schedule keeps a reference to `opt`, which must outlive it. A step() at
+// s = INT64_MAX (reachable only by set_step) is refused (OutOfRange) and
+// changes nothing.
 class WarmupCosine {
  public:
   WarmupCosine(Optimizer& opt, WarmupCosineOptions options);

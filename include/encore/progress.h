@@ -32,22 +32,30 @@ struct ProgressOptions {
 class Progress {
  public:
   explicit Progress(ProgressOptions options);
-  // Step `step` (1-based) is done with this loss; `units` of options.unit
-  // were processed in it. Prints as described above.
+  // Step `step` (1-based) is done with this loss; `units` (>= 0, else
+  // encore::Error) of options.unit were processed in it. Prints as described
+  // above. Throughput is the units of this object's updates over the time
+  // since construction; the ETA times the steps from the first one update()
+  // was given, construction counting as its start, so a run resumed at step
+  // 9001 of 10000 estimates from its own steps, not from 9000 it never ran.
   void update(int64_t step, double loss, int64_t units);
   // The same line without a loss (tools: measurement points, plans).
   void update(int64_t step, int64_t units);
   // The text of the line update() last built, without line ending (tests).
   const std::string& last_line() const { return line_; }
 
-  // "1h02m", "3m05s", "42s": a duration in whole seconds (>= 0).
+  // "1h02m", "3m05s", "42s": a duration in whole seconds, rounded; negative
+  // ones are "0s", those of 100000 hours or more (infinity included: no
+  // progress) ">99999h", and NaN (no estimate) "?".
   static std::string duration(double seconds);
 
  private:
   ProgressOptions options_;
   bool tty_ = false;
   double start_s_ = 0, last_draw_s_ = -1;
-  int64_t units_ = 0;
+  double units_ = 0;         // of every update(), summed
+  int64_t first_step_ = 0;   // the step of the first update(), once seen_step_
+  bool seen_step_ = false;
   std::string line_;
 
   void draw(int64_t step, const double* loss, int64_t units);   // loss: null for none

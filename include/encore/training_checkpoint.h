@@ -26,9 +26,17 @@
 // are copied into the existing tensors, so captured graphs that use them stay
 // valid. Optimizer state not yet created when the file was saved (before the
 // first step(), or for parameters never updated) loads as zeros, which is
-// what the first step() would create: loading works at any step. A refused
-// file (a part that does not match, a negative "schedule.step") changes
-// nothing: every check is made before the first value is copied.
+// what the first step() would create: loading works at any step. Scalars
+// are refused (InvalidArgument, naming the tensor and the value) where the
+// objects' own setters or next step would refuse or break on them:
+// "optim.lr" NaN, infinite or negative (as set_lr); the counts "optim.step"
+// (AdamW's next step() divides by 1 - beta^t) and BatchNorm's
+// "model.<...>.num_batches_tracked" (i64) negative or INT64_MAX (their next
+// increment overflows); "schedule.step" negative (as set_step); a
+// "rng.<name>" offset negative as an i64 (no run draws 2^63 numbers; any
+// seed is valid). Other tensors load as they are. A refused file (a part
+// that does not match, a value above) changes nothing: every check is made
+// before the first value is copied.
 // A load opens the file once and reads its header once: metadata, names
 // and tensors all come from the file that was at `path` when the load
 // began, even if a save replaces it meanwhile.
@@ -49,7 +57,11 @@
 namespace encore {
 
 // The parts of a run a checkpoint holds besides the model's parameters. The
-// pointers are not owned; null parts are neither saved nor loaded.
+// pointers are not owned; null parts are neither saved nor loaded. That
+// includes a generator entry whose pointer is null: its "rng.<name>" is not
+// written, and a load passes over the file's tensor of that name (not read,
+// not refused, not in LoadReport), as it passes over "optim." when the
+// optimizer is null.
 struct TrainingState {
   optim::Optimizer* optimizer = nullptr;
   optim::WarmupCosine* schedule = nullptr;

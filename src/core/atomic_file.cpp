@@ -3,9 +3,10 @@
 // NOTE [ Writing a file atomically ]: what each kind of path gets.
 //   - absent, or a regular file: the bytes go to "<file>.tmp.<pid>.<n>"
 //     beside it (this process's pid, a per-process counter, so concurrent
-//     writes never share one), which is written, fsynced, closed and renamed
-//     over the file; the directory is then fsynced (best effort). Any error
-//     removes the temporary and leaves the file as it was.
+//     writes never share one; shorter for a name near NAME_MAX, NOTE
+//     [ Temporaries of long names ]), which is written, fsynced, closed and
+//     renamed over the file; the directory is then fsynced (best effort).
+//     Any error removes the temporary and leaves the file as it was.
 //   - a symbolic link, or a chain of them: followed as open(O_CREAT) would;
 //     the file it names is replaced (or created, for a link to no file yet)
 //     and the link stays. A loop of links is ELOOP.
@@ -53,6 +54,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <vector>
 
@@ -162,9 +164,9 @@ absl::StatusOr<Target> examine(const char* op, const std::string& path) {
   return t;
 }
 
-// The pid of `name` when it is exactly "<base>.tmp.<pid>.<n>" (both decimal), else 0.
-pid_t temporary_pid(absl::string_view name, absl::string_view base) {
-  if (!absl::ConsumePrefix(&name, base) || !absl::ConsumePrefix(&name, ".tmp.")) return 0;
+// The pid of `name` when it is exactly "<head><pid>.<n>" (both decimal), else 0.
+pid_t temporary_pid(absl::string_view name, absl::string_view head) {
+  if (!absl::ConsumePrefix(&name, head)) return 0;
   const size_t dot = name.find('.');
   if (dot == absl::string_view::npos) return 0;
   const absl::string_view pid_text = name.substr(0, dot), counter_text = name.substr(dot + 1);
@@ -180,34 +182,81 @@ pid_t temporary_pid(absl::string_view name, absl::string_view base) {
   return static_cast<pid_t>(pid);
 }
 
+// NOTE [ Temporaries of long names ]: "<base>.tmp.<pid>.<n>" is up to
+// kPlainSuffix bytes longer than the file's own name `base` (a 10-digit pid,
+// a 20-digit counter), and a directory admits names of at most NAME_MAX
+// bytes (pathconf; 255 on Linux's filesystems), so a valid name of 220 to
+// 255 bytes could have no temporary. Where "<base>.tmp.<pid>.<n>" does not
+// fit, the temporary is "<stem>.<pid>.<n>" with the stem
+// "<prefix>.tmp~<hash>": the first NAME_MAX - kStemSuffix bytes of `base`
+// (cut before a UTF-8 continuation byte) and 16 hex digits of the FNV-1a
+// hash of the whole of `base`, at most NAME_MAX bytes for every pid and
+// counter. NOTE [ Stale temporaries ] recognises both forms, and only the
+// file's own: a plain temporary has "tmp" right before ".<pid>.<n>" where a
+// stem has a hex digit, the hash tells apart long names that share the
+// prefix, and the stem is looked for only for names long enough to need
+// one. A name longer than NAME_MAX is refused (ENAMETOOLONG) before a
+// temporary is made.
+constexpr size_t kPlainSuffix = 36;   // ".tmp." + 10 + "." + 20
+constexpr size_t kStemSuffix = 53;    // ".tmp~" + 16 + "." + 10 + "." + 20
+
+size_t name_max(const std::string& dir) {
+  const long n = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  return n > 0 ? static_cast<size_t>(n) : size_t{NAME_MAX};
+}
+
+// The stem of a long name's temporaries (the NOTE), or "" when every
+// "<base>.tmp.<pid>.<n>" fits in `max` bytes.
+std::string long_name_stem(absl::string_view base, size_t max) {
+  if (base.size() + kPlainSuffix <= max) return "";
+  uint64_t hash = 14695981039346656037ull;   // FNV-1a, 64 bits: the same in every process and build
+  for (unsigned char c : base) hash = (hash ^ c) * 1099511628211ull;
+  size_t keep = std::min(base.size(), max > kStemSuffix ? max - kStemSuffix : 0);
+  while (keep > 0 && keep < base.size() && (static_cast<unsigned char>(base[keep]) & 0xC0) == 0x80) --keep;
+  return absl::StrCat(base.substr(0, keep), ".tmp~", absl::Hex(hash, absl::kZeroPad16));
+}
+
 // NOTE [ Stale temporaries ]: a write killed between creating its temporary
 // and renaming it (kill -9, a crash, power loss) leaves "<file>.tmp.<pid>.<n>"
-// behind. Every write of the file (and every load of a checkpoint) first
-// removes those whose process is gone: exactly that pattern in the file's
-// directory, a pid other than ours, and kill(pid, 0) failing with ESRCH. A
-// live pid (ours included) keeps its file, so writes in progress are never
-// touched; a reused pid only keeps a stale file longer. Best effort: an
-// unreadable directory or a failed unlink changes nothing and is not an
-// error. `file` has its links resolved.
+// (or, for a long name, "<stem>.<pid>.<n>": NOTE [ Temporaries of long
+// names ]) behind. Every write of the file (and every load of a checkpoint)
+// first removes those whose process is gone: exactly that pattern in the
+// file's directory, a pid other than ours, and kill(pid, 0) failing with
+// ESRCH. A live pid (ours included) keeps its file, so writes in progress
+// are never touched; a reused pid only keeps a stale file longer. Best
+// effort: an unreadable directory or a failed unlink changes nothing and is
+// not an error. `file` has its links resolved.
 void remove_stale_temporaries_of(const std::string& file) {
   const auto [dir, base] = split_path(file);
   if (base.empty()) return;
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return;
   const pid_t self = ::getpid();
+  const std::string plain = absl::StrCat(base, ".tmp."), stem = long_name_stem(base, name_max(dir));
   std::vector<std::string> stale;
   while (const dirent* e = ::readdir(d)) {
-    const pid_t pid = temporary_pid(e->d_name, base);
+    pid_t pid = temporary_pid(e->d_name, plain);
+    if (pid == 0 && !stem.empty()) pid = temporary_pid(e->d_name, absl::StrCat(stem, "."));
     if (pid > 0 && pid != self && ::kill(pid, 0) != 0 && errno == ESRCH) stale.emplace_back(e->d_name);
   }
   ::closedir(d);
   for (const std::string& name : stale) (void)::unlink(absl::StrCat(dir, "/", name).c_str());
 }
 
-// Unique per process and per call, so concurrent writes never share a temporary.
-std::string temp_path(const std::string& file) {
+// Unique per process and per call, so concurrent writes never share a
+// temporary; shortened where the file's name is long (NOTE [ Temporaries of
+// long names ]). A name past NAME_MAX is refused here, before anything is
+// written.
+absl::StatusOr<std::string> temp_path(const char* op, const std::string& file) {
   static std::atomic<uint64_t> counter{0};
-  return absl::StrCat(file, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  const auto [dir, base] = split_path(file);
+  const size_t max = name_max(dir);
+  if (base.size() > max) return io_error(op, "cannot write", file, ENAMETOOLONG);
+  std::string tmp = absl::StrCat(base, ".tmp.", ::getpid(), ".", counter.fetch_add(1));
+  if (tmp.size() > max) {
+    tmp = absl::StrCat(long_name_stem(base, max), tmp.substr(base.size() + std::strlen(".tmp")));
+  }
+  return absl::StrCat(absl::string_view(file).substr(0, file.size() - base.size()), tmp);
 }
 
 // NOTE [ Writing a file atomically ] says why the bits and the unlink.
@@ -255,7 +304,9 @@ absl::StatusOr<StagedFile> stage(const char* op, const std::string& path, WriteF
         "atomic write would replace it (it renames a temporary over the path)"));
   }
   remove_stale_temporaries_of(t->file);
-  std::string tmp = temp_path(t->file);
+  absl::StatusOr<std::string> tmp_path = temp_path(op, t->file);
+  if (!tmp_path.ok()) return tmp_path.status();
+  std::string tmp = *std::move(tmp_path);
   absl::StatusOr<UniqueFd> fd = create_temporary(op, tmp, *t);
   if (!fd.ok()) {
     const bool read_only_directory = fd.status().code() == absl::StatusCode::kPermissionDenied;

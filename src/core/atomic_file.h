@@ -5,8 +5,9 @@
 //
 // A failed write (a full disk, a file size limit, a crash) must not leave
 // half a file where the last good one was. So the bytes go to a temporary
-// beside the file, "<file>.tmp.<pid>.<n>", which is written, fsynced, closed
-// and renamed over the file; on any error the temporary is removed and the
+// beside the file, "<file>.tmp.<pid>.<n>" (shortened to fit NAME_MAX for a
+// long name: NOTE [ Temporaries of long names ]), which is written, fsynced,
+// closed and renamed over the file; on any error the temporary is removed and the
 // file keeps what it held. NOTE [ Writing a file atomically ] in
 // atomic_file.cpp says what each kind of path gets (links, directories,
 // devices, pipes, read-only directories, permissions, crash leftovers).
@@ -27,7 +28,9 @@
 // Errors: "<op>: <what failed> <file>: <errno text>", the code from errno as
 // absl::ErrnoToStatus maps it (ENOENT NotFound, EACCES PermissionDenied,
 // ENOSPC ResourceExhausted, EISDIR and ENOTDIR FailedPrecondition, ...).
-// <file> is the path or its temporary, whose name starts with the path.
+// <file> is the path or its temporary, whose name starts with the path (for
+// a name within 36 bytes of NAME_MAX, with the path's directory and the
+// first bytes of its name).
 #pragma once
 
 #include <cstdint>

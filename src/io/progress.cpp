@@ -27,7 +27,10 @@ Progress::Progress(ProgressOptions options) : options_(std::move(options)) {
 }
 
 std::string Progress::duration(double seconds) {
-  const int64_t s = std::isfinite(seconds) && seconds > 0 ? static_cast<int64_t>(std::llround(seconds)) : 0;
+  if (std::isnan(seconds)) return "?";
+  constexpr double kMaxHours = 99999;   // past it (inf included), only that it is longer
+  if (seconds >= (kMaxHours + 1) * 3600) return absl::StrFormat(">%.0fh", kMaxHours);
+  const int64_t s = seconds > 0 ? static_cast<int64_t>(std::llround(seconds)) : 0;
   if (s >= 3600) return absl::StrFormat("%dh%02dm", s / 3600, s / 60 % 60);
   if (s >= 60) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
   return absl::StrFormat("%ds", s);
@@ -38,7 +41,9 @@ void Progress::update(int64_t step, double loss, int64_t units) { draw(step, &lo
 void Progress::update(int64_t step, int64_t units) { draw(step, nullptr, units); }
 
 void Progress::draw(int64_t step, const double* loss, int64_t units) {
-  units_ += units;
+  ENCORE_CHECK(units >= 0, "Progress: units done in a step must be >= 0, got %d (step %d)", units, step);
+  if (!seen_step_) first_step_ = step, seen_step_ = true;
+  units_ += static_cast<double>(units);   // a double: no sum of int64 counts overflows it
   const double t = now_s(), elapsed = t - start_s_;
   const bool keep = step % options_.every == 0 || step == options_.total;
   if (!keep && (!tty_ || (last_draw_s_ >= 0 && t - last_draw_s_ < options_.redraw_s))) return;
@@ -49,8 +54,14 @@ void Progress::draw(int64_t step, const double* loss, int64_t units) {
                               : absl::StrFormat("step %d", step);
   if (loss != nullptr) absl::StrAppendFormat(&line_, "  loss %.4f", *loss);
   absl::StrAppendFormat(&line_, "  %.0f %s/s", elapsed > 0 ? units_ / elapsed : 0.0, options_.unit);
-  if (options_.total > 0 && step > 0) {
-    absl::StrAppend(&line_, "  ETA ", duration(elapsed / step * static_cast<double>(options_.total - step)));
+  // NOTE [ Rates from the first step seen ]: a run resumed at step 9001
+  // timed its steps from 9001 on, not from 1: construction counts as the
+  // start of the first step update() was given. In doubles: no step
+  // overflows the differences.
+  const double done = static_cast<double>(step) - static_cast<double>(first_step_) + 1;
+  if (options_.total > 0 && done > 0) {
+    const double left = static_cast<double>(options_.total) - static_cast<double>(step);
+    absl::StrAppend(&line_, "  ETA ", duration(elapsed / done * left));
   }
   if (tty_) {
     std::fprintf(options_.out, "\r%s\033[K%s", line_.c_str(), keep ? "\n" : "");   // \033[K: clear to the end

@@ -32,6 +32,9 @@ WarmupCosine::WarmupCosine(Optimizer& opt, WarmupCosineOptions options) : opt_(o
 // The counter moves only once the optimizer took the new rate: a refused
 // write (set_lr inside a captured step) leaves the schedule where it was.
 void WarmupCosine::step() {
+  ENCORE_CHECK_CODE(step_ < std::numeric_limits<int64_t>::max(), kOutOfRange,
+                    "WarmupCosine: step() at step %d (INT64_MAX, from set_step) would overflow the step counter",
+                    step_);
   opt_.set_lr(lr_at(step_ + 1));
   ++step_;
 }

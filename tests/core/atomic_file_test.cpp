@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -318,6 +319,110 @@ TEST_F(AtomicFileTest, ADirectoryThatAdmitsNoNewFile) {
   std::vector<std::string> in_ro;
   for (const fs::directory_entry& e : fs::directory_iterator(dir_ / "ro")) in_ro.push_back(e.path().filename());
   EXPECT_EQ(in_ro, std::vector<std::string>{"f"});
+}
+
+// The longest name this directory admits (NAME_MAX, 255 on Linux's filesystems).
+size_t name_max(const fs::path& dir) {
+  const long n = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+  return n > 0 ? static_cast<size_t>(n) : 255;
+}
+
+// The temporary a write of `file` makes (the name its WriteFileFn is given),
+// found by a staged write that is then dropped (which removes it).
+std::string temporary_of(const std::string& file) {
+  std::string tmp;
+  absl::StatusOr<StagedFile> staged = stage_file("test", file, [&](int, const std::string& name) {
+    tmp = name;
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(staged.ok()) << staged.status();
+  return tmp;
+}
+
+// NOTE [ Temporaries of long names ] (src/core/atomic_file.cpp): every valid
+// name up to NAME_MAX bytes is written atomically, ASCII or UTF-8, its
+// temporary beside it and never longer than NAME_MAX; a name past NAME_MAX
+// is refused before anything is written.
+TEST_F(AtomicFileTest, NamesUpToNameMaxAreWrittenThroughATemporaryThatFits) {
+  const size_t max = name_max(dir_);
+  const std::string e_acute = "\xc3\xa9";   // a 2-byte character, cut nowhere
+  std::vector<std::string> names;
+  for (size_t n : {size_t{1}, max - 36, max - 35, max - 20, max - 1, max}) names.push_back(std::string(n, 'a'));
+  std::string utf8 = "b";
+  while (utf8.size() + 2 <= max) utf8 += e_acute;   // an odd length: every cut after the "b" is mid-character or not
+  names.push_back(utf8);
+  names.push_back(utf8.substr(1) + "c");
+  for (const std::string& name : names) {
+    SCOPED_TRACE(::testing::Message() << name.size() << "-byte name");
+    const std::string tmp = temporary_of(path(name));
+    const std::string tmp_name = fs::path(tmp).filename().string();
+    EXPECT_EQ(fs::path(tmp).parent_path(), dir_);
+    EXPECT_LE(tmp_name.size(), max);
+    const size_t first_e = tmp_name.find(e_acute[0]);
+    if (first_e != std::string::npos) {   // whole characters only: an even run of bytes after the first
+      const size_t run = tmp_name.find_first_not_of(e_acute, first_e) - first_e;
+      EXPECT_EQ(run % 2, 0u) << tmp_name;
+    }
+    for (WriteMode mode : kBothModes) {
+      absl::Status st = write_file_atomically("test", path(name), "whole", mode);
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_EQ(slurp(path(name)), "whole");
+      EXPECT_EQ(files(), std::vector<std::string>{name});
+    }
+    fs::remove(path(name));
+  }
+  const std::string too_long(max + 1, 'a');
+  for (WriteMode mode : kBothModes) {
+    expect_status(write_file_atomically("test", path(too_long), "x", mode), StatusCode::kInvalidArgument,
+                  {"test: cannot write ", "File name too long"});
+  }
+  EXPECT_TRUE(files().empty());
+}
+
+// A pid that no process has: a child that has exited and been reaped.
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
+}
+
+// NOTE [ Stale temporaries ] for long names: a shortened temporary that a
+// dead process left is removed by the next write, like "<file>.tmp.<pid>.<n>";
+// those of live processes, of another long name with the same first bytes,
+// and other names are kept.
+TEST_F(AtomicFileTest, ShortenedTemporariesOfDeadProcessesAreRemovedLikeTheOthers) {
+  const size_t max = name_max(dir_);
+  const std::string name(max, 'a'), other = std::string(max - 1, 'a') + "b";
+  auto stem_of = [&](const std::string& file) {   // "<stem>.<pid>.<n>" -> "<stem>"
+    std::string tmp = fs::path(temporary_of(path(file))).filename().string();
+    tmp.erase(tmp.rfind('.'));
+    tmp.erase(tmp.rfind('.'));
+    return tmp;
+  };
+  const std::string stem = stem_of(name), other_stem = stem_of(other);
+  ASSERT_NE(stem, other_stem);
+  ASSERT_EQ(stem.compare(0, 100, name, 0, 100), 0) << stem;   // starts with the name
+  const std::string dead = absl::StrCat(dead_pid()), self = absl::StrCat(::getpid());
+  const std::vector<std::string> kept = {
+      absl::StrCat(stem, ".", self, ".999999"),   // a live pid: ours
+      absl::StrCat(stem, ".1.0"),                 // pid 1 is alive
+      absl::StrCat(stem, ".", dead, ".0.bak"),    // not the exact pattern
+      absl::StrCat(stem, ".", dead, "."),
+      absl::StrCat(stem, "x.", dead, ".0"),
+      absl::StrCat(other_stem, ".", dead, ".0")};   // the other name's
+  for (const std::string& n : kept) spit(path(n), "kept");
+  spit(path(absl::StrCat(stem, ".", dead, ".0")), "stale");
+  spit(path(absl::StrCat(stem, ".", dead, ".17")), "stale");
+  ASSERT_TRUE(write_file_atomically("test", path(name), "whole").ok());
+  std::vector<std::string> expected = kept;
+  expected.push_back(name);
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(files(), expected);
+  spit(path(absl::StrCat(stem, ".", dead, ".3")), "stale");
+  remove_stale_temporaries(path(name));
+  EXPECT_EQ(files(), expected);
 }
 
 // The probe before long work: the checks of a write, and nothing changed.

@@ -434,6 +434,20 @@ TEST_F(SafetensorsTest, SaveThroughALinkReplacesTheFileItNamesAndKeepsTheLink) {
   EXPECT_EQ(files(), (std::vector<std::string>{"latest.safetensors", "step_1.safetensors"}));
 }
 
+// A file name of NAME_MAX bytes (255) is valid: it saves (through a
+// shortened temporary, NOTE [ Temporaries of long names ] in
+// src/core/atomic_file.cpp), loads, and leaves nothing else behind.
+TEST_F(SafetensorsTest, AFileNameOfNameMaxBytesSavesAndLoads) {
+  const long max = ::pathconf(::testing::TempDir().c_str(), _PC_NAME_MAX);
+  const std::string name = std::string((max > 0 ? max : 255) - 12, 'a') + ".safetensors";
+  absl::Status st = save_safetensors(path(name), {{"w", full({3}, 2.0)}});
+  ASSERT_TRUE(st.ok()) << st;
+  absl::StatusOr<NamedTensors> out = load_safetensors(path(name));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ((*out)[0].second.to_vector<float>(), (std::vector<float>{2, 2, 2}));
+  EXPECT_EQ(files(), std::vector<std::string>{name});
+}
+
 // A pid that no process has: a child that has exited and been reaped.
 pid_t dead_pid() {
   const pid_t child = ::fork();

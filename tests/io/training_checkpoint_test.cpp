@@ -4,14 +4,19 @@
 
 #include <cstdint>
 #include <atomic>
+#include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "encore/encore.h"
 #include "tests/backends/cuda_test_util.h"
 #include "tests/io/file_opens.h"
@@ -418,6 +423,167 @@ TEST(TrainingCheckpointTest, ANegativeScheduleStepIsRefusedBeforeAnythingIsWritt
   // Without the schedule the step is not read, and the rest loads.
   absl::Status rest = load_checkpoint(path, run.model, {.optimizer = &run.opt, .generators = {{"data", &run.data}}});
   EXPECT_TRUE(rest.ok()) << rest;
+}
+
+// Rewrites `path` with tensor `name` replaced by `value` (a corrupt or
+// hand-edited file), keeping its metadata.
+void rewrite(const std::string& path, const std::string& name, const Tensor& value) {
+  absl::StatusOr<NamedTensors> file = load_safetensors(path);
+  absl::StatusOr<std::map<std::string, std::string>> metadata = load_safetensors_metadata(path);
+  ASSERT_TRUE(file.ok() && metadata.ok());
+  bool found = false;
+  for (auto& [n, t] : *file) {
+    if (n == name) t = value, found = true;
+  }
+  ASSERT_TRUE(found) << name;
+  ASSERT_TRUE(save_safetensors(path, *file, *metadata).ok());
+}
+
+// NOTE [ Checked values ]: scalars that set_lr, set_step or the next step()
+// would refuse or break on are refused (InvalidArgument, naming the file,
+// the tensor and the value) before anything is copied, like a negative
+// "schedule.step"; the edges that are valid load.
+TEST(TrainingCheckpointTest, ScalarsTheObjectsRefuseAreRefusedBeforeAnythingIsWritten) {
+  const std::string path = ::testing::TempDir() + "/bad_scalars.safetensors";
+  const std::string saved = path + ".saved";
+  {
+    GptRun run(1, kCPU);
+    for (int i = 0; i < 2; ++i) run.step();
+    ASSERT_TRUE(save_checkpoint(saved, run.model, run.state()).ok());
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  struct Case {
+    std::string name;
+    Tensor value;
+    std::string message;   // empty: the value is valid and loads
+  };
+  const std::vector<Case> cases = {
+      {"optim.lr", scalar_tensor(nan, kFloat32), "\"optim.lr\": is nan; a learning rate is finite and >= 0"},
+      {"optim.lr", scalar_tensor(-3, kFloat32), "\"optim.lr\": is -3;"},
+      {"optim.lr", scalar_tensor(inf, kFloat32), "\"optim.lr\": is inf;"},
+      {"optim.lr", scalar_tensor(-inf, kFloat32), "\"optim.lr\": is -inf;"},
+      {"optim.lr", scalar_tensor(0, kFloat32), ""},
+      {"optim.step", from_vector<int64_t>({-1}, Shape{}), "\"optim.step\": is -1; a count is >= 0"},
+      {"optim.step", from_vector<int64_t>({max}, Shape{}), "\"optim.step\": is 9223372036854775807; its next increment would overflow"},
+      {"optim.step", from_vector<int64_t>({max - 1}, Shape{}), ""},
+      {"rng.data", from_vector<int64_t>({7, -1}, {2}), "\"rng.data\": has offset -1; a generator's offset is >= 0"},
+      {"rng.default.cpu", from_vector<int64_t>({7, std::numeric_limits<int64_t>::min()}, {2}),
+       "\"rng.default.cpu\": has offset -9223372036854775808;"},
+      {"rng.data", from_vector<int64_t>({-1, max}, {2}), ""},   // every 64-bit seed is valid
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.name << " = " << c.value.to_string());
+    std::filesystem::copy_file(saved, path, std::filesystem::copy_options::overwrite_existing);
+    rewrite(path, c.name, c.value);
+    GptRun run(3, kCPU);
+    run.step();
+    const std::vector<std::vector<uint8_t>> before = run_bytes(run);
+    const absl::Status st = load_checkpoint(path, run.model, run.state());
+    if (c.message.empty()) {
+      EXPECT_TRUE(st.ok()) << st;
+      continue;
+    }
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(path), absl::string_view::npos) << st;
+    EXPECT_NE(st.message().find(c.message), absl::string_view::npos) << st;
+    EXPECT_TRUE(run_bytes(run) == before);
+    EXPECT_EQ(run.sched.current_step(), 1);
+  }
+}
+
+// The reviewer's case: an AdamW step count of -1 loaded, the next step()
+// divided by 1 - beta^0 = 0 and made every weight NaN. Refused, the run's
+// next step is finite.
+TEST(TrainingCheckpointTest, ANegativeAdamWStepCannotMakeTheNextStepNaN) {
+  const std::string path = ::testing::TempDir() + "/negative_adamw_step.safetensors";
+  TinyRun a(1);
+  Tensor x = testing::random_tensor({4, 6}, 1);
+  Tensor y = from_vector<int64_t>({0, 1, 2, 1});
+  a.step(x, y);
+  ASSERT_TRUE(save_checkpoint(path, a.model, a.opt.get()).ok());
+  rewrite(path, "optim.step", from_vector<int64_t>({-1}, Shape{}));
+  TinyRun b(2);
+  EXPECT_EQ(load_checkpoint(path, b.model, b.opt.get()).code(), absl::StatusCode::kInvalidArgument);
+  b.step(x, y);
+  for (const Tensor& p : b.model.parameters()) {
+    for (double v : testing::values(p)) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+// Checked scalars are read apart from the other tensors; LoadReport still
+// lists conversions in the parts' order ("lr" first in the optimizer's).
+TEST(TrainingCheckpointTest, ConversionsAreReportedInTheOrderOfTheParts) {
+  const std::string path = ::testing::TempDir() + "/converted_order.safetensors";
+  TinyRun a(1);
+  a.step(testing::random_tensor({4, 6}, 1), from_vector<int64_t>({0, 1, 2, 1}));
+  ASSERT_TRUE(save_checkpoint(path, a.model, a.opt.get()).ok());
+  rewrite(path, "optim.lr", a.opt->lr().to(kFloat16));
+  rewrite(path, "optim.exp_avg.0", a.opt->state()[2].second.to(kFloat16));
+  ASSERT_EQ(a.opt->state()[2].first, "exp_avg.0");
+  TinyRun b(2);
+  LoadReport report;
+  const absl::Status st = load_checkpoint(path, b.model, {.optimizer = b.opt.get(), .default_generators = false},
+                                          {.convert_dtypes = true}, &report);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(report.converted, (std::vector<std::string>{"optim.lr: f16 -> f32", "optim.exp_avg.0: f16 -> f32"}));
+  EXPECT_EQ(b.opt->get_lr(), static_cast<float>(static_cast<Half>(a.opt->get_lr())));
+}
+
+// BatchNorm's count of batches is a count like AdamW's step: with momentum
+// nullopt the update factor is 1 / the count, so -1 (0 after the next
+// increment) would make the running statistics inf. Refused, naming the
+// tensor; nothing changes.
+TEST(TrainingCheckpointTest, ANegativeBatchCountIsRefusedBeforeAnythingIsWritten) {
+  const std::string path = ::testing::TempDir() + "/batch_count.safetensors";
+  nn::BatchNorm1d saved(3, 1e-5, std::nullopt);
+  (void)saved.forward(testing::random_tensor({4, 3}, 1));
+  ASSERT_TRUE(save_checkpoint(path, saved).ok());
+  for (int64_t count : {int64_t{-1}, std::numeric_limits<int64_t>::max()}) {
+    SCOPED_TRACE(count);
+    rewrite(path, "model.num_batches_tracked", from_vector<int64_t>({count}, Shape{}));
+    nn::BatchNorm1d bn(3, 1e-5, std::nullopt);
+    const absl::Status st = load_checkpoint(path, bn);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(absl::StrCat("\"model.num_batches_tracked\": is ", count)), absl::string_view::npos)
+        << st;
+    EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 0);
+    (void)bn.forward(testing::random_tensor({4, 3}, 2));
+    for (double v : testing::values(bn.running_var)) EXPECT_TRUE(std::isfinite(v));
+  }
+  rewrite(path, "model.num_batches_tracked", from_vector<int64_t>({7}, Shape{}));
+  nn::BatchNorm1d bn(3, 1e-5, std::nullopt);
+  ASSERT_TRUE(load_checkpoint(path, bn).ok());
+  EXPECT_EQ(bn.num_batches_tracked.item<int64_t>(), 7);
+}
+
+// A null generator pointer is a null part (training_checkpoint.h): a save
+// writes no "rng.<name>", a load passes over the file's "rng.<name>" (not
+// read, not refused, not reported) and restores the others.
+TEST(TrainingCheckpointTest, NullGeneratorEntriesAreNeitherSavedNorLoaded) {
+  const std::string path = ::testing::TempDir() + "/null_generator.safetensors";
+  nn::Linear model(2, 2);
+  Generator other(5);
+  const TrainingState with_null{.generators = {{"data", nullptr}, {"other", &other}}, .default_generators = false};
+  absl::Status st = save_checkpoint(path, model, with_null);
+  ASSERT_TRUE(st.ok()) << st;
+  absl::StatusOr<std::vector<std::pair<std::string, Shape>>> shapes = load_safetensors_shapes(path);
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  for (const auto& [name, shape] : *shapes) EXPECT_NE(name, "rng.data");
+  Generator data(1), other_saved(9);
+  (void)rand({3}, kFloat32, kCPU, &other_saved);
+  st = save_checkpoint(path, model,
+                       {.generators = {{"data", &data}, {"other", &other_saved}}, .default_generators = false});
+  ASSERT_TRUE(st.ok()) << st;
+  LoadReport report;
+  st = load_checkpoint(path, model, with_null, {}, &report);   // strict
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(other.seed(), 9u);
+  EXPECT_EQ(other.offset(), 3u);
+  EXPECT_TRUE(report.unexpected.empty() && report.missing.empty());
+  st = load_checkpoint(path, model, {.generators = {{"data", nullptr}}, .default_generators = false});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;   // "rng.other" is still an extra tensor
+  EXPECT_NE(st.message().find("\"rng.other\""), absl::string_view::npos) << st;
 }
 
 // NOTE [ One file per load ]: a load opens its file once and parses its

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numbers>
 #include <string>
@@ -777,6 +778,24 @@ TEST(ScheduleTest, ARefusedLrWriteLeavesTheStepCounter) {
   sched.step();
   EXPECT_EQ(sched.current_step(), 1);
   EXPECT_DOUBLE_EQ(opt.get_lr(), f32(0.2));    // lr(1) = 0.4 * 2 / 4
+}
+
+// set_step(INT64_MAX) is a valid position (lr = min_lr), but a step() past
+// it would overflow the counter: refused, naming it, and nothing changes.
+TEST(ScheduleTest, AStepPastTheLastCountableStepIsRefused) {
+  Tensor p = make_param({2}, 1);
+  SGD opt({p}, {.lr = 1.0});
+  WarmupCosine sched(opt, {.base_lr = 0.4, .min_lr = 0.1, .warmup_steps = 4, .total_steps = 8});
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  sched.set_step(max);
+  EXPECT_DOUBLE_EQ(opt.get_lr(), f32(0.1));
+  expect_error([&] { sched.step(); }, absl::StatusCode::kOutOfRange,
+               {"WarmupCosine", "step()", "9223372036854775807", "overflow"});
+  EXPECT_EQ(sched.current_step(), max);
+  EXPECT_DOUBLE_EQ(opt.get_lr(), f32(0.1));
+  sched.set_step(max - 1);
+  sched.step();
+  EXPECT_EQ(sched.current_step(), max);
 }
 
 TEST(ScheduleTest, RejectsBadOptions) {
