@@ -1145,9 +1145,10 @@ struct TopkArgs {
 
 // out [rows, samples] (i64) = categories drawn from each row of probs
 // [rows, classes] (float `dtype`, contiguous; non-negative weights, not
-// necessarily normalised) by inverse CDF over the f32 running sum: draw s
-// of row r uses uniform(philox(offset + r * samples + s, seed) word 0)
-// (backend::multinomial_uniform in nn_formulas.h). Without replacement a drawn category's
+// necessarily normalised) by inverse CDF over the running sum in f64
+// (backend::multinomial_category, NOTE [ Multinomial sums in double ] in
+// nn_formulas.h): draw s of row r uses uniform(philox(offset + r * samples
+// + s, seed) word 0) (backend::multinomial_uniform). Without replacement a drawn category's
 // weight counts as 0 for the row's later draws (samples <= classes). A row
 // that is no distribution (a weight negative, NaN or infinite, none
 // positive, or fewer positive than samples without replacement) is
