@@ -366,6 +366,21 @@ struct ReduceKernels {
 // none (the CPU kernels call report_kernel_error()).
 
 // y = softmax (or log_softmax) of x over n; x, y: [outer, n, inner].
+// log_softmax is (x - max) - log(sum of exp(x - max)), on every backend:
+//
+// NOTE [ Log-sum-exp apart ]
+// Why not x - lse with lse = max + log(sum), one number per row? In f32 lse
+// is rounded at the precision of the max, and every log-probability and
+// every softmax of cross_entropy's backward inherits that error: logits
+// [o, o, o - 1] gave log-probabilities -0.8623 at o = 1e4, -0.875 at 1e6,
+// -1 at 1e7 (exact -0.861995), and gradients summing to -0.13, not 0, at
+// 1e7. x - max is exact (Sterbenz) for x within a factor of 2 of the max,
+// which covers every x whose exp(x - max) is not 0 once the max passes
+// 174, and log(sum) lies in [0, log n], so (x - max) - log(sum) is as
+// accurate as the logits' differences (PyTorch's log_softmax computes it
+// so too).
+// cross_entropy keeps max and log(sum) apart in its stats for the same
+// reason; its loss is log(sum) - (x[target] - max).
 struct SoftmaxArgs {
   const void* x;
   void* y;
@@ -396,8 +411,10 @@ struct SoftmaxBackwardArgs {
 };
 
 // loss (0-d, dtype) = the mean of logsumexp(row) - x[row, target] over rows
-// whose target != ignore_index (0 when none). stats f32 [rows + 1]: the
-// logsumexp of each row, then the number of counted rows (exact below 2^24).
+// whose target != ignore_index (0 when none), as log(sum) - (x[row, target]
+// - max). stats f32 [2 * rows + 1]: the max of each row and the log of its
+// sum of exp(x - max) (stats[2 * row], stats[2 * row + 1], NOTE [ Log-sum-exp
+// apart ]), then the number of counted rows (exact below 2^24).
 struct CrossEntropyArgs {
   const void* x;                  // [rows, classes] of dtype
   const void* target;             // [rows] of index
@@ -414,8 +431,9 @@ struct CrossEntropyArgs {
 };
 
 // gx [rows, classes] = (softmax - onehot(target)) * grad_loss / count on
-// counted rows, 0 on ignored rows. grad_loss (0-d) is read by the kernel, so a
-// replay sees this step's value.
+// counted rows, 0 on ignored rows, softmax = exp((x - max) - log(sum)) from
+// the stats. grad_loss (0-d) is read by the kernel, so a replay sees this
+// step's value.
 struct CrossEntropyBackwardArgs {
   const void* x;
   const void* target;
@@ -562,7 +580,7 @@ struct DropoutBackwardArgs {
 struct NnKernels {
   Kernel<SoftmaxArgs> softmax;                               // softmax and log_softmax (SoftmaxArgs::log)
   Kernel<SoftmaxBackwardArgs> softmax_backward;              // their backward, from the forward output
-  Kernel<CrossEntropyArgs> cross_entropy;                    // logsumexp per row, then the mean: loss and stats
+  Kernel<CrossEntropyArgs> cross_entropy;                    // max and log(sum) per row, then the mean: loss and stats
   Kernel<CrossEntropyBackwardArgs> cross_entropy_backward;   // the logits' gradient, from the saved stats
   Kernel<LayerNormArgs> layer_norm;                          // the normalized rows and their stats
   Kernel<LayerNormBackwardArgs> layer_norm_backward;         // dx, and dw/db through the chunk partials
@@ -1127,9 +1145,10 @@ struct TopkArgs {
 
 // out [rows, samples] (i64) = categories drawn from each row of probs
 // [rows, classes] (float `dtype`, contiguous; non-negative weights, not
-// necessarily normalised) by inverse CDF over the f32 running sum: draw s
-// of row r uses uniform(philox(offset + r * samples + s, seed) word 0)
-// (backend::multinomial_uniform in nn_formulas.h). Without replacement a drawn category's
+// necessarily normalised) by inverse CDF over the running sum in f64
+// (backend::multinomial_category, NOTE [ Multinomial sums in double ] in
+// nn_formulas.h): draw s of row r uses uniform(philox(offset + r * samples
+// + s, seed) word 0) (backend::multinomial_uniform). Without replacement a drawn category's
 // weight counts as 0 for the row's later draws (samples <= classes). A row
 // that is no distribution (a weight negative, NaN or infinite, none
 // positive, or fewer positive than samples without replacement) is

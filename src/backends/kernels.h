@@ -170,8 +170,9 @@ void softmax_backward(const Tensor& grad_in, const Tensor& grad_out, const Tenso
 
 // logits [N, C], target [N] (i32/i64) -> loss (0-d, logits dtype), the mean
 // of logsumexp(row) - logit[target] over rows whose target != ignore_index
-// (0 when none). stats: f32 [N + 1]: the logsumexp of each row, then the
-// number of counted rows (exact below 2^24).
+// (0 when none). stats: f32 [2N + 1]: the max of each row and the log of its
+// sum of exp(x - max), kept apart (NOTE [ Log-sum-exp apart ] in
+// kernel_table.h), then the number of counted rows (exact below 2^24).
 void cross_entropy(const Tensor& loss, const Tensor& stats, const Tensor& logits, const Tensor& target,
                    int64_t ignore_index);
 // grad_logits [N, C] = (softmax - onehot(target)) * grad_loss / count on

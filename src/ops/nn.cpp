@@ -152,7 +152,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_
   Tensor t = target.detach().reshape({rows}).contiguous();
   check_class_ids(t, classes, ignore_index, logits);
   Tensor loss = empty({}, logits.dtype(), logits.device());
-  Tensor stats = empty({rows + 1}, kFloat32, logits.device());   // logsumexp per row, then the count
+  Tensor stats = empty({2 * rows + 1}, kFloat32, logits.device());   // max and log(sum) per row, then the count
   backend::cross_entropy(loss, stats, x, t, ignore_index);
   if (autograd::any_requires_grad(logits)) {
     autograd::record(kOp, {logits}, loss,

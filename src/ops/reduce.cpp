@@ -138,14 +138,19 @@ Tensor var(const Tensor& a, std::vector<int64_t> dims, int64_t correction, bool 
   Tensor out = empty(r.out_shape, a.dtype(), a.device());
   backend::var(out, a, mean_f32, r.mask, correction);
   if (autograd::any_requires_grad(a)) {
-    // d var / d x = 2 (x - mean) / max(0, count - correction).
+    // d var / d x = 2 (x - mean) / max(0, count - correction), in f32 for
+    // f16/bf16 (as the forward) and rounded once: centred on a mean rounded
+    // to f16, [100, 100.0625, 100.125, 100.1875] got the gradient
+    // [-0.0833, -0.0417, 0, 0.0417], not [-0.0625, -0.0208, 0.0208, 0.0625].
     // In double: count - correction overflows int64 for extreme corrections (ops_fuzz).
     const double divisor = std::max(0.0, static_cast<double>(r.count) - static_cast<double>(correction));
     autograd::record("var", {a}, out,
                      [sa = SavedTensor(a, "var"), dims = r.dims, keep = r.keep_shape, divisor](const Tensor& g) -> Grads {
-                       const Tensor& x = sa.get();
+                       const Tensor& xs = sa.get();
+                       const DType dt = ops::sum_dtype(xs.dtype());
+                       const Tensor x = xs.to(dt);   // xs itself when dt is its dtype
                        Tensor centered = sub(x, mean(x, dims, /*keepdim=*/true));
-                       return {mul(centered, mul(g.reshape(keep), 2.0 / divisor))};
+                       return {mul(centered, mul(g.to(dt).reshape(keep), 2.0 / divisor)).to(xs.dtype())};
                      });
   }
   return out;

@@ -1,7 +1,7 @@
 // The CUDA loss and index families and the comparisons against the CPU
 // backend, forward and backward, in f32, f16 and bf16. Comparisons,
 // gather, index_select, scatter_add (the same adds in the same order),
-// topk, nll_loss and multinomial (the same Philox draws and f32 scans) are
+// topk, nll_loss and multinomial (the same Philox draws and f64 scans) are
 // compared exactly; binary_cross_entropy_with_logits to a few ulps (CUDA's
 // expf/logf against SLEEF on the CPU). Skips without a GPU.
 #include <gtest/gtest.h>
@@ -104,6 +104,26 @@ TEST(CudaLossIndexTest, MultinomialDrawsTheCpusSamples) {
       const Tensor g = multinomial(p.to(kGpu), 8, replacement, &gg);
       EXPECT_EQ(values(g.to(kCPU)), values(c));
       EXPECT_EQ(gg.offset(), gc.offset());
+    }
+  }
+}
+
+// NOTE [ Multinomial sums in double ]: weights whose f32 sum overflows and
+// small weights after a large one, drawn alike on both devices.
+TEST(CudaLossIndexTest, MultinomialOfExtremeWeightsDrawsTheCpusSamples) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  std::vector<float> tail(3001, 2e-8f);
+  tail[0] = 1.0f;
+  const Tensor overflow = from_vector<float>({2e38f, 2e38f, 2e38f, 0.0f}, {1, 4}).expand({300, 4}).contiguous();
+  const Tensor absorb = from_vector<float>(tail, {1, 3001}).expand({16, 3001}).contiguous();
+  for (const Tensor& p : {overflow, absorb}) {
+    for (bool replacement : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << shape_str(p.shape()) << (replacement ? " with" : " without")
+                                        << " replacement");
+      Generator gc(9), gg(9, kGpu);
+      const Tensor c = multinomial(p, replacement ? 500 : 2, replacement, &gc);
+      const Tensor g = multinomial(p.to(kGpu), replacement ? 500 : 2, replacement, &gg);
+      EXPECT_EQ(values(g.to(kCPU)), values(c));
     }
   }
 }

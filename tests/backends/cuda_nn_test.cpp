@@ -79,6 +79,34 @@ TEST(CudaNnTest, SoftmaxOfNonContiguousInput) {
                           true);
 }
 
+// NOTE [ Log-sum-exp apart ]: logits near 1e7 differing by whole numbers
+// give the offset-free log-probabilities and gradients on the GPU too
+// (against the CPU's, which tests/ops holds to a double reference).
+TEST(CudaNnTest, LogSoftmaxAndCrossEntropyOfLargeLogitsMatchCpu) {
+  ENCORE_SKIP_WITHOUT_GPU();
+  const std::vector<float> deltas = {0, 0, -1, -3, -2, 0, -5, -1, 0, -4, -4, -2};
+  for (float offset : {1e4f, 1e7f}) {
+    SCOPED_TRACE(::testing::Message() << "offset " << offset);
+    std::vector<float> v;
+    for (float d : deltas) v.push_back(offset + d);
+    const Tensor x = from_vector<float>(v, {3, 4});
+    const Tensor ref = log_softmax(x - offset, 1);   // the same differences at offset 0
+    for (int64_t dim : {1, 0}) {
+      const Tensor in = dim == 1 ? x : x.t().contiguous();
+      const Tensor want = dim == 1 ? ref : ref.t().contiguous();
+      testing::expect_near(log_softmax(in.to(kGpu), dim).to(kCPU), values(want), 1e-6, 1e-6);
+    }
+    const Tensor target = from_vector<int64_t>({2, 1, 3});
+    const testing::Fn fn = [](const std::vector<Tensor>& in) { return cross_entropy(in[0], in[1]); };
+    expect_cuda_matches_cpu(fn, {x, target}, 1e-6, 1e-6, true);
+    Tensor xg = x.to(kGpu).requires_grad_();
+    Tensor x0 = (x - offset).requires_grad_();
+    cross_entropy(xg, target.to(kGpu)).backward();
+    cross_entropy(x0, target).backward();
+    testing::expect_near(xg.grad().to(kCPU), values(x0.grad()), 1e-7, 1e-6);
+  }
+}
+
 // ---- cross entropy ----
 
 TEST(CudaNnTest, CrossEntropyMatchesCpu) {
@@ -115,19 +143,19 @@ TEST(CudaNnTest, CrossEntropyKernelCountsBadClassIdsAsIgnored) {
   const int64_t rows = 6, classes = 4;
   const Tensor x = random_tensor({rows, classes}, 9);
   const Tensor t = from_vector<int64_t>({0, 4, -1, 3, -100, 1000}, {rows});
-  Tensor loss = empty({}, kFloat32), stats = empty({rows + 1}, kFloat32);
+  Tensor loss = empty({}, kFloat32), stats = empty({2 * rows + 1}, kFloat32);
   Tensor gx = empty({rows, classes}, kFloat32);
   const Tensor one = from_vector<float>({1.0f}, {});
   backend::cross_entropy(loss, stats, x, t, -100);
   backend::cross_entropy_backward(gx, one, x, t, stats, -100);
   const Tensor xg = x.to(kGpu), tg = t.to(kGpu), oneg = one.to(kGpu);
-  Tensor loss_g = empty({}, kFloat32, kGpu), stats_g = empty({rows + 1}, kFloat32, kGpu);
+  Tensor loss_g = empty({}, kFloat32, kGpu), stats_g = empty({2 * rows + 1}, kFloat32, kGpu);
   Tensor gx_g = empty({rows, classes}, kFloat32, kGpu);
   backend::cross_entropy(loss_g, stats_g, xg, tg, -100);
   backend::cross_entropy_backward(gx_g, oneg, xg, tg, stats_g, -100);
   // The forward kernel reported the bad ids (4, -1, 1000; not -100).
   EXPECT_EQ(take_kernel_errors(kGpu), static_cast<uint32_t>(KernelError::kClassIndex));
-  EXPECT_EQ(values(stats_g.to(kCPU))[rows], 2.0);   // rows 0 and 3 count
+  EXPECT_EQ(values(stats_g.to(kCPU))[2 * rows], 2.0);   // rows 0 and 3 count
   testing::expect_near(loss_g.to(kCPU), values(loss), 1e-6, 1e-6);
   testing::expect_near(stats_g.to(kCPU), values(stats), 1e-6, 1e-6);
   testing::expect_near(gx_g.to(kCPU), values(gx), 1e-6, 1e-6);

@@ -282,6 +282,55 @@ TEST(IndexTest, MultinomialWithoutReplacementNeverRepeats) {
   }
 }
 
+// Finite weights whose f32 sum overflows ([2e38] * 3: the host check takes
+// them) are a distribution: the draws sum the weights in double. With an
+// f32 sum of inf every draw went to the last positive category (0, 0 and
+// 6000 of 6000). 3000 rows of 2 draws: each category expects 2000 of 6000
+// (with replacement, binomial sd 37; without, 2 of the 3 in every row); the
+// bounds 25 % and 42 % (1500 and 2520) are over 13 sd away, and the seed is
+// fixed.
+TEST(IndexTest, MultinomialOfWeightsWhoseF32SumOverflows) {
+  const Tensor p = from_vector<float>({2e38f, 2e38f, 2e38f, 0.0f}, {1, 4}).expand({3000, 4}).contiguous();
+  for (bool replacement : {true, false}) {
+    SCOPED_TRACE(replacement ? "with replacement" : "without replacement");
+    Generator g(11);
+    const std::vector<double> v = values(multinomial(p, 2, replacement, &g));
+    std::vector<int64_t> count(4, 0);
+    for (double c : v) ++count[static_cast<int64_t>(c)];
+    for (int c = 0; c < 3; ++c) {
+      EXPECT_GE(count[c], 1500) << c;
+      EXPECT_LE(count[c], 2520) << c;
+    }
+    EXPECT_EQ(count[3], 0);
+    if (!replacement) {
+      for (size_t r = 0; r < v.size(); r += 2) EXPECT_NE(v[r], v[r + 1]) << r / 2;
+    }
+  }
+}
+
+// Small weights after a large one are drawn (running sums in double): 1.0
+// and 3000 weights of 2e-8, which an f32 running sum absorbs (1 + 2e-8 ==
+// 1), so with the large weight first they were never drawn (0 of 200000
+// draws; 12 of 200000 with it last). Expected 200000 * 6e-5 / (1 + 6e-5) =
+// 12.0 draws of the small ones in either order: bounds [1, 40] (Poisson(12)
+// gives 0 with probability 6e-6 and more than 40 below 1e-9; fixed seed).
+// 20 rows of 10000 draws, so the scan runs on every worker.
+TEST(IndexTest, MultinomialDrawsSmallWeightsAfterALargeOne) {
+  const int64_t small = 3000, rows = 20, samples = 10000;
+  for (bool large_first : {true, false}) {
+    SCOPED_TRACE(large_first ? "large weight first" : "large weight last");
+    std::vector<float> w(small + 1, 2e-8f);
+    w[large_first ? 0 : small] = 1.0f;
+    const Tensor p = from_vector<float>(w, {1, small + 1}).expand({rows, small + 1}).contiguous();
+    Generator g(5);
+    const std::vector<double> v = values(multinomial(p, samples, true, &g));
+    int64_t drawn_small = 0;
+    for (double c : v) drawn_small += w[static_cast<size_t>(c)] < 0.5f;
+    EXPECT_GE(drawn_small, 1);
+    EXPECT_LE(drawn_small, 40);
+  }
+}
+
 // An empty batch may ask for 2^63 - 1 samples a row: [0, 2^63 - 1] is empty
 // and valid, but the CPU kernel sized its work with classes x samples, past
 // int64 (a signed overflow under ./run sanitize: ops_fuzz). Nothing is

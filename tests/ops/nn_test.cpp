@@ -179,6 +179,25 @@ TEST(NnOpsTest, SoftmaxEdgeShapesAndLargeValues) {
   expect_near(log_softmax(big_cols, 0), softmax_ref(big_cols, 0, true), 1e-4, 1e-5);
 }
 
+// log_softmax is (x - max) - log(sum), never x - (max + log(sum)): the
+// latter rounds the row's log-sum-exp at the precision of its largest logit,
+// so [o, o, o - 1] gave -0.8623 at o = 1e4, -0.875 at 1e6 and -1.0 at 1e7
+// (exact -0.861995). Logits differing by whole numbers are exact in f32 up
+// to 2^24; every offset must give the offset-free answer. Rows of the last
+// dim (the row path) and dim 0 of [4, 3] (the strided-column path).
+TEST(NnOpsTest, LogSoftmaxIsAccurateForLargeLogits) {
+  const std::vector<float> deltas = {0, 0, -1, -3, -2, 0, -5, -1, 0, -4, -4, -2};
+  for (float offset : {0.0f, 1e4f, 1e6f, 1e7f}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    std::vector<float> v;
+    for (float d : deltas) v.push_back(offset + d);
+    const Tensor rows = from_vector<float>(v, {3, 4});
+    expect_near(log_softmax(rows, 1), softmax_ref(rows, 1, true), 1e-6, 1e-6);
+    const Tensor cols = rows.t().contiguous();   // [4, 3] over dim 0: one max and sum per column
+    expect_near(log_softmax(cols, 0), softmax_ref(cols, 0, true), 1e-6, 1e-6);
+  }
+}
+
 TEST(NnOpsTest, SoftmaxHalfAndBFloat16AgreeWithFloat) {
   // Same (rounded) inputs; the tolerance covers one output rounding (2^-11, 2^-8) plus slack.
   for (auto [dt, tol] : {std::pair{kFloat16, 2e-3}, std::pair{kBFloat16, 1.6e-2}}) {
@@ -442,6 +461,31 @@ TEST(NnOpsTest, CrossEntropyOfMinusInfinityLogits) {
         else EXPECT_NEAR(gx[i], ref.grad[i], tol) << i;         // finite, the target's -inf logit too
       }
     }
+  }
+}
+
+// cross_entropy keeps each row's max and log-sum apart (as log_softmax):
+// the loss is log(sum) - (x[t] - max), the gradient exp((x - max) - log(sum))
+// - onehot. With max + log(sum) rounded at the precision of the max, the
+// gradient of [1e7, 1e7, 1e7 - 1] with target 2 was [0.3679, 0.3679,
+// -0.8647], summing to -0.13 (not [0.4223, 0.4223, -0.8446]), and the loss
+// 2 instead of 1.862. Three rows, each against the double reference and
+// summing to 0 (to 1e-7).
+TEST(NnOpsTest, CrossEntropyIsAccurateForLargeLogits) {
+  const std::vector<float> deltas = {0, 0, -1, -3, -2, 0, -5, -1, 0, -4, -4, -2};
+  const std::vector<int64_t> target = {2, 1, 3};
+  for (float offset : {0.0f, 1e4f, 1e6f, 1e7f}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    std::vector<float> v;
+    for (float d : deltas) v.push_back(offset + d);
+    Tensor x = from_vector<float>(v, {3, 4}).requires_grad_();
+    const CrossEntropyRef ref = cross_entropy_ref(x.detach(), target, -100);
+    const Tensor loss = cross_entropy(x, from_vector<int64_t>(target));
+    expect_near(loss, {ref.loss}, 1e-6, 1e-6);
+    loss.backward();
+    expect_near(x.grad(), ref.grad, 1e-7, 1e-6);
+    const std::vector<double> g = values(x.grad());
+    for (int r = 0; r < 3; ++r) EXPECT_NEAR(g[4 * r] + g[4 * r + 1] + g[4 * r + 2] + g[4 * r + 3], 0.0, 1e-7) << r;
   }
 }
 

@@ -654,6 +654,59 @@ TEST(ReduceTest, VarGradientMatchesFiniteDifferences) {
   expect_gradients_match([](const auto& in) { return var(in[0].t(), {0}); }, {random_tensor({4, 3}, 52)});
 }
 
+// var's backward, 2 (x - mean) g / divisor, centres f16/bf16 inputs on the
+// f32 mean (f16/bf16 ops compute in f32, include/encore/ops.h): a mean
+// rounded to the input dtype shifted every gradient by the same amount, so
+// f16 [100, 100.0625, 100.125, 100.1875] got [-0.0833, -0.0417, 0, 0.0417]
+// instead of [-0.0625, -0.0208, 0.0208, 0.0625]. Against the double formula
+// on the (exact) upcasts, to one rounding of the result (half_ulp) and
+// 1e-5 absolute (the f32 mean's own error times 2 |g| / divisor, below
+// 1e-6 here); the mean's rounding gave errors of 5e-4 and more.
+// f32 gives the bits of the composed f32 formula, as before.
+TEST(ReduceTest, VarBackwardOfHalfDtypesCentresOnTheF32Mean) {
+  auto ref_grad = [](const Tensor& x, const Tensor& g, int64_t rows, int64_t cols, int64_t dim, double divisor) {
+    const std::vector<double> xv = values(x), gv = values(g);
+    std::vector<double> out(xv.size());
+    const int64_t lines = dim == 1 ? rows : cols, n = dim == 1 ? cols : rows;
+    for (int64_t l = 0; l < lines; ++l) {
+      auto at = [&](int64_t k) { return dim == 1 ? l * cols + k : k * cols + l; };
+      double m = 0;
+      for (int64_t k = 0; k < n; ++k) m += xv[at(k)];
+      m /= static_cast<double>(n);
+      for (int64_t k = 0; k < n; ++k) out[at(k)] = 2 * (xv[at(k)] - m) * gv[l] / divisor;
+    }
+    return out;
+  };
+  struct Case { DType dtype; std::vector<float> x; };
+  for (const Case& c : {Case{kFloat16, {100, 100.0625f, 100.125f, 100.1875f}}, Case{kBFloat16, {100, 100.5f, 101, 101.5f}}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.dtype)) + " probe");
+    Tensor x = from_vector<float>(c.x, {1, 4}).to(c.dtype).requires_grad_();
+    var(x, {1}).backward(ones({1}, c.dtype));
+    expect_near(x.grad(), ref_grad(x.detach(), ones({1}), 1, 4, 1, 3.0), 1e-5, testing::half_ulp(c.dtype));
+  }
+  const int64_t rows = 7, cols = 33;
+  for (DType dt : {kFloat16, kBFloat16, kFloat32}) {
+    for (int64_t dim : {0, 1}) {
+      for (int64_t correction : {0, 1}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " dim " + std::to_string(dim) + " correction " +
+                     std::to_string(correction));
+        Tensor x = add(random_tensor({rows, cols}, 60 + dim), 50.0).to(dt).requires_grad_();
+        const Tensor g = random_tensor({dim == 1 ? rows : cols}, 62 + dim, dt);
+        var(x, {dim}, correction).backward(g);
+        EXPECT_EQ(x.grad().dtype(), dt);
+        const double divisor = static_cast<double>((dim == 1 ? cols : rows) - correction);
+        if (dt == kFloat32) {
+          const Tensor xd = x.detach();
+          const Tensor want = mul(sub(xd, mean(xd, {dim}, true)), mul(g.unsqueeze(dim), 2.0 / divisor));
+          EXPECT_EQ(values(x.grad()), values(want));
+        } else {
+          expect_near(x.grad(), ref_grad(x.detach(), g, rows, cols, dim, divisor), 1e-5, testing::half_ulp(dt));
+        }
+      }
+    }
+  }
+}
+
 TEST(ReduceTest, MaxGradientGoesToTheArgmax) {
   const Tensor a = distinct_tensor({3, 4, 5});
   for (int64_t dim : {0, 1, 2, -1}) {

@@ -270,38 +270,6 @@ struct TopkEntry {
 
 // ---- multinomial ----
 
-// The category of the draw u from weights w (taken[c]: weight counted as 0).
-// The scan order and the f32 running sums are CUDA's too (cuda/index.cu).
-template <typename T>
-int64_t draw_category(const T* w, int64_t classes, float u, const int64_t* drawn, int64_t ndrawn) {
-  auto taken = [&](int64_t c) {
-    for (int64_t s = 0; s < ndrawn; ++s) {
-      if (drawn[s] == c) return true;
-    }
-    return false;
-  };
-  float total = 0.0f;
-  int64_t last = -1;
-  for (int64_t c = 0; c < classes; ++c) {
-    const float v = static_cast<float>(w[c]);
-    if (v > 0.0f && !taken(c)) {
-      total += v;
-      last = c;
-    }
-  }
-  if (last < 0) return 0;
-  if (!(total > 0.0f) || std::isinf(total)) return last;
-  const float target = u * total;
-  float cum = 0.0f;
-  for (int64_t c = 0; c < classes; ++c) {
-    const float v = static_cast<float>(w[c]);
-    if (!(v > 0.0f) || taken(c)) continue;
-    cum += v;
-    if (cum > target) return c;
-  }
-  return last;
-}
-
 // Whether a row is a distribution MultinomialArgs can draw from.
 template <typename T>
 bool valid_row(const T* w, int64_t classes, int64_t samples, bool replacement) {
@@ -328,7 +296,9 @@ void multinomial_loop(const MultinomialArgs& a) {
                    }
                    for (int64_t s = 0; s < a.samples; ++s) {
                      const float u = multinomial_uniform(seed, offset, r, a.samples, s);
-                     out[s] = draw_category(probs + r * a.classes, a.classes, u, out, a.replacement ? 0 : s);
+                     const T* w = probs + r * a.classes;
+                     out[s] = multinomial_category([w](int64_t c) { return static_cast<float>(w[c]); }, a.classes,
+                                                   u, out, a.replacement ? 0 : s);
                    }
                  }
                });

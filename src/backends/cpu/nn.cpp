@@ -130,7 +130,7 @@ ENCORE_SIMD_INLINE float lane_max(int64_t n, F&& f) {
   return m;
 }
 
-// e^x for the softmax family, where x is at most 0 (x - max, x - lse) or
+// e^x for the softmax family, where x is at most 0 (x - max, x - max - log(sum)) or
 // -inf or NaN. Cephes' expf polynomial (about 1 ulp) on [-87, 87], with no
 // call and no float compare, so the loops around it vectorize (std::exp is a
 // scalar libm call). Outside that range: 0 below -87 (true results there are
@@ -194,7 +194,8 @@ template <typename T>
 struct TypedSoftmaxBackwardArgs { const T* g; const T* y; T* gx; int64_t outer, n, inner; };
 
 // One contiguous row. f32 keeps exp(x - max) in y between passes; 16-bit
-// types recompute it rather than round it twice.
+// types recompute it rather than round it twice. log_softmax is
+// (x - max) - log(sum) (NOTE [ Log-sum-exp apart ]).
 template <typename T, bool kLog>
 ENCORE_SIMD_CLONES void softmax_row(const T* x, T* y, int64_t n) {
   constexpr bool kKeepExp = !kLog && std::is_same_v<T, float>;
@@ -212,8 +213,8 @@ ENCORE_SIMD_CLONES void softmax_row(const T* x, T* y, int64_t n) {
     s = lane_sum(n, [&](int64_t k) { return exp_softmax(ld(x[k]) - m); });
   }
   if constexpr (kLog) {
-    const float lse = m + std::log(s);
-    for (int64_t k = 0; k < n; ++k) y[k] = T(ld(x[k]) - lse);
+    const float log_sum = std::log(s);
+    for (int64_t k = 0; k < n; ++k) y[k] = T((ld(x[k]) - m) - log_sum);
   } else {
     const float r = 1.0f / s;
     for (int64_t k = 0; k < n; ++k) y[k] = T((kKeepExp ? ld(y[k]) : exp_softmax(ld(x[k]) - m)) * r);
@@ -232,11 +233,13 @@ void softmax_cols(const T* x, T* y, int64_t n, int64_t inner, int64_t w) {
   for (int64_t k = 0; k < n; ++k) {
     for (int64_t j = 0; j < w; ++j) s[j] += exp_softmax(ld(x[k * inner + j]) - m[j]);
   }
-  for (int64_t j = 0; j < w; ++j) s[j] = kLog ? m[j] + std::log(s[j]) : 1.0f / s[j];   // lse or 1/sum
+  for (int64_t j = 0; j < w; ++j) s[j] = kLog ? std::log(s[j]) : 1.0f / s[j];   // log(sum) or 1/sum
   for (int64_t k = 0; k < n; ++k) {
     const T* xr = x + k * inner;
     T* yr = y + k * inner;
-    for (int64_t j = 0; j < w; ++j) yr[j] = T(kLog ? ld(xr[j]) - s[j] : exp_softmax(ld(xr[j]) - m[j]) * s[j]);
+    for (int64_t j = 0; j < w; ++j) {
+      yr[j] = T(kLog ? (ld(xr[j]) - m[j]) - s[j] : exp_softmax(ld(xr[j]) - m[j]) * s[j]);
+    }
   }
 }
 
@@ -294,7 +297,7 @@ struct TypedCrossEntropyArgs {
   const T* x;          // [rows, classes]
   const I* target;     // [rows]
   T* loss;             // 0-d
-  float* stats;        // [rows + 1]: logsumexp per row, then the count
+  float* stats;        // [2 * rows + 1]: max and log(sum) per row, then the count
   int64_t rows, classes, ignore_index;
 };
 
@@ -308,21 +311,24 @@ struct TypedCrossEntropyBackwardArgs {
   int64_t rows, classes, ignore_index;
 };
 
+// stats[0] = max of the row, stats[1] = log of the sum of exp(x - max):
+// kept apart, NOTE [ Log-sum-exp apart ].
 template <typename T>
-ENCORE_SIMD_CLONES float row_logsumexp(const T* x, int64_t n) {
+ENCORE_SIMD_CLONES void row_logsumexp(const T* x, int64_t n, float* stats) {
   float m;
   if constexpr (std::is_same_v<T, float>) {
     m = lane_max(n, x);
   } else {
     m = lane_max(n, [&](int64_t k) { return ld(x[k]); });
   }
-  return m + std::log(lane_sum(n, [&](int64_t k) { return exp_softmax(ld(x[k]) - m); }));
+  stats[0] = m;
+  stats[1] = std::log(lane_sum(n, [&](int64_t k) { return exp_softmax(ld(x[k]) - m); }));
 }
 
 template <typename T, typename I>
 void cross_entropy_kernel(const TypedCrossEntropyArgs<T, I>& a) {
   parallel_for(a.rows, grain_for(a.classes, kGrainTranscendental), [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) a.stats[r] = row_logsumexp(a.x + r * a.classes, a.classes);
+    for (int64_t r = b; r < e; ++r) row_logsumexp(a.x + r * a.classes, a.classes, a.stats + 2 * r);
   });
   // The mean in one fixed serial order (deterministic); N loads are cheap next to N*C exps.
   double total = 0;
@@ -333,10 +339,12 @@ void cross_entropy_kernel(const TypedCrossEntropyArgs<T, I>& a) {
       if (t != a.ignore_index) report_kernel_error(KernelError::kClassIndex);   // NOTE [ Index checks ]
       continue;
     }
-    total += static_cast<double>(a.stats[r]) - ld(a.x[r * a.classes + t]);
+    // log(sum) - (x[t] - max), in double: nothing rounds at the max's precision.
+    const double shifted = static_cast<double>(ld(a.x[r * a.classes + t])) - static_cast<double>(a.stats[2 * r]);
+    total += static_cast<double>(a.stats[2 * r + 1]) - shifted;
     ++count;
   }
-  a.stats[a.rows] = static_cast<float>(count);
+  a.stats[2 * a.rows] = static_cast<float>(count);
   a.loss[0] = T(static_cast<float>(total / static_cast<double>(count)));   // 0 / 0 = NaN when none counted
 }
 
@@ -348,18 +356,18 @@ ENCORE_SIMD_CLONES void scaled_exp(float* __restrict z, int64_t n, float scale) 
 
 template <typename T, typename I>
 void cross_entropy_backward_kernel(const TypedCrossEntropyBackwardArgs<T, I>& a) {
-  const float count = a.stats[a.rows];
+  const float count = a.stats[2 * a.rows];
   const float scale = count > 0 ? ld(a.grad_loss[0]) / count : 0.0f;
   parallel_for(a.rows, grain_for(a.classes, kGrainTranscendental), [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, float>) {
-      // gx holds x - lse first, then one flat exp pass over rows [b, e)
-      // (contiguous), then the target entries and the ignored rows: each
-      // element gets exactly the operations of the per-row form below.
+      // gx holds (x - max) - log(sum) first, then one flat exp pass over
+      // rows [b, e) (contiguous), then the target entries and the ignored
+      // rows: each element gets exactly the operations of the per-row form below.
       for (int64_t r = b; r < e; ++r) {
         const float* xr = a.x + r * a.classes;
         float* gr = a.gx + r * a.classes;
-        const float lse = a.stats[r];
-        for (int64_t c = 0; c < a.classes; ++c) gr[c] = xr[c] - lse;
+        const float m = a.stats[2 * r], log_sum = a.stats[2 * r + 1];
+        for (int64_t c = 0; c < a.classes; ++c) gr[c] = (xr[c] - m) - log_sum;
       }
       scaled_exp(a.gx + b * a.classes, (e - b) * a.classes, scale);
     }
@@ -371,11 +379,11 @@ void cross_entropy_backward_kernel(const TypedCrossEntropyBackwardArgs<T, I>& a)
         std::fill_n(gr, a.classes, T{});
         continue;
       }
-      const float lse = a.stats[r];
+      const float m = a.stats[2 * r], log_sum = a.stats[2 * r + 1];
       if constexpr (!std::is_same_v<T, float>) {
-        for (int64_t c = 0; c < a.classes; ++c) gr[c] = T(exp_softmax(ld(xr[c]) - lse) * scale);
+        for (int64_t c = 0; c < a.classes; ++c) gr[c] = T(exp_softmax((ld(xr[c]) - m) - log_sum) * scale);
       }
-      gr[t] = T((exp_softmax(ld(xr[t]) - lse) - 1.0f) * scale);
+      gr[t] = T((exp_softmax((ld(xr[t]) - m) - log_sum) - 1.0f) * scale);
     }
   });
 }

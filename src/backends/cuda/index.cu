@@ -150,37 +150,7 @@ __global__ void topk_kernel(TopkArgs a) {
   }
 }
 
-// ---- multinomial: one thread per row, the CPU's scan (cpu/index.cpp) ----
-
-template <typename T>
-__device__ int64_t draw_category(const T* w, int64_t classes, float u, const int64_t* drawn, int64_t ndrawn) {
-  auto taken = [&](int64_t c) {
-    for (int64_t s = 0; s < ndrawn; ++s) {
-      if (drawn[s] == c) return true;
-    }
-    return false;
-  };
-  float total = 0.0f;
-  int64_t last = -1;
-  for (int64_t c = 0; c < classes; ++c) {
-    const float v = to_float(w[c]);
-    if (v > 0.0f && !taken(c)) {
-      total = __fadd_rn(total, v);
-      last = c;
-    }
-  }
-  if (last < 0) return 0;
-  if (!(total > 0.0f) || isinf(total)) return last;
-  const float target = __fmul_rn(u, total);
-  float cum = 0.0f;
-  for (int64_t c = 0; c < classes; ++c) {
-    const float v = to_float(w[c]);
-    if (!(v > 0.0f) || taken(c)) continue;
-    cum = __fadd_rn(cum, v);
-    if (cum > target) return c;
-  }
-  return last;
-}
+// ---- multinomial: one thread per row, the CPU's scan (backend::multinomial_category) ----
 
 template <typename T>
 __device__ bool valid_row(const T* w, int64_t classes, int64_t samples, bool replacement) {
@@ -206,7 +176,9 @@ __global__ void multinomial_kernel(MultinomialArgs a) {
     }
     for (int64_t s = 0; s < a.samples; ++s) {
       const float u = multinomial_uniform(seed, offset, r, a.samples, s);
-      out[s] = draw_category(probs + r * a.classes, a.classes, u, out, a.replacement ? 0 : s);
+      const T* w = probs + r * a.classes;
+      out[s] = multinomial_category([w](int64_t c) { return to_float(w[c]); }, a.classes, u, out,
+                                    a.replacement ? 0 : s);
     }
   }
 }

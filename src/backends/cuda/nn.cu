@@ -103,7 +103,8 @@ unsigned team_blocks(int64_t rows, bool warp_rows) {
 
 // ---- softmax / log_softmax ----
 
-// Last-dim rows (inner == 1): max, sum of exp, then write.
+// Last-dim rows (inner == 1): max, sum of exp, then write. log_softmax is
+// (x - max) - log(sum) (NOTE [ Log-sum-exp apart ] in kernel_table.h).
 template <typename T, bool kLog, bool kWarp>
 __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t n) {
   kernel_prologue();
@@ -119,8 +120,8 @@ __global__ void softmax_rows_kernel(const T* __restrict__ x, T* __restrict__ y, 
     for (int64_t k = team.rank; k < n; k += team.size) s += expf(to_float(xr[k]) - m);
     s = team.sum(s);
     if (kLog) {
-      const float lse = m + logf(s);
-      for (int64_t k = team.rank; k < n; k += team.size) yr[k] = convert<T>(to_float(xr[k]) - lse);
+      const float log_sum = logf(s);
+      for (int64_t k = team.rank; k < n; k += team.size) yr[k] = convert<T>((to_float(xr[k]) - m) - log_sum);
     } else {
       const float inv = 1.0f / s;
       for (int64_t k = team.rank; k < n; k += team.size) yr[k] = convert<T>(expf(to_float(xr[k]) - m) * inv);
@@ -141,10 +142,10 @@ __global__ void softmax_cols_kernel(const T* __restrict__ x, T* __restrict__ y, 
     float m = -INFINITY, s = 0;
     for (int64_t k = 0; k < n; ++k) m = fmaxf(m, to_float(xc[k * inner]));
     for (int64_t k = 0; k < n; ++k) s += expf(to_float(xc[k * inner]) - m);
-    const float lse = m + logf(s), inv = 1.0f / s;
+    const float log_sum = logf(s), inv = 1.0f / s;
     for (int64_t k = 0; k < n; ++k) {
       const float v = to_float(xc[k * inner]);
-      yc[k * inner] = convert<T>(kLog ? v - lse : expf(v - m) * inv);
+      yc[k * inner] = convert<T>(kLog ? (v - m) - log_sum : expf(v - m) * inv);
     }
   }
 }
@@ -193,7 +194,8 @@ __global__ void softmax_backward_cols_kernel(const T* __restrict__ g, const T* _
 
 using backend::counted_class;   // NOTE [ Index checks ] in kernel_table.h
 
-// stats[r] = logsumexp of row r.
+// stats[2r] = max of row r, stats[2r + 1] = log of its sum of exp(x - max)
+// (NOTE [ Log-sum-exp apart ]).
 template <typename T, bool kWarp>
 __global__ void row_logsumexp_kernel(const T* __restrict__ x, float* __restrict__ stats, int64_t rows, int64_t n) {
   kernel_prologue();
@@ -207,12 +209,16 @@ __global__ void row_logsumexp_kernel(const T* __restrict__ x, float* __restrict_
     float s = 0;
     for (int64_t k = team.rank; k < n; k += team.size) s += expf(to_float(xr[k]) - m);
     s = team.sum(s);
-    if (team.rank == 0) stats[r] = m + logf(s);
+    if (team.rank == 0) {
+      stats[2 * r] = m;
+      stats[2 * r + 1] = logf(s);
+    }
   }
 }
 
-// One block of kReduceThreads: the mean over counted rows of lse - x[target],
-// summed in f64 in a fixed order; stats[rows] = count, loss = mean (NaN if none).
+// One block of kReduceThreads: the mean over counted rows of log(sum) -
+// (x[target] - max), summed in f64 in a fixed order; stats[2 * rows] = count,
+// loss = mean (NaN if none).
 template <typename T, typename I>
 __global__ void cross_entropy_mean_kernel(const T* __restrict__ x, const I* __restrict__ target,
                                           float* __restrict__ stats, T* __restrict__ loss, int64_t rows,
@@ -229,13 +235,14 @@ __global__ void cross_entropy_mean_kernel(const T* __restrict__ x, const I* __re
       if (t != ignore_index) atomicOr_system(errors, error_bit);   // NOTE [ Kernel error words ]
       continue;
     }
-    total += static_cast<double>(stats[r]) - static_cast<double>(to_float(x[r * classes + t]));
+    const double shifted = static_cast<double>(to_float(x[r * classes + t])) - static_cast<double>(stats[2 * r]);
+    total += static_cast<double>(stats[2 * r + 1]) - shifted;   // nothing rounds at the max's precision
     ++count;
   }
   total = block_reduce(total, 0.0, shm_total, SumOp{});
   count = block_reduce(count, 0LL, shm_count, SumOp{});
   if (threadIdx.x == 0) {
-    stats[rows] = static_cast<float>(count);
+    stats[2 * rows] = static_cast<float>(count);
     loss[0] = convert<T>(static_cast<float>(total / static_cast<double>(count)));   // NaN when none counted
   }
 }
@@ -247,14 +254,14 @@ __global__ void cross_entropy_backward_kernel(const T* __restrict__ x, const I* 
                                               T* __restrict__ gx, int64_t rows, int64_t classes,
                                               int64_t ignore_index) {
   kernel_prologue();
-  const float count = stats[rows];
+  const float count = stats[2 * rows];
   const float scale = count > 0 ? to_float(grad_loss[0]) / count : 0.0f;
   ENCORE_GRID_LOOP(i, rows * classes) {
     const int64_t r = i / classes, c = i - r * classes;
     const int64_t t = static_cast<int64_t>(target[r]);
     float v = 0;
     if (counted_class(t, classes, ignore_index)) {
-      v = expf(to_float(x[i]) - stats[r]);
+      v = expf((to_float(x[i]) - stats[2 * r]) - stats[2 * r + 1]);
       if (c == t) v -= 1.0f;
       v *= scale;
     }
