@@ -80,6 +80,22 @@ Tensor Module::register_buffer(std::string name, Tensor t, bool persistent) {
   return t;
 }
 
+namespace {
+// A name with a dot can repeat a child's dotted name (a parameter "b.c"
+// beside a child "b" with a parameter "c"): two tensors one name, which a
+// checkpoint cannot tell apart. Refused where the names are collected.
+const NamedTensors& check_unique_names(const NamedTensors& named, const Module& m) {
+  absl::flat_hash_set<absl::string_view> seen;
+  for (const auto& [name, t] : named) {
+    ENCORE_CHECK(seen.insert(name).second,
+                 "%s: two tensors have the dotted name \"%s\" (a name registered with a '.' repeats the name a "
+                 "child module's tensor gets); rename one",
+                 type_name(m), name);
+  }
+  return named;
+}
+}  // namespace
+
 void Module::collect(const std::string& prefix, NamedTensors& out, Kind kind) const {
   if (kind == Kind::kParameters) {
     for (const auto& [name, t] : params_) out.emplace_back(prefix + name, t);
@@ -94,12 +110,14 @@ void Module::collect(const std::string& prefix, NamedTensors& out, Kind kind) co
 NamedTensors Module::named_buffers() const {
   NamedTensors out;
   collect("", out, Kind::kBuffers);
+  check_unique_names(out, *this);
   return out;
 }
 
 NamedTensors Module::state_tensors() const {
   NamedTensors out = named_parameters();
   collect("", out, Kind::kPersistentBuffers);
+  check_unique_names(out, *this);
   return out;
 }
 
@@ -112,6 +130,7 @@ Tensor Module::forward(const Tensor&) const {
 NamedTensors Module::named_persistent_buffers() const {
   NamedTensors out;
   collect("", out, Kind::kPersistentBuffers);
+  check_unique_names(out, *this);
   return out;
 }
 
@@ -135,6 +154,7 @@ NamedTensors Module::named_parameters() const {
   for (auto& entry : all) {
     if (seen.insert(entry.second.impl()).second) unique.push_back(std::move(entry));
   }
+  check_unique_names(unique, *this);
   return unique;
 }
 

@@ -329,6 +329,29 @@ TEST(ModuleTest, ARegisteredLeafIsTheParameterItself) {
   EXPECT_EQ(values(f.registered), (std::vector<double>{2, 2}));
 }
 
+// A parameter "b.c" beside a child "b" holding "c": two tensors got one
+// name, and only a checkpoint's save said so, as a name "used twice".
+TEST(ModuleTest, ADottedNameThatRepeatsAChildsIsRefused) {
+  class Dotted : public Module {
+   public:
+    explicit Dotted(bool buffer) {
+      if (buffer) {
+        register_buffer("b.running", zeros({2}));
+      } else {
+        register_parameter("b.running", ones({2}));
+      }
+      register_module("b", std::make_unique<WithBuffers>());
+    }
+  };
+  Dotted param(false), buf(true);
+  expect_error([&] { (void)param.state_tensors(); }, absl::StatusCode::kInvalidArgument,
+               {"Dotted", "two tensors have the dotted name \"b.running\"", "rename one"});
+  expect_error([&] { (void)buf.named_buffers(); }, absl::StatusCode::kInvalidArgument, {"\"b.running\""});
+  expect_error([&] { (void)buf.named_persistent_buffers(); }, absl::StatusCode::kInvalidArgument,
+               {"\"b.running\""});
+  EXPECT_EQ(param.named_parameters().size(), 4u);   // "b.running", "b.weight", "b.child.weight", "b.child.bias"
+}
+
 TEST(ModuleTest, StateTensorsArePersistentBuffersAfterParameters) {
   WithBuffers m;
   std::vector<std::string> state;
