@@ -67,6 +67,7 @@ struct GraphedStep::Impl {
     std::optional<Graph> graph;                       // after the capture
     uint64_t arena_generation = 0;                    // the pool's arena its graph was captured into
     bool eager_only = false;                          // its capture was refused: every call runs eagerly
+    int refused_recordings = 0;                       // NOTE [ A refused recording is tried again ]
     std::vector<size_t> written;                      // static inputs the step writes in place
     // NOTE [ Inputs that are the step's own state ]: the persistent storages
     // the step's recorded call touched other than through its inputs (by
@@ -512,6 +513,20 @@ struct GraphedStep::Impl {
       }
     }
     for (Tensor& t : outs) t = over_caller_input(e, t, inputs);   // NOTE [ Outputs over the static inputs ]
+    // NOTE [ A refused recording is tried again ]: what a first call
+    // refuses may be gone at the next: state the step creates lazily (an
+    // optimizer's moments, gradients) escapes the recorded call that
+    // creates it, and with warmup = 1 that is the first call of a fresh
+    // model, which then stayed eager for good. So a refused recording is
+    // recorded once more at the next call (an eager step either way);
+    // refused twice, the signature runs eagerly from then on.
+    if (!recorded.ok() && ++e.refused_recordings < 2) {
+      e.static_inputs.clear();
+      e.calls = options.warmup - 1;
+      fallback(e.signature, absl::StrCat("recording refused (recorded again at the next call): ",
+                                         recorded.status().message()));
+      return outs;
+    }
     if (!recorded.ok()) {
       make_eager_only(e, absl::StrCat("capture refused: ", recorded.status().message()));
       return outs;

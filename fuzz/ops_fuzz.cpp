@@ -135,7 +135,8 @@ struct Gen {
       case 0: {
         if (s.empty()) return s;
         int64_t& d = s[pick(static_cast<int>(s.size()))];
-        d += d > 0 && coin() ? -1 : 1;
+        // Down from a hostile INT64_MAX: the harness's own + 1 overflowed.
+        d += (d > 0 && coin()) || d == std::numeric_limits<int64_t>::max() ? -1 : 1;
         return s;
       }
       case 1: if (!s.empty()) s.erase(s.begin() + pick(static_cast<int>(s.size()))); return s;
