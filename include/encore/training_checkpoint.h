@@ -17,7 +17,10 @@
 // (optim::Optimizer::state(): "lr", "step", "exp_avg.<i>", ...),
 // "schedule.step" (i64, WarmupCosine::current_step()) and "rng.<name>" (i64
 // [2], Generator::state(); the default generators are "rng.default.cpu" and,
-// where CUDA is available, "rng.default.cuda:0").
+// where CUDA is available, "rng.default.cuda:0": a file's
+// "rng.default.cuda:0" loaded where CUDA is not is passed over, as for a
+// null generator below; a file without it loaded where CUDA is, is missing
+// it like any other part: LoadOptions{.strict = false} loads it).
 //
 // Loading restores the parts the TrainingState names, and only those: every
 // tensor of a named part must be in the file with its shape and dtype, and a

@@ -42,7 +42,10 @@ std::vector<Part> parts_of(const nn::Module& model, const TrainingState& state, 
   std::vector<std::pair<std::string, Generator*>> gens = state.generators;
   if (state.default_generators) {
     gens.emplace_back("default.cpu", &default_generator(kCPU));
-    if (cuda_available()) gens.emplace_back("default.cuda:0", &default_generator(Device::cuda(0)));
+    // Without CUDA there is no CUDA generator to restore: a file saved where
+    // there was one (a GPU run resumed on a CPU machine) has its state passed
+    // over, as a null entry's.
+    gens.emplace_back("default.cuda:0", cuda_available() ? &default_generator(Device::cuda(0)) : nullptr);
   }
   if (!gens.empty()) {
     Part& p = parts.emplace_back(Part{"rng.", {}, {}});

@@ -586,6 +586,33 @@ TEST(TrainingCheckpointTest, NullGeneratorEntriesAreNeitherSavedNorLoaded) {
   EXPECT_NE(st.message().find("\"rng.other\""), absl::string_view::npos) << st;
 }
 
+// A run saved where CUDA was (its default CUDA generator in the file)
+// resumed on a machine without: the file's "rng.default.cuda:0" has nothing
+// to go into and is passed over; the CPU generator is restored. It was
+// refused as a tensor "in the file but not in" the run.
+TEST(TrainingCheckpointTest, AGpuRunsCheckpointResumesWhereThereIsNoCuda) {
+  if (cuda_available()) GTEST_SKIP() << "CUDA is available: the file's CUDA generator is restored";
+  const std::string path = ::testing::TempDir() + "/gpu_made.safetensors";
+  nn::Linear model(2, 2);
+  Generator cpu_saved(7), cuda_saved(8);
+  (void)rand({5}, kFloat32, kCPU, &cpu_saved);
+  ASSERT_TRUE(save_checkpoint(path, model,
+                              {.generators = {{"default.cpu", &cpu_saved}, {"default.cuda:0", &cuda_saved}},
+                               .default_generators = false})
+                  .ok());
+  LoadReport report;
+  const absl::Status st = load_checkpoint(path, model, TrainingState{}, {}, &report);   // strict, default generators
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(default_generator(kCPU).seed(), 7u);
+  EXPECT_EQ(default_generator(kCPU).offset(), 5u);
+  EXPECT_TRUE(report.unexpected.empty() && report.missing.empty());
+  // Saved without CUDA, the file has no CUDA generator at all.
+  ASSERT_TRUE(save_checkpoint(path, model, TrainingState{}).ok());
+  absl::StatusOr<std::vector<std::pair<std::string, Shape>>> shapes = load_safetensors_shapes(path);
+  ASSERT_TRUE(shapes.ok()) << shapes.status();
+  for (const auto& [name, shape] : *shapes) EXPECT_NE(name, "rng.default.cuda:0");
+}
+
 // NOTE [ One file per load ]: a load opens its file once and parses its
 // header once (seen by inotify), so a save that renames another file over
 // the path during the load cannot give it one file's metadata and names and
