@@ -10,6 +10,7 @@
 //   encore::nn::Padded p = encore::nn::pad_to_bucket(ids, targets);   // T = 5 -> 8 (powers of two)
 //   std::vector<encore::Tensor> out = train({p.ids, p.targets});     // one graph per bucket
 //   encore::nn::pad_to_bucket(ids, targets, {.buckets = {16, 48, 64}});   // the user's lengths
+//   encore::nn::pad_to_bucket(ids, targets, {.max_length = 48});          // T = 40 -> 48, not 64
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,9 @@ namespace encore::nn {
 
 struct BucketOptions {
   std::vector<int64_t> buckets;   // ascending lengths; empty: powers of two
+  // With the powers of two: the longest length a batch may have (a model's
+  // block size), itself the last bucket (48: ..., 16, 32, 48). 0: none.
+  int64_t max_length = 0;
   int64_t pad_id = 0;             // the token id of padded positions
   int64_t ignore_index = -100;    // the target of padded positions (cross_entropy's default)
 };
@@ -31,9 +35,10 @@ struct Padded {
   int64_t bucket = 0;    // T after
 };
 
-// The smallest bucket >= length (the next power of two by default).
-// InvalidArgument when length < 1 or above the largest bucket, or when the
-// buckets are not ascending positive lengths.
+// The smallest bucket >= length (the next power of two by default, at most
+// max_length). InvalidArgument when length < 1 or above the largest bucket
+// (or max_length), when the buckets are not ascending positive lengths, or
+// when max_length is set beside buckets of the caller's own or negative.
 int64_t bucket_for(int64_t length, const BucketOptions& options = {});
 
 // ids and targets [B, T] (i32 or i64, one device) padded along dim 1 to

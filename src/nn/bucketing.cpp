@@ -11,11 +11,17 @@ namespace encore::nn {
 
 int64_t bucket_for(int64_t length, const BucketOptions& options) {
   ENCORE_CHECK(length >= 1, "bucket_for: length %d; a batch has at least one position", length);
+  ENCORE_CHECK(options.max_length >= 0 && (options.max_length == 0 || options.buckets.empty()),
+               "bucket_for: max_length %d caps the powers of two; with buckets of your own, make the largest "
+               "your longest length instead",
+               options.max_length);
   if (options.buckets.empty()) {
+    ENCORE_CHECK(options.max_length == 0 || length <= options.max_length,
+                 "bucket_for: length %d is above max_length %d", length, options.max_length);
     ENCORE_CHECK(length <= (int64_t{1} << 62), "bucket_for: length %d has no power of two above it", length);
     int64_t b = 1;
     while (b < length) b *= 2;
-    return b;
+    return options.max_length > 0 ? std::min(b, options.max_length) : b;
   }
   int64_t previous = 0;
   for (int64_t b : options.buckets) {

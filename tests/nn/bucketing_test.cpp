@@ -30,6 +30,25 @@ TEST(BucketingTest, BucketsArePowersOfTwoOrTheUsersList) {
   EXPECT_THROW(bucket_for(0), Error);
 }
 
+// With a Gpt of block size 48 a batch of 40 went to bucket 64, which the
+// model refused naming 64; max_length caps the powers of two instead.
+TEST(BucketingTest, MaxLengthIsTheLastPowerOfTwoBucket) {
+  EXPECT_EQ(bucket_for(40, {.max_length = 48}), 48);
+  EXPECT_EQ(bucket_for(48, {.max_length = 48}), 48);
+  EXPECT_EQ(bucket_for(20, {.max_length = 48}), 32);
+  EXPECT_EQ(bucket_for(3, {.max_length = 48}), 4);
+  EXPECT_EQ(bucket_for(3, {.max_length = 3}), 3);
+  testing::expect_error([] { bucket_for(49, {.max_length = 48}); }, absl::StatusCode::kInvalidArgument,
+                        {"length 49 is above max_length 48"});
+  testing::expect_error([] { bucket_for(4, {.buckets = {8}, .max_length = 8}); }, absl::StatusCode::kInvalidArgument,
+                        {"max_length 8 caps the powers of two"});
+  testing::expect_error([] { bucket_for(4, {.max_length = -1}); }, absl::StatusCode::kInvalidArgument,
+                        {"max_length -1"});
+  const Padded p = pad_to_bucket(zeros({2, 40}, kInt64), zeros({2, 40}, kInt64), {.max_length = 48});
+  EXPECT_EQ(p.bucket, 48);
+  EXPECT_EQ(p.ids.shape(), (Shape{2, 48}));
+}
+
 TEST(BucketingTest, PadsIdsAndTargets) {
   const Tensor ids = from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {2, 3});
   const Padded p = pad_to_bucket(ids, ids, {.pad_id = 9});
