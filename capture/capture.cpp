@@ -73,7 +73,8 @@ absl::Status host_read_error(const char* op, int64_t kernels_before, const char*
   return absl::FailedPreconditionError(
       absl::StrFormat("capture: %s stops for the host inside the captured step (after kernel #%d, '%s'); a "
                       "captured step cannot stop for the host: move the read (or wait) out of the step and read "
-                      "graph.output(i) after replay()",
+                      "graph.output(i) after replay(); a host write (set_lr, from_vector, a seed) goes between "
+                      "replays, or into a tensor the step reads",
                       op, kernels_before, last_op));
 }
 
@@ -518,6 +519,8 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
   for (Guard& guard : g.guards) guard.grad_flags = guard.storage->grad_flag_version();
   g.conditions = std::move(cap.conditions);
   g.leaves = persistent_leaves(std::move(cap.leaves));
+  g.runs_backward = std::any_of(g.trace.kernels.begin(), g.trace.kernels.end(),
+                                [](const auto& k) { return k.phase == Phase::kBackward; });
   g.stats.kernels = static_cast<int64_t>(cap.launches());
   g.stats.capture_ms = ms_since(t0);
   g.stats.instantiate_ms = static_cast<double>(capturer->instantiate_ns()) / 1e6;

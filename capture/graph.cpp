@@ -8,6 +8,7 @@
 #include "encore/error.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_format.h"
+#include "src/core/grad_mode.h"
 #include "src/core/phase.h"
 #include "src/core/step_observer.h"
 
@@ -401,6 +402,12 @@ void Graph::Impl::apply_postconditions() const {
 }
 
 absl::Status Graph::Impl::check_guards() const {
+  // NOTE [ Grad mode ] (src/core/grad_mode.h).
+  if (runs_backward && !grad_mode_internal::enabled) {
+    return absl::FailedPreconditionError(
+        "replay: the captured step runs backward, but grad mode is off on this thread (inside a NoGradGuard): "
+        "an eager step would record no graph and its backward() would fail. Replay outside the NoGradGuard");
+  }
   // NOTE [ Counting the graphs' own references ] in capture/held.h. The
   // conditions first: a freed parameter is named as one.
   const capture_internal::HoldCheck held;

@@ -103,6 +103,7 @@ struct Graph::Impl {
   std::vector<capture_internal::Guard> guards;           // every persistent storage the step touches, once
   std::vector<capture_internal::HostCondition> conditions;   // NOTE [ Host state as a precondition ]
   std::vector<capture_internal::LeafCondition> leaves;       // NOTE [ A leaf's gradient state ]
+  bool runs_backward = false;                                // a kernel of the backward phase (NOTE [ Grad mode ])
   std::vector<capture_internal::HeldTensor> outputs;     // what the step returned: views into the arena or
                                                          // persistent tensors (counted: capture/held.h)
   std::vector<planner::Buffer> buffers;                  // the recorded temporaries, lifetimes in launches

@@ -55,7 +55,9 @@
 //    backward) must still have a gradient, or still have none (a parameter
 //    skipped for want of one would now be updated), and the post-accumulate
 //    hooks it had (NOTE [ A leaf's gradient state ] in
-//    src/core/step_observer.h).
+//    src/core/step_observer.h). A step that runs backward is refused inside
+//    a NoGradGuard, where its eager twin's backward() fails (NOTE
+//    [ Grad mode ] in src/core/grad_mode.h).
 //  - Not seen: a variable rebound to a new tensor (lin.weight = t) while
 //    other handles keep the old one alive (the module's parameter list, the
 //    optimizer, a copy of graph.output(i) the user kept; also the step

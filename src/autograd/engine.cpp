@@ -15,16 +15,14 @@
 #include "encore/ops.h"
 #include "src/autograd/backward_observer.h"
 #include "src/autograd/node.h"
+#include "src/core/grad_mode.h"
 #include "src/core/phase.h"
 #include "src/core/step_observer.h"
 
 namespace encore {
-namespace {
-thread_local bool grad_enabled = true;
-}  // namespace
-
-bool GradMode::is_enabled() { return grad_enabled; }
-void GradMode::set_enabled(bool enabled) { grad_enabled = enabled; }
+// NOTE [ Grad mode ] (src/core/grad_mode.h).
+bool GradMode::is_enabled() { return grad_mode_internal::enabled; }
+void GradMode::set_enabled(bool enabled) { grad_mode_internal::enabled = enabled; }
 
 namespace autograd {
 namespace {

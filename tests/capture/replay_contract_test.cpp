@@ -435,7 +435,7 @@ TEST(ReplayContractTest, SetLrInsideTheStepIsRefused) {
     return whole_step(*r);
   });
   ASSERT_FALSE(graph.ok());
-  expect_refused(graph.status(), {"set_lr"});
+  expect_refused(graph.status(), {"set_lr", "a host write (set_lr, from_vector, a seed) goes between replays"});
 }
 
 TEST(ReplayContractTest, AConstantFillInsideTheStepTrainsAsEagerAndIsListedAsFrozen) {
@@ -941,6 +941,27 @@ TEST(ReplayContractTest, ReadingAGradientBetweenReplaysIsNamedInTheRefusal) {
   (void)r->model->parameters()[0].grad();
   expect_refused(graph->replay(), {"zero_grad() was pending", "Reading .grad() after zero_grad()",
                                    "inside the captured step, at its start"});
+}
+
+// Eagerly, a training step inside a NoGradGuard fails at backward(); its
+// replay trained as if grad mode were on.
+TEST(ReplayContractTest, ATrainingGraphReplayedInsideANoGradGuardIsRefused) {
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*r); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::vector<unsigned char> before = bits(r->model->parameters()[0]);
+  {
+    NoGradGuard no_grad;
+    EXPECT_THROW(whole_step(*r), Error) << "the eager step fails";
+    expect_refused(graph->replay(), {"runs backward", "grad mode is off", "NoGradGuard"});
+  }
+  EXPECT_EQ(bits(r->model->parameters()[0]), before) << "a refused replay runs nothing";
+  EXPECT_TRUE(graph->replay().ok());
+  // A forward-only graph replays either way, as its eager step runs either way.
+  absl::StatusOr<Graph> eval = capture([&] { return std::vector<Tensor>{r->loss()}; });
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  NoGradGuard no_grad;
+  EXPECT_TRUE(eval->replay().ok());
 }
 
 TEST(ReplayContractTest, AMovedFromGraphRefusesInsteadOfCrashing) {
