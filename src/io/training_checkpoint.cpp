@@ -227,11 +227,11 @@ absl::Status load_checkpoint(const std::string& path, nn::Module& model, const T
   LoadReport checked_report, copied;
   s = file->load_into(plan.checked, read_options, &checked_report);
   if (!s.ok()) return s;
-  for (const auto& [name, value] : plan.checked) {
+  for (const auto& entry : plan.checked) {   // not a structured binding: clang 14 cannot capture one
     std::string problem;
-    s = status_of([&] { problem = value_problem(name, value); });
+    s = status_of([&] { problem = value_problem(entry.first, entry.second); });
     if (!s.ok()) return s;
-    if (!problem.empty()) return refuse(absl::StatusCode::kInvalidArgument, path, name, problem);
+    if (!problem.empty()) return refuse(absl::StatusCode::kInvalidArgument, path, entry.first, problem);
   }
   s = file->load_into(plan.targets, read_options, &copied);
   if (!s.ok()) return s;
