@@ -401,6 +401,13 @@ void Graph::Impl::apply_postconditions() const {
   }
 }
 
+bool Graph::Impl::leaves_changed() const {
+  const capture_internal::HoldCheck held;
+  return std::any_of(leaves.begin(), leaves.end(), [&](const capture_internal::LeafCondition& c) {
+    return held.elsewhere(c.leaf) && !check_leaf(c, held, [] { return std::string(); }).ok();
+  });
+}
+
 absl::Status Graph::Impl::check_guards() const {
   // NOTE [ Grad mode ] (src/core/grad_mode.h).
   if (runs_backward && !grad_mode_internal::enabled) {

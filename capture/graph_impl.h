@@ -135,6 +135,10 @@ struct Graph::Impl {
   [[nodiscard]] absl::Status check_guards() const;
   // Leaves the host state as the step would (after a replay ran).
   void apply_postconditions() const;
+  // A leaf the step decided on (NOTE [ A leaf's gradient state ]) has, or no
+  // longer has, a gradient, or other hooks or requires_grad, since capture:
+  // a capture now would record another step (GraphedStep records again).
+  bool leaves_changed() const;
   // check_guards(), then one replay (verified every verify_every-th), then,
   // when its kernels ran (also over bad data: NOTE [ A replay that ran ] in
   // capture/executable.h), the step's host-side effects: replays counted,

@@ -68,6 +68,7 @@ struct GraphedStep::Impl {
     uint64_t arena_generation = 0;                    // the pool's arena its graph was captured into
     bool eager_only = false;                          // its capture was refused: every call runs eagerly
     int refused_recordings = 0;                       // NOTE [ A refused recording is tried again ]
+    int leaf_restarts = 0;                            // NOTE [ Graphs of another gradient state ]
     std::vector<size_t> written;                      // static inputs the step writes in place
     // NOTE [ Inputs that are the step's own state ]: the persistent storages
     // the step's recorded call touched other than through its inputs (by
@@ -306,6 +307,20 @@ struct GraphedStep::Impl {
     // Status alone cannot say whether the step happened.
     const capture_internal::ReplayResult r = g.internals().replay_once();
     if (!r.ran && r.status.code() == absl::StatusCode::kFailedPrecondition) {
+      // NOTE [ Graphs of another gradient state ]: a replay refused because a
+      // parameter has gained (or lost) a gradient, hooks or requires_grad
+      // since capture (a second head's first gradient, a hook added once)
+      // would be refused at every call from then on, though a new capture
+      // records the step as it now runs. So the signature starts over, up to
+      // four times (a state that changes at every call would otherwise be
+      // recorded at every call); each call until its new graph runs eagerly.
+      if (g.internals().leaves_changed() && e.leaf_restarts < 4) {
+        ++e.leaf_restarts;
+        release(e);
+        --stats.released;   // not released for room: recorded again
+        fallback(e.signature, absl::StrCat("replay refused, recorded again: ", r.status.message()));
+        return eager(inputs);
+      }
       fallback(e.signature, absl::StrCat("replay refused: ", r.status.message()));
       return eager(inputs);
     }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "encore/autograd.h"
 #include "encore/encore.h"
 #include "encore/nn.h"
 #include "encore/optim.h"
@@ -400,6 +401,35 @@ TEST(GraphedStepTest, ARefusedSignatureKeepsNoStaticInputs) {
   EXPECT_EQ(capped.stats().graphs, 1);
   EXPECT_EQ(capped.stats().released, 0);
   EXPECT_EQ(capped.stats().replays, 2);
+}
+
+// NOTE [ Graphs of another gradient state ]: a signature whose replay is
+// refused for a parameter's new gradient state is recorded again, at most
+// four times; a state that changes before every call then runs eagerly.
+TEST(GraphedStepTest, AGradientStateThatKeepsChangingIsRecordedAgainAtMostFourTimes) {
+  Trainer eager(kCPU, /*stepped=*/true), graphed(kCPU, /*stepped=*/true);
+  GraphedStep step([&](const std::vector<Tensor>& in) { return graphed.train(in); }, {.warmup = 1, .log = false});
+  const Tensor w = graphed.model->parameters()[0];
+  int64_t hook = -1;
+  for (int i = 0; i < 24; ++i) {
+    // A hook that does nothing, added and removed in turn: each is another
+    // hook list, which a graph refuses.
+    if (hook < 0) {
+      hook = autograd::register_post_accumulate_hook(w, [](const Tensor&) {});
+    } else {
+      autograd::remove_post_accumulate_hook(w, hook);
+      hook = -1;
+    }
+    const std::vector<Tensor> in = batch(8, i);
+    ASSERT_EQ(bits(eager.train(in)[0]), bits(step(in)[0])) << "call " << i;
+    expect_same_params(eager, graphed, i);
+  }
+  // Calls 3k+1 recorded, 3k+2 captured (its state then) and replayed, 3k+3
+  // refused and started over, for k = 0..3; then refused for good.
+  EXPECT_EQ(step.stats().captures, 5);
+  EXPECT_EQ(step.stats().replays, 5);
+  EXPECT_NE(step.last_fallback().find("replay refused: replay: post-accumulate hooks"), std::string::npos)
+      << step.last_fallback();
 }
 
 TEST(GraphedStepTest, AReplayRefusedForItsPreconditionsRunsEagerly) {
