@@ -1,6 +1,8 @@
 #include "tests/test_util.h"
 
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <csignal>
@@ -151,6 +153,14 @@ FileSizeLimit::~FileSizeLimit() {
   limit.rlim_cur = old_cur_;
   EXPECT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
   std::signal(SIGXFSZ, old_handler_);
+}
+
+int dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
 }
 
 }  // namespace encore::testing

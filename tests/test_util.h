@@ -73,6 +73,10 @@ void expect_error(const std::function<void()>& fn, absl::StatusCode code, const 
 // `s` has `code` and its message contains every string in `parts`.
 void expect_status(const absl::Status& s, absl::StatusCode code, const std::vector<std::string>& parts);
 
+// A pid that no process has: a child that has exited and been reaped (for
+// the stale-temporary tests of atomic writes).
+int dead_pid();
+
 // While it lives, files this process writes are capped at `bytes`
 // (RLIMIT_FSIZE) and SIGXFSZ is ignored, so a write past the cap fails with
 // EFBIG (OutOfRange), as one on a full disk fails with ENOSPC.

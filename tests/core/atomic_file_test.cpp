@@ -25,6 +25,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using absl::StatusCode;
+using testing::dead_pid;
 using testing::expect_status;
 
 constexpr WriteMode kBothModes[] = {WriteMode::kAtomic, WriteMode::kAtomicWherePossible};
@@ -377,15 +378,6 @@ TEST_F(AtomicFileTest, NamesUpToNameMaxAreWrittenThroughATemporaryThatFits) {
                   {"test: cannot write ", "File name too long"});
   }
   EXPECT_TRUE(files().empty());
-}
-
-// A pid that no process has: a child that has exited and been reaped.
-pid_t dead_pid() {
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return child;
 }
 
 // NOTE [ Stale temporaries ] for long names: a shortened temporary that a

@@ -35,6 +35,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 using absl::StatusCode;
+using testing::dead_pid;
 using testing::expect_status;
 
 // ---- helpers ----
@@ -446,15 +447,6 @@ TEST_F(SafetensorsTest, AFileNameOfNameMaxBytesSavesAndLoads) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ((*out)[0].second.to_vector<float>(), (std::vector<float>{2, 2, 2}));
   EXPECT_EQ(files(), std::vector<std::string>{name});
-}
-
-// A pid that no process has: a child that has exited and been reaped.
-pid_t dead_pid() {
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return child;
 }
 
 // NOTE [ Stale temporaries ] (src/core/atomic_file.cpp): each save and load of a path removes the
