@@ -37,7 +37,12 @@
 // "model.<...>.num_batches_tracked" (i64) negative or INT64_MAX (their next
 // increment overflows); "schedule.step" negative (as set_step); a
 // "rng.<name>" offset negative as an i64 (no run draws 2^63 numbers; any
-// seed is valid). Other tensors load as they are. A refused file (a part
+// seed is valid). Other tensors load as they are. The optimizer's state is
+// named by position in its parameter list ("exp_avg.3"): the file's
+// metadata names the model parameter at each position, and a load into an
+// optimizer whose parameter at a position is another of the model's is
+// refused (InvalidArgument, naming both; NOTE [ Optimizer state by
+// parameter ]), as its state would go to the wrong parameter. A refused file (a part
 // that does not match, a value above) changes nothing: every check is made
 // before the first value is copied.
 // A load opens the file once and reads its header once: metadata, names

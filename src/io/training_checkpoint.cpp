@@ -4,11 +4,13 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "encore/autograd.h"
 #include "encore/checkpoint.h"
 #include "encore/device.h"
@@ -168,6 +170,40 @@ absl::Status plan_load(const std::string& path, const std::vector<Part>& parts, 
   return absl::OkStatus();
 }
 
+// NOTE [ Optimizer state by parameter ]: an optimizer's state is named by
+// its parameters' positions ("exp_avg.3"), so an optimizer built over the
+// same parameters in another order (same shapes) would load another
+// parameter's moments, silently. The file's metadata names the model
+// parameter at each position ("optimizer_param.<i>": its dotted name, or
+// "" for a tensor the model does not hold), and a load refuses a position
+// whose parameter differs. Files without the entries load as before.
+constexpr char kOptimizerParamKey[] = "optimizer_param.";
+
+std::vector<std::string> optimizer_param_names(const nn::Module& model, const optim::Optimizer& opt) {
+  absl::flat_hash_map<const TensorImpl*, std::string> name_of;
+  for (const auto& [name, t] : model.named_parameters()) name_of.emplace(t.impl(), name);
+  std::vector<std::string> out;
+  for (const Tensor& p : opt.params()) {
+    const auto it = name_of.find(p.impl());
+    out.push_back(it != name_of.end() ? it->second : std::string());
+  }
+  return out;
+}
+
+absl::Status check_optimizer_params(const std::string& path, const std::map<std::string, std::string>& metadata,
+                                    const std::vector<std::string>& here) {
+  for (size_t i = 0; i < here.size(); ++i) {
+    const auto it = metadata.find(absl::StrCat(kOptimizerParamKey, i));
+    if (it == metadata.end() || it->second.empty() || here[i].empty() || it->second == here[i]) continue;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "load_checkpoint: %s: the optimizer's parameter %d is the model's \"%s\" here but was \"%s\" in the "
+        "saved run, so its state (\"optim.*.%d\") belongs to another parameter; build the optimizer over the "
+        "parameters in the order the saved run did",
+        path, i, here[i], it->second, i));
+  }
+  return absl::OkStatus();
+}
+
 // Orders `converted` ("<name>: f64 -> f32") as `names` are.
 void sort_by(std::vector<std::string>& converted, const std::vector<std::string>& names) {
   absl::flat_hash_map<std::string, size_t> index;
@@ -191,7 +227,14 @@ absl::Status save_checkpoint(const std::string& path, const nn::Module& model, c
   NamedTensors all;
   for (Part& p : parts) all.insert(all.end(), p.tensors.begin(), p.tensors.end());
   std::map<std::string, std::string> metadata = {{"format", "encore-training-checkpoint"}};
-  if (state.optimizer != nullptr) metadata[kOptimizerKey] = "saved";
+  if (state.optimizer != nullptr) {
+    metadata[kOptimizerKey] = "saved";
+    std::vector<std::string> names;
+    s = status_of([&] { names = optimizer_param_names(model, *state.optimizer); });
+    if (!s.ok()) return s;
+    // NOTE [ Optimizer state by parameter ].
+    for (size_t i = 0; i < names.size(); ++i) metadata[absl::StrCat(kOptimizerParamKey, i)] = names[i];
+  }
   return save_safetensors(path, all, metadata);
 }
 
@@ -223,6 +266,13 @@ absl::Status load_checkpoint(const std::string& path, nn::Module& model, const T
   });
   if (!s.ok()) return s;
   if (!planned.ok()) return planned;
+  if (state.optimizer != nullptr) {   // NOTE [ Optimizer state by parameter ]
+    std::vector<std::string> here;
+    s = status_of([&] { here = optimizer_param_names(model, *state.optimizer); });
+    if (!s.ok()) return s;
+    s = check_optimizer_params(path, file->metadata(), here);
+    if (!s.ok()) return s;
+  }
   const LoadOptions read_options{.strict = false, .convert_dtypes = options.convert_dtypes};
   LoadReport checked_report, copied;
   s = file->load_into(plan.checked, read_options, &checked_report);

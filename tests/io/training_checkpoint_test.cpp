@@ -613,6 +613,35 @@ TEST(TrainingCheckpointTest, AGpuRunsCheckpointResumesWhereThereIsNoCuda) {
   for (const auto& [name, shape] : *shapes) EXPECT_NE(name, "rng.default.cuda:0");
 }
 
+// NOTE [ Optimizer state by parameter ]: an optimizer rebuilt over the same
+// parameters in another order, each position the same shape, loaded the
+// moments of another parameter without a word.
+TEST(TrainingCheckpointTest, AnOptimizerOverReorderedParametersIsRefused) {
+  const std::string path = ::testing::TempDir() + "/reordered.safetensors";
+  manual_seed(4);
+  nn::Sequential model(std::make_unique<nn::Linear>(4, 4), std::make_unique<nn::Linear>(4, 4));
+  optim::AdamW opt(model.parameters(), {.lr = 1e-2});
+  opt.zero_grad();
+  sum(model.forward(ones({2, 4}))).backward();
+  opt.step();
+  ASSERT_TRUE(save_checkpoint(path, model, TrainingState{.optimizer = &opt}).ok());
+  const std::vector<Tensor> p = model.parameters();   // 0.weight, 0.bias, 1.weight, 1.bias
+  optim::AdamW reordered({p[2], p[3], p[0], p[1]}, {.lr = 1e-2});
+  reordered.init_state();
+  const NamedTensors before = reordered.state();
+  std::vector<std::vector<double>> kept;
+  for (const auto& [name, t] : before) kept.push_back(testing::values(t));
+  const absl::Status st = load_checkpoint(path, model, TrainingState{.optimizer = &reordered});
+  testing::expect_status(st, absl::StatusCode::kInvalidArgument,
+                         {"the optimizer's parameter 0 is the model's \"1.weight\" here but was \"0.weight\"",
+                          "build the optimizer over the parameters in the order the saved run did"});
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(testing::values(before[i].second), kept[i]) << before[i].first << " changed by a refused load";
+  }
+  optim::AdamW same(model.parameters(), {.lr = 1e-2});
+  EXPECT_TRUE(load_checkpoint(path, model, TrainingState{.optimizer = &same}).ok());
+}
+
 // NOTE [ One file per load ]: a load opens its file once and parses its
 // header once (seen by inotify), so a save that renames another file over
 // the path during the load cannot give it one file's metadata and names and
