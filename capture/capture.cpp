@@ -390,14 +390,14 @@ class CaptureObserver final : public StepObserver, public capture_internal::Refu
     }
     note(conditions[it->second], write, value);
   }
-  void on_leaf_state(TensorImpl& leaf) override {
-    if (!leaf_index_.insert(&leaf).second) return;
-    const AutogradMeta* m = leaf.autograd.get();
-    leaves.push_back({.leaf = capture_internal::Held<TensorImpl>(&leaf),
-                      .had_grad = m != nullptr && m->grad.defined(),
-                      .requires_grad = m != nullptr && m->requires_grad,
-                      .hooks_version = m != nullptr ? m->hooks_version : 0,
-                      .kernel = static_cast<int64_t>(launches_), .phase = current_phase()});
+  // NOTE [ A leaf's gradient state ]: the first report comes before any change.
+  void on_leaf_state(TensorImpl& leaf, bool accumulates) override {
+    auto [it, added] = leaf_index_.try_emplace(&leaf, leaves.size());
+    if (added) {
+      leaves.push_back({.leaf = capture_internal::Held<TensorImpl>(&leaf), .before = capture_internal::leaf_state(leaf),
+                        .kernel = static_cast<int64_t>(launches_), .phase = current_phase()});
+    }
+    leaves[it->second].accumulates = leaves[it->second].accumulates || accumulates;
   }
   // Allocations come from the arena in recorded order: the i-th is temporary i.
   void on_allocate(const Storage& storage) override {
@@ -430,7 +430,7 @@ class CaptureObserver final : public StepObserver, public capture_internal::Refu
   size_t launches_ = 0;
   absl::flat_hash_set<Storage*> seen_;
   absl::flat_hash_map<const void*, size_t> condition_index_;   // owner or flag -> conditions[i]
-  absl::flat_hash_set<const TensorImpl*> leaf_index_;           // the leaves in `leaves`
+  absl::flat_hash_map<const TensorImpl*, size_t> leaf_index_;   // leaf -> leaves[i]
   absl::flat_hash_map<uint64_t, int32_t> temporary_ids_;   // Storage::id() -> temporary, for arena storages
   std::vector<int32_t> temporaries_;                       // the current launch's operands: temporary or kPersistent
 };
@@ -452,9 +452,11 @@ Tensor arena_view(const Ref<Storage>& arena, const Tensor& out) {
   return capture_internal::view_at(arena, (p - base) / esize + out.storage_offset(), out);
 }
 
-// NOTE [ A leaf's gradient state ]: the leaves something besides the
-// capture still holds (a leaf made inside the step is made anew each run).
-std::vector<capture_internal::LeafCondition> persistent_leaves(std::vector<capture_internal::LeafCondition> leaves) {
+// NOTE [ A leaf's gradient state ]: keeps the leaves something besides the
+// capture still holds (a leaf made inside the step is made anew each run),
+// and refuses a step that leaves one of them changed: a replay runs no host
+// code, so it would start from the changed state and not change it again.
+absl::Status keep_persistent_leaves(std::vector<capture_internal::LeafCondition>& leaves) {
   std::vector<bool> keep;
   {
     const capture_internal::HoldCheck held;
@@ -462,9 +464,25 @@ std::vector<capture_internal::LeafCondition> persistent_leaves(std::vector<captu
   }   // the check's lock goes before the dropped leaves' references
   std::vector<capture_internal::LeafCondition> kept;
   for (size_t i = 0; i < leaves.size(); ++i) {
-    if (keep[i]) kept.push_back(std::move(leaves[i]));
+    if (!keep[i]) continue;
+    const capture_internal::LeafState after = capture_internal::leaf_state(*leaves[i].leaf);
+    const capture_internal::LeafState& before = leaves[i].before;
+    if (!(after == before)) {
+      const char* what = after.has_grad != before.has_grad || after.grad_storage != before.grad_storage ||
+                                 after.grad_offset != before.grad_offset
+                             ? "its gradient"
+                         : after.requires_grad != before.requires_grad ? "requires_grad"
+                                                                       : "its post-accumulate hooks";
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "capture: the step changes %s of the %s (in %s, from kernel #%d) and leaves it changed; a replay runs "
+          "no host code, so it cannot change it again. Make the change between steps, or undo it before the "
+          "step returns",
+          what, capture_internal::owner_str(*leaves[i].leaf), phase_name(leaves[i].phase), leaves[i].kernel));
+    }
+    kept.push_back(std::move(leaves[i]));
   }
-  return kept;
+  leaves = std::move(kept);
+  return absl::OkStatus();
 }
 
 // Runs the step once more with its allocations served from the planned arena
@@ -512,13 +530,14 @@ absl::Status capture_run(const Step& step, const CaptureOptions& options, Graph:
         "must issue the same work every time",
         cap.launches(), arena.next, g.trace.kernels.size(), arena.sizes.size()));
   }
+  if (absl::Status s = keep_persistent_leaves(cap.leaves); !s.ok()) return s;
   g.outputs.clear();
   for (const Tensor& t : outputs) g.outputs.emplace_back(arena_view(g.output_arena ? g.output_arena : g.arena, t));
   g.executable = *std::move(executable);
   g.guards = std::move(cap.guards);
   for (Guard& guard : g.guards) guard.grad_flags = guard.storage->grad_flag_version();
   g.conditions = std::move(cap.conditions);
-  g.leaves = persistent_leaves(std::move(cap.leaves));
+  g.leaves = std::move(cap.leaves);
   g.runs_backward = std::any_of(g.trace.kernels.begin(), g.trace.kernels.end(),
                                 [](const auto& k) { return k.phase == Phase::kBackward; });
   g.stats.kernels = static_cast<int64_t>(cap.launches());

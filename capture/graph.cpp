@@ -94,11 +94,28 @@ Graph::Impl& Graph::internals() const {
 
 // ---- Graph::Impl ----
 
-namespace {
-
+namespace capture_internal {
 std::string owner_str(const TensorImpl& owner) {
   return absl::StrFormat("%s %s parameter", shape_str(owner.shape), dtype_name(owner.dtype));
 }
+
+LeafState leaf_state(const TensorImpl& leaf) {
+  const AutogradMeta* m = leaf.autograd.get();
+  LeafState st;
+  if (m == nullptr) return st;
+  st.has_grad = m->grad.defined();
+  if (st.has_grad) {
+    st.grad_storage = m->grad.storage()->id();
+    st.grad_offset = m->grad.storage_offset();
+  }
+  st.requires_grad = m->requires_grad;
+  st.hooks_key = m->hooks_key;
+  return st;
+}
+}  // namespace capture_internal
+
+namespace {
+using capture_internal::owner_str;
 
 // NOTE [ Host state as a precondition ]: a HostFlag (a module's training mode) as the graph needs it.
 absl::Status check_flag(const capture_internal::HostCondition& c, const capture_internal::HoldCheck& held) {
@@ -151,17 +168,15 @@ absl::Status check_condition(const capture_internal::HostCondition& c, const cap
 // `name` names the leaf, only when a check fails: "parameter 'fc.weight'"
 // (CaptureOptions::names) or "[5, 12] f32 parameter".
 absl::Status check_leaf(const capture_internal::LeafCondition& c, const capture_internal::HoldCheck& held,
-                        absl::FunctionRef<std::string()> name) {
-  const TensorImpl& leaf = *c.leaf;
+                        bool runs_backward, absl::FunctionRef<std::string()> name) {
   if (!held.elsewhere(c.leaf)) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "replay: the %s whose gradient the captured step uses (in %s, from kernel #%d) was freed or replaced "
         "since capture; keep it alive, refill it in place with copy_(), and capture again after changing it",
         name(), phase_name(c.phase), c.kernel));
   }
-  const AutogradMeta* m = leaf.autograd.get();
-  const bool has_grad = m != nullptr && m->grad.defined();
-  if (has_grad && !c.had_grad) {
+  const capture_internal::LeafState now = capture_internal::leaf_state(*c.leaf), &then = c.before;
+  if (now.has_grad && !then.has_grad) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "replay: the %s had no gradient when the step was captured (in %s, from kernel #%d), so the captured "
         "step skips it (optimizers and zero_grad() skip a parameter without a gradient), but it has one now: an "
@@ -169,20 +184,27 @@ absl::Status check_leaf(const capture_internal::LeafCondition& c, const capture_
         "reaches every parameter)",
         name(), phase_name(c.phase), c.kernel));
   }
-  if (!has_grad && c.had_grad) {
+  if (!now.has_grad && then.has_grad) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "replay: the captured step uses the gradient of the %s (in %s, from kernel #%d), which has none now "
         "(set_grad(Tensor()) since capture?); capture again after dropping gradients",
         name(), phase_name(c.phase), c.kernel));
   }
-  if ((m != nullptr && m->requires_grad) != c.requires_grad) {
+  if (now.grad_storage != then.grad_storage || now.grad_offset != then.grad_offset) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "replay: the gradient of the %s was replaced since capture (set_grad(); the captured step uses it in %s, "
+        "from kernel #%d): the captured step reads and writes the old one, an eager step the new one. Write "
+        "into the gradient in place instead, or capture again",
+        name(), phase_name(c.phase), c.kernel));
+  }
+  if (runs_backward && now.requires_grad != then.requires_grad) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "replay: requires_grad of the %s changed since capture (requires_grad_(); the captured step uses it in "
         "%s, from kernel #%d): the captured step computes the gradients it computed then, an eager step would "
         "compute others. Capture again after freezing or unfreezing parameters",
         name(), phase_name(c.phase), c.kernel));
   }
-  if ((m != nullptr ? m->hooks_version : 0) != c.hooks_version) {
+  if (runs_backward && c.accumulates && now.hooks_key != then.hooks_key) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "replay: post-accumulate hooks of the %s were registered or removed since capture (the captured step "
         "accumulates its gradient in %s, from kernel #%d): the captured step runs the hooks it ran then, an "
@@ -401,11 +423,15 @@ void Graph::Impl::apply_postconditions() const {
   }
 }
 
-bool Graph::Impl::leaves_changed() const {
+bool Graph::Impl::gradient_state_changed() const {
   const capture_internal::HoldCheck held;
-  return std::any_of(leaves.begin(), leaves.end(), [&](const capture_internal::LeafCondition& c) {
-    return held.elsewhere(c.leaf) && !check_leaf(c, held, [] { return std::string(); }).ok();
+  const bool leaf = std::any_of(leaves.begin(), leaves.end(), [&](const capture_internal::LeafCondition& c) {
+    return held.elsewhere(c.leaf) && !check_leaf(c, held, runs_backward, [] { return std::string(); }).ok();
   });
+  const bool read = runs_backward && std::any_of(guards.begin(), guards.end(), [&](const capture_internal::Guard& g) {
+    return held.elsewhere(g.storage) && g.storage->grad_flag_version() != g.grad_flags;
+  });
+  return leaf || read;
 }
 
 absl::Status Graph::Impl::check_guards() const {
@@ -425,7 +451,7 @@ absl::Status Graph::Impl::check_guards() const {
                  ? absl::StrCat("parameter '", named->second.name, "'")
                  : owner_str(*c.leaf);
     };
-    if (absl::Status s = check_leaf(c, held, name); !s.ok()) return s;
+    if (absl::Status s = check_leaf(c, held, runs_backward, name); !s.ok()) return s;
   }
   for (const capture_internal::HostCondition& c : conditions) {
     if (absl::Status s = check_condition(c, held); !s.ok()) return s;
@@ -440,7 +466,7 @@ absl::Status Graph::Impl::check_guards() const {
           "in place with copy_(), and capture again after changing it",
           g.storage->nbytes(), g.first_op));
     }
-    if (g.storage->grad_flag_version() != g.grad_flags) {
+    if (runs_backward && g.storage->grad_flag_version() != g.grad_flags) {   // a forward-only step computes none
       return absl::FailedPreconditionError(absl::StrFormat(
           "replay: requires_grad of %s changed since capture (requires_grad_()); the captured step computes the "
           "gradients it computed then, an eager step would compute others. Capture again after freezing or "

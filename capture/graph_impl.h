@@ -60,17 +60,32 @@ struct HostCondition {
   Phase phase = Phase::kForward;     // the phase of the first use
 };
 
-// NOTE [ A leaf's gradient state ] (src/core/step_observer.h): a leaf whose
-// gradient, requires_grad or hooks the captured step decided on, as the
-// capture run first saw them; a precondition of replay(), which refuses when
-// any differs (an optimizer that skipped a parameter without a gradient
-// would now update it; backward would run other hooks). Leaves that only the
-// step held (made inside it) are left out: each run makes its own.
+// NOTE [ A leaf's gradient state ] (src/core/step_observer.h): what of a
+// leaf decides which kernels a step issues.
+struct LeafState {
+  bool has_grad = false;
+  uint64_t grad_storage = 0;   // Storage::id() of its gradient (0: none), which the graph reads and writes
+  int64_t grad_offset = 0;     // elements
+  bool requires_grad = false;
+  uint64_t hooks_key = 0;      // AutogradMeta::hooks_key
+  bool operator==(const LeafState&) const = default;
+};
+LeafState leaf_state(const TensorImpl& leaf);
+// "[5, 16] f32 parameter", for messages.
+std::string owner_str(const TensorImpl& owner);
+
+// A leaf whose gradient, requires_grad or hooks the captured step decided on
+// or changed, as it was before the capture run (its first report comes
+// before any change); a precondition of replay(), which refuses when it
+// differs (an optimizer that skipped a parameter without a gradient would
+// now update it; backward would run other hooks). capture() refuses a step
+// that leaves a leaf's state changed (a replay runs no host code), and
+// leaves out those only the step held (made inside it: each run makes its
+// own).
 struct LeafCondition {
   Held<TensorImpl> leaf;
-  bool had_grad = false;
-  bool requires_grad = false;
-  uint32_t hooks_version = 0;
+  LeafState before;
+  bool accumulates = false;          // the step's backward accumulates into it (runs its hooks)
   int64_t kernel = 0;                // launches before the first use, for messages
   Phase phase = Phase::kForward;     // the phase of the first use
 };
@@ -136,9 +151,11 @@ struct Graph::Impl {
   // Leaves the host state as the step would (after a replay ran).
   void apply_postconditions() const;
   // A leaf the step decided on (NOTE [ A leaf's gradient state ]) has, or no
-  // longer has, a gradient, or other hooks or requires_grad, since capture:
-  // a capture now would record another step (GraphedStep records again).
-  bool leaves_changed() const;
+  // longer has, a gradient, or another one, or other hooks or requires_grad
+  // (also a tensor the step only reads, in a step that runs backward), since
+  // capture: a capture now would record another step (GraphedStep records
+  // again).
+  bool gradient_state_changed() const;
   // check_guards(), then one replay (verified every verify_every-th), then,
   // when its kernels ran (also over bad data: NOTE [ A replay that ran ] in
   // capture/executable.h), the step's host-side effects: replays counted,

@@ -309,13 +309,16 @@ struct GraphedStep::Impl {
     if (!r.ran && r.status.code() == absl::StatusCode::kFailedPrecondition) {
       // NOTE [ Graphs of another gradient state ]: a replay refused because a
       // parameter has gained (or lost) a gradient, hooks or requires_grad
-      // since capture (a second head's first gradient, a hook added once)
-      // would be refused at every call from then on, though a new capture
-      // records the step as it now runs. So the signature starts over, up to
-      // four times (a state that changes at every call would otherwise be
-      // recorded at every call); each call until its new graph runs eagerly.
-      if (g.internals().leaves_changed() && e.leaf_restarts < 4) {
-        ++e.leaf_restarts;
+      // since capture (a second head's first gradient, a hook added once, a
+      // layer unfrozen) would be refused at every call from then on, though
+      // a new capture records the step as it now runs. So the signature
+      // starts over: four times in a row, and again whenever its graph has
+      // replayed 16 times since (a state that changes at every call would
+      // otherwise be recorded at every call; a schedule that unfreezes a
+      // layer every few epochs restarts each time). Each call until its new
+      // graph runs eagerly.
+      if (g.internals().gradient_state_changed() && (e.leaf_restarts < 4 || e.replays >= 16)) {
+        e.leaf_restarts = e.replays >= 16 ? 1 : e.leaf_restarts + 1;
         release(e);
         --stats.released;   // not released for room: recorded again
         fallback(e.signature, absl::StrCat("replay refused, recorded again: ", r.status.message()));
@@ -471,6 +474,13 @@ struct GraphedStep::Impl {
         return eager(inputs);
       }
       absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), *e.recorded, pool->arena);
+      if (!s.ok() && ++e.refused_recordings < 2) {   // NOTE [ A refused recording is tried again ]
+        e.recorded.reset();
+        e.static_inputs.clear();
+        e.calls = options.warmup - 1;
+        fallback(e.signature, absl::StrCat("capture refused (recorded again at the next call): ", s.message()));
+        return eager(inputs);
+      }
       if (!s.ok()) {
         make_eager_only(e, absl::StrCat("capture refused: ", s.message()));
         return eager(inputs);
@@ -532,9 +542,12 @@ struct GraphedStep::Impl {
     // refuses may be gone at the next: state the step creates lazily (an
     // optimizer's moments, gradients) escapes the recorded call that
     // creates it, and with warmup = 1 that is the first call of a fresh
-    // model, which then stayed eager for good. So a refused recording is
-    // recorded once more at the next call (an eager step either way);
-    // refused twice, the signature runs eagerly from then on.
+    // model, which then stayed eager for good; a parameter that got its
+    // first gradient (another head's step) between the recorded call and
+    // the capture call makes the capture run issue other kernels than the
+    // recording. So a refused recording or capture run is recorded once more
+    // at the next call (an eager step either way); refused twice, the
+    // signature runs eagerly from then on.
     if (!recorded.ok() && ++e.refused_recordings < 2) {
       e.static_inputs.clear();
       e.calls = options.warmup - 1;

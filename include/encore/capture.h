@@ -52,10 +52,11 @@
 //    capture run read it; it then leaves that state as the step would
 //    (NOTE [ Host state as a precondition ] in capture/graph_impl.h). Each
 //    parameter whose gradient the step looked at (an optimizer, zero_grad,
-//    backward) must still have a gradient, or still have none (a parameter
-//    skipped for want of one would now be updated), and the post-accumulate
-//    hooks it had (NOTE [ A leaf's gradient state ] in
-//    src/core/step_observer.h). A step that runs backward is refused inside
+//    backward) must still have the same gradient tensor, or still have none
+//    (a parameter skipped for want of one would now be updated), and, in a
+//    step that runs backward, the requires_grad and post-accumulate hooks
+//    it had (NOTE [ A leaf's gradient state ] in src/core/step_observer.h);
+//    capture() refuses a step that changes those and leaves them changed. A step that runs backward is refused inside
 //    a NoGradGuard, where its eager twin's backward() fails (NOTE
 //    [ Grad mode ] in src/core/grad_mode.h).
 //  - Not seen: a variable rebound to a new tensor (lin.weight = t) while

@@ -205,11 +205,12 @@ struct AutogradMeta {
   // read_grad_zero_pending / write_grad_zero_pending (src/core/step_observer.h),
   // which report to the step's observer.
   bool grad_zero_pending_ = false;
-  // Counts the post-accumulate hooks registered and removed
-  // (encore/autograd.h): which hooks a leaf has decides which kernels
-  // backward() issues, so a captured step checks it at every replay (NOTE
-  // [ A leaf's gradient state ] in src/core/step_observer.h).
-  uint32_t hooks_version = 0;
+  // The set of post-accumulate hooks the leaf has (encore/autograd.h), as a
+  // sum of a hash of each hook's id (ids are never reused; 0: none): which
+  // hooks a leaf has decides which kernels backward() issues, so a captured
+  // step checks it at every replay (NOTE [ A leaf's gradient state ] in
+  // src/core/step_observer.h). A hook added and removed leaves it as it was.
+  uint64_t hooks_key = 0;
 };
 
 // The data behind a Tensor handle. Internal: use Tensor's methods.

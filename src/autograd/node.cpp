@@ -54,7 +54,7 @@ AccumulateGrad::AccumulateGrad(TensorImpl* leaf) : Node("AccumulateGrad", 1), le
 Grads AccumulateGrad::apply(Grads&& grads) {
   Tensor& g = grads[0];
   if (!g.defined() || leaf_ == nullptr) return {};
-  observe_leaf_state(*leaf_);   // NOTE [ A leaf's gradient state ]: its gradient and hooks decide what runs
+  observe_leaf_state(*leaf_, /*accumulates=*/true);   // NOTE [ A leaf's gradient state ]: its gradient and hooks
   Tensor leaf{Ref<TensorImpl>(leaf_)};
   AutogradMeta* meta = leaf_->autograd.get();
   Tensor current = meta != nullptr ? meta->grad : Tensor();

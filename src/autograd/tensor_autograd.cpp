@@ -20,7 +20,10 @@ Tensor& Tensor::requires_grad_(bool on) {
                "requires_grad_: only float tensors can require grad (shape %s, dtype %s)",
                shape_str(shape()), dtype_name(dtype()));
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
-  if (impl_->autograd->requires_grad != on) impl_->storage->bump_grad_flag_version();
+  if (impl_->autograd->requires_grad != on) {
+    observe_leaf_state(*impl_);   // NOTE [ A leaf's gradient state ]: before it changes
+    impl_->storage->bump_grad_flag_version();
+  }
   impl_->autograd->requires_grad = on;
   return *this;
 }
@@ -69,6 +72,7 @@ void Tensor::set_grad(const Tensor& g) {
                "one gradient, since backward writes each leaf's gradient in place; pass a copy (.clone())",
                shape_str(g.shape()), dtype_name(g.dtype()));
   if (!impl_->autograd) impl_->autograd = std::make_unique<AutogradMeta>();
+  if (impl_->autograd->grad_fn == nullptr) observe_leaf_state(*impl_);   // NOTE [ A leaf's gradient state ]
   Tensor& grad = impl_->autograd->grad;
   if (grad.defined()) grad.impl()->is_leaf_grad = false;
   grad = g;
@@ -77,6 +81,16 @@ void Tensor::set_grad(const Tensor& g) {
 }
 
 namespace autograd {
+namespace {
+// AutogradMeta::hooks_key's term for one hook id (splitmix64's finalizer).
+uint64_t hook_hash(int64_t id) {
+  uint64_t z = static_cast<uint64_t>(id) + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
 void zero_grad(const Tensor& t) {
   AutogradMeta* m = t.impl()->autograd.get();
   if (m != nullptr && m->grad_fn == nullptr) observe_leaf_state(*t.impl());   // NOTE [ A leaf's gradient state ]
@@ -90,13 +104,17 @@ int64_t register_post_accumulate_hook(const Tensor& leaf, PostAccumulateHook hoo
   ENCORE_CHECK(hook != nullptr, "register_post_accumulate_hook: the hook is empty (shape %s)",
                shape_str(leaf.shape()));
   Edge e = gradient_edge(leaf);   // creates the leaf's AccumulateGrad, which the leaf owns
-  ++leaf.impl()->autograd->hooks_version;   // NOTE [ A leaf's gradient state ]
-  return static_cast<AccumulateGrad*>(e.fn.get())->add_hook(std::move(hook));
+  observe_leaf_state(*leaf.impl());   // NOTE [ A leaf's gradient state ]: before it changes
+  const int64_t id = static_cast<AccumulateGrad*>(e.fn.get())->add_hook(std::move(hook));
+  leaf.impl()->autograd->hooks_key += hook_hash(id);
+  return id;
 }
 
 void remove_post_accumulate_hook(const Tensor& leaf, int64_t id) {
   AutogradMeta* m = leaf.defined() ? leaf.impl()->autograd.get() : nullptr;
-  if (m != nullptr && m->grad_accumulator && m->grad_accumulator->remove_hook(id)) ++m->hooks_version;
+  if (m == nullptr || !m->grad_accumulator) return;
+  observe_leaf_state(*leaf.impl());   // NOTE [ A leaf's gradient state ]: before it changes
+  if (m->grad_accumulator->remove_hook(id)) m->hooks_key -= hook_hash(id);
 }
 }  // namespace autograd
 

@@ -88,11 +88,13 @@ class StepObserver {
   // it requires one and which post-accumulate hooks it has decide on the
   // host which kernels a step issues (an optimizer and zero_grad skip a
   // parameter without a gradient; backward runs the hooks), so code that
-  // decides on them first reports the leaf here (observe_leaf_state, below:
-  // Tensor::grad() and autograd::zero_grad() of a leaf, backward's
-  // accumulation into one). A captured graph makes the state it saw a
-  // precondition of replay().
-  virtual void on_leaf_state(TensorImpl& leaf) {}
+  // decides on them, or changes them, first reports the leaf here
+  // (observe_leaf_state, below: Tensor::grad() and autograd::zero_grad() of
+  // a leaf, backward's accumulation into one (`accumulates`: its hooks run
+  // there), and before requires_grad_(), set_grad() and a hook registered
+  // or removed change it). A captured graph makes the state before the step
+  // a precondition of replay(), and refuses a step that leaves it changed.
+  virtual void on_leaf_state(TensorImpl& leaf, bool accumulates) {}
 };
 
 // Installs `observer` for the calling thread's step: on the stream of every
@@ -169,8 +171,8 @@ inline void write_grad_zero_pending(TensorImpl& owner, bool value) {
 // NOTE [ A leaf's gradient state ]: `leaf` (a tensor with autograd
 // metadata and no grad_fn) is about to be used by code whose kernels depend
 // on its gradient's presence, its requires_grad or its hooks.
-inline void observe_leaf_state(TensorImpl& leaf) {
-  observer_internal::notify([&](StepObserver& o) { o.on_leaf_state(leaf); });
+inline void observe_leaf_state(TensorImpl& leaf, bool accumulates = false) {
+  observer_internal::notify([&](StepObserver& o) { o.on_leaf_state(leaf, accumulates); });
 }
 
 // NOTE [ Host flags ]: a bool on the host, outside any tensor, that decides

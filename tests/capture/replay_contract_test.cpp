@@ -811,13 +811,29 @@ TEST(ReplayContractTest, FreezingOrUnfreezingAParameterAfterCaptureIsRefused) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->replay().ok());
 
-  // Unfreezing a tensor the step reads without training it.
+  // Unfreezing a tensor a training step reads without training it: an
+  // eager backward would now compute its gradient.
   Tensor frozen = testing::random_tensor({8, 12}, 9);
-  absl::StatusOr<Graph> reads = capture([&] { return std::vector<Tensor>{mul(r->x, frozen)}; });
+  absl::StatusOr<Graph> reads = capture([&] {
+    r->opt->zero_grad();
+    Tensor loss = add(r->loss(), mul(sum(mul(r->x, frozen)), 0.0));
+    loss.backward();
+    r->opt->step();
+    return std::vector<Tensor>{loss};
+  });
   ASSERT_TRUE(reads.ok()) << reads.status();
   ASSERT_TRUE(reads->replay().ok());
   frozen.requires_grad_(true);
   expect_refused(reads->replay(), {"requires_grad", "changed since capture"});
+  frozen.requires_grad_(false);
+
+  // A forward-only step computes no gradient whatever requires_grad says: it
+  // replays (it was refused too).
+  absl::StatusOr<Graph> forward = capture([&] { return std::vector<Tensor>{mul(r->x, frozen)}; });
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  frozen.requires_grad_(true);
+  ASSERT_TRUE(forward->replay().ok());
+  EXPECT_EQ(bits(forward->output(0)), bits(mul(r->x, frozen).detach()));
 }
 
 // Two heads on one trunk under one optimizer (multi-task training), each
@@ -930,6 +946,117 @@ TEST(ReplayContractTest, HooksRegisteredOrRemovedAfterCaptureAreRefused) {
   expect_refused(hooked->replay(), {"post-accumulate hooks", "registered or removed"});
   autograd::remove_post_accumulate_hook(w, id);   // removed already: nothing changes, still refused as before
   expect_refused(hooked->replay(), {"post-accumulate hooks"});
+}
+
+// A step that changes a leaf's state and undoes it before returning (a
+// hook for one backward; a GAN step freezing D while G trains) starts each
+// run from the same state: it replays, as its eager twin runs.
+TEST(ReplayContractTest, LeafStateChangedAndRestoredInsideTheStepTrainsAsEager) {
+  const Loop hooked{.step = [](Rig& r) {
+    const Tensor w = r.model->parameters()[0];
+    const int64_t id = autograd::register_post_accumulate_hook(w, [](const Tensor&) {});
+    std::vector<Tensor> out = whole_step(r);
+    autograd::remove_post_accumulate_hook(w, id);
+    return out;
+  }};
+  expect_loop_matches_eager(hooked);
+  const Loop frozen{.step = [](Rig& r) {
+    Tensor first = r.model->parameters()[0];
+    first.requires_grad_(false);
+    std::vector<Tensor> out = whole_step(r);
+    first.requires_grad_(true);
+    return out;
+  }};
+  expect_loop_matches_eager(frozen);
+}
+
+// A step that leaves a leaf's state changed (a hook added at every step)
+// cannot be replayed: a replay runs no host code. Refused at capture.
+TEST(ReplayContractTest, AStepThatLeavesALeafChangedIsRefusedAtCapture) {
+  std::unique_ptr<Rig> r = make_rig();
+  const Tensor w = r->model->parameters()[0];
+  absl::StatusOr<Graph> graph = capture([&] {
+    autograd::register_post_accumulate_hook(w, [](const Tensor&) {});
+    return whole_step(*r);
+  });
+  ASSERT_FALSE(graph.ok());
+  expect_refused(graph.status(), {"capture: the step changes its post-accumulate hooks of the [16, 12] f32 parameter",
+                                  "leaves it changed", "undo it before the step returns"});
+}
+
+// A hook registered and removed between replays leaves the hooks as they
+// were: replays go on (a counter of changes refused them).
+TEST(ReplayContractTest, AHookAddedAndRemovedBetweenReplaysChangesNothing) {
+  std::unique_ptr<Rig> r = make_rig();
+  absl::StatusOr<Graph> graph = capture([&] { return whole_step(*r); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const Tensor w = r->model->parameters()[0];
+  autograd::remove_post_accumulate_hook(w, autograd::register_post_accumulate_hook(w, [](const Tensor&) {}));
+  EXPECT_TRUE(graph->replay().ok());
+}
+
+// set_grad(new) between replays while the old gradient lives on (kept for
+// logging): the graph went on reading and writing the old one.
+TEST(ReplayContractTest, AGradientReplacedWhileTheOldOneLivesIsRefused) {
+  std::unique_ptr<Rig> r = make_rig(Opt::kSgdMomentum);
+  absl::StatusOr<Graph> graph = capture([&] { return forward_backward(*r); });
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  ASSERT_TRUE(graph->replay().ok());
+  Tensor w = r->model->parameters()[0];
+  const Tensor kept = w.grad();
+  w.set_grad(zeros(w.shape()));
+  expect_refused(graph->replay(), {"the gradient of the [16, 12] f32 parameter was replaced since capture",
+                                   "Write into the gradient in place"});
+}
+
+// A second head's first gradient between head A's recorded call and its
+// capture call: the capture run issues other kernels than the recording
+// (AdamW's fused launch no longer fits), which made A eager for good. A is
+// recorded again and replays.
+TEST(ReplayContractTest, AGradientArrivingBetweenRecordingAndCaptureIsRecordedAgain) {
+  manual_seed(3);
+  TwoHeads eager;
+  manual_seed(3);
+  TwoHeads graphed;
+  GraphedStep step_a([&](const std::vector<Tensor>&) { return graphed.step(graphed.head_a); }, {.log = false});
+  GraphedStep step_b([&](const std::vector<Tensor>&) { return graphed.step(graphed.head_b); }, {.log = false});
+  const std::string order = "AABAAAAAAA";
+  for (size_t i = 0; i < order.size(); ++i) {
+    const bool b = order[i] == 'B';
+    const std::vector<Tensor> want = eager.step(b ? eager.head_b : eager.head_a);
+    const std::vector<Tensor> got = (b ? step_b : step_a)({});
+    ASSERT_EQ(bits(want[0]), bits(got[0])) << "call " << i << ": loss";
+    const std::vector<Tensor> pe = eager.params(), pg = graphed.params();
+    for (size_t k = 0; k < pe.size(); ++k) ASSERT_EQ(bits(pe[k]), bits(pg[k])) << "call " << i << ": parameter " << k;
+  }
+  EXPECT_EQ(step_a.stats().captures, 1);
+  EXPECT_GE(step_a.stats().replays, 5);
+}
+
+// A backbone frozen from the start (the optimizer over the head only), then
+// unfrozen and frozen again every 25 calls: a tensor the step reads changes
+// requires_grad. GraphedStep records again each time instead of running
+// eagerly from then on; the fifth time too, past the four restarts in a
+// row, since its graph replayed 16 times in between.
+TEST(ReplayContractTest, GraphedStepsRecordAgainAfterEachUnfreezing) {
+  manual_seed(3);
+  TwoHeads m;
+  for (const Tensor& p : m.trunk.parameters()) Tensor(p).requires_grad_(false);
+  optim::SGD opt(m.head_a.parameters(), {.lr = 0.1});
+  GraphedStep step([&](const std::vector<Tensor>&) {
+    opt.zero_grad();
+    Tensor loss = cross_entropy(m.head_a.forward(relu(m.trunk.forward(m.x))), m.y);
+    loss.backward();
+    opt.step();
+    return std::vector<Tensor>{loss};
+  }, {.log = false});
+  for (int i = 0; i < 130; ++i) {
+    if (i % 25 == 5) Tensor(m.trunk.weight).requires_grad_(i % 50 == 5);
+    step({});
+  }
+  EXPECT_EQ(step.stats().captures, 6);
+  EXPECT_EQ(step.stats().eager_fallbacks, 5);   // the refused call after each change
+  EXPECT_NE(step.last_fallback().find("replay refused, recorded again"), std::string::npos) << step.last_fallback();
 }
 
 // zero_grad() last in the step, a gradient read between replays (to log it):
