@@ -67,6 +67,9 @@ absl::StatusOr<std::vector<Algorithm>> chosen_algorithms() {
 constexpr encore::WriteMode kOutput = encore::WriteMode::kAtomicWherePossible;
 
 absl::Status write_outputs(const encore::planner::CsvProblem& problem, const Plan& plan) {
+  // The table goes through stdio's buffer, an output to /dev/stdout through
+  // the descriptor: the table first, whole.
+  std::fflush(stdout);
   if (const std::string path = absl::GetFlag(FLAGS_out); !path.empty()) {
     const std::string csv = encore::planner::format_csv(problem.buffers, &plan, problem.has_alignment);
     if (absl::Status status = encore::write_file_atomically("--out", path, csv, kOutput); !status.ok()) return status;

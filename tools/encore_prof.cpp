@@ -227,11 +227,15 @@ absl::Status run(Workload& w) {
     absl::PrintF("eager / replay step time: %.2fx\n", ratio);
   }
   profiles.push_back(*std::move(replayed));
+  // The summaries go through stdio's buffer, a trace or DOT file to
+  // /dev/stdout through the descriptor: the summaries first, whole.
+  std::fflush(stdout);
   if (const std::string path = absl::GetFlag(FLAGS_trace); !path.empty()) {
     std::vector<const encore::StepProfile*> ptrs;
     for (const encore::StepProfile& p : profiles) ptrs.push_back(&p);
     if (absl::Status s = encore::write_chrome_trace(path, ptrs); !s.ok()) return s;
     absl::PrintF("trace: %s\n", path);
+    std::fflush(stdout);
   }
   if (const std::string path = absl::GetFlag(FLAGS_dot); !path.empty()) {
     if (absl::Status s = graph->dump_dot(path); !s.ok()) return s;

@@ -181,6 +181,17 @@ TEST(EncorePlanToolTest, PrintsOneRowPerAlgorithm) {
   }
 }
 
+// The table goes through stdio's buffer, --out=/dev/stdout through the
+// descriptor: into a pipe the plan came before the table.
+TEST(EncorePlanToolTest, ThePlanOnStdoutComesAfterTheTable) {
+  const std::string csv = write_temp("stdout_plan.csv", kExample);
+  const ToolRun run = testing::run_tool("( " + testing::tool_path("ENCORE_PLAN_BIN", ENCORE_PLAN_PATH),
+                                        "--algorithm=greedy --out=/dev/stdout " + csv + "; ) | cat", "encore_plan_");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_NE(run.out.find("id,lower,upper,size"), std::string::npos) << run.out;
+  EXPECT_LT(run.out.find("algorithm"), run.out.find("id,lower,upper,size")) << run.out;
+}
+
 TEST(EncorePlanToolTest, WritesAValidPlanAndPicture) {
   const std::string input = write_temp("in.csv", kExample), out = temp_path("plan.csv"), svg = temp_path("plan.svg");
   const ToolRun run = run_tool("--algorithm=best --out=" + out + " --svg=" + svg + " " + input);

@@ -294,6 +294,16 @@ TEST(EncoreToolsTest, OutputsToDevStdoutGoDownThePipe) {
     EXPECT_THAT(run.out, HasSubstr("exit=0"));
     EXPECT_THAT(run.out, HasSubstr(expected));
   }
+  // The text a tool prints comes whole, before the file: the summaries
+  // were spliced around the trace (stdio's buffer flushed at exit).
+  const ToolRun both = piped(prof_bin, small + "--trace=/dev/stdout --dot=/dev/stdout");
+  const size_t summary = both.out.find("capture: "), json = both.out.find("{\n"), dot = both.out.find("digraph");
+  ASSERT_NE(json, std::string::npos) << both.out;
+  EXPECT_LT(summary, json) << both.out;
+  EXPECT_LT(both.out.find("trace: /dev/stdout"), dot) << both.out;
+  const size_t json_end = both.out.find("\ntrace: /dev/stdout");
+  ASSERT_NE(json_end, std::string::npos) << both.out;
+  EXPECT_TRUE(nlohmann::json::accept(both.out.substr(json, json_end - json))) << both.out;
 }
 
 TEST(EncoreProfTest, HelpDescribesEveryFlag) {
