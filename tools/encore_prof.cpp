@@ -18,6 +18,7 @@
 // one-line message.
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -184,12 +185,15 @@ void print_frozen(const encore::Graph& graph) {
   };
   std::map<std::tuple<std::string, std::string, std::string, std::string>, Group> groups;
   const std::vector<encore::FrozenValue> frozen = graph.frozen();
+  std::set<size_t> holders;   // the kernels whose arguments hold one
   for (const encore::FrozenValue& f : frozen) {
     Group& g = groups[{f.phase, f.op, f.name, f.value}];
     if (g.count++ == 0) g.first_node = f.node;
+    holders.insert(f.node);
   }
-  absl::PrintF("frozen host values: %d in %d kernels' arguments (each replay reuses them; capture checked them "
-               "against the warm-up)\n", frozen.size(), graph.stats().kernels);
+  absl::PrintF("frozen host values: %d in the arguments of %d of the graph's %d kernels (each replay reuses "
+               "them; capture checked them against the warm-up)\n",
+               frozen.size(), holders.size(), graph.stats().kernels);
   absl::PrintF("  %-10s %-22s %-12s %-24s %7s %10s\n", "phase", "op", "argument", "value", "kernels", "first");
   for (const auto& [key, g] : groups) {
     const auto& [phase, op, name, value] = key;

@@ -102,6 +102,9 @@ TEST(EncoreProfTest, ListsTheHostValuesTheGraphFroze) {
   const ToolRun run = prof(flags);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("frozen host values: "));
+  // The kernels that hold one, of all the graph's (it said every kernel held one).
+  EXPECT_THAT(run.out, ::testing::ContainsRegex("frozen host values: [0-9]+ in the arguments of [0-9]+ of the "
+                                                "graph's [0-9]+ kernels"));
   EXPECT_THAT(run.out, ::testing::ContainsRegex("forward +dropout +p +0.25 "));
   EXPECT_THAT(run.out, ::testing::ContainsRegex("optimizer +adamw +beta1 +0.899999976 +1 "));
   const ToolRun quiet = prof(flags + " --frozen=false");
