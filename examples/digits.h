@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "encore/tensor.h"
+#include "examples/text_file.h"
 
 namespace encore::examples {
 
@@ -72,22 +73,18 @@ struct Digits {
   }
 };
 
-// NotFound when the file cannot be opened; InvalidArgument naming the line
+// NotFound when the file cannot be opened; InvalidArgument when it is not a
+// whole gzip or text file of at most kMaxInputBytes (text_file.h), naming the line
 // when a line is not 65 integers (pixels 0..16, a label 0..9) or the file
 // holds no image.
 inline absl::StatusOr<Digits> load_digits(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");   // reads plain text too
-  if (f == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot open ", path,
+  absl::StatusOr<std::string> read = read_text_file(path);   // gzip or plain text
+  if (!read.ok() && read.status().code() == absl::StatusCode::kNotFound) {
+    return absl::NotFoundError(absl::StrCat(read.status().message(),
                                             " (./run fetches it: scikit-learn's digits.csv.gz)"));
   }
-  std::string text;
-  char buf[1 << 16];
-  int got = 0;
-  while ((got = gzread(f, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(got));
-  const bool failed = got < 0;
-  gzclose(f);
-  if (failed) return absl::InvalidArgumentError(absl::StrCat(path, ": not a readable gzip or text file"));
+  if (!read.ok()) return read.status();
+  const std::string& text = *read;
   Digits d;
   int64_t line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {

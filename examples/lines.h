@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "examples/text_file.h"
 
 namespace encore::examples {
 
@@ -32,15 +33,14 @@ struct Lines {
   }
 };
 
-// NotFound when the file cannot be read; InvalidArgument when it has fewer
+// NotFound when the file cannot be opened; InvalidArgument when it is not a
+// whole gzip or text file of at most kMaxInputBytes (text_file.h), or has fewer
 // than 10 lines of at least one byte before the '\n', or max_len < 2.
 inline absl::StatusOr<Lines> load_lines(const std::string& path, int64_t max_len) {
   if (max_len < 2) return absl::InvalidArgumentError("load_lines: max_len must be at least 2");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot open text file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  absl::StatusOr<std::string> read = read_text_file(path);   // bounded; gzip or plain text
+  if (!read.ok()) return read.status();
+  const std::string& text = *read;
   int map[256];
   std::fill(map, map + 256, -1);
   Lines out;

@@ -45,6 +45,7 @@
 #include "encore/nn.h"
 #include "encore/optim.h"
 #include "examples/example_main.h"
+#include "examples/text_file.h"
 #include "tools/flags.h"
 
 ABSL_FLAG(std::string, text, "/usr/share/dict/words", "Text file to train on (any bytes).");
@@ -74,11 +75,9 @@ struct Corpus {
 };
 
 absl::StatusOr<Corpus> load_corpus(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("cannot open text file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  absl::StatusOr<std::string> read = examples::read_text_file(path);   // bounded; gzip or plain text
+  if (!read.ok()) return read.status();
+  const std::string& text = *read;
   if (text.size() < 1000) return absl::InvalidArgumentError(path + " is too short to train on (< 1000 bytes)");
   bool seen[256] = {};
   for (unsigned char ch : text) seen[ch] = true;

@@ -39,4 +39,32 @@ expect train_lines --seq=1 "--seq must be in [2, 4096]"
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   for p in train_cnn finetune_gpt2 train_gpt; do expect "$p" --device=cuda "--device=cuda but no usable GPU"; done
 fi
+
+# Input files are hostile input (examples/text_file.h): one line and exit
+# status 1 for an endless file, a directory or a truncated gzip. They were
+# read until memory ran out (abort), or trained on the truncated part.
+expect_input() {   # expect_input PROGRAM FLAG MESSAGE
+  local out rc
+  out="$("$dir/$1" "$2" 2>&1)"
+  rc=$?
+  if [ "$rc" -ne 1 ] || [[ "$out" != *"$3"* ]]; then
+    echo "FAIL: $1 $2: exit $rc, output: $out (expected exit 1 and: $3)"
+    failed=1
+  else
+    echo "ok: $1 $2: $out"
+  fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for i in $(seq 1 400); do
+  row=""
+  for p in $(seq 1 64); do row+="$(( (i * 7 + p * 13) % 17 )),"; done
+  echo "${row}$(( i % 10 ))"
+done | gzip -c > "$tmp/digits.csv.gz"
+size=$(stat -c %s "$tmp/digits.csv.gz")
+head -c $(( size / 2 )) "$tmp/digits.csv.gz" > "$tmp/truncated.csv.gz"
+expect_input train_cnn "--data=$tmp/truncated.csv.gz" "truncated gzip"
+expect_input train_gpt --text=/dev/zero "holds more than 64 MiB of text"
+expect_input train_gpt "--text=$tmp" "is a directory"
+expect_input train_lines --text=/dev/zero "holds more than 64 MiB of text"
 exit "$failed"
