@@ -68,7 +68,8 @@ absl::StatusOr<ColumnIndex> parse_header(absl::string_view header, int line, boo
         *end_inclusive = *end_inclusive || name == "end";
       }
     }
-    if (column == kNumColumns) return line_error(line, absl::StrCat("unknown column '", name, "'"));
+    // Quoted as in C: a terminal acts on control bytes, and a NUL would end the message.
+    if (column == kNumColumns) return line_error(line, absl::StrCat("unknown column '", absl::CHexEscape(name), "'"));
     if (index[column] != -1) {
       return line_error(line, absl::StrCat("column '", name, "' appears twice (as '", kColumnNames[column], "')"));
     }
@@ -85,7 +86,7 @@ absl::StatusOr<ColumnIndex> parse_header(absl::string_view header, int line, boo
 absl::StatusOr<int64_t> parse_int(absl::string_view field, Column column, int line) {
   int64_t value = 0;
   if (!absl::SimpleAtoi(field, &value)) {
-    return line_error(line, absl::StrCat("column '", kColumnNames[column], "': '", field,
+    return line_error(line, absl::StrCat("column '", kColumnNames[column], "': '", absl::CHexEscape(field),
                                          "' is not an integer"));
   }
   return value;

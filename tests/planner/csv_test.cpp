@@ -124,8 +124,21 @@ INSTANTIATE_TEST_SUITE_P(
                  "id 'b\\x01z' holds the control byte 0x01"},
         BadInput{"EscapeInId", "id,lower,upper,size\n\x1b[31mred,0,3,4\n", "line 2:", "control byte 0x1b"},
         BadInput{"TabInId", "id,lower,upper,size\nb\t1,0,3,4\n", "line 2:", "control byte 0x09"},
-        BadInput{"DeleteInId", "id,lower,upper,size\nb\x7f,0,3,4\n", "line 2:", "control byte 0x7f"}),
+        BadInput{"DeleteInId", "id,lower,upper,size\nb\x7f,0,3,4\n", "line 2:", "control byte 0x7f"},
+        // A field quoted in a message is escaped as an id is: the terminal
+        // title escape went to the terminal as it was.
+        BadInput{"EscapeInColumnName", "id,lower,upper,si\x1b]0;pwned\x07ze\n", "line 1:",
+                 "unknown column 'si\\x1b]0;pwned\\x07ze'"},
+        BadInput{"EscapeInNumber", "id,lower,upper,size\na,0,2\x1b[31mRED,4\n", "line 2:",
+                 "'2\\x1b[31mRED' is not an integer"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return std::string(info.param.name); });
+
+// A NUL in a number ended the message where the tool printed it.
+TEST(CsvTest, ANulInANumberIsEscapedInTheMessage) {
+  absl::StatusOr<CsvProblem> problem = parse_csv(std::string("id,lower,upper,size\na,0,2\0EVIL,4\n", 33));
+  ASSERT_FALSE(problem.ok());
+  EXPECT_THAT(problem.status().message(), AllOf(HasSubstr("'2\\x00"), HasSubstr("' is not an integer")));
+}
 
 TEST(CsvTest, ReadMissingFileIsNotFound) {
   absl::StatusOr<CsvProblem> problem = read_csv("/nonexistent/encore/problem.csv");
