@@ -367,9 +367,12 @@ int main(int argc, char** argv) {
               static_cast<long long>(eager_steps), static_cast<long long>(fig.replays_timed),
               static_cast<long long>(fig.replays_all),
               fig.replays_all > 0 ? absl::StrFormat("%.3f ms", fig.replay_all_ms).c_str() : "n/a");
-  std::printf("calls   %lld steps: %lld eager (the last recorded), %lld captured, %lld replayed, %lld fell back\n",
+  // Each step is one call: eager (warm-up or recorded), replayed (a capture's
+  // call replays too), or run eagerly for a reason; captures are counted apart.
+  std::printf("calls   %lld steps: %lld eager (the last recorded), %lld replayed (%lld of them capture calls), "
+              "%lld fell back\n",
               static_cast<long long>(steps), static_cast<long long>(fig.graphed.eager_calls),
-              static_cast<long long>(fig.graphed.captures), static_cast<long long>(fig.graphed.replays),
+              static_cast<long long>(fig.graphed.replays), static_cast<long long>(fig.graphed.captures),
               static_cast<long long>(fig.graphed.eager_fallbacks));
   std::printf("graph   %lld kernels, %lld temporaries; recorded call %.1f ms, plan %.1f ms, capture run %.1f ms\n",
               static_cast<long long>(st.kernels), static_cast<long long>(st.temporaries), st.warmup_ms, st.plan_ms,
