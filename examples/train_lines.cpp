@@ -85,10 +85,10 @@ int main(int argc, char** argv) {
       progress.update(s, loss, B * batch.length);   // the longest row's predictions, times B: padding left out
     }
     const GraphedStats& st = train.stats();
-    std::printf("\n%lld steps: %lld eager (per bucket, the last recorded), %lld captured, %lld replayed, "
-                "%lld fell back to eager\n",
+    std::printf("\n%lld steps: %lld eager (per bucket, the last recorded), %lld replayed (%lld of them capture "
+                "calls), %lld fell back to eager\n",
                 static_cast<long long>(steps), static_cast<long long>(st.eager_calls),
-                static_cast<long long>(st.captures), static_cast<long long>(st.replays),
+                static_cast<long long>(st.replays), static_cast<long long>(st.captures),
                 static_cast<long long>(st.eager_fallbacks));
     for (const GraphedGraph& g : train.graphs()) {
       std::printf("graph   [%s]  %lld kernels  %lld replays  arena need %lld bytes\n", g.signature.c_str(),
