@@ -67,10 +67,13 @@
 //
 // Fallbacks, never wrong answers: a signature whose capture is refused
 // (capture()'s refusals: a host read in the step, a changing host value, ...;
-// a refused recording is recorded once more at the next call, since state
-// the first call creates lazily is refused only then), a replay refused for its preconditions (a zero_grad() called between
-// calls, say), signatures past max_graphs, and graphs that do not fit
-// max_bytes run eagerly instead; each reason is counted, kept in
+// a refused recording or capture run is recorded once more at the next
+// call, since state the first call creates lazily is refused only then), a
+// replay refused for its preconditions (a zero_grad() called between calls,
+// say; a signature whose parameters gained or lost a gradient, hooks or
+// requires_grad since its capture is recorded again instead: NOTE [ Graphs
+// of another gradient state ] in capture/graphed.cpp), signatures past
+// max_graphs, and graphs that do not fit max_bytes run eagerly instead; each reason is counted, kept in
 // last_fallback(), and logged once to stderr (naming the signature) unless
 // options.log is false.
 //
