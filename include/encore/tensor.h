@@ -13,9 +13,10 @@
 // with their base. A default-constructed Tensor (and grad() before backward()
 // reached the leaf) is undefined: defined() is false, requires_grad() is
 // false, is_same() and printing ("tensor(undefined)") work, and every other
-// accessor throws encore::Error (InvalidArgument) naming itself. NOTE [ Version counter ]: every Storage counts the in-place
-// writes made to it (through any view). Autograd records the count when it
-// saves a tensor for backward and refuses to use it if the count changed.
+// accessor throws encore::Error (InvalidArgument) naming itself.
+// NOTE [ Version counter ]: every Storage counts the in-place writes made to
+// it (through any view). Autograd records the count when it saves a tensor
+// for backward and refuses to use it if the count changed.
 #pragma once
 
 #include <cstdint>

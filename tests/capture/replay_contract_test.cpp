@@ -802,7 +802,8 @@ TEST(ReplayContractTest, FreezingOrUnfreezingAParameterAfterCaptureIsRefused) {
   Tensor first = r->model->parameters()[0];
   const std::vector<unsigned char> before = bits(first);
   first.requires_grad_(false);   // an eager step would no longer compute its gradient
-  expect_refused(graph->replay(), {"replay: requires_grad of the parameter '", "changed since capture", "Capture again"});
+  expect_refused(graph->replay(),
+                 {"replay: requires_grad of the parameter '", "changed since capture", "Capture again"});
   EXPECT_EQ(bits(first), before) << "a refused replay runs nothing";
   first.requires_grad_(true);    // back as it was: still refused, the graph cannot tell (capture again)
   expect_refused(graph->replay(), {"requires_grad"});
