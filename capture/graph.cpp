@@ -164,6 +164,12 @@ absl::Status check_condition(const capture_internal::HostCondition& c, const cap
       owner_str(*c.owner), phase_name(c.phase), c.kernel));
 }
 
+// requires_grad_() changed a tensor the step uses since capture (counted per
+// storage); it matters only to a step that runs backward.
+bool requires_grad_changed(const capture_internal::Guard& g, bool runs_backward) {
+  return runs_backward && g.storage->grad_flag_version() != g.grad_flags;
+}
+
 // NOTE [ A leaf's gradient state ] (src/core/step_observer.h) as the graph needs it.
 // `name` names the leaf, only when a check fails: "parameter 'fc.weight'"
 // (CaptureOptions::names) or "[5, 12] f32 parameter".
@@ -428,8 +434,8 @@ bool Graph::Impl::gradient_state_changed() const {
   const bool leaf = std::any_of(leaves.begin(), leaves.end(), [&](const capture_internal::LeafCondition& c) {
     return held.elsewhere(c.leaf) && !check_leaf(c, held, runs_backward, [] { return std::string(); }).ok();
   });
-  const bool read = runs_backward && std::any_of(guards.begin(), guards.end(), [&](const capture_internal::Guard& g) {
-    return held.elsewhere(g.storage) && g.storage->grad_flag_version() != g.grad_flags;
+  const bool read = std::any_of(guards.begin(), guards.end(), [&](const capture_internal::Guard& g) {
+    return held.elsewhere(g.storage) && requires_grad_changed(g, runs_backward);
   });
   return leaf || read;
 }
@@ -466,7 +472,7 @@ absl::Status Graph::Impl::check_guards() const {
           "in place with copy_(), and capture again after changing it",
           g.storage->nbytes(), g.first_op));
     }
-    if (runs_backward && g.storage->grad_flag_version() != g.grad_flags) {   // a forward-only step computes none
+    if (requires_grad_changed(g, runs_backward)) {
       return absl::FailedPreconditionError(absl::StrFormat(
           "replay: requires_grad of %s changed since capture (requires_grad_()); the captured step computes the "
           "gradients it computed then, an eager step would compute others. Capture again after freezing or "

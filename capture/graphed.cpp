@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "capture/graph_impl.h"
 #include "capture/steps.h"
 #include "encore/error.h"
@@ -230,15 +231,28 @@ struct GraphedStep::Impl {
     stats.arena_bytes = pool->arena ? pool->arena->nbytes() : 0;
   }
 
-  // Forgets e's graph: its signature starts over at its next call.
-  void release(Entry& e) {
+  // Forgets e's graph: its signature starts over at its next call. Counted
+  // in stats.released when it makes room for another graph.
+  void release(Entry& e, bool for_room) {
     e.graph.reset();
     e.returned.clear();
     e.recorded.reset();
     e.static_inputs.clear();
     e.calls = 0;
     e.replays = 0;
-    ++stats.released;
+    if (for_room) ++stats.released;
+  }
+
+  // NOTE [ A refused recording is tried again ]: the first refusal of e's
+  // recording or capture run sets e to record at its next call (true); a
+  // second is for good (false).
+  bool record_again(Entry& e, absl::string_view what, absl::string_view why) {
+    if (++e.refused_recordings >= 2) return false;
+    e.recorded.reset();
+    e.static_inputs.clear();
+    e.calls = options.warmup - 1;
+    fallback(e.signature, absl::StrCat(what, " refused (recorded again at the next call): ", why));
+    return true;
   }
 
   // Makes the shared arena fit `need` bytes (and max_bytes, releasing least
@@ -263,7 +277,7 @@ struct GraphedStep::Impl {
           if (e.get() != &keep && e->graph && (lru == nullptr || e->last_used < lru->last_used)) lru = e.get();
         }
         if (lru == nullptr) return false;
-        release(*lru);
+        release(*lru, /*for_room=*/true);
       }
     }
     const int64_t size = largest();
@@ -286,8 +300,7 @@ struct GraphedStep::Impl {
       const Device device = g.internals().device;
       if ((!pool->arena || pool->arena->nbytes() < e.arena_need() || pool->arena->device() != device) &&
           !make_room(e, e.arena_need(), device)) {
-        release(e);
-        --stats.released;   // not released for room for another: it is the one that does not fit
+        release(e, /*for_room=*/false);   // it is the one that does not fit
         fallback(e.signature, absl::StrFormat(
                                   "memory cap: its graph does not fit GraphedOptions::max_bytes = %d bytes",
                                   options.max_bytes));
@@ -319,8 +332,7 @@ struct GraphedStep::Impl {
       // graph runs eagerly.
       if (g.internals().gradient_state_changed() && (e.leaf_restarts < 4 || e.replays >= 16)) {
         e.leaf_restarts = e.replays >= 16 ? 1 : e.leaf_restarts + 1;
-        release(e);
-        --stats.released;   // not released for room: recorded again
+        release(e, /*for_room=*/false);   // recorded again
         fallback(e.signature, absl::StrCat("replay refused, recorded again: ", r.status.message()));
         return eager(inputs);
       }
@@ -474,13 +486,7 @@ struct GraphedStep::Impl {
         return eager(inputs);
       }
       absl::Status s = capture_internal::capture_into(step_of(e), capture_options(), *e.recorded, pool->arena);
-      if (!s.ok() && ++e.refused_recordings < 2) {   // NOTE [ A refused recording is tried again ]
-        e.recorded.reset();
-        e.static_inputs.clear();
-        e.calls = options.warmup - 1;
-        fallback(e.signature, absl::StrCat("capture refused (recorded again at the next call): ", s.message()));
-        return eager(inputs);
-      }
+      if (!s.ok() && record_again(e, "capture", s.message())) return eager(inputs);
       if (!s.ok()) {
         make_eager_only(e, absl::StrCat("capture refused: ", s.message()));
         return eager(inputs);
@@ -548,13 +554,7 @@ struct GraphedStep::Impl {
     // recording. So a refused recording or capture run is recorded once more
     // at the next call (an eager step either way); refused twice, the
     // signature runs eagerly from then on.
-    if (!recorded.ok() && ++e.refused_recordings < 2) {
-      e.static_inputs.clear();
-      e.calls = options.warmup - 1;
-      fallback(e.signature, absl::StrCat("recording refused (recorded again at the next call): ",
-                                         recorded.status().message()));
-      return outs;
-    }
+    if (!recorded.ok() && record_again(e, "recording", recorded.status().message())) return outs;
     if (!recorded.ok()) {
       make_eager_only(e, absl::StrCat("capture refused: ", recorded.status().message()));
       return outs;

@@ -893,26 +893,39 @@ TEST(ReplayContractTest, AParameterThatGetsItsFirstGradientAfterCaptureIsRefused
   expect_refused(again->replay(), {"gradient of the [16] f32 parameter", "which has none now"});
 }
 
+std::unique_ptr<TwoHeads> seeded_heads() {
+  manual_seed(3);
+  return std::make_unique<TwoHeads>();
+}
+
+// Two heads trained through a GraphedStep each beside their eager twin.
+struct GraphedHeads {
+  std::unique_ptr<TwoHeads> eager = seeded_heads(), graphed = seeded_heads();
+  GraphedStep step_a{[this](const std::vector<Tensor>&) { return graphed->step(graphed->head_a); }, {.log = false}};
+  GraphedStep step_b{[this](const std::vector<Tensor>&) { return graphed->step(graphed->head_b); }, {.log = false}};
+  // One call per letter of `order` ('A' or 'B'), each loss and every
+  // parameter bit-equal to the eager twin's after it.
+  void run(const std::string& order) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      const bool b = order[i] == 'B';
+      const std::vector<Tensor> want = eager->step(b ? eager->head_b : eager->head_a);
+      const std::vector<Tensor> got = (b ? step_b : step_a)({});
+      ASSERT_EQ(bits(want[0]), bits(got[0])) << "call " << i << ": loss";
+      const std::vector<Tensor> pe = eager->params(), pg = graphed->params();
+      for (size_t k = 0; k < pe.size(); ++k) {
+        ASSERT_EQ(bits(pe[k]), bits(pg[k])) << "call " << i << ": parameter " << k << " differs from eager";
+      }
+    }
+  }
+};
+
 // The same loop through GraphedStep, heads alternating: what the graphs
 // cannot replay runs eagerly, and every parameter stays as its eager twin's.
 TEST(ReplayContractTest, GraphedHeadsThatGetTheirFirstGradientLateTrainAsEager) {
-  manual_seed(3);
-  TwoHeads eager;
-  manual_seed(3);
-  TwoHeads graphed;
-  GraphedStep step_a([&](const std::vector<Tensor>&) { return graphed.step(graphed.head_a); }, {.log = false});
-  GraphedStep step_b([&](const std::vector<Tensor>&) { return graphed.step(graphed.head_b); }, {.log = false});
+  GraphedHeads h;
+  const GraphedStep &step_a = h.step_a, &step_b = h.step_b;
   // Head A alone until its graph is captured and replayed, then both in turn.
-  for (int i = 0; i < 16; ++i) {
-    const bool b = i >= 4 && i % 2 == 1;
-    const std::vector<Tensor> want = eager.step(b ? eager.head_b : eager.head_a);
-    const std::vector<Tensor> got = (b ? step_b : step_a)({});
-    ASSERT_EQ(bits(want[0]), bits(got[0])) << "call " << i << ": loss";
-    const std::vector<Tensor> pe = eager.params(), pg = graphed.params();
-    for (size_t k = 0; k < pe.size(); ++k) {
-      ASSERT_EQ(bits(pe[k]), bits(pg[k])) << "call " << i << ": parameter " << k << " differs from eager";
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(h.run("AAAAABABABABABAB"));
   // Head A's graph was refused once head B had gradients, then recorded
   // again (NOTE [ Graphs of another gradient state ]) and replayed since.
   EXPECT_EQ(step_a.stats().captures, 2);
@@ -1015,23 +1028,10 @@ TEST(ReplayContractTest, AGradientReplacedWhileTheOldOneLivesIsRefused) {
 // (AdamW's fused launch no longer fits), which made A eager for good. A is
 // recorded again and replays.
 TEST(ReplayContractTest, AGradientArrivingBetweenRecordingAndCaptureIsRecordedAgain) {
-  manual_seed(3);
-  TwoHeads eager;
-  manual_seed(3);
-  TwoHeads graphed;
-  GraphedStep step_a([&](const std::vector<Tensor>&) { return graphed.step(graphed.head_a); }, {.log = false});
-  GraphedStep step_b([&](const std::vector<Tensor>&) { return graphed.step(graphed.head_b); }, {.log = false});
-  const std::string order = "AABAAAAAAA";
-  for (size_t i = 0; i < order.size(); ++i) {
-    const bool b = order[i] == 'B';
-    const std::vector<Tensor> want = eager.step(b ? eager.head_b : eager.head_a);
-    const std::vector<Tensor> got = (b ? step_b : step_a)({});
-    ASSERT_EQ(bits(want[0]), bits(got[0])) << "call " << i << ": loss";
-    const std::vector<Tensor> pe = eager.params(), pg = graphed.params();
-    for (size_t k = 0; k < pe.size(); ++k) ASSERT_EQ(bits(pe[k]), bits(pg[k])) << "call " << i << ": parameter " << k;
-  }
-  EXPECT_EQ(step_a.stats().captures, 1);
-  EXPECT_GE(step_a.stats().replays, 5);
+  GraphedHeads h;
+  ASSERT_NO_FATAL_FAILURE(h.run("AABAAAAAAA"));
+  EXPECT_EQ(h.step_a.stats().captures, 1);
+  EXPECT_GE(h.step_a.stats().replays, 5);
 }
 
 // A backbone frozen from the start (the optimizer over the head only), then

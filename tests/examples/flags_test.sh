@@ -6,17 +6,18 @@
 set -u
 dir="$1"
 failed=0
-expect() {   # expect PROGRAM FLAG MESSAGE
+expect_exit() {   # expect_exit STATUS PROGRAM FLAG MESSAGE
   local out rc
-  out="$("$dir/$1" "$2" 2>&1)"
+  out="$("$dir/$2" "$3" 2>&1)"
   rc=$?
-  if [ "$rc" -ne 2 ] || [[ "$out" != *"$3"* ]]; then
-    echo "FAIL: $1 $2: exit $rc, output: $out (expected exit 2 and: $3)"
+  if [ "$rc" -ne "$1" ] || [[ "$out" != *"$4"* ]]; then
+    echo "FAIL: $2 $3: exit $rc, output: $out (expected exit $1 and: $4)"
     failed=1
   else
-    echo "ok: $1 $2: $out"
+    echo "ok: $2 $3: $out"
   fi
 }
+expect() { expect_exit 2 "$@"; }   # expect PROGRAM FLAG MESSAGE: a bad flag
 expect train_cnn --epochs=0 "--epochs must be in 1..10000, got 0"
 expect train_cnn --batch=5000 "--batch must be in 1..1024, got 5000"
 expect train_cnn --lr=nan "--lr must be a finite number in [1e-12, 1e+06], got nan"
@@ -43,17 +44,7 @@ fi
 # Input files are hostile input (examples/text_file.h): one line and exit
 # status 1 for an endless file, a directory or a truncated gzip. They were
 # read until memory ran out (abort), or trained on the truncated part.
-expect_input() {   # expect_input PROGRAM FLAG MESSAGE
-  local out rc
-  out="$("$dir/$1" "$2" 2>&1)"
-  rc=$?
-  if [ "$rc" -ne 1 ] || [[ "$out" != *"$3"* ]]; then
-    echo "FAIL: $1 $2: exit $rc, output: $out (expected exit 1 and: $3)"
-    failed=1
-  else
-    echo "ok: $1 $2: $out"
-  fi
-}
+expect_input() { expect_exit 1 "$@"; }   # expect_input PROGRAM FLAG MESSAGE
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for i in $(seq 1 400); do
